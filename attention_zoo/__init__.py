@@ -1,0 +1,36 @@
+"""attention-zoo: interchangeable attention backends in one Reformer skeleton, measured honestly."""
+
+from .attention import (
+    AttentionCore,
+    BackendSpec,
+    Capabilities,
+    Case,
+    build_attention,
+    get_backend,
+    list_backends,
+    register_attention,
+)
+from .blocks import SelfAttention
+from .errors import ConfigError, OptionError, ShapeError, UnavailableError, UnknownNameError, ZooError
+from .registry import Registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionCore",
+    "BackendSpec",
+    "Capabilities",
+    "Case",
+    "ConfigError",
+    "OptionError",
+    "Registry",
+    "SelfAttention",
+    "ShapeError",
+    "UnavailableError",
+    "UnknownNameError",
+    "ZooError",
+    "build_attention",
+    "get_backend",
+    "list_backends",
+    "register_attention",
+]

@@ -1,0 +1,27 @@
+"""Attention cores. Importing this package registers every built-in backend (explicit imports)."""
+
+from . import full, sdpa, xformers_kernel, shared_qk  # noqa: F401  (registration order = list order)
+from .base import AttentionCore, check_qkv
+from .spec import (
+    BACKENDS,
+    BackendSpec,
+    Capabilities,
+    Case,
+    build_attention,
+    get_backend,
+    list_backends,
+    register_attention,
+)
+
+__all__ = [
+    "BACKENDS",
+    "AttentionCore",
+    "BackendSpec",
+    "Capabilities",
+    "Case",
+    "build_attention",
+    "check_qkv",
+    "get_backend",
+    "list_backends",
+    "register_attention",
+]

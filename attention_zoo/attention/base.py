@@ -1,0 +1,71 @@
+"""The contract every attention core keeps: (b, h, n, d) in, same shape out, checked input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ShapeError
+
+# Large negative scores instead of -inf: a row with every key masked stays finite (HF does the same).
+_MASK_VALUE = {torch.float16: -1e4, torch.bfloat16: -1e9, torch.float32: -1e9, torch.float64: -1e9}
+# A shared-QK query scores highest against itself; this penalty lets it attend to itself only when
+# nothing else is allowed (Reformer paper, section 2; HF's self_mask_value).
+_SELF_VALUE = {torch.float16: -1e3, torch.bfloat16: -1e5, torch.float32: -1e5, torch.float64: -1e5}
+
+
+def mask_value(dtype: torch.dtype) -> float:
+    return _MASK_VALUE.get(dtype, -1e9)
+
+
+def self_mask_value(dtype: torch.dtype) -> float:
+    return _SELF_VALUE.get(dtype, -1e5)
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
+    """Raise ShapeError unless q, k, v are (b, h, n, d) of one shape and the mask is (b, n) bool."""
+    for label, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise ShapeError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ShapeError(
+                f"{label} must have rank 4 (batch, heads, length, head_dim), got shape {tuple(t.shape)}"
+            )
+    if not (q.shape == k.shape == v.shape):
+        raise ShapeError(
+            "q, k and v must have the same (batch, heads, length, head_dim) shape, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ShapeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if key_padding_mask is not None:
+        b, _, n, _ = q.shape
+        if key_padding_mask.shape != (b, n) or key_padding_mask.dtype != torch.bool:
+            raise ShapeError(
+                f"key_padding_mask must be a bool tensor of shape (batch, length) = ({b}, {n}) "
+                f"with True for real tokens, got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            )
+
+
+class AttentionCore(nn.Module):
+    """Base class of the built-in cores: validates input, then calls `attend`."""
+
+    spec: Any  # set by @register_attention
+
+    def __init__(self, cfg: Any, *, causal: bool = False) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.causal = causal
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """(b, h, n, d) x3 -> (b, h, n, d); key_padding_mask (b, n) bool, True = real token."""
+        check_qkv(q, k, v, key_padding_mask)
+        return self.attend(q, k, v, key_padding_mask)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"causal={self.causal}, {self.cfg}"

@@ -1,0 +1,51 @@
+"""Materialised softmax attention under an explicit mask: the reference every mechanism reduces to."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import mask_value, self_mask_value
+
+
+def causal_mask(n: int, device: torch.device | str | None = None) -> Tensor:
+    """(n, n) bool, True where query i may see key j (j <= i)."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def allowed_mask(
+    n: int, *, causal: bool, key_padding_mask: Tensor | None, device: torch.device
+) -> Tensor | None:
+    """Broadcastable (b|1, 1, n|1, n) bool of allowed (query, key) pairs, or None when all are."""
+    allowed = causal_mask(n, device)[None, None] if causal else None
+    if key_padding_mask is not None:
+        keys = key_padding_mask[:, None, None, :]
+        allowed = keys if allowed is None else allowed & keys
+    return allowed
+
+
+def dense_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    allowed: Tensor | None = None,
+    *,
+    scale: float,
+    penalise_self: bool = False,
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """softmax(q k^T * scale + mask) v on (..., n, d); `allowed` broadcasts to (..., n, n).
+
+    penalise_self: a query sees its own key only when no other key is allowed (shared-QK rule).
+    return_lse: also return the log-sum-exp of the masked scores, (..., n).
+    """
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (..., n, n)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
+    if penalise_self:
+        n = scores.shape[-1]
+        eye = torch.eye(n, dtype=torch.bool, device=scores.device)
+        scores = scores.masked_fill(eye, self_mask_value(scores.dtype))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    out = torch.matmul(torch.exp(scores - lse), v)
+    return (out, lse.squeeze(-1)) if return_lse else out

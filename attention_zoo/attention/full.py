@@ -1,0 +1,27 @@
+"""Full softmax attention, materialising the n x n score matrix: the reference (Vaswani et al. 2017)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from .base import AttentionCore
+from .dense import allowed_mask, dense_attention
+from .spec import Capabilities, register_attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class FullConfig:
+    """Full attention takes no options."""
+
+
+@register_attention("full", config=FullConfig, caps=Capabilities())
+class FullAttention(AttentionCore):
+    """Naive materialised softmax attention; O(n^2) memory. The reference for exact backends."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        n = q.shape[-2]
+        allowed = allowed_mask(n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device)
+        return dense_attention(q, k, v, allowed, scale=1 / math.sqrt(q.shape[-1]))

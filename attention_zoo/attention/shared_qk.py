@@ -1,0 +1,38 @@
+"""Full attention with shared queries and keys, as in the Reformer (Kitaev et al. 2020, section 2).
+
+Keys are the length-normalised queries; a position attends to itself only when nothing else is
+allowed, because under shared QK its score with itself would otherwise dominate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .base import AttentionCore
+from .dense import allowed_mask, dense_attention
+from .spec import Capabilities, register_attention
+
+
+def unit_keys(k: Tensor, eps: float = 1e-6) -> Tensor:
+    """Keys scaled to unit length: the Reformer's (and HF's) shared-QK keys, no 1/sqrt(d) on top."""
+    return k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + eps)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedQKConfig:
+    """Shared-QK full attention takes no options."""
+
+
+@register_attention(
+    "shared-qk", config=SharedQKConfig, caps=Capabilities(shared_qk=True)
+)
+class SharedQKAttention(AttentionCore):
+    """Full attention on shared QK: scores q_i . k_j/|k_j|, self masked unless alone. O(n^2)."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        n = q.shape[-2]
+        allowed = allowed_mask(n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device)
+        return dense_attention(q, unit_keys(k), v, allowed, scale=1.0, penalise_self=True)

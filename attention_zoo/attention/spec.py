@@ -1,0 +1,203 @@
+"""Backend specs: what a registered attention can do, readable without building it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import OptionError, UnavailableError
+from ..registry import Registry
+
+ALL_DTYPES = frozenset({"float32", "float64", "bfloat16", "float16"})
+ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """Static facts about a backend, so callers can skip a case before building anything."""
+
+    causal: bool = True  # can run as a decoder (exactly causal)
+    non_causal: bool = True
+    shared_qk: bool = False  # the block must feed the same tensor as q and k
+    exact: bool = True  # equals full softmax attention; local and lsh are approximations
+    deterministic: bool = True  # same inputs -> same outputs (lsh only when seeded)
+    devices: frozenset[str] = ALL_DEVICES
+    dtypes: frozenset[str] = ALL_DTYPES
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["devices"], d["dtypes"] = sorted(self.devices), sorted(self.dtypes)
+        return d
+
+
+@dataclass(frozen=True)
+class Case:
+    """One thing a caller wants to run: used to ask a backend whether it can."""
+
+    device: str = "cpu"
+    dtype: str = "float32"
+    causal: bool = False
+
+
+def always_available(device: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendSpec:
+    """A registered attention core: its class, option dataclass, capabilities and availability."""
+
+    name: str
+    cls: type[nn.Module]
+    config: type
+    caps: Capabilities
+    description: str
+    availability: Callable[[str], str | None] = always_available
+
+    def defaults(self) -> dict[str, Any]:
+        """Every option with its default value."""
+        out = {}
+        for f in dataclasses.fields(self.config):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+            else:
+                out[f.name] = None
+        return out
+
+    def make_config(self, **options: Any) -> Any:
+        accepted = [f.name for f in dataclasses.fields(self.config)]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise OptionError(
+                f"backend {self.name!r} does not take option(s) {', '.join(map(repr, unknown))}; "
+                f"it takes: {', '.join(accepted) or '(no options)'}"
+            )
+        return self.config(**options)
+
+    def unavailable_reason(self, device: str | torch.device = "cpu") -> str | None:
+        """None when the backend can run on `device`, else why not."""
+        device = torch.device(device).type
+        if reason := self.availability(device):
+            return reason
+        if device not in self.caps.devices:
+            return f"{self.name!r} does not run on {device!r} (it runs on: {', '.join(sorted(self.caps.devices))})"
+        return None
+
+    def unsupported(self, case: Case) -> str | None:
+        """None when the backend can run `case`, else the reason to skip it."""
+        if reason := self.unavailable_reason(case.device):
+            return reason
+        if case.dtype not in self.caps.dtypes:
+            return f"{self.name!r} does not support dtype {case.dtype} (supports: {', '.join(sorted(self.caps.dtypes))})"
+        if case.causal and not self.caps.causal:
+            return f"{self.name!r} cannot run causally"
+        if not case.causal and not self.caps.non_causal:
+            return f"{self.name!r} only runs causally"
+        return None
+
+    def describe(self, device: str = "cpu") -> dict[str, Any]:
+        """A JSON-friendly summary, as `zoo list --json` prints it."""
+        reason = self.unavailable_reason(device)
+        return {
+            "name": self.name,
+            "description": self.description,
+            "capabilities": self.caps.to_dict(),
+            "options": {k: _jsonable(v) for k, v in self.defaults().items()},
+            "device": device,
+            "available": reason is None,
+            "reason": reason,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+BACKENDS: Registry[BackendSpec] = Registry("attention backend")
+
+
+def register_attention(
+    name: str,
+    *,
+    config: type,
+    caps: Capabilities = Capabilities(),
+    description: str = "",
+    availability: Callable[[str], str | None] = always_available,
+    replace: bool = False,
+) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    """Class decorator: register an attention core under `name` (usable from user code)."""
+    if not dataclasses.is_dataclass(config):
+        raise TypeError(f"config for {name!r} must be a dataclass type, got {config!r}")
+
+    def wrap(cls: type[nn.Module]) -> type[nn.Module]:
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise TypeError(f"attention {name!r} must be an nn.Module subclass, got {cls!r}")
+        summary = description or next(iter((cls.__doc__ or "").strip().splitlines()), "")
+        spec = BackendSpec(
+            name=name, cls=cls, config=config, caps=caps, description=summary, availability=availability
+        )
+        BACKENDS.add(name, spec, replace=replace)
+        cls.spec = spec
+        return cls
+
+    return wrap
+
+
+def get_backend(name: str) -> BackendSpec:
+    return BACKENDS.get(name)
+
+
+def list_backends() -> list[BackendSpec]:
+    """Every registered backend spec, in registration order."""
+    return list(BACKENDS)
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_attention(
+    name: str, *, causal: bool = False, device: str | torch.device | None = None, **options: Any
+) -> nn.Module:
+    """Build the attention core `name`; `forward(q, k, v, key_padding_mask=None)` on (b, h, n, d).
+
+    `device` is where it will run (default: CUDA when present, else CPU); a backend that cannot run
+    there raises UnavailableError with the reason.
+    """
+    spec = get_backend(name)
+    device = torch.device(device).type if device is not None else default_device()
+    if reason := spec.unavailable_reason(device):
+        raise UnavailableError(f"backend {name!r} is unavailable: {reason}")
+    if causal and not spec.caps.causal:
+        raise OptionError(f"backend {name!r} cannot run causally; causal backends: {_names_where('causal')}")
+    if not causal and not spec.caps.non_causal:
+        raise OptionError(f"backend {name!r} only runs causally; pass causal=True")
+    return spec.cls(spec.make_config(**options), causal=causal)
+
+
+def _names_where(flag: str) -> str:
+    return ", ".join(s.name for s in BACKENDS if getattr(s.caps, flag))
+
+
+__all__ = [
+    "ALL_DEVICES",
+    "ALL_DTYPES",
+    "BACKENDS",
+    "BackendSpec",
+    "Capabilities",
+    "Case",
+    "build_attention",
+    "default_device",
+    "get_backend",
+    "list_backends",
+    "register_attention",
+]

@@ -1,0 +1,60 @@
+"""Full attention through xformers.ops.memory_efficient_attention (CUDA kernels only)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .base import AttentionCore, mask_value
+from .spec import Capabilities, register_attention
+
+
+@functools.cache
+def _import_error() -> str | None:
+    try:
+        import xformers.ops  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken build raising at import
+        return f"xformers is not importable ({type(exc).__name__}: {exc}); pip install xformers"
+    return None
+
+
+def xformers_availability(device: str) -> str | None:
+    if device != "cuda":
+        return f"xformers kernels need CUDA; asked to run on {device!r}"
+    if not torch.cuda.is_available():
+        return "xformers kernels need CUDA, and no CUDA device is visible on this machine"
+    return _import_error()
+
+
+@dataclass(frozen=True, kw_only=True)
+class XFormersConfig:
+    """The xformers backend takes no options."""
+
+
+@register_attention(
+    "xformers",
+    config=XFormersConfig,
+    caps=Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "bfloat16", "float16"})),
+    availability=xformers_availability,
+)
+class XFormersAttention(AttentionCore):
+    """Full attention via xformers' memory-efficient CUDA kernel; scores never materialised."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        import xformers.ops as xops
+
+        # xformers wants (b, n, h, d).
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        bias = xops.LowerTriangularMask() if self.causal else None
+        if key_padding_mask is not None:
+            b, n, h, _ = q.shape
+            dense = torch.zeros(b, h, n, n, dtype=q.dtype, device=q.device)
+            dense = dense.masked_fill(~key_padding_mask[:, None, None, :], mask_value(q.dtype))
+            if self.causal:
+                future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+                dense = dense.masked_fill(future, mask_value(q.dtype))
+            bias = dense
+        return xops.memory_efficient_attention(q, k, v, attn_bias=bias).transpose(1, 2)

@@ -1,0 +1,69 @@
+"""The attention sublayer: projections from (b, n, hidden) into any registered core and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from einops import rearrange
+from torch import Tensor, nn
+
+from ..attention.spec import build_attention, get_backend
+from ..errors import ConfigError, ShapeError
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention around a registered core.
+
+    A core that needs shared QK gets one query/key projection and the same tensor as q and k.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        backend: str = "full",
+        *,
+        head_size: int | None = None,
+        causal: bool = False,
+        device: str | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        if head_size is None:
+            if hidden_size % num_heads:
+                raise ConfigError(
+                    f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}; "
+                    f"pick num_heads among the divisors of {hidden_size} "
+                    f"(e.g. {_divisors(hidden_size)}) or give head_size explicitly"
+                )
+            head_size = hidden_size // num_heads
+        if num_heads < 1 or head_size < 1:
+            raise ConfigError(f"num_heads and head_size must be >= 1, got {num_heads} and {head_size}")
+        self.spec = get_backend(backend)
+        self.hidden_size, self.num_heads, self.head_size = hidden_size, num_heads, head_size
+        self.shared_qk = self.spec.caps.shared_qk
+        inner = num_heads * head_size
+        # One fused input projection: [q, k, v] or, under shared QK, [qk, v].
+        self.in_proj = nn.Linear(hidden_size, (2 if self.shared_qk else 3) * inner, bias=False)
+        self.out_proj = nn.Linear(inner, hidden_size, bias=False)
+        self.core = build_attention(backend, causal=causal, device=device, **options)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """(b, n, hidden) -> (b, n, hidden)."""
+        if x.dim() != 3 or x.shape[-1] != self.hidden_size:
+            raise ShapeError(
+                f"SelfAttention expects (batch, length, hidden_size={self.hidden_size}), "
+                f"got shape {tuple(x.shape)}"
+            )
+        parts = rearrange(self.in_proj(x), "b n (p h d) -> p b h n d", h=self.num_heads, d=self.head_size)
+        if self.shared_qk:
+            q = k = parts[0]
+            v = parts[1]
+        else:
+            q, k, v = parts
+        out = self.core(q, k, v, key_padding_mask=key_padding_mask)
+        return self.out_proj(rearrange(out, "b h n d -> b n (h d)"))
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, min(n, 64) + 1) if n % d == 0)

@@ -1,0 +1,129 @@
+"""Conformance suite: every registered backend runs it, a newly registered one included, for free."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_zoo import Case, SelfAttention, list_backends
+
+from .contract import build, make_qkv, reference, small_options
+
+SPECS = list_backends()
+IDS = [s.name for s in SPECS]
+
+
+def _modes(spec) -> list[bool]:
+    return [c for c, ok in ((False, spec.caps.non_causal), (True, spec.caps.causal)) if ok]
+
+
+def _skip_unless_runs(spec, *, device: str = "cpu", dtype: str = "float32", causal: bool = False) -> None:
+    if reason := spec.unsupported(Case(device=device, dtype=dtype, causal=causal)):
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_shape_dtype_and_finite(spec, dtype):
+    dname = str(dtype).removeprefix("torch.")
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, dtype=dname, causal=causal)
+        q, k, v = make_qkv(spec, dtype=dtype)
+        out = build(spec, causal=causal)(q, k, v)
+        assert out.shape == q.shape and out.dtype == dtype
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_gradients_reach_every_parameter(spec, causal):
+    _skip_unless_runs(spec, causal=causal)
+    block = SelfAttention(32, 4, spec.name, causal=causal, **small_options(spec))
+    x = torch.randn(2, 37, 32, requires_grad=True)
+    block(x).square().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    for name, p in block.named_parameters():
+        assert p.grad is not None, f"no gradient reached {name}"
+        assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, f"zero/non-finite grad on {name}"
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.caps.causal], ids=[s.name for s in SPECS if s.caps.causal])
+@pytest.mark.parametrize("changed", ["q", "k", "v"])
+def test_causal_backends_are_exactly_causal(spec, changed):
+    _skip_unless_runs(spec, causal=True)
+    if not spec.caps.deterministic and "seed" not in spec.defaults():
+        pytest.skip(f"{spec.name!r} is random and takes no seed: causality cannot be isolated")
+    attn = build(spec, causal=True)
+    n = 37
+    q, k, v = make_qkv(spec, b=2, h=2, n=n, dtype=torch.float64)
+    base = attn(q, k, v)
+    for i in (0, 5, 17, 30):
+        tensors = {"q": q.clone(), "k": k.clone(), "v": v.clone()}
+        if spec.caps.shared_qk and changed in "qk":
+            tensors["q"][:, :, i + 1:] = torch.randn_like(tensors["q"][:, :, i + 1:])
+            tensors["k"] = tensors["q"]
+        else:
+            t = tensors[changed]
+            t[:, :, i + 1:] = torch.randn_like(t[:, :, i + 1:]) * 3
+        out = attn(tensors["q"], tensors["k"], tensors["v"])
+        torch.testing.assert_close(out[:, :, : i + 1], base[:, :, : i + 1], atol=1e-12, rtol=0,
+                                   msg=lambda m: f"{spec.name}: changing {changed} after {i} changed output <= {i}: {m}")
+
+
+EXACT = [s for s in SPECS if s.caps.exact]
+
+
+@pytest.mark.parametrize("spec", EXACT, ids=[s.name for s in EXACT])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_exact_backends_agree_with_reference(spec, padded):
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, causal=causal)
+        q, k, v = make_qkv(spec, n=45)
+        mask = None
+        if padded:
+            mask = torch.ones(2, 45, dtype=torch.bool)
+            mask[0, 30:] = False
+            mask[1, :3] = False
+        out = build(spec, causal=causal)(q, k, v, key_padding_mask=mask)
+        ref = reference(spec, causal=causal)(q, k, v, key_padding_mask=mask)
+        rows = slice(3, None)  # a causal query whose every visible key is padding has no defined output
+        torch.testing.assert_close(out[:, :, rows], ref[:, :, rows], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_forward_runs_on_meta_device(spec):
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, device="meta", causal=causal)
+        q, k, v = make_qkv(spec, n=4099, d=64, device="meta")
+        out = build(spec, causal=causal, device="meta")(q, k, v)
+        assert out.device.type == "meta" and out.shape == q.shape
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_padding_keys_never_change_real_outputs(spec):
+    """Keys masked as padding must be invisible: appending padded garbage changes nothing."""
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, causal=causal)
+        if not spec.caps.exact:
+            pytest.skip("approximate mechanisms test their own padding rules (bucketing depends on length)")
+        q, k, v = make_qkv(spec, n=30, dtype=torch.float64)
+        extra = make_qkv(spec, n=9, dtype=torch.float64)
+        q2, k2, v2 = (torch.cat([a, b], dim=2) for a, b in zip((q, k, v), extra))
+        if spec.caps.shared_qk:
+            k2 = q2
+        mask = torch.ones(2, 39, dtype=torch.bool)
+        mask[:, 30:] = False
+        attn = build(spec, causal=causal)
+        out = attn(q2, k2, v2, key_padding_mask=mask)[:, :, :30]
+        torch.testing.assert_close(out, attn(q, k, v), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", EXACT, ids=[s.name for s in EXACT])
+def test_exact_backends_agree_on_cuda(spec):
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, device="cuda", causal=causal)
+        q, k, v = make_qkv(spec, n=200, d=64, device="cuda")
+        out = build(spec, causal=causal, device="cuda")(q, k, v)
+        ref = reference(spec, causal=causal)(q, k, v)
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
