@@ -11,6 +11,8 @@ from .attention import (
     register_attention,
 )
 from .blocks import SelfAttention
+from .config import ReformerConfig
+from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
 from .errors import ConfigError, OptionError, ShapeError, UnavailableError, UnknownNameError, ZooError
 from .registry import Registry
 
@@ -23,6 +25,11 @@ __all__ = [
     "Case",
     "ConfigError",
     "OptionError",
+    "ReformerConfig",
+    "ReformerLM",
+    "ReformerLMOutput",
+    "ReformerModel",
+    "ReformerOutput",
     "Registry",
     "SelfAttention",
     "ShapeError",
