@@ -7,10 +7,18 @@ import sys
 from collections.abc import Sequence
 
 from .commands import list_cmd
+from .commands import task_cmd
+from .commands import bench_cmd, memory_cmd, results_cmd
+from .commands import report_cmd
 
 # (name, module): each module has `add_parser(subparsers)` and `run(args) -> int`.
 COMMANDS = [
     ("list", list_cmd),
+    ("task", task_cmd),
+    ("bench", bench_cmd),
+    ("memory", memory_cmd),
+    ("results", results_cmd),
+    ("report", report_cmd),
 ]
 
 

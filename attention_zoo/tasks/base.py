@@ -1,9 +1,9 @@
 """Task engine basics: a task is a frozen config that builds its own data from a seed.
 
 A built task gives fresh training batches every step (an endless seeded stream) and one fixed
-evaluation set; `labels` follow the Hugging Face convention (the token itself where it is scored,
--100 elsewhere; the model predicts labels[:, i] from positions < i), so the metric only counts the
-scored positions.
+evaluation set. `labels` follow the Hugging Face causal-LM convention: labels[:, i] is the token the
+model must produce at position i having seen only positions < i (the model shifts), -100 where
+nothing is scored, so loss and metric count exactly the scored positions.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _TRAIN_STREAM, _EVAL_STREAM = 1, 2
 
 @dataclass(frozen=True)
 class Batch:
-    """Token ids (b, n) and labels (b, n): label = token where scored, IGNORE_INDEX elsewhere."""
+    """Token ids (b, n) and labels (b, n): the expected token where scored, IGNORE_INDEX elsewhere."""
 
     input_ids: Tensor
     labels: Tensor

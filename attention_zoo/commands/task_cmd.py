@@ -1,0 +1,196 @@
+"""`zoo task`: train and evaluate attention variants on synthetic tasks; print the Table 2 matrix."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections import defaultdict
+
+import torch
+
+from ..errors import ZooError
+
+EXAMPLE = """examples:
+  zoo task duplication --preset cpu --table2       Table 2 of the Reformer paper, on this CPU
+  zoo task duplication --preset smoke              < 1 minute pipeline check
+  zoo task tasks/duplication.toml --preset cpu --backends shared-qk,local --seeds 0,1
+  zoo task duplication --preset cpu --backends lsh --train-hashes 2 --eval-hashes 8,1
+  zoo task associative-recall --preset cpu
+  zoo task --table2                                the matrix from every stored run
+  zoo task --list                                  tasks and their presets
+
+RUN_SPEC is a suite file (TOML) or a task name, looked up as tasks/<name>.toml.
+Runs already in the store (same task, preset, model, variant, seed) are not trained again
+unless --force. Judge variants by steps; wall time depends on what else the machine runs.
+"""
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "task",
+        help="train attention variants on synthetic tasks (Reformer Table 2)",
+        description="Train and evaluate attention variants on a synthetic task suite; results go to the "
+        "store; --table2 prints the Reformer's Table 2 matrix from the stored runs.",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_spec", nargs="?", metavar="RUN_SPEC", help="suite file (.toml) or task name")
+    p.add_argument("--preset", default="cpu", help="preset of the suite (default: %(default)s)")
+    p.add_argument("--backends", type=_names, help="attention mixes to train, comma-separated ('local+lsh' = alternating layers)")
+    p.add_argument("--seeds", type=_ints, help="run seeds, comma-separated")
+    p.add_argument("--train-hashes", type=_ints, help="num_hashes for lsh while training, e.g. 4,2,1")
+    p.add_argument("--eval-hashes", type=_ints, help="num_hashes at evaluation, e.g. 8,4,2,1 (empty: '')")
+    p.add_argument("--max-steps", type=int, help="override the preset's step cap")
+    p.add_argument("--device", default="cpu", help="device to train on (default: %(default)s)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice; "
+                   "on a busy machine 1 is often fastest for these small models)")
+    p.add_argument("--store", help="SQLite results store (default: results/zoo.sqlite)")
+    p.add_argument("--table2", action="store_true", help="print the Table 2 matrix from the store")
+    p.add_argument("--force", action="store_true", help="train again even if the store has the run")
+    p.add_argument("--list", action="store_true", help="list tasks and their suite presets")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ZooError as err:
+        print(f"zoo task: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..tasks import results
+    from ..tasks.base import TASKS
+
+    store = args.store or str(results.default_store_path())
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.list or (args.run_spec is None and not args.table2):
+        print(_list_tasks(TASKS.names()))
+        return 0 if args.list else 2
+    if args.run_spec is None:  # --table2 alone: every stored task/preset
+        return _print_tables(store, task=None, preset=None)
+    preset = _run_suite(args, store)
+    if args.table2:
+        return _print_tables(store, task=preset.task.name, preset=preset.name)
+    return 0
+
+
+def _run_suite(args: argparse.Namespace, store: str):  # -> Preset
+    import dataclasses
+
+    from ..tasks.results import TaskResults
+    from ..tasks.runner import identity, outcome_rows, plan_runs, run_one, skipped_key
+    from ..tasks.suite import load_preset
+
+    preset = load_preset(args.run_spec, args.preset)
+    if args.max_steps:
+        preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, max_steps=args.max_steps))
+    runs, skipped = plan_runs(
+        preset,
+        backends=args.backends,
+        seeds=args.seeds,
+        train_hashes=args.train_hashes,
+        eval_hashes=args.eval_hashes,
+        device=args.device,
+    )
+    print(f"{preset.task.name} / preset {preset.name}: {preset.description}", flush=True)
+    print(f"{preset.task}; threads {torch.get_num_threads()}; store {store}", flush=True)
+    meta = {"command": "zoo task", "argv": sys.argv[1:], "suite": preset.suite, "preset": preset.name}
+    with TaskResults(store, meta=meta, device=args.device) as results:
+        for s in skipped:
+            print(f"skipped {s.label}: {s.reason}", flush=True)
+            for seed in args.seeds or preset.grid.seeds:
+                results.save_skipped(identity(preset, s.label, seed), skipped_key(preset, s.label, seed), s.reason)
+        for i, spec in enumerate(runs, 1):
+            prefix = f"[{i}/{len(runs)}] {spec.variant.label} seed {spec.seed}"
+            if not args.force and results.has_run(spec.key(), identity(preset, spec.variant.label, spec.seed)):
+                print(f"{prefix}: already in the store (use --force to train again)", flush=True)
+                continue
+            with _progress(prefix, preset.train.max_steps, disable=args.quiet) as on_step:
+                outcome = run_one(spec, device=args.device, on_step=on_step)
+            curves = {"loss": outcome.result.loss_curve, "eval_accuracy": outcome.result.eval_curve}
+            results.save(spec.key(), outcome_rows(outcome), curves)
+            print(f"{prefix}: {_summary(outcome)}", flush=True)
+    return preset
+
+
+def _summary(outcome) -> str:
+    r = outcome.result
+    target = round(outcome.spec.preset.train.target_accuracy * 100)
+    reached = f"{target}% at step {r.steps_to_target}" if r.steps_to_target else f"{target}% not reached"
+    evals = ", ".join(f"{k} {100 * v.accuracy:.1f}%" for k, v in outcome.evals.items())
+    text = f"{reached}; final {100 * r.final_accuracy:.1f}% after {r.steps} steps ({r.wall_time_s:.0f} s)"
+    return text + (f"; eval {evals}" if evals else "")
+
+
+class _progress:
+    """A tqdm bar over training steps, as an on_step callback."""
+
+    def __init__(self, desc: str, total: int, *, disable: bool) -> None:
+        self.desc, self.total, self.disable = desc, total, disable
+
+    def __enter__(self):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, desc=self.desc, disable=self.disable, leave=False, file=sys.stderr)
+        self.acc = float("nan")
+
+        def on_step(step: int, info: dict[str, float]) -> None:
+            self.acc = info.get("accuracy", self.acc)
+            self.bar.update(step - self.bar.n)
+            if step % 10 == 0 or "accuracy" in info:
+                self.bar.set_postfix(loss=f"{info['loss']:.3f}", acc=f"{100 * self.acc:.1f}%", refresh=False)
+
+        return on_step
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
+def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
+    from ..tasks import results
+    from ..tasks.table2 import build_table2, format_table2
+
+    rows = results.load_rows(store, task=task, preset=preset)
+    if not rows:
+        print(f"no stored task runs in {store}" + (f" for {task} / {preset}" if task else ""))
+        return 1
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["task"], r["preset"], r["length"])].append(r)
+    for (t, p, n), group in sorted(groups.items()):
+        print(f"\n{t} / preset {p} (length {n}): accuracy on the scored positions")
+        print(format_table2(build_table2(group)))
+    return 0
+
+
+def _list_tasks(names: list[str]) -> str:
+    from ..tasks.suite import find_suite, preset_names
+
+    lines = ["tasks (zoo task NAME --preset PRESET):"]
+    for name in names:
+        try:
+            presets = ", ".join(preset_names(name))
+            where = find_suite(name)
+        except ZooError as err:
+            presets, where = "-", err
+        lines.append(f"  {name}: presets {presets}  ({where})")
+    return "\n".join(lines)
+
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -1,0 +1,59 @@
+"""Synthetic long-range tasks, their training recipe and declarative suites (`zoo task`).
+
+    from attention_zoo.tasks import load_preset, plan_runs, run_one
+    preset = load_preset("duplication", "cpu")           # tasks/duplication.toml, preset cpu
+    runs, skipped = plan_runs(preset, backends=["shared-qk"], eval_hashes=[8, 1])
+    outcome = run_one(runs[0])                           # train from the seed, evaluate overrides
+    outcome.result.steps_to_target, outcome.evals["lsh-1"].accuracy
+"""
+
+from . import associative_recall, duplication  # noqa: F401  (registers the built-in tasks)
+from .associative_recall import AssociativeRecallTask
+from .base import TASKS, Batch, TaskConfig, TaskData, get_task, make_task, register_task
+from .duplication import DuplicationTask
+from .runner import (
+    EvalVariant,
+    RunOutcome,
+    RunSpec,
+    TrainVariant,
+    build_model,
+    outcome_rows,
+    plan_runs,
+    run_one,
+    with_attention,
+)
+from .suite import Grid, Preset, load_preset
+from .table2 import Table2, build_table2, format_table2
+from .trainer import EvalResult, TrainConfig, TrainResult, evaluate, train
+
+__all__ = [
+    "TASKS",
+    "AssociativeRecallTask",
+    "Batch",
+    "DuplicationTask",
+    "EvalResult",
+    "EvalVariant",
+    "Grid",
+    "Preset",
+    "RunOutcome",
+    "RunSpec",
+    "Table2",
+    "TaskConfig",
+    "TaskData",
+    "TrainConfig",
+    "TrainResult",
+    "TrainVariant",
+    "build_model",
+    "build_table2",
+    "evaluate",
+    "format_table2",
+    "get_task",
+    "load_preset",
+    "make_task",
+    "outcome_rows",
+    "plan_runs",
+    "register_task",
+    "run_one",
+    "train",
+    "with_attention",
+]

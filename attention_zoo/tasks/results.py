@@ -1,0 +1,130 @@
+"""Task results in the shared results store (attention_zoo.store): the one place that talks to it.
+
+One `zoo task` invocation is a store run of kind "task"; each training run (RunSpec) is a case whose
+key is the hash of its full identity, so an identical run already stored is not trained again.
+Tidy rows (task, preset, backend, length, seed, metric, value, eval) go in and come back out; the
+evaluation override is kept in the metric name ("accuracy@lsh-8"; "accuracy" = as trained).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..measure.cases import case_key
+from ..store import ResultStore
+
+DEFAULT_STORE = Path("results") / "zoo.sqlite"
+KIND = "task"
+TRAINED = "trained"
+UNITS = {"accuracy": "fraction", "loss": "nats", "steps": "steps", "wall_time_s": "s"}
+_IDENTITY = ("task", "preset", "backend", "length", "seed")
+
+
+def default_store_path() -> Path:
+    return DEFAULT_STORE
+
+
+def case_config(identity: dict[str, Any], spec_key: dict[str, Any]) -> dict[str, Any]:
+    """What the store keeps with every row of a run: the tidy identity + the full run spec."""
+    return {"kind": KIND, **{k: identity[k] for k in _IDENTITY}, "spec": spec_key}
+
+
+def encode_metric(metric: str, evaluation: str) -> str:
+    return metric if evaluation == TRAINED else f"{metric}@{evaluation}"
+
+
+def decode_metric(name: str) -> tuple[str, str]:
+    metric, _, evaluation = name.partition("@")
+    return metric, evaluation or TRAINED
+
+
+def _unit(metric: str) -> str:
+    return "steps" if metric.startswith("steps") else UNITS.get(metric, "")
+
+
+class TaskResults:
+    """Writes one `zoo task` invocation's runs into a store; reads every stored task run."""
+
+    def __init__(self, path: str | Path, *, meta: dict[str, Any] | None = None, device: str = "cpu") -> None:
+        self.store = ResultStore(path)
+        self.meta, self.device = meta or {}, device
+        self._run_id: str | None = None
+
+    def __enter__(self) -> TaskResults:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._run_id is not None:
+            self.store.finish_run(self._run_id)
+        self.store.close()
+
+    @property
+    def run_id(self) -> str:
+        if self._run_id is None:
+            self._run_id = self.store.start_run(kind=KIND, device=self.device, meta=self.meta)
+        return self._run_id
+
+    def has_run(self, spec_key: dict[str, Any], identity: dict[str, Any], status: str = "ok") -> bool:
+        """True when a case with this identity and status is stored (in any earlier invocation)."""
+        key = case_key(case_config(identity, spec_key))
+        return any(c["case_key"] == key and c["status"] == status for c in self.store.cases())
+
+    def save(
+        self, spec_key: dict[str, Any], rows: list[dict[str, Any]], curves: dict[str, Any] | None = None
+    ) -> str:
+        """Commit one finished run's tidy rows (all share one identity).
+
+        curves (loss and eval curves) are kept in the stored config under "curves", outside the
+        case identity, so a re-run of the same spec is still recognised.
+        """
+        config = case_config(rows[0], spec_key)
+        key = case_key(config)
+        values = [(encode_metric(r["metric"], r["eval"]), r["value"], _unit(r["metric"])) for r in rows]
+        stored = {**config, "curves": curves} if curves else config
+        return self.store.add_rows(self.run_id, key, stored, values, status="ok")
+
+    def save_skipped(self, identity: dict[str, Any], spec_key: dict[str, Any], reason: str) -> str:
+        """Record a grid entry that could not run here, with its reason (once per store)."""
+        config = case_config(identity, spec_key)
+        if self.has_run(spec_key, identity, status="skipped"):
+            return case_key(config)
+        return self.store.add_rows(self.run_id, case_key(config), config, [], status="skipped", error=reason)
+
+    def rows(self, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
+        return stored_rows(self.store, task=task, preset=preset)
+
+
+def stored_rows(store: ResultStore, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
+    """Tidy rows of every finished task run in `store`; a run stored twice counts once (latest)."""
+    import json
+
+    task_runs = {r["run_id"] for r in store.runs(kind=KIND)}
+    latest: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for row in store.rows(status="ok"):
+        if row["run_id"] not in task_runs or row["metric"] is None:
+            continue
+        config = json.loads(row["config"])
+        if (task and config["task"] != task) or (preset and config["preset"] != preset):
+            continue
+        metric, evaluation = decode_metric(row["metric"])
+        tidy = {k: config[k] for k in _IDENTITY} | {"metric": metric, "value": row["value"], "eval": evaluation}
+        seen = latest.get(row["case_key"])
+        if seen is None or seen[0] != row["run_id"]:
+            # rows come oldest first: a later run of the same case replaces the earlier one
+            latest[row["case_key"]] = (row["run_id"], [])
+        latest[row["case_key"]][1].append(tidy)
+    return [r for _, rows in latest.values() for r in rows]
+
+
+def load_rows(path: str | Path, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
+    """Tidy rows of the stored task runs at `path` (an empty list when there is no store)."""
+    if not Path(path).exists():
+        return []
+    with ResultStore(path, create=False) as store:
+        return stored_rows(store, task=task, preset=preset)
+
+
+def identities(rows: Iterable[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    return {tuple(r[k] for k in _IDENTITY) for r in rows}

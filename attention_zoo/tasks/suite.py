@@ -1,0 +1,183 @@
+"""Declarative task suites (TOML in the top-level tasks/ folder): presets and grids -> run plans.
+
+A suite file names one task and presets (`smoke`, `cpu`, `paper`, ...). Each preset has four
+tables: `task` (task config fields), `model` (ReformerConfig fields, HF names), `train`
+(TrainConfig fields) and `grid` (what to train and how to evaluate). A top-level `[defaults]`
+table with the same four tables is merged under every preset.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (pyproject pulls tomli there)
+    import tomli as tomllib
+
+from ..errors import ConfigError
+from .base import TaskConfig, get_task, make_task
+from .trainer import TrainConfig
+
+SECTIONS = ("task", "model", "train", "grid")
+# Fields a preset must give (after merging [defaults]); everything else has a default.
+REQUIRED = {
+    "task": ("seq_len", "vocab_size"),
+    "model": ("hidden_size", "num_attention_heads", "num_hidden_layers", "feed_forward_size"),
+    "train": ("max_steps", "target_accuracy"),
+    "grid": ("backends", "seeds"),
+}
+GRID_FIELDS = ("backends", "train_hashes", "eval_hashes", "eval_full", "seeds")
+# Fields the engine sets itself from the task and the grid.
+ENGINE_MODEL_FIELDS = ("attn_layers", "vocab_size", "max_position_embeddings", "is_decoder")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grid:
+    """What to train (attention mixes x hash counts x seeds) and how to evaluate each model."""
+
+    backends: tuple[str, ...]  # registry names; "a+b" = attn_layers ["a", "b"] cycled over layers
+    seeds: tuple[int, ...]
+    train_hashes: tuple[int, ...] = (1,)  # num_hashes while training, for mixes containing "lsh"
+    eval_hashes: tuple[int, ...] = ()  # num_hashes at evaluation for shared-QK models (Table 2)
+    eval_full: bool = True  # also evaluate shared-QK models with shared-QK full attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preset:
+    """One fully specified preset of a suite."""
+
+    suite: str  # where it came from (file path), for messages and stored configs
+    name: str
+    description: str
+    task: TaskConfig
+    model: dict[str, Any]  # ReformerConfig fields (without the engine-set ones)
+    train: TrainConfig
+    grid: Grid
+
+    def to_dict(self) -> dict[str, Any]:
+        """What defines the preset's runs (not where its file lies, so a moved checkout resumes)."""
+        return {
+            "preset": self.name,
+            "task": self.task.to_dict(),
+            "model": dict(self.model),
+            "train": {f.name: getattr(self.train, f.name) for f in fields(self.train)},
+        }
+
+
+def suite_dirs() -> list[Path]:
+    """Folders searched for `<task>.toml`: $ZOO_TASKS_DIR, ./tasks, the checkout's tasks/."""
+    dirs = []
+    if env := os.environ.get("ZOO_TASKS_DIR"):
+        dirs.append(Path(env))
+    dirs.append(Path.cwd() / "tasks")
+    dirs.append(Path(__file__).resolve().parents[2] / "tasks")  # editable install / checkout
+    out: list[Path] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def find_suite(spec: str) -> Path:
+    """A suite file path, or a task name looked up as `<name>.toml` in `suite_dirs()`."""
+    path = Path(spec)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"suite file {spec!r} does not exist")
+        return path
+    get_task(spec)  # unknown task name -> UnknownNameError listing the known tasks
+    for d in suite_dirs():
+        candidate = d / f"{spec}.toml"
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(
+        f"task {spec!r} has no suite file; looked for {spec}.toml in: "
+        f"{', '.join(map(str, suite_dirs()))} (set ZOO_TASKS_DIR or pass a .toml path)"
+    )
+
+
+def load_suite(spec: str) -> tuple[Path, dict[str, Any]]:
+    path = find_suite(spec)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    if not isinstance(data.get("task"), str):
+        raise ConfigError(f'{path}: needs a top-level `task = "<name>"` line')
+    if not isinstance(data.get("presets"), dict) or not data["presets"]:
+        raise ConfigError(f"{path}: needs at least one [presets.<name>] table")
+    return path, data
+
+
+def preset_names(spec: str) -> list[str]:
+    return list(load_suite(spec)[1]["presets"])
+
+
+def load_preset(spec: str, preset: str) -> Preset:
+    """Load, merge and validate one preset; every missing field is named in one error."""
+    path, data = load_suite(spec)
+    presets = data["presets"]
+    if preset not in presets:
+        raise ConfigError(f"{path}: no preset {preset!r}; presets: {', '.join(presets)}")
+    raw = _merge(data.get("defaults", {}), presets[preset])
+    where = f"{path} preset {preset!r}"
+    unknown = sorted(set(raw) - set(SECTIONS) - {"description"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; tables: {', '.join(SECTIONS)}")
+    missing = [
+        f"{section}.{key}"
+        for section, keys in REQUIRED.items()
+        for key in keys
+        if key not in raw.get(section, {})
+    ]
+    if missing:
+        raise ConfigError(f"{where} is missing field(s): {', '.join(missing)}")
+    model = dict(raw["model"])
+    engine_set = sorted(set(model) & set(ENGINE_MODEL_FIELDS))
+    if engine_set:
+        raise ConfigError(
+            f"{where}: model.{', model.'.join(engine_set)} are set by the engine "
+            "(attention from grid.backends, vocabulary and length from the task); remove them"
+        )
+    task = make_task(data["task"], **raw["task"])
+    train = _make(TrainConfig, raw["train"], f"{where}: train")
+    grid_raw = raw["grid"]
+    unknown = sorted(set(grid_raw) - set(GRID_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: grid does not take {', '.join(unknown)}; it takes {', '.join(GRID_FIELDS)}")
+    grid = Grid(**{k: _as_tuple(v) if k != "eval_full" else bool(v) for k, v in grid_raw.items()})
+    return Preset(
+        suite=str(path),
+        name=preset,
+        description=str(raw.get("description", "")),
+        task=task,
+        model=model,
+        train=train,
+        grid=grid,
+    )
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _make(cls: type, values: dict[str, Any], where: str) -> Any:
+    accepted = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(accepted))
+    if unknown:
+        raise ConfigError(f"{where} does not take {', '.join(unknown)}; it takes {', '.join(accepted)}")
+    return cls(**values)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,115 @@
+"""Task data generators: shapes, structure, scored positions, seeding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_zoo.errors import ConfigError, OptionError, UnknownNameError
+from attention_zoo.tasks.associative_recall import AssociativeRecallTask
+from attention_zoo.tasks.base import TASKS, make_task
+from attention_zoo.tasks.duplication import DuplicationTask
+
+
+def test_duplication_structure_and_scored_positions() -> None:
+    task = DuplicationTask(seq_len=16, vocab_size=5, eval_size=64)
+    batch = task.build(seed=3).eval_set
+    ids, labels = batch.input_ids, batch.labels
+    assert ids.shape == labels.shape == (64, 16) and ids.dtype == torch.long
+    half = 8
+    assert (ids[:, 0] == 0).all() and (ids[:, half] == 0).all()
+    w = ids[:, 1:half]
+    assert ((w >= 1) & (w <= 4)).all()  # symbols 1..V-1, never the separator
+    assert torch.equal(ids[:, half + 1 :], w)  # the second copy repeats the first
+    scored = batch.scored()
+    expected = torch.zeros(16, dtype=torch.bool)
+    expected[half + 1 :] = True  # exactly the second copy
+    assert torch.equal(scored, expected.expand(64, 16))
+    assert torch.equal(labels[scored], ids[scored])
+    assert set(w.unique().tolist()) == {1, 2, 3, 4}  # uniform over all symbols (64*7 draws)
+
+
+def test_duplication_symbols_are_uniform() -> None:
+    w = DuplicationTask(seq_len=64, vocab_size=9, eval_size=2000).build(0).eval_set.input_ids[:, 1:32]
+    counts = torch.bincount(w.flatten(), minlength=9)[1:].double()
+    expected = w.numel() / 8
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 30, chi2  # 7 dof: p ~ 1e-4
+
+
+def test_same_seed_same_data_different_seed_different_data() -> None:
+    task = DuplicationTask(seq_len=32, vocab_size=7, eval_size=8)
+    a, b, c = task.build(1), task.build(1), task.build(2)
+    assert torch.equal(a.eval_set.input_ids, b.eval_set.input_ids)
+    assert not torch.equal(a.eval_set.input_ids, c.eval_set.input_ids)
+    ta, tb = a.batches(4), b.batches(4)
+    first_a, first_b = next(ta), next(tb)
+    assert torch.equal(first_a.input_ids, first_b.input_ids)
+    assert not torch.equal(first_a.input_ids, next(ta).input_ids)  # fresh batch every step
+    # Train stream and eval set are separate streams of the same seed.
+    assert not torch.equal(first_a.input_ids, a.eval_set.input_ids[:4])
+    # The eval set does not depend on how many sequences it holds beyond its prefix's draws,
+    # and the training stream not on the eval set size.
+    bigger = DuplicationTask(seq_len=32, vocab_size=7, eval_size=16).build(1)
+    assert torch.equal(next(bigger.batches(4)).input_ids, first_a.input_ids)
+
+
+def test_associative_recall_structure() -> None:
+    task = AssociativeRecallTask(seq_len=64, vocab_size=64, num_kv_pairs=8, eval_size=200)
+    batch = task.build(seed=0).eval_set
+    ids, labels = batch.input_ids, batch.labels
+    assert ids.shape == labels.shape == (200, 64)
+    keys, values = ids[:, 0:16:2], ids[:, 1:16:2]
+    assert ((keys >= 1) & (keys < 32)).all() and ((values >= 32) & (values < 64)).all()
+    assert all(len(set(row.tolist())) == 8 for row in keys)  # keys unique per sequence
+    scored = batch.scored()
+    assert (scored.sum(1) == 8).all()  # one query per key
+    assert not scored[:, :17].any()  # nothing scored inside the key-value context
+    for i in range(200):
+        pairs = dict(zip(keys[i].tolist(), values[i].tolist()))
+        positions = scored[i].nonzero().flatten()
+        queried = ids[i, positions - 1].tolist()  # the query key just before a scored position
+        assert sorted(queried) == sorted(pairs)  # every key queried exactly once
+        assert labels[i, positions].tolist() == [pairs[k] for k in queried]
+        assert ((positions - 1 - 16) % 2 == 0).all()  # query keys at even offsets
+
+
+def test_associative_recall_zero_filler_and_seeding() -> None:
+    task = AssociativeRecallTask(
+        seq_len=32, vocab_size=32, num_kv_pairs=4, eval_size=16, random_non_queries=False
+    )
+    a = task.build(5).eval_set
+    assert torch.equal(a.input_ids, task.build(5).eval_set.input_ids)
+    query_region = a.input_ids[:, 8:]
+    assert ((query_region == 0).sum(1) == 24 - 4).all()  # only the 4 query keys are non-zero
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"seq_len": 15, "vocab_size": 8}, "even seq_len"),
+        ({"seq_len": 16, "vocab_size": 2}, "vocab_size >= 3"),
+    ],
+)
+def test_duplication_bad_config(fields: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DuplicationTask(**fields)
+
+
+def test_associative_recall_bad_config_names_every_problem() -> None:
+    with pytest.raises(ConfigError) as err:
+        AssociativeRecallTask(seq_len=30, vocab_size=8, num_kv_pairs=8)
+    text = str(err.value)
+    assert "4 * num_kv_pairs" in text and "unique keys" in text
+
+
+def test_task_registry_and_make_task_errors() -> None:
+    assert {"duplication", "associative-recall"} <= set(TASKS.names())
+    with pytest.raises(UnknownNameError, match="known tasks: .*associative-recall.*duplication"):
+        make_task("copy-paste")
+    with pytest.raises(OptionError, match="does not take field.*'seq_length'.*it takes: seq_len"):
+        make_task("duplication", seq_length=8)
+    task = make_task("duplication", seq_len=8, vocab_size=4)
+    assert task.to_dict()["task"] == "duplication" and task.chance_accuracy() == pytest.approx(1 / 3)
+    with pytest.raises(ConfigError):
+        make_task("duplication", seq_len=9, vocab_size=4)

@@ -1,0 +1,178 @@
+"""Task suites (TOML presets), grid planning, results in the store, Table 2 pivot, `zoo task` CLI."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_zoo.cli import main
+from attention_zoo.errors import ConfigError, UnknownNameError
+from attention_zoo.store import ResultStore
+from attention_zoo.tasks.results import TaskResults, load_rows
+from attention_zoo.tasks.runner import eval_variants, plan_runs, train_variants
+from attention_zoo.tasks.suite import REQUIRED, find_suite, load_preset
+from attention_zoo.tasks.table2 import build_table2, format_table2
+
+SUITE = """
+task = "duplication"
+[defaults.model]
+num_hidden_layers = 1
+axial_pos_embds = false
+hidden_dropout_prob = 0.0
+residual = "standard"
+[defaults.grid]
+seeds = [0]
+[presets.tiny]
+task = { seq_len = 16, vocab_size = 6, eval_size = 32 }
+model = { hidden_size = 32, num_attention_heads = 2, feed_forward_size = 32 }
+train = { max_steps = 4, eval_every = 2, target_accuracy = 0.95, warmup_steps = 2 }
+grid = { backends = ["shared-qk"], eval_hashes = [] }
+[presets.broken]
+task = { vocab_size = 6 }
+model = { hidden_size = 32 }
+train = { eval_every = 2 }
+grid = { seeds = [0] }
+"""
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    path = tmp_path / "dup.toml"
+    path.write_text(SUITE)
+    return path
+
+
+def test_shipped_suites_load_every_preset() -> None:
+    for task in ("duplication", "associative-recall"):
+        for name in ("smoke", "cpu", "paper"):
+            preset = load_preset(task, name)
+            assert preset.task.name == task and preset.train.max_steps >= 1
+            assert preset.description
+    cpu = load_preset("duplication", "cpu")  # the calibration of issue 5
+    assert (cpu.task.seq_len, cpu.task.vocab_size) == (128, 32)
+    assert cpu.model["hidden_size"] == 128 and cpu.model["lsh_attn_chunk_length"] == 4
+    assert cpu.model["num_buckets"] == 32 and cpu.train.batch_size == 32
+
+
+def test_preset_missing_fields_are_all_named(suite: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_preset(str(suite), "broken")
+    text = str(err.value)
+    for field in ("task.seq_len", "model.num_attention_heads", "model.feed_forward_size",
+                  "train.max_steps", "train.target_accuracy", "grid.backends"):
+        assert field in text, text
+    assert "model.hidden_size" not in text  # given
+    assert "model.num_hidden_layers" not in text  # from [defaults]
+    assert set(REQUIRED) == {"task", "model", "train", "grid"}
+
+
+def test_unknown_task_and_preset(suite: Path) -> None:
+    with pytest.raises(UnknownNameError, match="unknown task 'dedup'; known tasks: associative-recall, duplication"):
+        find_suite("dedup")
+    with pytest.raises(ConfigError, match="no preset 'gpu'; presets: tiny, broken"):
+        load_preset(str(suite), "gpu")
+
+
+def test_bad_fields_say_what_is_accepted(suite: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SUITE.replace("max_steps = 4", "max_steps = 4, lr = 0.1"))
+    with pytest.raises(ConfigError, match="does not take lr; it takes batch_size, learning_rate"):
+        load_preset(str(bad), "tiny")
+    bad.write_text(SUITE.replace("hidden_size = 32,", "hidden_size = 32, attn_layers = ['lsh'],"))
+    with pytest.raises(ConfigError, match="model.attn_layers are set by the engine"):
+        load_preset(str(bad), "tiny")
+
+
+def test_grid_expansion_and_eval_overrides() -> None:
+    labels = [v.label for v in train_variants(["shared-qk", "lsh", "local+lsh", "full"], [4, 1])]
+    assert labels == ["shared-qk", "lsh-4", "lsh-1", "local+lsh-4", "local+lsh-1", "full"]
+    assert [e.label for e in eval_variants(("shared-qk",), [8, 1], True)] == ["full", "lsh-8", "lsh-1"]
+    assert eval_variants(("full",), [8, 1], True) == []  # separate QK: nothing can be swapped in
+    assert eval_variants(("local",), [8], True) == []
+
+
+def test_unavailable_backend_is_skipped_with_reason_and_unknown_one_raises(suite: Path) -> None:
+    preset = load_preset(str(suite), "tiny")
+    runs, skipped = plan_runs(preset, backends=["shared-qk", "xformers"], seeds=[0, 1], device="cpu")
+    assert [(r.variant.label, r.seed) for r in runs] == [("shared-qk", 0), ("shared-qk", 1)]
+    assert [s.label for s in skipped] == ["xformers"] and "need CUDA" in skipped[0].reason
+    with pytest.raises(UnknownNameError, match="known attention backends: .*shared-qk"):
+        plan_runs(preset, backends=["flash"], device="cpu")
+
+
+def _rows(variant: str, seed: int, accs: dict[str, float], steps_to: float | None) -> list[dict]:
+    base = {"task": "duplication", "preset": "cpu", "backend": variant, "length": 128, "seed": seed}
+    rows = [{**base, "metric": "accuracy", "value": v, "eval": e} for e, v in accs.items()]
+    rows.append({**base, "metric": "steps_to_95", "value": steps_to, "eval": "trained"})
+    rows.append({**base, "metric": "steps", "value": 500.0, "eval": "trained"})
+    return rows
+
+
+def test_table2_pivot_mean_spread_and_order() -> None:
+    rows = (
+        _rows("lsh-1", 0, {"trained": 0.9, "full": 0.5, "lsh-8": 0.99, "lsh-1": 0.9}, None)
+        + _rows("shared-qk", 0, {"trained": 1.0, "full": 1.0, "lsh-8": 0.96, "lsh-1": 0.70}, 100.0)
+        + _rows("shared-qk", 1, {"trained": 1.0, "full": 1.0, "lsh-8": 0.98, "lsh-1": 0.80}, 200.0)
+        + _rows("full", 0, {"trained": 0.99}, 50.0)
+    )
+    table = build_table2(rows)
+    assert table.rows == ("shared-qk", "full", "lsh-1")
+    assert table.columns == ("trained", "full", "lsh-8", "lsh-1")
+    cell = table.accuracy[("shared-qk", "lsh-1")]
+    assert cell.mean == pytest.approx(0.75) and cell.spread == pytest.approx(math.sqrt(0.005))
+    text = format_table2(table)
+    assert "75.0% ± 7.1" in text and "150 ± 71" in text
+    assert "not reached (cap 500)" in text
+    header = text.splitlines()[0]
+    assert header.index("Full") < header.index("LSH-8") < header.index("LSH-1")
+
+
+def test_results_round_trip_through_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "zoo.sqlite"
+    rows = _rows("shared-qk", 0, {"trained": 1.0, "lsh-4": 0.9}, None)
+    with TaskResults(path) as results:
+        results.save({"spec": 1}, rows, {"loss": [[10, 2.5]]})
+        assert results.has_run({"spec": 1}, rows[0]) and not results.has_run({"spec": 2}, rows[0])
+    back = load_rows(path, task="duplication")
+    key = lambda r: (r["metric"], r["eval"])
+    assert sorted(back, key=key) == sorted(rows, key=key)
+    assert load_rows(path, task="associative-recall") == []
+    with ResultStore(path) as store:  # metrics as the store shows them, config carries the curves
+        assert {r["metric"] for r in store.rows()} == {"accuracy", "accuracy@lsh-4", "steps_to_95", "steps"}
+        assert '"curves"' in store.rows()[0]["config"]
+
+
+@pytest.mark.slow
+def test_cli_runs_skips_stores_resumes_and_prints_table2(
+    suite: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "zoo.sqlite"
+    argv = ["task", str(suite), "--preset", "tiny", "--store", str(store), "--quiet",
+            "--backends", "shared-qk,xformers", "--seeds", "0,1"]
+    assert main([*argv, "--table2"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped xformers: backend 'xformers' unavailable: xformers kernels need CUDA" in out
+    assert "[1/2] shared-qk seed 0:" in out and "[2/2] shared-qk seed 1:" in out
+    assert "train \\ eval" in out and "shared-qk" in out.split("train \\ eval")[1]
+    assert main(argv) == 0
+    assert out.count("already in the store") == 0 and "already in the store" in capsys.readouterr().out
+    with ResultStore(store) as s:
+        statuses = sorted(c["status"] for c in s.cases())
+        assert statuses == ["ok", "ok", "skipped", "skipped"]  # nothing stored twice on re-running
+        assert next(c["error"] for c in s.cases() if c["status"] == "skipped").startswith("backend 'xformers'")
+    assert torch.get_num_threads() >= 1
+
+
+def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "zoo.sqlite")
+    assert main(["task", "dedup", "--store", store]) == 2
+    assert "unknown task 'dedup'; known tasks: associative-recall, duplication" in capsys.readouterr().err
+    assert main(["task", "duplication", "--preset", "huge", "--store", store]) == 2
+    assert "no preset 'huge'; presets: smoke, cpu, paper" in capsys.readouterr().err
+    assert main(["task", "--table2", "--store", store]) == 1
+    assert "no stored task runs" in capsys.readouterr().out
+    assert main(["task", "--list"]) == 0
+    assert "duplication: presets smoke, cpu, paper" in capsys.readouterr().out
