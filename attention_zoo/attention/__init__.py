@@ -1,6 +1,6 @@
 """Attention cores. Importing this package registers every built-in backend (explicit imports)."""
 
-from . import full, sdpa, xformers_kernel, shared_qk  # noqa: F401  (registration order = list order)
+from . import full, sdpa, xformers_kernel, shared_qk, local, lsh  # noqa: F401  (registration order = list order)
 from .base import AttentionCore, check_qkv
 from .spec import (
     BACKENDS,

@@ -1,0 +1,240 @@
+"""Chunked window attention shared by `local` and `lsh`: padding, neighbour blocks, two kernels.
+
+A sequence (already in chunk order: positions for `local`, hash-sorted positions for `lsh`) is cut
+into chunks of `chunk` positions; each query chunk attends to its own chunk plus `before` previous
+and `after` following chunks. Keys live in a "long" buffer: the flat sequence with `before` zero
+chunks in front and `after` behind, so the key block at window offset o of every query chunk is one
+plain view (`narrow` by o chunks); neighbours that do not exist (or belong to the previous row of
+the flat batch) are masked by the caller's additive mask, never wrapped around.
+
+The forward attends whole windows in one kernel call (keys as overlapping strided views, no copy);
+the backward runs one call per window offset, so only one offset's key/value gradients exist at a
+time. Results combine by log-sum-exp, like LSH hash rounds, and one backward rule serves both: the
+flash backward of any partial, given the combined output and combined log-sum-exp, returns exactly
+that partial's share of the combined gradient (see `flash_backward_offset`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import OptionError
+
+KERNELS = ("auto", "flash", "math")
+# dtypes the fused CPU kernel takes (it returns float32 log-sum-exps for the 16-bit ones)
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+# (window offset, out=None) -> additive float mask broadcastable to (B, H, c, c)
+MaskFn = Callable[..., Tensor]
+
+
+def padded_length(n: int, chunk: int) -> int:
+    """Smallest multiple of `chunk` that is >= n (and >= chunk)."""
+    return max(1, -(-n // chunk)) * chunk
+
+
+def check_int(name: str, value: object, *, minimum: int, backend: str) -> None:
+    """Raise OptionError unless value is an int >= minimum (bools rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionError(f"{backend} option {name} must be an int >= {minimum}, got {value!r}")
+
+
+def check_chunking(backend: str, chunk_length: int, before: int, after: int, kernel: str) -> None:
+    check_int("chunk_length", chunk_length, minimum=1, backend=backend)
+    check_int("num_chunks_before", before, minimum=0, backend=backend)
+    check_int("num_chunks_after", after, minimum=0, backend=backend)
+    if kernel not in KERNELS:
+        raise OptionError(f"{backend} kernel {kernel!r} is not one of: {', '.join(KERNELS)}")
+
+
+@functools.cache
+def _flash_op_exists() -> bool:
+    return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") and hasattr(
+        torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"
+    )
+
+
+def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:
+    """'flash' (PyTorch's fused CPU kernel, also traced on meta) or 'math' (materialised blocks)."""
+    fits = device.type in ("cpu", "meta") and dtype in _FLASH_DTYPES and _flash_op_exists()
+    if kernel == "auto":
+        return "flash" if fits else "math"
+    if kernel == "flash" and not fits:
+        raise OptionError(
+            f"kernel='flash' needs PyTorch's CPU flash-attention op on a cpu/meta tensor of dtype "
+            f"{', '.join(str(t).removeprefix('torch.') for t in _FLASH_DTYPES)}; got {device.type} "
+            f"{str(dtype).removeprefix('torch.')}. Use kernel='auto' or 'math'."
+        )
+    return kernel
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Geometry of one chunked pass: chunk size, neighbours, and how a flat buffer becomes blocks.
+
+    to_blocks maps a flat (length, ...) slice to the kernel's 4-D (B, H, chunk, d) view.
+    """
+
+    chunk: int
+    before: int
+    after: int
+    length: int  # flat length of the query sequence: rows x padded length
+    to_blocks: Callable[[Tensor], Tensor]
+
+    @property
+    def offsets(self) -> range:
+        """Window offsets o: key chunk = query chunk - before + o."""
+        return range(self.before + self.after + 1)
+
+    @property
+    def backward_order(self) -> list[int]:
+        """Offsets with the own chunk first: its key blocks align with the queries."""
+        return [self.before, *[o for o in self.offsets if o != self.before]]
+
+    @property
+    def front(self) -> int:
+        return self.before * self.chunk
+
+    @property
+    def back(self) -> int:
+        return self.after * self.chunk
+
+    def keys(self, long: Tensor, o: int) -> Tensor:
+        """The key (or value) block of every query chunk at window offset o: a view of `long`."""
+        return self.to_blocks(long.narrow(0, o * self.chunk, self.length))
+
+    def windows(self, long: Tensor, width: int) -> Tensor:
+        """Every query chunk's whole key window (B, H, width, d): overlapping views of `long`."""
+        first = self.keys(long, 0)
+        size = (*first.shape[:2], width, first.shape[3])
+        return first.as_strided(size, first.stride(), first.storage_offset())
+
+    def new_long(self, like: Tensor, rest: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+        """A long buffer (front + length + back, *rest) with zeroed ends, and its middle view."""
+        long = like.new_empty((self.front + self.length + self.back, *rest))
+        long[: self.front].zero_()
+        long[self.front + self.length :].zero_()
+        return long, long.narrow(0, self.front, self.length)
+
+
+class Workspace:
+    """Named scratch buffers reused across offsets and passes.
+
+    A fresh multi-MiB CPU allocation is mmapped and page-faulted on first touch (tens of ms per
+    64 MiB here), so reusing same-shaped buffers saves real time; it never adds memory.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Tensor] = {}
+
+    def clear(self) -> None:
+        self._buffers.clear()
+
+    def get(
+        self, name: str, shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = None
+    ) -> Tensor:
+        dtype = dtype or like.dtype
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != dtype:
+            buf = like.new_empty(shape, dtype=dtype)
+            self._buffers[name] = buf
+        return buf
+
+    def long(
+        self, name: str, win: Windows, rest: tuple[int, ...], like: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """A long buffer (front + length + back, *rest) with zero ends, and its middle view."""
+        shape = (win.front + win.length + win.back, *rest)
+        long = self._buffers.get(name)
+        if long is None or long.shape != shape or long.dtype != like.dtype:
+            long, _ = win.new_long(like, rest)
+            self._buffers[name] = long
+        return long, long.narrow(0, win.front, win.length)
+
+
+def _flash_fwd(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, False, attn_mask=mask, scale=scale
+    )
+
+
+def flash_forward(
+    q4: Tensor,
+    k_long: Tensor,
+    v_long: Tensor,
+    win: Windows,
+    masks: MaskFn,
+    scale: float,
+    mask_out: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Fused-kernel forward, no autograd: (out (B, H, c, d), lse (B, H, c)).
+
+    One call over whole windows (key blocks of every offset side by side, an overlapping strided
+    view of the long buffers, no copy), with the offsets' masks side by side: ~1.5x faster than
+    one call per offset at the same peak memory. mask_out: optional (B, H|1, c, W) buffer to build
+    the window mask in.
+    """
+    c, width = win.chunk, len(win.offsets) * win.chunk
+    if mask_out is None:
+        mask = torch.cat([masks(o) for o in win.offsets], dim=-1)
+    else:
+        for o in win.offsets:
+            masks(o, out=mask_out[..., o * c : (o + 1) * c])
+        mask = mask_out
+    return _flash_fwd(q4, win.windows(k_long, width), win.windows(v_long, width), mask, scale)
+
+
+def flash_backward_offset(
+    o: int,
+    g4: Tensor,
+    q4: Tensor,
+    k_long: Tensor,
+    v_long: Tensor,
+    out4: Tensor,
+    lse_total: Tensor,
+    win: Windows,
+    masks: MaskFn,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk block, dv block) of window offset o, for a softmax combined over several partials.
+
+    g4: gradient of the combined output; out4 / lse_total: the combined output and log-sum-exp
+    over every partial (window offsets here, and hash rounds for LSH). Given the total lse, the
+    kernel's probabilities exp(s - lse_total) are already the combined ones, and its
+    rowsum(g4 * out4) is the combined softmax's; so each offset's call returns exactly its share
+    of the combined gradient, with no per-partial weights.
+    """
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        g4, q4, win.keys(k_long, o), win.keys(v_long, o), out4, lse_total,
+        0.0, False, attn_mask=masks(o), scale=scale,
+    )  # fmt: skip
+
+
+def math_attention(
+    q4: Tensor, k_long: Tensor, v_long: Tensor, win: Windows, masks: MaskFn, scale: float
+) -> tuple[Tensor, Tensor]:
+    """Materialised blocks with plain autograd: (out (B, H, c, d), lse (B, H, c)).
+
+    The reference implementation of the same computation (and the path on CUDA)."""
+    scores = torch.cat(
+        [
+            torch.matmul(q4, win.keys(k_long, o).transpose(-1, -2)) * scale + masks(o)
+            for o in win.offsets
+        ],
+        dim=-1,
+    )  # (B, H, c, n_offsets * c)
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    probs = torch.exp(scores - lse)
+    c = win.chunk
+    out = sum(
+        torch.matmul(probs[..., i * c : (i + 1) * c], win.keys(v_long, o))
+        for i, o in enumerate(win.offsets)
+    )
+    return out, lse.squeeze(-1)

@@ -1,0 +1,499 @@
+"""Reformer LSH attention (Kitaev, Kaiser, Levskaya 2020), multi-round, exactly causal by default.
+
+Angular LSH (Andoni et al. 2015) hashes each shared query/key into a bucket; positions are sorted by
+(bucket, position) per round, the sorted sequence is cut into chunks, and each chunk attends to
+itself and its neighbour chunks, only to keys of the same bucket. Rounds are combined by their
+log-sum-exp weights. Causal: each query sees, within its bucket, itself and at most
+chunk_length * num_chunks_before sorted predecessors -- a window no future token can shift (the
+Hugging Face chunk-aligned window, kept as `hf_chunking=True`, leaks the future).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.autograd import Function
+
+from ..errors import OptionError
+from .base import AttentionCore, mask_value, self_mask_value
+from .chunked import (
+    Windows,
+    Workspace,
+    check_chunking,
+    check_int,
+    flash_backward_offset,
+    flash_forward,
+    math_attention,
+    padded_length,
+    resolve_kernel,
+)
+from .shared_qk import unit_keys
+from .spec import Capabilities, register_attention
+
+Buckets = int | tuple[int, int]
+_EPS = 1e-6  # as shared_qk.unit_keys
+
+
+@dataclass(frozen=True, kw_only=True)
+class LSHConfig:
+    """Options of LSH attention (names as Hugging Face's ReformerConfig where they exist)."""
+
+    num_hashes: int = 1  # hash rounds, combined by log-sum-exp weights
+    num_buckets: Buckets | None = (
+        None  # int, factorised pair (a, b) -> a*b buckets, None = automatic
+    )
+    chunk_length: int = 64  # positions per chunk of the sorted sequence
+    num_chunks_before: int = (
+        1  # previous chunks attended (causal: the look-back, in positions x chunk)
+    )
+    num_chunks_after: int = 0  # following chunks attended (ignored when causal)
+    seed: int | None = None  # seeds the random rotations; None draws them from torch's global RNG
+    hf_chunking: bool = (
+        False  # causal only: HF's chunk-aligned window (leaks the future; for comparison)
+    )
+    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math
+    rounds_per_pass: int | None = None  # hash rounds attended per kernel pass; None = all at once
+
+    def __post_init__(self) -> None:
+        check_chunking(
+            "lsh", self.chunk_length, self.num_chunks_before, self.num_chunks_after, self.kernel
+        )
+        check_int("num_hashes", self.num_hashes, minimum=1, backend="lsh")
+        if self.rounds_per_pass is not None:
+            check_int("rounds_per_pass", self.rounds_per_pass, minimum=1, backend="lsh")
+        if self.seed is not None:
+            check_int("seed", self.seed, minimum=0, backend="lsh")
+        if not isinstance(self.hf_chunking, bool):
+            raise OptionError(f"lsh option hf_chunking must be a bool, got {self.hf_chunking!r}")
+        object.__setattr__(self, "num_buckets", validate_buckets(self.num_buckets))
+
+
+def validate_buckets(value: object) -> Buckets | None:
+    """None, a positive int (even unless 1) or a pair of positive even ints; lists become tuples."""
+    what = (
+        "lsh num_buckets must be None (automatic), a positive even int (or 1), or a pair (a, b) of "
+        "positive even ints giving a*b buckets"
+    )
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1 or (value > 1 and value % 2):
+            raise OptionError(f"{what}; got {value!r}" + (" (odd)" if value > 1 else ""))
+        return value
+    if isinstance(value, (tuple, list)):
+        ok = len(value) == 2 and all(
+            isinstance(f, int) and not isinstance(f, bool) and f >= 2 and f % 2 == 0 for f in value
+        )
+        if not ok:
+            raise OptionError(f"{what}; got the factorised value {value!r}")
+        return (int(value[0]), int(value[1]))
+    raise OptionError(f"{what}; got {type(value).__name__} {value!r}")
+
+
+def auto_buckets(npad: int, chunk: int) -> Buckets:
+    """HF's rule on the padded length: ~2 * npad / chunk rounded down to a power of two, factorised
+    into two powers of two when above 2 * max(sqrt(npad / chunk), chunk) (keeps rotations small)."""
+    p = (2 * (npad // chunk)).bit_length() - 1
+    limit = 2 * max(int((npad // chunk) ** 0.5), chunk)
+    if 2**p > limit:
+        return (2 ** (p // 2), 2 ** (p - p // 2))
+    return 2**p
+
+
+def total_buckets(nb: Buckets) -> int:
+    return nb if isinstance(nb, int) else nb[0] * nb[1]
+
+
+@register_attention(
+    "lsh",
+    config=LSHConfig,
+    caps=Capabilities(shared_qk=True, exact=False, deterministic=False),
+)
+class LSHAttention(AttentionCore):
+    """Multi-round LSH attention on shared QK; O(n * hashes * chunk) memory, exactly causal."""
+
+    def buckets_for(self, n: int) -> Buckets:
+        """The bucket count used at sequence length n (automatic when num_buckets is None)."""
+        cfg = self.cfg
+        npad = padded_length(n, cfg.chunk_length)
+        return (
+            cfg.num_buckets if cfg.num_buckets is not None else auto_buckets(npad, cfg.chunk_length)
+        )
+
+    def rotations(
+        self, heads: int, d: int, nb: Buckets, device: torch.device, dtype: torch.dtype
+    ) -> Tensor:
+        """Random rotations (h, d, r, k): global RNG unless seeded (RNG replay reproduces them)."""
+        k = nb // 2 if isinstance(nb, int) else (nb[0] + nb[1]) // 2
+        shape = (heads, d, self.cfg.num_hashes, k)
+        gen = None
+        if self.cfg.seed is not None and device.type != "meta":
+            gen = torch.Generator(device=device).manual_seed(self.cfg.seed)
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    @torch.no_grad()
+    def hash(self, qk: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Buckets (b, h, r, n) of shared query/keys (b, h, n, d); padding gets the extra bucket."""
+        return self._hash(qk, qk.shape[2], key_padding_mask)
+
+    def _hash(self, qk: Tensor, n: int, key_padding_mask: Tensor | None) -> Tensor:
+        """Buckets (b, h, r, len) of qk (b, h, len, d) whose first n positions are real."""
+        b, h, length, d = qk.shape
+        nb = self.buckets_for(n)
+        r = self.cfg.num_hashes
+        if nb == 1:
+            buckets = qk.new_zeros((b, h, r, length), dtype=torch.long)
+        else:
+            rot = self.rotations(h, d, nb, qk.device, qk.dtype)
+            buckets = torch.cat(
+                [
+                    _hash_rounds(qk.detach(), rot[:, :, s:e], nb)
+                    for s, e in _groups(r, self.cfg.rounds_per_pass)
+                ],
+                dim=2,
+            )
+        real = torch.arange(length, device=qk.device) < n
+        if key_padding_mask is not None:
+            real = (
+                real
+                & torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)[
+                    :, None, None
+                ]
+            )
+        return torch.where(real, buckets, total_buckets(nb))  # padding: one extra, last bucket
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        b, h, n, d = q.shape
+        cfg = self.cfg
+        c = cfg.chunk_length
+        npad = padded_length(n, c)
+        if npad != n:  # pad to whole chunks; padding hashes to the extra bucket and sorts last
+            shared = k is q
+            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
+            k = q if shared else k
+        with torch.no_grad():
+            buckets = self._hash(k, n, key_padding_mask)  # (b, h, r, npad)
+            pos = torch.arange(npad, device=q.device)
+            sorted_keys, perm = torch.sort(buckets * npad + pos, dim=-1)
+            sorted_buckets = torch.div(sorted_keys, npad, rounding_mode="floor")
+        plan = _Plan(
+            chunk=c,
+            before=cfg.num_chunks_before,
+            after=0 if self.causal else cfg.num_chunks_after,
+            causal=self.causal,
+            hf=cfg.hf_chunking,
+            groups=_groups(cfg.num_hashes, cfg.rounds_per_pass),
+            perm=perm,
+            sorted_buckets=sorted_buckets,
+        )
+        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash":
+            out = _LSHFlash.apply(q, k, v, plan)
+        else:
+            out = _lsh_math(q, k, v, plan)
+        return out[:, :, :n]
+
+
+def _groups(r: int, per_pass: int | None) -> list[tuple[int, int]]:
+    step = r if per_pass is None else per_pass
+    return [(s, min(s + step, r)) for s in range(0, r, step)]
+
+
+def _argmax_pm(x: Tensor) -> Tensor:
+    """argmax over [x, -x] along the last dim without materialising the concatenation."""
+    mx, imx = x.max(dim=-1)
+    mn, imn = x.min(dim=-1)
+    return torch.where(mx >= -mn, imx, imn + x.shape[-1])
+
+
+def _hash_rounds(x: Tensor, rot: Tensor, nb: Buckets) -> Tensor:
+    """x (b, h, n, d), rot (h, d, g, k) -> buckets (b, h, g, n): argmax([xR; -xR]) per round."""
+    h, d, g, k = rot.shape
+    rotated = torch.matmul(x, rot.reshape(h, d, g * k)).unflatten(-1, (g, k))  # (b, h, n, g, k)
+    if isinstance(nb, int):
+        buckets = _argmax_pm(rotated)
+    else:  # factorised: two independent hashes a and b combine into a * b buckets
+        a = nb[0] // 2
+        buckets = _argmax_pm(rotated[..., :a]) + nb[0] * _argmax_pm(rotated[..., a:])
+    return buckets.transpose(-1, -2)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything about one forward's sorting and windows, reused by backward."""
+
+    chunk: int
+    before: int
+    after: int
+    causal: bool
+    hf: bool
+    groups: list[tuple[int, int]]
+    perm: Tensor  # (b, h, r, npad): sorted index -> position
+    sorted_buckets: Tensor  # (b, h, r, npad)
+
+    def windows(self, rows: int, npad: int, d: int) -> Windows:
+        nc = npad // self.chunk
+        return Windows(
+            chunk=self.chunk,
+            before=self.before,
+            after=self.after,
+            length=rows * npad,
+            to_blocks=lambda x: x.view(rows * nc, 1, self.chunk, d),
+        )
+
+    def masks(self, s: int, e: int, win: Windows, dtype: torch.dtype, ws: Workspace | None = None):
+        """Window offset -> additive mask (rows * chunks, 1, c, c) for rounds s:e, in sorted order.
+
+        Keys of another bucket are masked (a missing neighbour chunk carries bucket -1); causal:
+        exact keeps sorted offsets -before*c <= key - query <= 0, HF-style only key <= query
+        (both within the bucket, where sorted order is position order). Self is masked here and
+        added back as its own partial (see `_with_self`). With a workspace, every offset's mask
+        is written into the same buffer (only for kernels that are done with the previous one).
+        """
+        c = self.chunk
+        sb = self.sorted_buckets[:, :, s:e]
+        rows, npad = sb.shape[0] * sb.shape[1] * sb.shape[2], sb.shape[-1]
+        sb = sb.reshape(rows, npad)
+        kb = torch.nn.functional.pad(sb, (win.front, win.back), value=-1)
+        qb = sb.view(rows, npad // c, c, 1)
+        t = torch.arange(c, device=sb.device)
+        mv = torch.tensor(mask_value(dtype), dtype=dtype, device=sb.device)
+        shape = (rows, npad // c, c, c)
+
+        def mask(o: int, out: Tensor | None = None) -> Tensor:
+            delta = (
+                (o - win.before) * c + t[None, :] - t[:, None]
+            )  # key - query, sorted order (c, c)
+            bad = delta == 0
+            if self.causal:
+                bad = bad | (delta > 0)
+                if not self.hf:
+                    bad = bad | (delta < -win.before * c)
+            pattern = torch.zeros((c, c), dtype=dtype, device=sb.device).masked_fill(bad, mv)
+            keys = kb[:, o * c : o * c + npad].view(rows, npad // c, 1, c)
+            if out is None:
+                full = (rows * npad // c, 1, c, c)
+                out = pattern.new_empty(full) if ws is None else ws.get("mask", full, pattern)
+            torch.where(qb == keys, pattern, mv, out=out.view(shape))
+            return out
+
+        return mask
+
+
+def _gather_rows(x: Tensor, perm: Tensor) -> Tensor:
+    """x (b, h, n, d) gathered by perm (b, h, g, n) -> (b, h, g * n, d), differentiably."""
+    b, h, g, n = perm.shape
+    return torch.gather(x, 2, perm.reshape(b, h, g * n, 1).expand(b, h, g * n, x.shape[-1]))
+
+
+def _undo(perm: Tensor) -> Tensor:
+    """Inverse permutations, offset per round so they index a (b, h, g * n) flat sorted sequence."""
+    b, h, g, n = perm.shape
+    undo = torch.empty_like(perm)
+    undo.scatter_(-1, perm, torch.arange(n, device=perm.device).expand_as(perm))
+    return undo + (torch.arange(g, device=perm.device) * n).view(1, 1, g, 1)
+
+
+def _row_view(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(rows (R, d) view of x's storage, row index (b, h, n)): x[i, j, p] = rows[index[i, j, p]].
+
+    Sorting is then one index_select of whole rows straight from the projection's layout
+    (torch.gather on a strided (b, h, n, d) view is several times slower).
+    """
+    b, h, n, d = x.shape
+    strides = x.stride()
+    if strides[-1] != 1 or any(st % d for st in strides[:3]):
+        x = x.contiguous()
+        strides = x.stride()
+    sb, sh, sn = (st // d for st in strides[:3])
+    rows = 1 + (b - 1) * sb + (h - 1) * sh + (n - 1) * sn
+    view = x.as_strided((rows, d), (d, 1), x.storage_offset())
+    ar = functools.partial(torch.arange, device=x.device)
+    index = (ar(b) * sb).view(b, 1, 1) + (ar(h) * sh).view(1, h, 1) + (ar(n) * sn).view(1, 1, n)
+    return view, index
+
+
+class _Pass:
+    """Index bookkeeping of one pass over hash rounds s:e (g rounds), all flat over (b, h, g, n)."""
+
+    def __init__(self, plan: _Plan, s: int, e: int, shape: tuple[int, ...], ws: Workspace) -> None:
+        b, h, npad, d = shape
+        self.perm = plan.perm[:, :, s:e]  # (b, h, g, npad)
+        self.g = e - s
+        self.ws = ws
+        self.win = plan.windows(b * h * self.g, npad, d)
+        self.mask_fn = functools.partial(plan.masks, s, e, self.win)
+        flat = self.perm + (torch.arange(b * h, device=self.perm.device) * npad).view(b, h, 1, 1)
+        self.positions = flat.reshape(-1)  # sorted slot -> flat (b, h, npad) position
+        # unsorted (b, h, npad, g) -> sorted slot, for gathering results back in position order
+        self.unsort = _undo(self.perm).transpose(-1, -2) + (
+            torch.arange(b * h, device=self.perm.device) * (self.g * npad)
+        ).view(b, h, 1, 1)
+        self.unsort = self.unsort.reshape(-1)
+
+    def masks(self, dtype: torch.dtype):
+        return self.mask_fn(dtype, self.ws)
+
+    def sort(
+        self, rows: tuple[Tensor, Tensor], name: str | None = None, out: Tensor | None = None
+    ) -> Tensor:
+        """Rows of a (b, h, npad, d) tensor (see `_row_view`) in this pass's sorted order."""
+        view, index = rows
+        if name is not None:
+            out = self.ws.get(name, (self.win.length, view.shape[-1]), view)
+        return torch.index_select(view, 0, index.reshape(-1)[self.positions], out=out)
+
+    def inputs(
+        self, q_rows, k_rows, rk: Tensor, v_rows, shared: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Sorted queries (flat), unit keys and values in long buffers (zero chunks at the ends)."""
+        d = q_rows[0].shape[-1]
+        q_flat = self.sort(q_rows, "q")
+        k_long, k_mid = self.ws.long("k", self.win, (d,), q_flat)
+        rk_sorted = rk.view(-1)[self.positions].unsqueeze(-1)
+        if shared:  # keys are the queries scaled to unit length: no second gather
+            torch.mul(q_flat, rk_sorted, out=k_mid)
+        else:
+            self.sort(k_rows, out=k_mid).mul_(rk_sorted)
+        v_long, v_mid = self.ws.long("v", self.win, (d,), q_flat)
+        self.sort(v_rows, out=v_mid)
+        return q_flat, k_long, v_long
+
+
+class _LSHFlash(Function):
+    """Sort, chunked fused-kernel attention per round, unsort, combine rounds; exact backward.
+
+    Nothing round-sized is saved: backward re-sorts the inputs and rebuilds the masks.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan):  # type: ignore[override]
+        b, h, npad, d = q.shape
+        rk = torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + _EPS)  # unit keys = k * rk
+        rows, shared, ws = (_row_view(q), _row_view(k), _row_view(v)), k is q, Workspace()
+        out = lse = None
+        for s, e in plan.groups:
+            p = _Pass(plan, s, e, q.shape, ws)
+            q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], shared)
+            width = len(p.win.offsets) * p.win.chunk
+            mask = ws.get("window_mask", (q_flat.shape[0] // p.win.chunk, 1, p.win.chunk, width), q)
+            out4, lse4 = flash_forward(
+                p.win.to_blocks(q_flat), k_long, v_long, p.win, p.masks(q.dtype), 1.0, mask_out=mask
+            )
+            del mask
+            del q_flat, k_long, v_long
+            # back to position order, rounds last: (b, h, npad, g, d) and (b, h, npad, g)
+            o_r = torch.index_select(
+                out4.view(-1, d), 0, p.unsort, out=ws.get("o_r", (p.win.length, d), q)
+            )
+            o_r = o_r.view(b, h, npad, p.g, d)
+            lse_r = lse4.reshape(-1)[p.unsort].view(b, h, npad, p.g)
+            del out4
+            # combine this pass's rounds, then fold into the running total (online log-sum-exp)
+            lse_g = torch.logsumexp(lse_r, dim=-1)
+            w = torch.exp(lse_r - lse_g.unsqueeze(-1)).unsqueeze(-1).to(o_r.dtype)
+            o_g = o_r.mul_(w).sum(-2) if p.g > 1 else o_r.squeeze(-2).clone()
+            if out is None:
+                out, lse = o_g, lse_g
+            else:
+                new = torch.logaddexp(lse, lse_g)
+                out.mul_(torch.exp(lse - new).unsqueeze(-1).to(out.dtype))
+                out.add_(o_g.mul_(torch.exp(lse_g - new).unsqueeze(-1).to(out.dtype)))
+                lse = new
+        out, lse = _with_self(out, lse, v, plan.perm.shape[2])
+        ctx.save_for_backward(q, k, v, rk, out, lse)
+        ctx.plan, ctx.shared = plan, shared
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        q, k, v, rk, out, lse = ctx.saved_tensors
+        plan = ctx.plan
+        b, h, npad, d = q.shape
+        rows, ws = (_row_view(q), _row_view(k), _row_view(v)), Workspace()
+        grad_rows, out_rows = _row_view(grad), _row_view(out)
+        grads: dict[str, Tensor] = {}  # q, k (unit keys), v -> (b, h, npad, d) in position order
+        for s, e in plan.groups:
+            p = _Pass(plan, s, e, q.shape, ws)
+            q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], ctx.shared)
+            g4 = p.win.to_blocks(p.sort(grad_rows, "grad"))
+            out4 = p.win.to_blocks(p.sort(out_rows, "out"))
+            lse4 = lse.reshape(-1)[p.positions].view(-1, 1, p.win.chunk)
+            q4, masks, last = p.win.to_blocks(q_flat), p.masks(q.dtype), p.win.backward_order[-1]
+            for o in p.win.backward_order:
+                parts = flash_backward_offset(
+                    o, g4, q4, k_long, v_long, out4, lse4, p.win, masks, 1.0
+                )
+                if o == last:  # the sorted inputs are done: free them before unsorting
+                    del q4, q_flat, k_long, v_long, g4, out4
+                    ws.clear()
+                # the key block of offset o starts `shift` sorted slots after its query block; an
+                # index that wraps around lands on a nonexistent key, whose gradient is exactly 0
+                shift = (o - p.win.before) * p.win.chunk
+                keys = p.unsort if shift == 0 else torch.remainder(p.unsort - shift, p.win.length)
+                for name, part, index in zip("qkv", parts, (p.unsort, keys, keys)):
+                    rounds = torch.index_select(part.reshape(-1, d), 0, index)
+                    rounds = rounds.view(b, h, npad, p.g, d)
+                    if name not in grads:
+                        grads[name] = rounds.sum(-2)  # over this pass's rounds
+                    else:
+                        grads[name].add_(rounds.squeeze(-2) if p.g == 1 else rounds.sum(-2))
+                    del rounds
+                del parts, part
+        dq, dkeys, dv = grads["q"], grads["k"], grads["v"]
+        dv += _self_weight(lse, q.dtype, plan.perm.shape[2]).unsqueeze(-1).to(dv.dtype) * grad
+        # keys = k * rk with rk = (|k|^2 + eps)^-1/2: dk = rk * dkeys - rk^3 (k . dkeys) k
+        dk = rk * dkeys - rk.pow(3) * (k * dkeys).sum(-1, keepdim=True) * k
+        return dq, dk, dv, None
+
+
+def _lsh_math(q: Tensor, k: Tensor, v: Tensor, plan: _Plan) -> Tensor:
+    """The same computation with materialised blocks and plain autograd (CUDA, checks)."""
+    b, h, npad, d = q.shape
+    keys = unit_keys(k, _EPS)
+    outs, lses = [], []
+    for s, e in plan.groups:
+        perm = plan.perm[:, :, s:e]
+        g = e - s
+        win = plan.windows(b * h * g, npad, d)
+        q4 = win.to_blocks(_gather_rows(q, perm).reshape(-1, d))
+        pad = (0, 0, win.front, win.back)
+        k_long = torch.nn.functional.pad(_gather_rows(keys, perm).reshape(-1, d), pad)
+        v_long = torch.nn.functional.pad(_gather_rows(v, perm).reshape(-1, d), pad)
+        out4, lse4 = math_attention(q4, k_long, v_long, win, plan.masks(s, e, win, q.dtype), 1.0)
+        undo = _undo(perm).view(b, h, g * npad)
+        outs.append(
+            torch.gather(
+                out4.reshape(b, h, g * npad, d), 2, undo[..., None].expand(-1, -1, -1, d)
+            ).view(b, h, g, npad, d)
+        )
+        lses.append(torch.gather(lse4.reshape(b, h, g * npad), 2, undo).view(b, h, g, npad))
+    o_r, lse_r = torch.cat(outs, 2), torch.cat(lses, 2)
+    lse = torch.logsumexp(lse_r, dim=2)
+    out = (o_r * torch.exp(lse_r - lse.unsqueeze(2)).unsqueeze(-1)).sum(2)  # round weights
+    return _with_self(out, lse, v, plan.perm.shape[2])[0]
+
+
+def _self_lse(dtype: torch.dtype, rounds: int) -> float:
+    """Log-weight of a query's own key: once per round, its score replaced by the self penalty."""
+    return self_mask_value(dtype) + math.log(rounds)
+
+
+def _self_weight(lse: Tensor, dtype: torch.dtype, rounds: int) -> Tensor:
+    return torch.exp(_self_lse(dtype, rounds) - lse)
+
+
+def _with_self(out: Tensor, lse: Tensor, v: Tensor, rounds: int) -> tuple[Tensor, Tensor]:
+    """Fold the self partial (output v, fixed score) into a combined (out, lse).
+
+    The kernels mask self entirely; adding it back here with its exact replaced score keeps the
+    1e5-sized penalty out of the kernels' float arithmetic (where one rounding step is ~0.01) while
+    matching the Reformer rule: self counts only when nothing else is allowed.
+    """
+    total = torch.logaddexp(lse, torch.full_like(lse, _self_lse(v.dtype, rounds)))
+    keep = torch.exp(lse - total).unsqueeze(-1).to(out.dtype)
+    own = _self_weight(total, v.dtype, rounds).unsqueeze(-1).to(out.dtype)
+    return out * keep + v * own, total

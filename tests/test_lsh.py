@@ -1,0 +1,280 @@
+"""`lsh`: multi-round LSH attention equals shared-QK attention under the mask its own buckets and
+chunks define, combined by log-sum-exp; exactly causal by default, while HF-style chunking leaks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_zoo import OptionError, SelfAttention, build_attention
+from attention_zoo.attention.chunked import padded_length
+from attention_zoo.attention.dense import dense_attention
+from attention_zoo.attention.lsh import LSHConfig, auto_buckets
+from attention_zoo.attention.shared_qk import unit_keys
+
+C = 8  # chunk length used by most tests
+
+
+def lsh_allowed(buckets, chunk, before, after, *, causal, hf=False):
+    """(b, h, r, n, n) bool: the pairs one LSH round lets attend, from its buckets (b, h, r, n).
+
+    Positions sort by (bucket, position); s is a position's sorted index. Same bucket always;
+    non-causal: key chunk of s within [-before, +after] of the query's; causal (exact): at most
+    chunk * before sorted predecessors; HF-style causal: chunk-aligned window, key not after query.
+    """
+    n = buckets.shape[-1]
+    npad = padded_length(n, chunk)
+    s = (buckets * npad + torch.arange(n)).argsort(-1).argsort(-1)
+    si, sj = s[..., :, None], s[..., None, :]
+    same = buckets[..., :, None] == buckets[..., None, :]
+    ci, cj = si // chunk, sj // chunk
+    if not causal:
+        return same & (cj >= ci - before) & (cj <= ci + after)
+    if hf:
+        return same & (sj <= si) & (cj >= ci - before)
+    return same & (sj <= si) & (sj >= si - before * chunk)
+
+
+def dense_lsh(qk, v, buckets, chunk, before, after, *, causal, hf=False):
+    """Per-round dense shared-QK attention under `lsh_allowed`, rounds combined by lse weights."""
+    allowed = lsh_allowed(buckets, chunk, before, after, causal=causal, hf=hf)
+    out, lse = dense_attention(
+        qk[:, :, None],
+        unit_keys(qk)[:, :, None],
+        v[:, :, None],
+        allowed,
+        scale=1.0,
+        penalise_self=True,
+        return_lse=True,
+    )
+    return (out * torch.softmax(lse, dim=2).unsqueeze(-1)).sum(2)
+
+
+def _qkv(b=2, h=3, n=37, d=16, *, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, h, n, d, generator=g, dtype=dtype), torch.randn(
+        b, h, n, d, generator=g, dtype=dtype
+    )
+
+
+def _with_grads(fn, tensors, seed=5):
+    leaves = [t.detach().clone().requires_grad_() for t in tensors]
+    out = fn(*leaves)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    (out * weight).sum().backward()
+    return out.detach(), [t.grad for t in leaves]
+
+
+def _lsh(causal=False, **options):
+    opts = dict(chunk_length=C, num_hashes=2, num_buckets=4, seed=3)
+    opts.update(options)
+    return build_attention("lsh", causal=causal, device="cpu", **opts)
+
+
+MODES = [(False, False), (True, False), (True, True)]
+MODE_IDS = ["bidirectional", "causal-exact", "causal-hf"]
+
+
+@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("causal,hf", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("n", [32, 37], ids=["multiple-of-chunk", "not-multiple"])
+@pytest.mark.parametrize("hashes", [1, 3])
+def test_lsh_equals_dense_shared_qk_under_its_bucket_mask(kernel, causal, hf, n, hashes):
+    qk, v = _qkv(n=n)
+    attn = _lsh(causal, num_hashes=hashes, num_chunks_after=1, hf_chunking=hf, kernel=kernel)
+    buckets = attn.hash(qk)
+    assert buckets.shape == (2, 3, hashes, n)
+    out, grads = _with_grads(lambda x, v: attn(x, x, v), (qk, v))
+    after = 0 if causal else 1
+    ref, ref_grads = _with_grads(
+        lambda x, v: dense_lsh(x, v, buckets, C, 1, after, causal=causal, hf=hf), (qk, v)
+    )
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_key_padding_goes_to_an_extra_bucket(causal):
+    qk, v = _qkv(n=37)
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    mask[0, 25:] = False
+    mask[1, 3:9] = False
+    attn = _lsh(causal)
+    buckets = attn.hash(qk, key_padding_mask=mask)
+    assert (buckets[0, :, :, 25:] == 4).all() and (
+        buckets[mask[:, None, None, :].expand_as(buckets)] < 4
+    ).all()
+    out = attn(qk, qk, v, key_padding_mask=mask)
+    ref = dense_lsh(qk, v, buckets, C, 1, 0, causal=causal)
+    rows = mask[:, None, :, None].expand_as(out)  # padding queries have no defined output
+    torch.testing.assert_close(out[rows], ref[rows], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_one_bucket_and_a_window_covering_everything_equals_shared_qk(kernel, causal):
+    qk, v = _qkv(n=37)
+    lsh = build_attention(
+        "lsh",
+        causal=causal,
+        device="cpu",
+        num_buckets=1,
+        chunk_length=64,
+        num_hashes=2,
+        seed=0,
+        kernel=kernel,
+    )
+    ref = build_attention("shared-qk", causal=causal, device="cpu")
+    torch.testing.assert_close(lsh(qk, qk, v), ref(qk, qk, v), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_error_against_shared_qk_falls_as_hashes_grow(causal):
+    """Averaged over seeds, more hash rounds -> closer to shared-QK attention (1 -> 2 -> 4 -> 8)."""
+    qk, v = _qkv(b=4, h=2, n=64)
+    target = build_attention("shared-qk", causal=causal, device="cpu")(qk, qk, v)
+    means = []
+    for hashes in (1, 2, 4, 8):
+        errors = [
+            (_lsh(causal, num_hashes=hashes, num_buckets=8, seed=seed)(qk, qk, v) - target)
+            .abs()
+            .mean()
+            for seed in range(6)
+        ]
+        means.append(torch.stack(errors).mean().item())
+    assert all(a > b for a, b in zip(means, means[1:])), (
+        f"mean |lsh - shared-qk| by hashes 1,2,4,8: {means}"
+    )
+    assert means[-1] < 0.6 * means[0]
+
+
+def _future_changed(attn, qk, v, i):
+    """Outputs of positions <= i after q/k/v at positions > i were replaced."""
+    qk2, v2 = qk.clone(), v.clone()
+    g = torch.Generator().manual_seed(i)
+    qk2[:, :, i + 1 :] = torch.randn(qk2[:, :, i + 1 :].shape, generator=g, dtype=qk.dtype)
+    v2[:, :, i + 1 :] = torch.randn(v2[:, :, i + 1 :].shape, generator=g, dtype=qk.dtype) * 3
+    return attn(qk2, qk2, v2)[:, :, : i + 1]
+
+
+def test_default_causal_lsh_is_exact_while_hf_chunking_leaks():
+    qk, v = _qkv(b=2, h=2, n=128, dtype=torch.float64)
+    exact, hf = _lsh(True, num_buckets=4), _lsh(True, num_buckets=4, hf_chunking=True)
+    base_exact, base_hf = exact(qk, qk, v), hf(qk, qk, v)
+    leak = 0.0
+    for i in (20, 63, 96):
+        # exact up to float64 rounding: a past query's keys may fall into other chunks of the window
+        torch.testing.assert_close(
+            _future_changed(exact, qk, v, i), base_exact[:, :, : i + 1], atol=1e-12, rtol=0
+        )
+        leak = max(
+            leak, (_future_changed(hf, qk, v, i) - base_hf[:, :, : i + 1]).abs().max().item()
+        )
+    assert leak > 1e-2, f"HF-style chunking was expected to leak the future; max change {leak}"
+
+
+def test_seed_reproduces_rotations_and_none_replays_the_global_rng():
+    qk, v = _qkv()
+    torch.testing.assert_close(_lsh(seed=7)(qk, qk, v), _lsh(seed=7)(qk, qk, v), atol=0, rtol=0)
+    assert not torch.equal(_lsh(seed=7).hash(qk), _lsh(seed=8).hash(qk))
+    unseeded = _lsh(seed=None)
+    state = torch.get_rng_state()
+    first = unseeded(qk, qk, v)
+    torch.set_rng_state(state)  # what a reversible layer does before recomputing
+    torch.testing.assert_close(unseeded(qk, qk, v), first, atol=0, rtol=0)
+    assert not torch.equal(unseeded(qk, qk, v), first)  # the RNG moved on: fresh rotations
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_rounds_per_pass_and_kernels_do_not_change_results(causal):
+    """Fused vs materialised kernels, all rounds at once vs a few per pass, shared or separate
+    keys: same outputs and gradients within 1e-5 (float32)."""
+    qk, v = _qkv(n=45)
+    k = torch.randn_like(qk)
+    results = {}
+    for kernel in ("math", "flash"):
+        for per_pass in (None, 1, 2):
+            attn = _lsh(causal, num_hashes=3, kernel=kernel, rounds_per_pass=per_pass)
+            results[kernel, per_pass, "shared"] = _with_grads(lambda x, v: attn(x, x, v), (qk, v))
+            results[kernel, per_pass, "separate"] = _with_grads(attn, (qk, k, v))
+    for case, (out, grads) in results.items():
+        ref_out, ref_grads = results["math", None, case[2]]
+        torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5, msg=lambda m: f"{case}: {m}")
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(
+                got, want, atol=1e-5, rtol=1e-5, msg=lambda m: f"{case}: {m}"
+            )
+
+
+def test_padded_garbage_after_the_sequence_changes_nothing():
+    qk, v = _qkv(n=30, dtype=torch.float64)
+    extra = _qkv(n=9, seed=1, dtype=torch.float64)
+    qk2, v2 = torch.cat([qk, extra[0]], 2), torch.cat([v, extra[1]], 2)
+    mask = torch.ones(2, 39, dtype=torch.bool)
+    mask[:, 30:] = False
+    for causal in (False, True):
+        attn = _lsh(causal)
+        torch.testing.assert_close(
+            attn(qk2, qk2, v2, key_padding_mask=mask)[:, :, :30],
+            attn(qk, qk, v),
+            atol=1e-12,
+            rtol=1e-12,
+        )
+
+
+def test_batch_rows_never_see_each_other():
+    qk, v = _qkv(b=3, n=37)
+    attn = _lsh(False, num_chunks_after=1)
+    base = attn(qk, qk, v)
+    qk2, v2 = qk.clone(), v.clone()
+    qk2[0], v2[2] = torch.randn_like(qk2[0]) * 5, torch.randn_like(v2[2]) * 5
+    torch.testing.assert_close(attn(qk2, qk2, v2)[1], base[1], atol=0, rtol=0)
+
+
+def test_buckets_factorised_and_automatic():
+    qk, _ = _qkv(n=40)
+    buckets = _lsh(num_buckets=(4, 6), num_hashes=3).hash(qk)
+    assert buckets.shape == (2, 3, 3, 40) and buckets.min() >= 0 and buckets.max() < 24
+    assert len(buckets.unique()) > 6  # both factors are used
+    assert auto_buckets(16384, 64) == (16, 32)  # 512 > 2 * max(16, 64): factorised, as HF does
+    assert auto_buckets(4096, 64) == 128
+    assert auto_buckets(40, 8) == 8
+    assert _lsh(num_buckets=None).buckets_for(37) == 8  # from the padded length 40
+    assert LSHConfig(num_buckets=[4, 8]).num_buckets == (4, 8)
+
+
+def test_runs_on_meta_and_in_the_block():
+    q = torch.empty(1, 2, 4099, 64, device="meta")
+    out = build_attention("lsh", causal=True, device="meta", num_hashes=4, seed=1)(q, q, q)
+    assert out.shape == q.shape and out.device.type == "meta"
+    block = SelfAttention(32, 4, "lsh", causal=True, num_hashes=2, chunk_length=8, seed=0)
+    assert block.in_proj.out_features == 2 * 32  # one shared query/key projection
+    assert block(torch.randn(2, 21, 32)).shape == (2, 21, 32)
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"num_buckets": 3}, "positive even int"),
+        ({"num_buckets": 0}, "positive even int"),
+        (
+            {"num_buckets": (4, 3)},
+            "pair (a, b) of positive even ints giving a*b buckets; got the factorised value (4, 3)",
+        ),
+        ({"num_buckets": (4,)}, "got the factorised value (4,)"),
+        ({"num_buckets": (4, 8, 2)}, "got the factorised value (4, 8, 2)"),
+        ({"num_buckets": (True, 4)}, "got the factorised value (True, 4)"),
+        ({"num_buckets": "64"}, "got str '64'"),
+        ({"num_hashes": 0}, "num_hashes must be an int >= 1"),
+        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"rounds_per_pass": 0}, "rounds_per_pass must be an int >= 1"),
+        ({"chunk_length": 0}, "chunk_length must be an int >= 1"),
+        ({"hf_chunking": "yes"}, "hf_chunking must be a bool"),
+        ({"kernel": "fast"}, "kernel 'fast' is not one of: auto, flash, math"),
+    ],
+)
+def test_bad_options_say_what_would_work(options, message):
+    with pytest.raises(OptionError) as err:
+        build_attention("lsh", device="cpu", **options)
+    assert message in str(err.value)
