@@ -1,5 +1,40 @@
-"""Measurement: time, memory, FLOPs and memory prediction (one module per concern)."""
+"""Measurement: time, memory, FLOPs and memory prediction (one module per concern).
 
-from .memory import PeakMemory, profiled_peak
+timing.py   warm-up, repeats until a budget, median/IQR/min; CUDA events; threads recorded
+memory.py   measured peaks: torch.profiler on CPU, allocator stats on CUDA; RSS as a cross-check
+tracker.py  live storage bytes under a dispatch mode (cross-check on real devices, predictor on fake)
+predict.py  memory and FLOPs of a case on FakeTensors: any length, any device, nothing allocated
+flops.py    FLOPs from PyTorch's flop formulas (plus the CPU flash-attention kernels)
+cases.py    BenchCase (what is measured) and building it into a runnable step
+runner.py   measure_case: one case -> status + metric rows; worker.py: the same in a subprocess
+env.py      git commit, torch version, device name, threads
+"""
 
-__all__ = ["PeakMemory", "profiled_peak"]
+from .cases import BenchCase, build_runnable
+from .memory import CudaPeak, PeakMemory, RssPeak, cuda_peak, profiled_peak, rss_peak
+from .predict import Prediction, predict_case
+from .runner import CaseResult, MeasureSettings, Metric, measure_case
+from .timing import TimeStats, time_call, time_interleaved
+from .tracker import StorageTracker, tracked_peak
+
+__all__ = [
+    "BenchCase",
+    "CaseResult",
+    "CudaPeak",
+    "MeasureSettings",
+    "Metric",
+    "PeakMemory",
+    "Prediction",
+    "RssPeak",
+    "StorageTracker",
+    "TimeStats",
+    "build_runnable",
+    "cuda_peak",
+    "measure_case",
+    "predict_case",
+    "profiled_peak",
+    "rss_peak",
+    "time_call",
+    "time_interleaved",
+    "tracked_peak",
+]

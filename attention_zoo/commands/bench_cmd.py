@@ -1,0 +1,282 @@
+"""`zoo bench`: measure a grid of cases (from flags or a TOML preset) into the results store."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from ..errors import ZooError
+from ..measure.runner import METRIC_GROUPS, MeasureSettings
+from ..measure.table import comparison_table, format_bytes, group_cases, parse_bytes
+from ..presets import Preset, builtin_presets, load_preset
+from ..store import ResultStore
+from ..sweep import Grid, default_memory_limit, run_sweep
+
+DEFAULT_STORE = "results/zoo.sqlite"
+
+EXAMPLE = """examples:
+  zoo bench --preset quick
+      every backend through SelfAttention at 256 and 1024 tokens; prints a comparison table
+  zoo bench --backends full,sdpa,lsh --lengths 1024,4096 --modes forward,forward+backward \\
+            --option lsh.num_hashes=1,4 --threads 2
+      a grid from flags; a comma list in --option is an axis (here num_hashes 1 and 4)
+  zoo bench --preset standard --lengths 8192 --isolate --memory-limit 8GiB
+      a preset with one axis overridden, each case in its own process under an 8 GiB limit
+  zoo bench --preset standard --resume
+      continue the latest interrupted run of the same grid: only missing cases are measured
+
+Results go to --store (default: %(store)s), one row per metric, committed case by case.
+A case that fails is stored as 'error', an out-of-memory one as 'oom', and the sweep goes on.
+Built-in presets: %(presets)s (or a path to a .toml file).
+"""
+
+
+def _csv(kind: type = str):
+    def parse(text: str) -> list:
+        try:
+            return [kind(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
+            ) from None
+
+    return parse
+
+
+def _bool_list(text: str) -> list[bool]:
+    table = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    try:
+        return [table[x.strip().lower()] for x in text.split(",")]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected true/false values, got {text!r}") from None
+
+
+def add_grid_arguments(p: argparse.ArgumentParser) -> None:
+    """Grid flags shared by `zoo bench` and `zoo memory`; each overrides the preset's value."""
+    g = p.add_argument_group("grid (each flag overrides the preset)")
+    g.add_argument("--preset", help="built-in preset name or path to a TOML preset")
+    g.add_argument(
+        "--target",
+        choices=["attention", "block", "model"],
+        help="attention core alone, SelfAttention block, or ReformerLM (default: block)",
+    )
+    g.add_argument(
+        "--backends", type=_csv(), help="comma list of registry names (default: all registered)"
+    )
+    g.add_argument(
+        "--lengths", type=_csv(int), help="comma list of sequence lengths, e.g. 1024,4096"
+    )
+    g.add_argument("--batch", type=_csv(int), help="comma list of batch sizes")
+    g.add_argument(
+        "--modes", type=_csv(), help="comma list of forward, forward+backward, train-step"
+    )
+    g.add_argument(
+        "--dtypes", type=_csv(), help="comma list of float32, bfloat16, float16, float64"
+    )
+    g.add_argument("--devices", type=_csv(), help="comma list of cpu, cuda, auto")
+    g.add_argument("--causal", type=_bool_list, help="true, false or true,false (default: true)")
+    g.add_argument("--heads", type=int, help="attention heads (default 4)")
+    g.add_argument("--head-dim", type=int, help="size of each head (default 64)")
+    g.add_argument("--hidden", type=int, help="block/model hidden size (default 256)")
+    g.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="BACKEND.NAME=VALUE[,VALUE]",
+        help="backend option, repeatable; several values make an axis (lsh.num_hashes=1,4)",
+    )
+
+
+def grid_from_args(args: argparse.Namespace) -> tuple[Grid, Preset | None]:
+    """The preset's grid (or the default one) with every given flag applied on top."""
+    preset = load_preset(args.preset) if args.preset else None
+    base = preset.grid if preset else Grid()
+    changes: dict[str, Any] = {}
+    for flag, name in (
+        ("target", "target"),
+        ("backends", "backends"),
+        ("lengths", "seq_lens"),
+        ("batch", "batches"),
+        ("modes", "modes"),
+        ("dtypes", "dtypes"),
+        ("devices", "devices"),
+        ("causal", "causal"),
+        ("heads", "num_heads"),
+        ("head_dim", "head_dim"),
+        ("hidden", "hidden"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[name] = tuple(value) if isinstance(value, list) else value
+    if args.option:
+        options = {k: dict(v) for k, v in base.options.items()}
+        for text in args.option:
+            backend, name, values = _parse_option(text)
+            options.setdefault(backend, {})[name] = values if len(values) > 1 else values[0]
+        changes["options"] = options
+    return dataclasses.replace(base, **changes), preset
+
+
+def _parse_option(text: str) -> tuple[str, str, list[Any]]:
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ZooError(
+            f"--option {text!r}: write BACKEND.NAME=VALUE, e.g. lsh.num_hashes=4 or lsh.num_hashes=1,4"
+        )
+    lhs, rhs = text.split("=", 1)
+    backend, name = lhs.split(".", 1)
+    values = []
+    for part in _split_top(rhs):
+        try:
+            values.append(json.loads(part))
+        except json.JSONDecodeError:
+            values.append(part)  # a bare string, e.g. sdpa.kernel=math
+    return backend, name, values
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets: 'a,[1,2]' -> ['a', '[1,2]']."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure time, memory and FLOPs of a grid of cases",
+        description="Measure time (median, IQR), memory (measured, predicted, cross-checks) and FLOPs "
+        "for a grid of backends x lengths x modes, store every metric, print a table.",
+        epilog=EXAMPLE % {"store": DEFAULT_STORE, "presets": ", ".join(builtin_presets())},
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_grid_arguments(p)
+    m = p.add_argument_group("measurement")
+    m.add_argument("--budget", type=float, help="seconds of timed repeats per case (after warm-up)")
+    m.add_argument("--repeats", type=int, help="minimum timed repeats per case (default 3)")
+    m.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads, fixed and recorded (default: the preset's, else torch's)",
+    )
+    m.add_argument(
+        "--metrics",
+        type=_csv(),
+        help=f"comma list of groups to measure: {', '.join(METRIC_GROUPS)}",
+    )
+    m.add_argument(
+        "--memory-limit",
+        default="auto",
+        help="CPU guard: a case predicted to need more is stored as oom and not run; with "
+        "--isolate also the subprocess's address-space limit. 'auto' = 90%% of available "
+        "memory, 'none', or a size like 8GiB (default: auto)",
+    )
+    m.add_argument("--isolate", action="store_true", help="run each case in its own subprocess")
+    m.add_argument(
+        "--timeout", type=float, help="with --isolate: seconds before a case is killed (error)"
+    )
+    s = p.add_argument_group("store and output")
+    s.add_argument(
+        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
+    )
+    s.add_argument(
+        "--run-id", help="name of the run; an existing one is continued (its cases skipped)"
+    )
+    s.add_argument("--resume", action="store_true", help="continue the latest run of the same grid")
+    s.add_argument(
+        "--reference",
+        help="backend the table's ratios divide by (default: the preset's, else full)",
+    )
+    s.add_argument("--dry-run", action="store_true", help="list the cases and exit")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def settings_from_args(args: argparse.Namespace, preset: Preset | None) -> MeasureSettings:
+    base = preset.settings if preset else MeasureSettings()
+    changes: dict[str, Any] = {}
+    if args.budget is not None:
+        changes["time_budget_s"] = args.budget
+    if args.repeats is not None:
+        changes["min_repeats"] = args.repeats
+        changes["max_repeats"] = max(base.max_repeats, args.repeats)
+    if args.threads is not None:
+        changes["threads"] = args.threads
+    if args.metrics is not None:
+        changes["metrics"] = tuple(args.metrics)
+    return dataclasses.replace(base, **changes)
+
+
+def memory_limit(text: str) -> int | None:
+    if text == "none":
+        return None
+    if text == "auto":
+        return default_memory_limit()
+    return parse_bytes(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        grid, preset = grid_from_args(args)
+        settings = settings_from_args(args, preset)
+        cases = grid.cases()
+        limit = memory_limit(args.memory_limit)
+    except (ZooError, ValueError) as err:
+        print(f"zoo bench: {err}", file=sys.stderr)
+        return 2
+    reference = args.reference or (preset.reference if preset else None) or "full"
+    if args.dry_run:
+        for c in cases:
+            print(c.name())
+        print(f"{len(cases)} cases")
+        return 0
+    try:
+        store = ResultStore(args.store)
+    except ZooError as err:
+        print(f"zoo bench: {err}", file=sys.stderr)
+        return 2
+    with store:
+        print(
+            f"{len(cases)} cases -> {args.store}; threads={settings.threads or 'torch default'}, "
+            f"memory limit {format_bytes(limit) if limit else 'none'}",
+            file=sys.stderr,
+        )
+        try:
+            result = run_sweep(
+                cases,
+                store,
+                settings=settings,
+                run_id=args.run_id,
+                resume=args.resume,
+                isolate=args.isolate,
+                memory_limit_bytes=limit,
+                timeout_s=args.timeout,
+                progress=not args.no_progress,
+                meta={"command": " ".join(sys.argv), "preset": preset.source if preset else None},
+            )
+        except KeyboardInterrupt:
+            print(
+                "\ninterrupted: every finished case is stored; rerun the same command with --resume "
+                "to measure only the missing ones",
+                file=sys.stderr,
+            )
+            return 130
+        wanted = {c.key() for c in cases}
+        rows = [r for r in store.rows(result.run_id) if r["case_key"] in wanted]
+        print(comparison_table(group_cases(rows), reference=reference))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items())) or "nothing new"
+        print(
+            f"\nrun {result.run_id}: {counts}"
+            + (f"; {result.already_done} already stored (resumed)" if result.already_done else "")
+            + f"; see 'zoo results --store {args.store} --run {result.run_id}'"
+        )
+    return 0

@@ -1,0 +1,318 @@
+"""What one measurement is (`BenchCase`) and how to build it into a runnable step on a device.
+
+Targets: an attention core alone on (q, k, v); the `SelfAttention` block around it (projections from
+(b, n, hidden)); a whole `ReformerLM`. Modes: `forward` (inference, no autograd graph),
+`forward+backward` (loss = sum of outputs, or the LM loss; gradients cleared after each step),
+`train-step` (forward+backward and an AdamW step). Every step leaves no gradients behind, so each
+call starts from the same resident state and repeated calls measure the same thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..attention.spec import Case, build_attention, get_backend
+from ..errors import ConfigError, UnavailableError
+
+TARGETS = ("attention", "block", "model")
+MODES = ("forward", "forward+backward", "train-step")
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchCase:
+    """One measured configuration; `to_dict()` is what the store keeps with every row."""
+
+    target: str = (
+        "attention"  # attention (core on q, k, v), block (SelfAttention), model (ReformerLM)
+    )
+    backend: str = (
+        "full"  # registry name; for a model whose `model` sets attn_layers, their '+' join
+    )
+    seq_len: int = 1024
+    batch: int = 1
+    num_heads: int = 4
+    head_dim: int = 64
+    hidden: int = 256  # block/model width; the attention target ignores it
+    causal: bool = True
+    dtype: str = "float32"
+    device: str = "cpu"
+    mode: str = "forward"  # forward, forward+backward, train-step
+    options: dict[str, Any] = field(default_factory=dict)  # backend options
+    model: dict[str, Any] = field(default_factory=dict)  # ReformerConfig fields (target model)
+    label: str = ""  # a short name for tables (e.g. the model preset's name); not part of the key
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ConfigError(f"target {self.target!r} is not one of: {', '.join(TARGETS)}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode {self.mode!r} is not one of: {', '.join(MODES)}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype {self.dtype!r} is not one of: {', '.join(DTYPES)}")
+        for name in ("seq_len", "batch", "num_heads", "head_dim", "hidden"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.target == "attention" and self.mode == "train-step":
+            raise ConfigError(
+                "mode 'train-step' needs parameters to update; an attention core alone has none. "
+                "Use target 'block' or 'model', or mode 'forward+backward'"
+            )
+
+    # ---- identity and serialisation -------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self), sort_keys=True))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchCase:
+        accepted = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - accepted)
+        if unknown:
+            raise ConfigError(
+                f"BenchCase has no field(s) {unknown}; fields: {', '.join(sorted(accepted))}"
+            )
+        return cls(**data)
+
+    def key(self) -> str:
+        """Stable identity of what is measured (label excluded): the store's case key."""
+        data = self.to_dict()
+        data.pop("label")
+        return case_key(data)
+
+    def name(self) -> str:
+        """Short human-readable description for progress bars and errors."""
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+        what = self.label or self.backend
+        if self.target == "model":
+            extra = [
+                f"{k}={self.model[k]}"
+                for k in (
+                    "residual",
+                    "num_hidden_layers",
+                    "chunk_size_feed_forward",
+                    "axial_pos_embds",
+                )
+                if k in self.model
+            ]
+            what += f"({','.join(extra)})" if extra else ""
+        return (
+            f"{self.target}:{what}{'[' + opts + ']' if opts else ''} L={self.seq_len} b={self.batch} "
+            f"{self.mode} {self.dtype} {self.device}"
+        )
+
+    def replace(self, **changes: Any) -> BenchCase:
+        return dataclasses.replace(self, **changes)
+
+    # ---- what can run ----------------------------------------------------------------------
+
+    def backends(self) -> list[str]:
+        """Registry names this case uses."""
+        if self.target == "model" and "attn_layers" in self.model:
+            layers = self.model["attn_layers"]
+            return list(dict.fromkeys([layers] if isinstance(layers, str) else layers))
+        return [self.backend]
+
+    def unsupported(self, device: str | None = None) -> str | None:
+        """Why this case cannot run on `device` (default: its own), or None."""
+        device = device or self.device
+        for name in self.backends():
+            reason = get_backend(name).unsupported(
+                Case(device=torch.device(device).type, dtype=self.dtype, causal=self.causal)
+            )
+            if reason:
+                return reason
+        return None
+
+    def reformer_config(self) -> Any:
+        """The ReformerConfig of a model case (imports the model lazily)."""
+        from ..config import ReformerConfig
+
+        fields = {
+            "hidden_size": self.hidden,
+            "num_attention_heads": self.num_heads,
+            "attention_head_size": self.head_dim,
+            "is_decoder": self.causal,
+            "attn_layers": [self.backend],
+        }
+        if self.options:
+            fields["attn_options"] = {self.backend: dict(self.options)}
+        if not {"axial_pos_embds", "axial_pos_shape", "max_position_embeddings"} & set(self.model):
+            fields.update(_auto_positions(self.seq_len, self.model.get("hidden_size", self.hidden)))
+        fields.update(self.model)
+        return ReformerConfig.from_dict(fields)
+
+
+def case_key(config: dict[str, Any]) -> str:
+    """sha1 of the canonical JSON of `config` (sorted keys), 16 hex digits."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _auto_positions(seq_len: int, hidden: int) -> dict[str, Any]:
+    """Axial positions just large enough for `seq_len` (so any length works without a 2nd table)."""
+    n1 = 2 ** math.ceil(math.log2(seq_len) / 2)
+    n2 = math.ceil(seq_len / n1)
+    d1 = min(64, hidden // 4) or 1
+    return {
+        "axial_pos_embds": True,
+        "axial_pos_shape": [n1, n2],
+        "axial_pos_embds_dim": [d1, hidden - d1],
+        "max_position_embeddings": n1 * n2,
+    }
+
+
+# ---- building a case into a runnable step ---------------------------------------------------
+
+
+@dataclass
+class Runnable:
+    """A built case: `step()` runs one call of the case's mode and returns nothing."""
+
+    case: BenchCase
+    module: nn.Module | None
+    inputs: tuple[Tensor, ...]
+    step: Callable[[], None]
+    optimizer: torch.optim.Optimizer | None = None
+
+    def resident_bytes(self) -> int:
+        """Bytes of everything alive between steps: parameters, buffers, inputs, optimizer state."""
+        tensors: list[Tensor] = list(self.inputs)
+        if self.module is not None:
+            tensors += list(self.module.parameters()) + list(self.module.buffers())
+        if self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                tensors += [t for t in state.values() if isinstance(t, Tensor)]
+        seen: dict[int, int] = {}
+        for t in tensors:
+            st = t.untyped_storage()
+            seen[st._cdata] = st.nbytes()
+        return sum(seen.values())
+
+
+def build_runnable(case: BenchCase, device: str | torch.device | None = None) -> Runnable:
+    """Build `case` on `device` (default: its own); under a FakeTensorMode this allocates nothing.
+
+    Raises UnavailableError when a backend cannot run there, ImportError when the model is not
+    importable (target "model").
+    """
+    device = torch.device(device or case.device)
+    if reason := case.unsupported(device.type):
+        raise UnavailableError(reason)
+    dtype = DTYPES[case.dtype]
+    builders = {"attention": _build_attention, "block": _build_block, "model": _build_model}
+    return builders[case.target](case, device, dtype)
+
+
+@contextmanager
+def _defaults(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Create modules directly on `device` in `dtype` (no .to(): FakeTensors cannot be swapped)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with device:
+            yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _clear(tensors: list[Tensor]) -> None:
+    for t in tensors:
+        t.grad = None
+
+
+def _make_step(
+    case: BenchCase, forward: Callable[[], Tensor], leaves: list[Tensor], optimizer: Any = None
+) -> Callable[[], None]:
+    if case.mode == "forward":
+
+        def step() -> None:
+            with torch.no_grad():
+                forward()
+
+        return step
+
+    def step() -> None:
+        loss = forward()
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+        _clear(leaves)
+
+    return step
+
+
+def _build_attention(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
+    spec = get_backend(case.backend)
+    with _defaults(device, dtype):
+        core = build_attention(case.backend, causal=case.causal, device=device.type, **case.options)
+    grad = case.mode != "forward"
+    shape = (case.batch, case.num_heads, case.seq_len, case.head_dim)
+    # A shared-QK backend is given the same tensor as q and k.
+    inputs = tuple(
+        torch.randn(shape, device=device, dtype=dtype, requires_grad=grad)
+        for _ in range(2 if spec.caps.shared_qk else 3)
+    )
+    q, k, v = (inputs[0], inputs[0], inputs[1]) if spec.caps.shared_qk else inputs
+
+    def forward() -> Tensor:
+        return core(q, k, v).sum()
+
+    return Runnable(case, core, inputs, _make_step(case, forward, list(inputs)))
+
+
+def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
+    from ..blocks.attention import SelfAttention
+
+    with _defaults(device, dtype):
+        block = SelfAttention(
+            case.hidden,
+            case.num_heads,
+            case.backend,
+            head_size=case.head_dim,
+            causal=case.causal,
+            device=device.type,
+            **case.options,
+        )
+    x = torch.randn(case.batch, case.seq_len, case.hidden, device=device, dtype=dtype)
+    params = list(block.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
+
+    def forward() -> Tensor:
+        return block(x).sum()
+
+    return Runnable(case, block, (x,), _make_step(case, forward, params, optimizer), optimizer)
+
+
+def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
+    from ..model import ReformerLM
+
+    config = case.reformer_config()
+    with _defaults(device, dtype):
+        model = ReformerLM(config, device=device.type)
+    ids = torch.randint(0, config.vocab_size, (case.batch, case.seq_len), device=device)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
+    if case.mode == "forward":
+        model.eval()
+
+    def forward() -> Tensor:
+        out = model(ids, labels=None if case.mode == "forward" else ids)
+        return out.logits if out.loss is None else out.loss
+
+    return Runnable(case, model, (ids,), _make_step(case, forward, params, optimizer), optimizer)

@@ -1,0 +1,87 @@
+"""The environment every stored number carries: git commit, torch version, device name, threads."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment:
+    """Where and with what a number was measured."""
+
+    git_commit: str  # HEAD of the attention-zoo checkout, "+dirty" with local changes, or "unknown"
+    torch_version: str
+    device_name: str  # CPU model name or CUDA device name
+    threads: int  # torch intra-op threads
+    python: str = platform.python_version()
+    host: str = platform.node()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@functools.cache
+def git_commit(repo: Path = _REPO) -> str:
+    """HEAD of `repo` (+dirty when tracked files changed), or "unknown" outside a git checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            check=False,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            check=False,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@functools.cache
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_name(device: str | torch.device = "cpu") -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        return cpu_name()
+    return device.type
+
+
+def capture(device: str | torch.device = "cpu", threads: int | None = None) -> Environment:
+    """The environment now, for `device`; threads default to torch.get_num_threads()."""
+    return Environment(
+        git_commit=git_commit(),
+        torch_version=torch.__version__,
+        device_name=device_name(device),
+        threads=threads if threads is not None else torch.get_num_threads(),
+    )

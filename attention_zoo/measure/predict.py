@@ -1,0 +1,69 @@
+"""Memory and FLOPs predicted without allocating: the case runs on FakeTensors (meta storage).
+
+A FakeTensorMode builds the module and inputs and runs the step with shapes only; a StorageTracker
+counts live storage bytes and a FlopCounterMode the FLOPs. Any length on any target device takes
+seconds on a laptop. The fake device is the target device when this PyTorch build can fake it (CPU,
+or CUDA when CUDA is present), so the same kernels are chosen as in a real run (e.g. SDPA's flash
+kernel, which never materialises the scores); otherwise CPU stands in for the target and the method
+says so.
+
+Expected agreement with the measured number (profiler on CPU, allocator stats on CUDA): the
+prediction cannot see memory a kernel allocates internally (scratch buffers invisible on meta) and
+the tracker makes autograd accumulate gradients out of place; measured on CPU within ~5% or 2 MiB
+(see tests/test_measure_predict.py), except where a kernel's scratch dominates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .cases import BenchCase, build_runnable
+from .flops import count_flops
+from .tracker import StorageTracker
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """Predicted bytes of one step of a case, and its FLOPs."""
+
+    peak_bytes: int  # peak above the resident bytes during one step
+    resident_bytes: int  # parameters, buffers, inputs, optimizer state
+    flops: int
+    device: str  # the target device type
+    method: str  # e.g. "fake:cpu", or "fake:cpu standing in for cuda"
+
+    @property
+    def total_bytes(self) -> int:
+        return self.resident_bytes + self.peak_bytes
+
+
+def stand_in_device(device: str) -> str:
+    """The device type FakeTensors can use for `device` in this PyTorch build."""
+    kind = torch.device(device).type
+    if kind == "cpu" or (kind == "cuda" and torch.cuda.is_available()):
+        return kind
+    return "cpu"
+
+
+def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
+    """Predict peak/resident bytes and FLOPs of one step of `case` on `device` (default: its own).
+
+    Raises UnavailableError when a backend cannot run on the stand-in device, ImportError for a
+    model case when the model is not importable, and whatever the case raises on FakeTensors
+    (e.g. a backend with data-dependent shapes, which the style guide forbids).
+    """
+    target = torch.device(device or case.device).type
+    fake_device = stand_in_device(target)
+    method = f"fake:{fake_device}" + ("" if fake_device == target else f" standing in for {target}")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        runnable = build_runnable(case, device=fake_device)
+        runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
+        with StorageTracker() as tracker:
+            _, flops = count_flops(runnable.step)
+        resident = runnable.resident_bytes()
+    return Prediction(
+        peak_bytes=tracker.peak, resident_bytes=resident, flops=flops, device=target, method=method
+    )

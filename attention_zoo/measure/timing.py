@@ -1,0 +1,139 @@
+"""Wall-clock timing of a callable: warm-up, repeats until a time budget, robust statistics.
+
+On CUDA each repeat is timed with CUDA events and the device is synchronised around it, so the time is
+the kernels' time, not the launch time. The torch thread count is recorded with every result because
+CPU timings mean nothing without it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeStats:
+    """Seconds per call over `repeats` timed calls (after `warmup` untimed ones)."""
+
+    median: float
+    iqr: float  # interquartile range (q75 - q25): the spread, robust to one slow outlier
+    min: float
+    mean: float
+    repeats: int
+    warmup: int
+    threads: int  # torch.get_num_threads() while timing
+    device: str
+    samples: tuple[float, ...]
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for queued kernels on `device` (no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def summarize(samples: Sequence[float], *, warmup: int, device: str) -> TimeStats:
+    """Median, IQR, min and mean of per-call seconds."""
+    if not samples:
+        raise ValueError("summarize needs at least one sample")
+    xs = sorted(samples)
+    if len(xs) >= 2:
+        q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    else:
+        q1 = q3 = xs[0]
+    return TimeStats(
+        median=statistics.median(xs),
+        iqr=q3 - q1,
+        min=xs[0],
+        mean=statistics.fmean(xs),
+        repeats=len(xs),
+        warmup=warmup,
+        threads=torch.get_num_threads(),
+        device=str(device),
+        samples=tuple(samples),
+    )
+
+
+def _time_once(fn: Callable[[], Any], device: str) -> float:
+    if torch.device(device).type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def time_call(
+    fn: Callable[[], Any],
+    *,
+    device: str = "cpu",
+    warmup: int = 1,
+    budget_s: float = 1.0,
+    min_repeats: int = 3,
+    max_repeats: int = 1000,
+) -> TimeStats:
+    """Time fn(): `warmup` untimed calls, then repeats until `budget_s` is spent (within the bounds).
+
+    At least `min_repeats` calls are timed even when one call exceeds the budget, so the median and
+    IQR always come from several samples.
+    """
+    if min_repeats < 1 or max_repeats < min_repeats:
+        raise ValueError(f"need 1 <= min_repeats <= max_repeats, got {min_repeats}, {max_repeats}")
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < max_repeats and (len(samples) < min_repeats or spent < budget_s):
+        dt = _time_once(fn, device)
+        samples.append(dt)
+        spent += dt
+    return summarize(samples, warmup=warmup, device=device)
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]],
+    *,
+    device: str = "cpu",
+    warmup: int = 1,
+    repeats: int = 5,
+) -> dict[str, TimeStats]:
+    """Time several callables round-robin (a, b, c, a, b, c, ...) so slow drift of the machine's
+    load hits all of them alike; used where ratios between them are the result."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            samples[name].append(_time_once(fn, device))
+    return {name: summarize(xs, warmup=warmup, device=device) for name, xs in samples.items()}
+
+
+class fixed_threads:
+    """Context manager: run with exactly `n` torch intra-op threads (None: leave as is)."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n = n
+        self.old = torch.get_num_threads()
+
+    def __enter__(self) -> int:
+        if self.n is not None:
+            if self.n < 1:
+                raise ValueError(f"threads must be >= 1, got {self.n}")
+            torch.set_num_threads(self.n)
+        return torch.get_num_threads()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_num_threads(self.old)

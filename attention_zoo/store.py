@@ -1,0 +1,401 @@
+"""The results store: one SQLite file, one row per measured metric, committed case by case.
+
+API (everything a writer needs; benchmarks and tasks share it):
+
+    from attention_zoo.store import ResultStore
+    with ResultStore("results/zoo.sqlite") as store:                # created if missing
+        run_id = store.start_run(kind="task", device="cpu")        # environment captured here
+        store.add_rows(run_id, case_key, case_config,              # case_key: any str, or
+                       [("accuracy", 0.97, "fraction"),            #   case_key(case_config)
+                        ("steps_to_target", 420, "steps")],
+                       status="ok")                                # ok | oom | error | skipped
+        store.completed_cases(run_id)                              # -> {case_key, ...} (resume)
+        store.finish_run(run_id)
+        store.rows(run_id=..., metric=...)                         # -> list of dicts
+        store.to_dataframe(); store.export_csv("out.csv")
+
+Every row carries run id, git commit, torch version, device name, thread count and the full case
+config as JSON. A case written again in the same run replaces its earlier rows (no duplicates). A
+file that is not a store of this schema raises StoreError saying what it is; nothing is changed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import ZooError
+from .measure.cases import case_key
+from .measure.env import Environment, capture
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x5A4F4F31  # "ZOO1" in the SQLite header: marks a file as an attention-zoo store
+STATUSES = ("ok", "oom", "error", "skipped")
+EXPORT_COLUMNS = (
+    "run_id",
+    "case_key",
+    "status",
+    "metric",
+    "value",
+    "unit",
+    "git_commit",
+    "torch_version",
+    "device_name",
+    "threads",
+    "config",
+    "error",
+    "created_at",
+)
+
+_SCHEMA = """
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,              -- bench, task, ...
+    fingerprint TEXT,                -- identity of a sweep's case list (resume finds runs by it)
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    git_commit TEXT NOT NULL,
+    torch_version TEXT NOT NULL,
+    device_name TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    meta TEXT NOT NULL               -- JSON: command line, settings, python, host
+);
+CREATE TABLE cases (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    case_key TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT,
+    config TEXT NOT NULL,            -- JSON
+    created_at REAL NOT NULL,
+    PRIMARY KEY (run_id, case_key)
+);
+CREATE TABLE results (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    case_key TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    value REAL,
+    unit TEXT NOT NULL,
+    git_commit TEXT NOT NULL,
+    torch_version TEXT NOT NULL,
+    device_name TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    config TEXT NOT NULL,            -- JSON, the full case config
+    created_at REAL NOT NULL,
+    FOREIGN KEY (run_id, case_key) REFERENCES cases(run_id, case_key)
+);
+CREATE INDEX results_case ON results(run_id, case_key);
+CREATE INDEX results_metric ON results(metric);
+"""
+
+
+class StoreError(ZooError):
+    """A file that is not a results store of this version, or a store used wrongly."""
+
+
+Row = tuple[str, float, str]  # (metric, value, unit); measure.runner.Metric is one
+
+
+def _now() -> float:
+    return time.time()
+
+
+class ResultStore:
+    """An SQLite results store at `path` (created with its folder if missing)."""
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.path = Path(path)
+        exists = self.path.exists() and self.path.stat().st_size > 0
+        if not exists and not create:
+            raise StoreError(
+                f"no results store at {self.path}; run 'zoo bench' first or pass --store PATH"
+            )
+        if not exists:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        try:
+            self._open(exists)
+        except sqlite3.DatabaseError as err:
+            self._db.close()
+            raise StoreError(
+                f"{self.path} is not an attention-zoo results store (SQLite says: {err}); "
+                f"pass another --store path, or move this file away"
+            ) from None
+        except StoreError:
+            self._db.close()
+            raise
+
+    def _open(self, exists: bool) -> None:
+        if exists:
+            self._check()
+            return
+        with self._db:
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _check(self) -> None:
+        app = self._db.execute("PRAGMA application_id").fetchone()[0]
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if app != APPLICATION_ID:
+            tables = [
+                r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            ]
+            raise StoreError(
+                f"{self.path} is an SQLite database but not an attention-zoo results store "
+                f"(application_id {app:#x}, tables: {', '.join(tables) or 'none'}); "
+                f"pass another --store path"
+            )
+        if version != SCHEMA_VERSION:
+            newer = version > SCHEMA_VERSION
+            raise StoreError(
+                f"{self.path} has store schema version {version}, this attention-zoo reads version "
+                f"{SCHEMA_VERSION}; "
+                + (
+                    "upgrade attention-zoo to read it"
+                    if newer
+                    else "it was written by an older version: export it with that "
+                    "version ('zoo results --format csv') or start a new store"
+                )
+            )
+        try:  # a damaged file with an intact header fails here
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
+            self._db.execute("SELECT count(*) FROM results").fetchone()
+        except sqlite3.DatabaseError as err:
+            raise StoreError(
+                f"{self.path} is an attention-zoo results store, but it is damaged (SQLite says: {err}); "
+                f"nothing was changed. Restore it from a copy, or pass another --store path"
+            ) from None
+
+    # ---- context manager -------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writing -----------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        *,
+        kind: str = "bench",
+        run_id: str | None = None,
+        fingerprint: str | None = None,
+        environment: Environment | None = None,
+        device: str = "cpu",
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Register a run; returns its id. The environment (git commit, torch, device, threads) is
+        captured now for `device` unless given; an existing run_id is reused (resume)."""
+        run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        if self.run(run_id) is not None:
+            return run_id
+        env = environment or capture(device)
+        meta = {"python": env.python, "host": env.host, **(meta or {})}
+        with self._db:
+            self._db.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    kind,
+                    fingerprint,
+                    _now(),
+                    env.git_commit,
+                    env.torch_version,
+                    env.device_name,
+                    env.threads,
+                    json.dumps(meta, default=str),
+                ),
+            )
+        return run_id
+
+    def finish_run(self, run_id: str) -> None:
+        with self._db:
+            self._db.execute("UPDATE runs SET finished_at = ? WHERE run_id = ?", (_now(), run_id))
+
+    def add_rows(
+        self,
+        run_id: str,
+        case_key: str | None,
+        case_config: dict[str, Any],
+        rows: Iterable[Row],
+        *,
+        status: str = "ok",
+        error: str | None = None,
+        environment: Environment | None = None,
+        replace: bool = True,
+    ) -> str:
+        """Write one case's metric rows in one transaction; returns the case key.
+
+        case_key None: derived from case_config. environment None: the run's. replace=False appends
+        to the case's earlier rows instead of replacing them (status/error are updated either way).
+        """
+        if status not in STATUSES:
+            raise StoreError(f"status {status!r} is not one of: {', '.join(STATUSES)}")
+        run = self.run(run_id)
+        if run is None:
+            raise StoreError(f"no run {run_id!r} in {self.path}; call start_run() first")
+        key = case_key or _case_key(case_config)
+        config = json.dumps(case_config, sort_keys=True, default=str)
+        env = (
+            (
+                environment.git_commit,
+                environment.torch_version,
+                environment.device_name,
+                environment.threads,
+            )
+            if environment
+            else (run["git_commit"], run["torch_version"], run["device_name"], run["threads"])
+        )
+        now = _now()
+        values = []
+        for row in rows:
+            metric, value, unit = row
+            values.append(
+                (
+                    run_id,
+                    key,
+                    str(metric),
+                    None if value is None else float(value),
+                    str(unit),
+                    *env,
+                    config,
+                    now,
+                )
+            )
+        with self._db:  # one transaction: a case is stored whole or not at all
+            if replace:
+                self._db.execute(
+                    "DELETE FROM results WHERE run_id = ? AND case_key = ?", (run_id, key)
+                )
+            self._db.execute(
+                "INSERT OR REPLACE INTO cases VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, key, status, error, config, now),
+            )
+            self._db.executemany(
+                "INSERT INTO results (run_id, case_key, metric, value, unit, git_commit, torch_version, "
+                "device_name, threads, config, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+        return key
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return _run_dict(row) if row else None
+
+    def runs(
+        self, *, kind: str | None = None, fingerprint: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Runs, oldest first, each with its number of stored cases."""
+        sql = (
+            "SELECT runs.*, (SELECT count(*) FROM cases WHERE cases.run_id = runs.run_id) AS n_cases "
+            "FROM runs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR fingerprint = ?) "
+            "ORDER BY started_at, rowid"
+        )
+        return [_run_dict(r) for r in self._db.execute(sql, (kind, kind, fingerprint, fingerprint))]
+
+    def latest_run(self, **filters: Any) -> str | None:
+        runs = self.runs(**filters)
+        return runs[-1]["run_id"] if runs else None
+
+    def completed_cases(self, run_id: str) -> set[str]:
+        """Keys of the cases stored for `run_id` (any status): what a resumed sweep skips."""
+        return {
+            r[0] for r in self._db.execute("SELECT case_key FROM cases WHERE run_id = ?", (run_id,))
+        }
+
+    def cases(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT * FROM cases WHERE (? IS NULL OR run_id = ?) ORDER BY created_at, rowid",
+            (run_id, run_id),
+        )
+        return [{**dict(r), "config": json.loads(r["config"])} for r in rows]
+
+    def rows(
+        self, run_id: str | None = None, *, metric: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """One dict per metric row (EXPORT_COLUMNS; config as JSON text). A case with no metric rows
+        (oom, error, skipped) appears once with metric None, so tables can show it."""
+        sql = """
+            SELECT c.run_id, c.case_key, c.status, r.metric, r.value, r.unit,
+                   COALESCE(r.git_commit, u.git_commit) AS git_commit,
+                   COALESCE(r.torch_version, u.torch_version) AS torch_version,
+                   COALESCE(r.device_name, u.device_name) AS device_name,
+                   COALESCE(r.threads, u.threads) AS threads,
+                   c.config, c.error, COALESCE(r.created_at, c.created_at) AS created_at
+            FROM cases c JOIN runs u ON u.run_id = c.run_id
+            LEFT JOIN results r ON r.run_id = c.run_id AND r.case_key = c.case_key
+            WHERE (? IS NULL OR c.run_id = ?) AND (? IS NULL OR r.metric = ?) AND (? IS NULL OR c.status = ?)
+            ORDER BY c.created_at, c.rowid, r.id
+        """
+        params = (run_id, run_id, metric, metric, status, status)
+        return [dict(zip(EXPORT_COLUMNS, r)) for r in self._db.execute(sql, params)]
+
+    def to_dataframe(self, run_id: str | None = None, *, expand_config: bool = True) -> Any:
+        """The rows as a pandas DataFrame; expand_config adds one column per config field (cfg.*)."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.rows(run_id), columns=list(EXPORT_COLUMNS))
+        if expand_config and len(df):
+            cfg = pd.json_normalize([json.loads(c) for c in df["config"]]).add_prefix("cfg.")
+            df = pd.concat([df.reset_index(drop=True), cfg], axis=1)
+        return df
+
+    def export_csv(self, dest: str | Path | IO[str], run_id: str | None = None) -> int:
+        """Write the rows as CSV (EXPORT_COLUMNS); returns the number of rows written."""
+        rows = self.rows(run_id)
+        if isinstance(dest, (str, Path)):
+            with open(dest, "w", newline="") as f:
+                return self.export_csv(f, run_id)
+        writer = csv.DictWriter(dest, fieldnames=list(EXPORT_COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+        return len(rows)
+
+    def to_csv_text(self, run_id: str | None = None) -> str:
+        buf = io.StringIO()
+        self.export_csv(buf, run_id)
+        return buf.getvalue()
+
+
+def _case_key(config: dict[str, Any]) -> str:
+    return case_key(config)
+
+
+def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    d["meta"] = json.loads(d["meta"])
+    return d
+
+
+def open_store(path: str | Path, *, create: bool = True) -> ResultStore:
+    """ResultStore(path); the name reads better in scripts."""
+    return ResultStore(path, create=create)
+
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "ResultStore",
+    "Row",
+    "StoreError",
+    "case_key",
+    "open_store",
+]

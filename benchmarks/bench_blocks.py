@@ -1,0 +1,131 @@
+"""Block variants of the Reformer skeleton: residual variant vs layers, chunked FFN, axial positions.
+
+One training step (forward + backward + AdamW) of a ReformerLM; memory is the measured peak above
+resident (profiler on CPU, allocator on CUDA) and the prediction. Skipped (n/a) until the model and
+its attention backends are importable/registered.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .common import (
+    build,
+    case_for,
+    measured_peak,
+    predicted,
+    require_backends,
+    require_model,
+    run_synced,
+)
+from .common import setup as setup  # asv runs a module-level setup before every benchmark
+
+LENGTH = int(os.environ.get("ZOO_ASV_BLOCK_LENGTH", "1024"))
+ATTN_LAYERS = ["local", "lsh"]
+
+
+def _model_case(**model: object):
+    require_model()
+    require_backends(*ATTN_LAYERS)
+    fields = {
+        "hidden_dropout_prob": 0.0,
+        "attn_layers": ATTN_LAYERS,
+        "feed_forward_size": 1024,
+        **model,
+    }
+    return case_for(
+        target="model",
+        backend="+".join(ATTN_LAYERS),
+        seq_len=LENGTH,
+        num_heads=4,
+        head_dim=64,
+        hidden=256,
+        mode="train-step",
+        model=fields,
+    )
+
+
+class ResidualLayers:
+    """Reversible memory should barely grow with layers; standard grows by each layer's activations."""
+
+    params = (["standard", "reversible", "checkpoint"], [2, 4, 8])
+    param_names = ("residual", "layers")
+    timeout = 300
+
+    def setup(self, residual: str, layers: int) -> None:
+        self.case = _model_case(residual=residual, num_hidden_layers=layers)
+        self.runnable = build(self.case)
+
+    def time_train_step(self, *_: object) -> None:
+        run_synced(self.runnable)
+
+    def track_peak_bytes(self, *_: object) -> int:
+        return measured_peak(self.runnable)
+
+    track_peak_bytes.unit = "bytes"
+
+    def track_predicted_bytes(self, *_: object) -> int:
+        return predicted(self.case)
+
+    track_predicted_bytes.unit = "bytes"
+
+
+class ChunkedFFN:
+    """Chunking the FFN pays off when the FFN dominates (wide d_ff, few heads)."""
+
+    params = ([0, 64, 256],)
+    param_names = ("chunk_size_feed_forward",)
+    timeout = 300
+
+    def setup(self, chunk: int) -> None:
+        self.case = _model_case(
+            chunk_size_feed_forward=chunk,
+            feed_forward_size=4096,
+            num_attention_heads=2,
+            attention_head_size=64,
+            num_hidden_layers=2,
+            residual="standard",
+        )
+        self.runnable = build(self.case)
+
+    def time_train_step(self, *_: object) -> None:
+        run_synced(self.runnable)
+
+    def track_peak_bytes(self, *_: object) -> int:
+        return measured_peak(self.runnable)
+
+    track_peak_bytes.unit = "bytes"
+
+    def track_predicted_bytes(self, *_: object) -> int:
+        return predicted(self.case)
+
+    track_predicted_bytes.unit = "bytes"
+
+
+class AxialPositions:
+    """Axial factorised positions vs one table for every position (65,536 positions)."""
+
+    params = ([True, False],)
+    param_names = ("axial",)
+    timeout = 300
+
+    def setup(self, axial: bool) -> None:
+        self.case = _model_case(
+            axial_pos_embds=axial,
+            axial_pos_shape=[256, 256],
+            axial_pos_embds_dim=[64, 192],
+            max_position_embeddings=65536,
+            num_hidden_layers=2,
+            residual="reversible",
+        )
+        self.runnable = build(self.case)
+
+    def track_parameters(self, *_: object) -> int:
+        return sum(p.numel() for p in self.runnable.module.parameters())
+
+    track_parameters.unit = "parameters"
+
+    def track_peak_bytes(self, *_: object) -> int:
+        return measured_peak(self.runnable)
+
+    track_peak_bytes.unit = "bytes"

@@ -1,0 +1,117 @@
+"""pytest-benchmark tests: timing ratios measured in one run, and deterministic metrics (FLOPs,
+predicted and tracked peak bytes) against the committed baseline file.
+
+Ratios, never absolute times: the machine may be shared (measured: a second busy process changes
+absolute CPU times by up to 7x), so each comparison times both sides round-robin in the same run.
+`pytest --benchmark-enable tests/test_benchmarks.py` also prints pytest-benchmark's statistics.
+Baselines: ZOO_UPDATE_BASELINES=1 pytest tests/test_benchmarks.py -k baseline rewrites the file
+(or run python benchmarks/scripts/update_baselines.py), then review and commit the diff.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from attention_zoo.attention.spec import BACKENDS
+from attention_zoo.measure import baseline
+from attention_zoo.measure.cases import BenchCase, build_runnable
+from attention_zoo.measure.timing import fixed_threads, time_interleaved
+
+BASELINE = baseline.load() if baseline.DEFAULT_PATH.exists() else {"cases": {}}
+
+
+def interleaved_medians(cases: dict[str, BenchCase], repeats: int = 3) -> dict[str, float]:
+    """Median seconds per step of each case, timed round-robin in one run with 2 threads."""
+    with fixed_threads(2):
+        steps = {name: build_runnable(case).step for name, case in cases.items()}
+        stats = time_interleaved(
+            steps, warmup=0, repeats=repeats
+        )  # median of 3 absorbs the cold first call
+    return {name: s.median for name, s in stats.items()}
+
+
+def need(*names: str) -> None:
+    missing = [n for n in names if n not in BACKENDS]
+    if missing:
+        pytest.skip(f"backend(s) {missing} not registered yet")
+
+
+@pytest.mark.slow
+def test_lsh_and_local_beat_full_at_8k(benchmark) -> None:
+    """Forward of the attention core at 8,192 tokens (4 heads of 64, causal): full attention
+    materialises 1 GiB of scores, lsh (4 hashes) and local work chunk by chunk."""
+    need("lsh", "local")
+    full = BenchCase(target="attention", backend="full", seq_len=8192, mode="forward")
+    lsh = full.replace(backend="lsh", options={"num_hashes": 4})
+    t = interleaved_medians({"full": full, "lsh": lsh, "local": full.replace(backend="local")})
+    benchmark.extra_info.update(
+        {"lsh/full": t["lsh"] / t["full"], "local/full": t["local"] / t["full"]}
+    )
+    benchmark.pedantic(build_runnable(lsh).step, rounds=1, iterations=1)
+    assert t["lsh"] < 0.8 * t["full"], (
+        f"lsh (4 hashes) took {t['lsh'] / t['full']:.2f}x full's time at 8k"
+    )
+    assert t["local"] < 0.5 * t["full"], (
+        f"local took {t['local'] / t['full']:.2f}x full's time at 8k"
+    )
+
+
+@pytest.mark.slow
+def test_sdpa_beats_naive_full_at_2k(benchmark) -> None:
+    full = BenchCase(target="attention", backend="full", seq_len=2048, mode="forward+backward")
+    sdpa = full.replace(backend="sdpa")
+    t = interleaved_medians({"full": full, "sdpa": sdpa})
+    benchmark.extra_info["sdpa/full"] = t["sdpa"] / t["full"]
+    benchmark.pedantic(build_runnable(sdpa).step, rounds=1, iterations=1)
+    assert t["sdpa"] < t["full"], (
+        f"SDPA took {t['sdpa'] / t['full']:.2f}x the naive attention's time at 2k"
+    )
+
+
+# ---- deterministic metrics against the committed baseline ------------------------------------
+
+
+def test_baseline_file_covers_registered_backends() -> None:
+    assert BASELINE["cases"], (
+        f"no baseline at {baseline.DEFAULT_PATH}; run benchmarks/scripts/update_baselines.py"
+    )
+    covered = {e["case"]["backend"] for e in BASELINE["cases"].values()}
+    expected = {b for b in baseline.BACKENDS_COVERED if b in BACKENDS}
+    assert expected <= covered, f"baseline lacks {sorted(expected - covered)}: regenerate it"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "key",
+    sorted(BASELINE["cases"]) or ["<none>"],
+    ids=[BASELINE["cases"][k]["name"] for k in sorted(BASELINE["cases"])] or ["none"],
+)
+def test_deterministic_metrics_match_baseline(key: str) -> None:
+    entry = BASELINE["cases"].get(key)
+    if entry is None:
+        pytest.skip("no baseline file")
+    case = BenchCase.from_dict(entry["case"])
+    if reason := baseline.case_available(case):
+        pytest.skip(reason)
+    actual = baseline.compute(case)
+    if os.environ.get("ZOO_UPDATE_BASELINES"):
+        pytest.skip(
+            "ZOO_UPDATE_BASELINES set: the file is rewritten at the end of the session instead"
+        )
+    problems = baseline.compare(entry, actual)
+    assert not problems, (
+        f"{entry['name']}:\n  "
+        + "\n  ".join(problems)
+        + (
+            "\nIf intended: python benchmarks/scripts/update_baselines.py, review and commit the diff."
+        )
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _maybe_update_baselines():
+    yield
+    if os.environ.get("ZOO_UPDATE_BASELINES"):
+        baseline.generate()

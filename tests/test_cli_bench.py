@@ -1,0 +1,203 @@
+"""`zoo bench`, `zoo memory`, `zoo results`: help with examples, tables, exports, clear errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from attention_zoo.attention.spec import BACKENDS
+from attention_zoo.cli import main
+
+FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", ["bench", "memory", "results"])
+def test_help_explains_with_an_example(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert "examples:" in out and f"zoo {command}" in out.split("examples:")[1]
+
+
+def test_bench_from_flags_prints_table_and_stores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "zoo.sqlite")
+    code, out, err = run(
+        capsys,
+        "bench",
+        "--target",
+        "attention",
+        "--backends",
+        "full,sdpa",
+        "--lengths",
+        "64,128",
+        "--modes",
+        "forward",
+        "--store",
+        store,
+        *FAST,
+    )
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("attention ")]
+    assert len(lines) == 4 and all(" ok " in line for line in lines)
+    assert "time x full" in out and "mem x full" in out and "1.00x" in out
+    # results: csv with one row per metric and the environment, json with the config parsed
+    code, csv_out, _ = run(capsys, "results", "--store", store, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(csv_out)))
+    assert code == 0 and {r["metric"] for r in rows} >= {
+        "peak_bytes",
+        "time_median",
+        "flops",
+        "predicted_peak_bytes",
+    }
+    assert all(r["torch_version"] and r["device_name"] and r["threads"] == "1" for r in rows)
+    code, json_out, _ = run(
+        capsys, "results", "--store", store, "--format", "json", "--metric", "flops"
+    )
+    data = json.loads(json_out)
+    assert len(data) == 4 and {d["config"]["backend"] for d in data} == {"full", "sdpa"}
+    code, table, _ = run(capsys, "results", "--store", store)
+    assert code == 0 and "sdpa" in table
+    code, runs, _ = run(capsys, "results", "--store", store, "--runs")
+    assert code == 0 and "bench" in runs
+
+
+def test_bench_resume_measures_nothing_new(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "zoo.sqlite")
+    args = [
+        "bench",
+        "--target",
+        "attention",
+        "--backends",
+        "full",
+        "--lengths",
+        "64",
+        "--store",
+        store,
+        "--metrics",
+        "memory",
+        *FAST,
+    ]
+    assert run(capsys, *args)[0] == 0
+    code, out, _ = run(capsys, *args, "--resume")
+    assert code == 0 and "nothing new; 1 already stored (resumed)" in out
+
+
+def test_bench_option_axis_and_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "bench",
+        "--target",
+        "attention",
+        "--backends",
+        "sdpa",
+        "--lengths",
+        "64",
+        "--option",
+        "sdpa.kernel=math,auto",
+        "--dry-run",
+    )
+    assert code == 0 and "[kernel=math]" in out and "[kernel=auto]" in out and "2 cases" in out
+
+
+def test_bench_unknown_backend_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "bench", "--backends", "full,flsh", "--dry-run")
+    assert (
+        code == 2
+        and "unknown attention backend 'flsh'; known attention backends:" in err
+        and "sdpa" in err
+    )
+
+
+def test_bench_malformed_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[grid]\nseq_lens = [1024\n")
+    code, _, err = run(capsys, "bench", "--preset", str(bad), "--dry-run")
+    assert code == 2 and "bad.toml is not valid TOML" in err
+    code, _, err = run(capsys, "bench", "--preset", "quik", "--dry-run")
+    assert code == 2 and "unknown preset 'quik'; built-in presets:" in err and "quick" in err
+
+
+def test_results_refuses_a_file_that_is_not_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "data.sqlite"
+    path.write_text("x" * 1000)
+    code, _, err = run(capsys, "results", "--store", str(path))
+    assert code == 2 and "is not an attention-zoo results store" in err
+    code, _, err = run(capsys, "results", "--store", str(tmp_path / "none.sqlite"))
+    assert code == 2 and "no results store at" in err
+
+
+def test_memory_answers_whether_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys,
+        "memory",
+        "--target",
+        "attention",
+        "--backends",
+        "full,sdpa",
+        "--lengths",
+        "65536",
+        "--modes",
+        "forward",
+        "--fits",
+        "8GiB",
+    )
+    assert code == 0, err
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("attention ")}
+    assert " NO " in rows["full"] and " yes " in rows["sdpa"]  # 64 GiB of scores vs a fused kernel
+    assert "fits 8.00 GiB" in out
+
+
+def test_memory_check_measures_and_compares(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "memory",
+        "--target",
+        "attention",
+        "--backends",
+        "full",
+        "--lengths",
+        "256",
+        "--modes",
+        "forward",
+        "--check",
+        "--format",
+        "json",
+    )
+    (record,) = json.loads(out)
+    assert code == 0 and record["measured_peak_bytes"] == record["peak_bytes"]
+
+
+@pytest.mark.slow
+def test_quick_preset_prints_comparison_of_every_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(
+        capsys,
+        "bench",
+        "--preset",
+        "quick",
+        "--store",
+        str(tmp_path / "zoo.sqlite"),
+        "--no-progress",
+    )
+    assert code == 0, err
+    for name in BACKENDS.names():
+        assert f" {name} " in out
+    assert "time x full" in out

@@ -1,0 +1,134 @@
+"""Memory prediction on FakeTensors against the profiler's measurement, and how memory scales.
+
+Tolerance: the prediction may be below the measurement by what kernels allocate internally
+(scratch buffers of fused kernels, e.g. SDPA's CPU flash kernel keeps per-thread blocks: up to
+~4 MiB at 2 threads here), which is invisible on meta; so measured - predicted must lie in
+[-1% - 64 KiB, +2% + 4 MiB]. Everything else (every tensor the autograd graph keeps, every
+temporary) is seen by both, and on this machine they agree to the byte for most cases.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attention_zoo.attention.spec import BACKENDS
+from attention_zoo.measure.cases import BenchCase, build_runnable
+from attention_zoo.measure.memory import profiled_peak
+from attention_zoo.measure.predict import predict_case, stand_in_device
+
+MiB = 2**20
+RUNNABLE = [name for name in BACKENDS.names() if not BACKENDS.get(name).unavailable_reason("cpu")]
+
+
+def measured(case: BenchCase) -> int:
+    runnable = build_runnable(case)
+    runnable.step()  # warm-up, as the prediction does
+    return profiled_peak(runnable.step)[1].peak_bytes
+
+
+def assert_agrees(case: BenchCase) -> None:
+    pred, meas = predict_case(case).peak_bytes, measured(case)
+    gap = meas - pred
+    assert -0.01 * meas - 64 * 1024 <= gap <= 0.02 * meas + 4 * MiB, (
+        f"{case.name()}: measured {meas / MiB:.2f} MiB, predicted {pred / MiB:.2f} MiB"
+    )
+
+
+@pytest.mark.parametrize("backend", RUNNABLE)
+@pytest.mark.parametrize(
+    "target,mode",
+    [
+        ("attention", "forward"),
+        ("attention", "forward+backward"),
+        ("block", "forward+backward"),
+        ("block", "train-step"),
+    ],
+)
+def test_prediction_agrees_with_measurement(backend: str, target: str, mode: str) -> None:
+    assert_agrees(
+        BenchCase(target=target, backend=backend, seq_len=1000, mode=mode)
+    )  # not a chunk multiple
+
+
+@pytest.mark.parametrize("residual", ["standard", "reversible", "checkpoint"])
+def test_model_prediction_agrees_with_measurement(residual: str) -> None:
+    layers = [n for n in ("local", "lsh") if n in BACKENDS] or ["sdpa"]
+    case = BenchCase(
+        target="model",
+        backend="+".join(layers),
+        seq_len=1024,
+        mode="train-step",
+        model={"attn_layers": layers, "residual": residual, "num_hidden_layers": 2},
+    )
+    assert_agrees(case)
+
+
+def test_prediction_is_exact_for_naive_attention() -> None:
+    """Full attention materialises (b, h, n, n) scores: forward peak = scores + probabilities
+    (two n x n buffers alive at once) + output, predicted and measured alike."""
+    b, h, n, d = 1, 4, 512, 64
+    case = BenchCase(
+        target="attention", backend="full", seq_len=n, batch=b, num_heads=h, head_dim=d
+    )
+    p = predict_case(case)
+    assert p.peak_bytes == measured(case)
+    assert p.peak_bytes >= 2 * b * h * n * n * 4
+    assert p.resident_bytes == 3 * b * h * n * d * 4  # q, k, v
+
+
+def test_prediction_allocates_nothing_at_half_a_million_tokens() -> None:
+    case = BenchCase(target="attention", backend="full", seq_len=524288, mode="forward")
+    p, real = profiled_peak(lambda: predict_case(case))  # real allocations made while predicting
+    assert p.peak_bytes >= 4 * 524288**2 * 4  # 4 TiB of scores...
+    assert real.peak_bytes < 64 * MiB  # ...predicted without allocating them
+
+
+def test_cuda_target_predicted_without_gpu() -> None:
+    p = predict_case(
+        BenchCase(target="block", backend="sdpa", seq_len=4096, device="cuda", mode="forward")
+    )
+    if not torch.cuda.is_available():
+        assert stand_in_device("cuda") == "cpu" and p.method == "fake:cpu standing in for cuda"
+    assert p.device == "cuda" and p.peak_bytes > 0
+
+
+def fitted_exponent(backend: str, lengths: list[int]) -> float:
+    """Least-squares slope of log(predicted peak) vs log(length), forward+backward of the core."""
+    xs, ys = [], []
+    for n in lengths:
+        case = BenchCase(target="attention", backend=backend, seq_len=n, mode="forward+backward")
+        xs.append(math.log(n))
+        ys.append(math.log(predict_case(case).peak_bytes))
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+LENGTHS = [4096, 8192, 16384, 32768]
+
+
+def test_full_attention_memory_grows_quadratically() -> None:
+    assert fitted_exponent("full", LENGTHS) == pytest.approx(2.0, abs=0.05)
+
+
+@pytest.mark.parametrize("backend", ["local", "lsh", "sdpa"])
+def test_chunked_attention_memory_grows_linearly(backend: str) -> None:
+    if backend not in BACKENDS:
+        pytest.skip(f"backend {backend!r} is not registered yet")
+    assert fitted_exponent(backend, LENGTHS) == pytest.approx(1.0, abs=0.1)
+
+
+def test_measured_exponents_match_on_small_lengths() -> None:
+    """The same scaling measured for real (profiler), at lengths CPU can afford."""
+    for backend, expected in (("full", 2.0), ("local", 1.0)):
+        if backend not in BACKENDS:
+            continue
+        lengths = [512, 1024, 2048]
+        peaks = [
+            measured(BenchCase(target="attention", backend=backend, seq_len=n, mode="forward"))
+            for n in lengths
+        ]
+        slope = math.log(peaks[-1] / peaks[0]) / math.log(lengths[-1] / lengths[0])
+        assert slope == pytest.approx(expected, abs=0.15), (backend, peaks)

@@ -1,0 +1,142 @@
+"""The SQLite results store: rows with their environment, replace-not-duplicate, export, bad files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from attention_zoo.measure.env import Environment
+from attention_zoo.store import SCHEMA_VERSION, ResultStore, StoreError, case_key
+
+ENV = Environment(git_commit="abc123", torch_version="9.9", device_name="test-cpu", threads=3)
+CONFIG = {"backend": "full", "seq_len": 128, "mode": "forward"}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ResultStore:
+    with ResultStore(tmp_path / "sub" / "zoo.sqlite") as s:  # the folder is created
+        yield s
+
+
+def test_rows_carry_environment_and_config(store: ResultStore) -> None:
+    run = store.start_run(kind="task", environment=ENV, meta={"command": "test"})
+    key = store.add_rows(
+        run, None, CONFIG, [("accuracy", 0.97, "fraction"), ("steps", 420, "steps")]
+    )
+    assert key == case_key(CONFIG)
+    rows = store.rows(run)
+    assert [(r["metric"], r["value"], r["unit"]) for r in rows] == [
+        ("accuracy", 0.97, "fraction"),
+        ("steps", 420.0, "steps"),
+    ]
+    for r in rows:
+        assert (
+            r["run_id"],
+            r["git_commit"],
+            r["torch_version"],
+            r["device_name"],
+            r["threads"],
+        ) == (run, "abc123", "9.9", "test-cpu", 3)
+        assert json.loads(r["config"]) == CONFIG and r["status"] == "ok"
+    assert store.run(run)["meta"]["command"] == "test"
+
+
+def test_rewriting_a_case_replaces_its_rows(store: ResultStore) -> None:
+    run = store.start_run(environment=ENV)
+    store.add_rows(run, "k1", CONFIG, [("peak_bytes", 1, "bytes")])
+    store.add_rows(run, "k1", CONFIG, [("peak_bytes", 2, "bytes")])
+    assert [r["value"] for r in store.rows(run)] == [2.0]
+    store.add_rows(run, "k1", CONFIG, [("time_median", 0.5, "s")], replace=False)
+    assert sorted(r["metric"] for r in store.rows(run)) == ["peak_bytes", "time_median"]
+    assert store.completed_cases(run) == {"k1"}
+
+
+def test_failed_case_is_listed_with_status_and_error(store: ResultStore) -> None:
+    run = store.start_run(environment=ENV)
+    store.add_rows(run, "k", CONFIG, [], status="oom", error="predicted 9 GiB > 8 GiB")
+    (row,) = store.rows(run)
+    assert (row["status"], row["metric"], row["error"]) == ("oom", None, "predicted 9 GiB > 8 GiB")
+    with pytest.raises(StoreError, match="status 'broken' is not one of: ok, oom, error, skipped"):
+        store.add_rows(run, "k", CONFIG, [], status="broken")
+    with pytest.raises(StoreError, match="no run 'nope'.*start_run"):
+        store.add_rows("nope", "k", CONFIG, [])
+
+
+def test_export_csv_and_dataframe(store: ResultStore, tmp_path: Path) -> None:
+    run = store.start_run(environment=ENV)
+    store.add_rows(run, None, CONFIG, [("flops", 1e9, "flop")])
+    n = store.export_csv(tmp_path / "out.csv")
+    with open(tmp_path / "out.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert n == 1 and rows[0]["metric"] == "flops" and float(rows[0]["value"]) == 1e9
+    assert list(csv.DictReader(io.StringIO(store.to_csv_text())))[0]["device_name"] == "test-cpu"
+    df = store.to_dataframe()
+    assert (
+        df.loc[0, "cfg.backend"] == "full"
+        and df.loc[0, "cfg.seq_len"] == 128
+        and df.loc[0, "value"] == 1e9
+    )
+
+
+def test_reopen_keeps_rows(tmp_path: Path) -> None:
+    path = tmp_path / "zoo.sqlite"
+    with ResultStore(path) as s:
+        run = s.start_run(environment=ENV)
+        s.add_rows(run, "k", CONFIG, [("x", 1, "u")])
+    with ResultStore(path, create=False) as s:
+        assert [r["metric"] for r in s.rows()] == ["x"] and s.latest_run() == run
+
+
+def test_missing_store_without_create(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no results store at .*zoo bench"):
+        ResultStore(tmp_path / "missing.sqlite", create=False)
+
+
+def test_text_file_is_not_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "notes.sqlite"
+    path.write_text("these are my notes, not a database\n" * 20)
+    with pytest.raises(StoreError, match="is not an attention-zoo results store"):
+        ResultStore(path)
+    assert path.read_text().startswith("these are my notes")  # untouched
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE customers (name TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(
+        StoreError, match=r"SQLite database but not an attention-zoo results store.*customers"
+    ):
+        ResultStore(path)
+
+
+def test_other_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "zoo.sqlite"
+    ResultStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    with pytest.raises(
+        StoreError, match=f"schema version {SCHEMA_VERSION + 1}.*upgrade attention-zoo"
+    ):
+        ResultStore(path)
+
+
+def test_corrupt_store_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "zoo.sqlite"
+    with ResultStore(path) as s:
+        run = s.start_run(environment=ENV)
+        s.add_rows(run, "k", CONFIG, [("x", 1, "u")])
+    data = bytearray(path.read_bytes())
+    data[100:] = b"\xff" * (len(data) - 100)  # keep the header, destroy every page
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="results store, but it is damaged"):
+        ResultStore(path)

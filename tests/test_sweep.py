@@ -1,0 +1,292 @@
+"""Sweeps: grid expansion and its errors, failures and OOM recorded while the sweep goes on,
+resume after a kill with no lost or duplicate rows, presets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_zoo import UnknownNameError, register_attention
+from attention_zoo.attention.base import AttentionCore
+from attention_zoo.attention.spec import BACKENDS
+from attention_zoo.errors import ConfigError, OptionError
+from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.runner import CaseResult, MeasureSettings, Metric
+from attention_zoo.measure.worker import run_isolated
+from attention_zoo.presets import builtin_presets, load_preset, parse_preset
+from attention_zoo.store import ResultStore
+from attention_zoo.sweep import Grid, run_sweep
+
+FAST = MeasureSettings(metrics=("memory", "predict"), time_budget_s=0.0, min_repeats=1)
+
+
+def fake_measure(case: BenchCase, settings: MeasureSettings) -> CaseResult:
+    return CaseResult(case=case, status="ok", rows=[Metric("seq_len_echo", case.seq_len, "tokens")])
+
+
+# ---- grids ----------------------------------------------------------------------------------
+
+
+def test_grid_expands_product_with_option_axes() -> None:
+    grid = Grid(
+        target="attention",
+        backends=("full", "sdpa"),
+        seq_lens=(64, 128),
+        modes=("forward", "forward+backward"),
+        options={"sdpa": {"kernel": ["math", "auto"]}},
+    )
+    cases = grid.cases()
+    # full: 2 lengths x 2 modes; sdpa: 2 kernels x 2 lengths x 2 modes
+    assert len(cases) == 4 + 8
+    assert {c.options.get("kernel") for c in cases if c.backend == "sdpa"} == {"math", "auto"}
+    assert len({c.key() for c in cases}) == len(cases)
+
+
+def test_grid_default_backends_come_from_registry() -> None:
+    names = {c.backend for c in Grid(seq_lens=(64,)).cases()}
+    assert names == set(BACKENDS.names())
+
+
+def test_unknown_backend_in_grid_lists_known_ones() -> None:
+    with pytest.raises(
+        UnknownNameError, match=r"unknown attention backend 'flash-typo'; known .*full.*sdpa"
+    ):
+        Grid(backends=("full", "flash-typo")).cases()
+
+
+def test_unknown_option_in_grid_names_accepted_ones() -> None:
+    with pytest.raises(
+        OptionError, match=r"'sdpa' does not take option\(s\) 'num_hashes'; it takes: kernel"
+    ):
+        Grid(backends=("sdpa",), options={"sdpa": {"num_hashes": 4}}).cases()
+
+
+def test_bad_grid_values() -> None:
+    with pytest.raises(ConfigError, match="mode"):
+        Grid(modes=("sideways",))
+    with pytest.raises(ConfigError, match="'seq_lens' is empty"):
+        Grid(seq_lens=())
+    with pytest.raises(ConfigError, match="train-step' needs parameters"):
+        Grid(target="attention", modes=("train-step",)).cases()
+
+
+# ---- presets --------------------------------------------------------------------------------
+
+
+def test_builtin_presets_load() -> None:
+    assert {"quick", "standard", "crime-and-punishment"} <= set(builtin_presets())
+    quick = load_preset("quick")
+    assert quick.settings.threads == 2 and quick.reference == "full"
+    assert quick.grid.cases()  # expands against the current registry
+
+
+def test_malformed_preset_says_where() -> None:
+    with pytest.raises(ConfigError, match=r"my.toml is not valid TOML: .*line 3"):
+        parse_preset("[grid]\nseq_lens = [1, 2\ntarget = 3\n", source="my.toml")
+    with pytest.raises(
+        ConfigError, match=r"\[grid\]: unknown key\(s\) \['lengths'\]; accepted: .*seq_lens"
+    ):
+        parse_preset("[grid]\nlengths = [1024]\n", source="p.toml")
+    with pytest.raises(ConfigError, match=r"unknown top-level key\(s\) \['grdi'\]"):
+        parse_preset("[grdi]\n", source="p.toml")
+    with pytest.raises(ConfigError, match=r"\[measure\]: unknown key\(s\) \['budget'\]"):
+        parse_preset("[measure]\nbudget = 1\n", source="p.toml")
+    with pytest.raises(ConfigError, match="unknown preset 'nope'; built-in presets: .*quick"):
+        load_preset("nope")
+
+
+def test_preset_file_from_path(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        '[grid]\ntarget = "attention"\nbackends = ["full"]\nseq_lens = [64]\n[measure]\nthreads = 1\n'
+    )
+    preset = load_preset(str(path))
+    assert [c.backend for c in preset.grid.cases()] == ["full"] and preset.settings.threads == 1
+
+
+# ---- failures and OOM keep the sweep going ---------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _NoOptions:
+    """No options."""
+
+
+@pytest.fixture
+def bad_backends():
+    """Two injected backends: one raising an ordinary error, one an allocator out-of-memory error."""
+
+    @register_attention("test-failing", config=_NoOptions)
+    class Failing(AttentionCore):
+        def attend(self, q, k, v, key_padding_mask):
+            raise ValueError("injected failure")
+
+    @register_attention("test-oom", config=_NoOptions)
+    class OutOfMemory(AttentionCore):
+        def attend(self, q, k, v, key_padding_mask):
+            if q.device.type == "meta" or type(q).__name__ == "FakeTensor":
+                return q  # predictable; only the real run fails
+            raise RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: "
+                "you tried to allocate 1099511627776 bytes"
+            )
+
+    yield
+    BACKENDS.remove("test-failing")
+    BACKENDS.remove("test-oom")
+
+
+@pytest.mark.slow
+def test_failing_and_oom_cases_are_recorded_and_sweep_goes_on(
+    tmp_path: Path, bad_backends: None
+) -> None:
+    cases = Grid(
+        target="attention", backends=("full", "test-failing", "test-oom", "sdpa"), seq_lens=(64,)
+    ).cases()
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        result = run_sweep(cases, store, settings=FAST, progress=False)
+        status = {
+            c["config"]["backend"]: (c["status"], c["error"]) for c in store.cases(result.run_id)
+        }
+    assert status["full"] == ("ok", None) and status["sdpa"] == ("ok", None)
+    assert (
+        status["test-failing"][0] == "error"
+        and "ValueError: injected failure" in status["test-failing"][1]
+    )
+    assert status["test-oom"][0] == "oom" and "can't allocate memory" in status["test-oom"][1]
+    assert result.counts() == {"ok": 2, "error": 1, "oom": 1}
+
+
+def test_prediction_guard_marks_oversized_case_oom_without_running(tmp_path: Path) -> None:
+    big = BenchCase(
+        target="attention", backend="full", seq_len=65536, mode="forward"
+    )  # ~64 GiB of scores
+    small = BenchCase(target="attention", backend="full", seq_len=64, mode="forward")
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        result = run_sweep(
+            [big, small], store, settings=FAST, memory_limit_bytes=2**30, progress=False
+        )
+    by_len = {r.case.seq_len: r for r in result.results}
+    assert by_len[65536].status == "oom" and "not run: predicted" in by_len[65536].error
+    assert by_len[65536].value("predicted_peak_bytes") >= 4 * 65536**2 * 4  # the scores alone
+    assert by_len[65536].value("peak_bytes") is None  # nothing was measured
+    assert by_len[64].status == "ok"
+
+
+def test_injected_measure_that_raises_is_stored(tmp_path: Path) -> None:
+    def boom(case: BenchCase, settings: MeasureSettings) -> CaseResult:
+        if case.seq_len == 128:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if case.seq_len == 256:
+            raise KeyError("weird")
+        return fake_measure(case, settings)
+
+    cases = Grid(target="attention", backends=("full",), seq_lens=(64, 128, 256, 512)).cases()
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        result = run_sweep(cases, store, measure=boom, progress=False)
+        status = {c["config"]["seq_len"]: c["status"] for c in store.cases(result.run_id)}
+    assert status == {64: "ok", 128: "oom", 256: "error", 512: "ok"}
+
+
+# ---- kill and resume --------------------------------------------------------------------------
+
+KILLER = textwrap.dedent("""
+    import os, sys
+    from attention_zoo.measure.runner import CaseResult, Metric
+    from attention_zoo.store import ResultStore
+    from attention_zoo.sweep import Grid, run_sweep
+
+    store_path, kill_at = sys.argv[1], int(sys.argv[2])
+    seen = []
+
+    def measure(case, settings):
+        seen.append(case.seq_len)
+        if len(seen) == kill_at:
+            os._exit(9)  # die mid-case, like a crash or kill -9: no cleanup, no commit
+        return CaseResult(case=case, status="ok", rows=[Metric("echo", case.seq_len, "tokens"),
+                                                        Metric("twice", 2 * case.seq_len, "tokens")])
+
+    cases = Grid(target="attention", backends=("full", "sdpa"), seq_lens=(64, 128, 256)).cases()
+    with ResultStore(store_path) as store:
+        run_sweep(cases, store, measure=measure, resume=True, progress=False)
+    print("completed", len(seen))
+""")
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_only_missing_cases(tmp_path: Path) -> None:
+    script, store_path = tmp_path / "sweep.py", tmp_path / "zoo.sqlite"
+    script.write_text(KILLER)
+    first = subprocess.run(
+        [sys.executable, str(script), str(store_path), "4"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert first.returncode == 9, first.stderr
+    with ResultStore(store_path) as store:
+        (run,) = store.runs()
+        assert (
+            run["n_cases"] == 3 and run["finished_at"] is None
+        )  # cases 1-3 committed, the 4th lost
+    second = subprocess.run(
+        [sys.executable, str(script), str(store_path), "0"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert second.returncode == 0, second.stderr
+    assert "completed 3" in second.stdout  # only the 3 missing cases ran
+    with ResultStore(store_path) as store:
+        (run,) = store.runs()  # the same run was continued
+        rows = store.rows(run["run_id"])
+        assert run["n_cases"] == 6 and run["finished_at"] is not None
+    pairs = [(r["case_key"], r["metric"]) for r in rows]
+    assert len(pairs) == 12 and len(set(pairs)) == 12  # 6 cases x 2 metrics, none twice, none lost
+
+
+def test_resume_of_complete_run_measures_nothing(tmp_path: Path) -> None:
+    cases = Grid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        first = run_sweep(cases, store, measure=fake_measure, progress=False)
+        again = run_sweep(cases, store, measure=fake_measure, resume=True, progress=False)
+        fresh = run_sweep(cases, store, measure=fake_measure, progress=False)
+    assert again.run_id == first.run_id and again.results == [] and again.already_done == 2
+    assert fresh.run_id != first.run_id and len(fresh.results) == 2  # without --resume: a new run
+
+
+def test_progress_bar_shows_current_case(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = Grid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        run_sweep(cases, store, measure=fake_measure, progress=True)
+    err = capsys.readouterr().err
+    assert "2/2" in err and "attention:full L=128" in err
+
+
+# ---- subprocess isolation -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_isolated_case_under_address_space_limit_is_oom(tmp_path: Path) -> None:
+    """No prediction guard here: the subprocess really tries to allocate 4 GiB of scores and hits
+    its RLIMIT_AS, which is stored as oom; the parent is unharmed."""
+    case = BenchCase(target="attention", backend="full", seq_len=16384, mode="forward")
+    result = run_isolated(
+        case, MeasureSettings(metrics=("memory",)), rlimit_bytes=512 * 2**20, timeout_s=120
+    )
+    assert result.status == "oom", result.error
+    assert "allocate" in result.error
+    ok = run_isolated(
+        case.replace(seq_len=128), MeasureSettings(metrics=("memory",)), rlimit_bytes=512 * 2**20
+    )
+    assert ok.status == "ok" and ok.value("peak_bytes") > 0
+    assert os.getpid()  # still here
