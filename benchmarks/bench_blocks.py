@@ -45,16 +45,10 @@ def _model_case(**model: object):
     )
 
 
-class ResidualLayers:
-    """Reversible memory should barely grow with layers; standard grows by each layer's activations."""
+class _TrainStepBenchmark:
+    """Time, measured peak and predicted peak of one training step; subclasses set case/runnable."""
 
-    params = (["standard", "reversible", "checkpoint"], [2, 4, 8])
-    param_names = ("residual", "layers")
     timeout = 300
-
-    def setup(self, residual: str, layers: int) -> None:
-        self.case = _model_case(residual=residual, num_hidden_layers=layers)
-        self.runnable = build(self.case)
 
     def time_train_step(self, *_: object) -> None:
         run_synced(self.runnable)
@@ -70,12 +64,22 @@ class ResidualLayers:
     track_predicted_bytes.unit = "bytes"
 
 
-class ChunkedFFN:
+class ResidualLayers(_TrainStepBenchmark):
+    """Reversible memory should barely grow with layers; standard grows by each layer's activations."""
+
+    params = (["standard", "reversible", "checkpoint"], [2, 4, 8])
+    param_names = ("residual", "layers")
+
+    def setup(self, residual: str, layers: int) -> None:
+        self.case = _model_case(residual=residual, num_hidden_layers=layers)
+        self.runnable = build(self.case)
+
+
+class ChunkedFFN(_TrainStepBenchmark):
     """Chunking the FFN pays off when the FFN dominates (wide d_ff, few heads)."""
 
     params = ([0, 64, 256],)
     param_names = ("chunk_size_feed_forward",)
-    timeout = 300
 
     def setup(self, chunk: int) -> None:
         self.case = _model_case(
@@ -87,19 +91,6 @@ class ChunkedFFN:
             residual="standard",
         )
         self.runnable = build(self.case)
-
-    def time_train_step(self, *_: object) -> None:
-        run_synced(self.runnable)
-
-    def track_peak_bytes(self, *_: object) -> int:
-        return measured_peak(self.runnable)
-
-    track_peak_bytes.unit = "bytes"
-
-    def track_predicted_bytes(self, *_: object) -> int:
-        return predicted(self.case)
-
-    track_predicted_bytes.unit = "bytes"
 
 
 class AxialPositions:
