@@ -54,3 +54,12 @@ def reference_for(spec: BackendSpec) -> str:
 
 def reference(spec: BackendSpec, *, causal: bool) -> torch.nn.Module:
     return build_attention(get_backend(reference_for(spec)).name, causal=causal, device="cpu")
+
+
+def with_grads(fn: Any, tensors: list[Tensor], seed: int = 5) -> tuple[Tensor, list[Tensor]]:
+    """fn's output and the gradients of a fixed random projection of it w.r.t. every input."""
+    leaves = [t.detach().clone().requires_grad_() for t in tensors]
+    out = fn(*leaves)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    (out * weight).sum().backward()
+    return out.detach(), [t.grad for t in leaves]

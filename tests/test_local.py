@@ -10,6 +10,7 @@ import torch
 from attention_zoo import OptionError, SelfAttention, build_attention
 from attention_zoo.attention.chunked import resolve_kernel
 from attention_zoo.attention.dense import dense_attention
+from .contract import with_grads
 
 
 def band_mask(n: int, chunk: int, before: int, after: int, *, causal: bool) -> torch.Tensor:
@@ -34,15 +35,6 @@ def _qkv(b=2, h=3, n=37, d=16, *, seed=0, dtype=torch.float32):
     return [torch.randn(b, h, n, d, generator=g, dtype=dtype) for _ in range(3)]
 
 
-def _with_grads(fn, tensors, seed=5):
-    """fn's output and the gradients of a fixed random projection of it w.r.t. every input."""
-    leaves = [t.detach().clone().requires_grad_() for t in tensors]
-    out = fn(*leaves)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
-    (out * weight).sum().backward()
-    return out.detach(), [t.grad for t in leaves]
-
-
 @pytest.mark.parametrize("kernel", ["flash", "math"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("n", [32, 37], ids=["multiple-of-chunk", "not-multiple"])
@@ -58,8 +50,8 @@ def test_local_equals_full_attention_under_its_band_mask(kernel, causal, n, befo
         num_chunks_after=after,
         kernel=kernel,
     )
-    out, grads = _with_grads(attn, (q, k, v))
-    ref, ref_grads = _with_grads(
+    out, grads = with_grads(attn, (q, k, v))
+    ref, ref_grads = with_grads(
         lambda q, k, v: dense_local(q, k, v, chunk=8, before=before, after=after, causal=causal),
         (q, k, v),
     )

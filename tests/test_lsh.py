@@ -11,6 +11,7 @@ from attention_zoo.attention.chunked import padded_length
 from attention_zoo.attention.dense import dense_attention
 from attention_zoo.attention.lsh import LSHConfig, auto_buckets
 from attention_zoo.attention.shared_qk import unit_keys
+from .contract import with_grads
 
 C = 8  # chunk length used by most tests
 
@@ -57,14 +58,6 @@ def _qkv(b=2, h=3, n=37, d=16, *, seed=0, dtype=torch.float32):
     )
 
 
-def _with_grads(fn, tensors, seed=5):
-    leaves = [t.detach().clone().requires_grad_() for t in tensors]
-    out = fn(*leaves)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
-    (out * weight).sum().backward()
-    return out.detach(), [t.grad for t in leaves]
-
-
 def _lsh(causal=False, **options):
     opts = dict(chunk_length=C, num_hashes=2, num_buckets=4, seed=3)
     opts.update(options)
@@ -84,9 +77,9 @@ def test_lsh_equals_dense_shared_qk_under_its_bucket_mask(kernel, causal, hf, n,
     attn = _lsh(causal, num_hashes=hashes, num_chunks_after=1, hf_chunking=hf, kernel=kernel)
     buckets = attn.hash(qk)
     assert buckets.shape == (2, 3, hashes, n)
-    out, grads = _with_grads(lambda x, v: attn(x, x, v), (qk, v))
+    out, grads = with_grads(lambda x, v: attn(x, x, v), (qk, v))
     after = 0 if causal else 1
-    ref, ref_grads = _with_grads(
+    ref, ref_grads = with_grads(
         lambda x, v: dense_lsh(x, v, buckets, C, 1, after, causal=causal, hf=hf), (qk, v)
     )
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
@@ -196,8 +189,8 @@ def test_rounds_per_pass_and_kernels_do_not_change_results(causal):
     for kernel in ("math", "flash"):
         for per_pass in (None, 1, 2):
             attn = _lsh(causal, num_hashes=3, kernel=kernel, rounds_per_pass=per_pass)
-            results[kernel, per_pass, "shared"] = _with_grads(lambda x, v: attn(x, x, v), (qk, v))
-            results[kernel, per_pass, "separate"] = _with_grads(attn, (qk, k, v))
+            results[kernel, per_pass, "shared"] = with_grads(lambda x, v: attn(x, x, v), (qk, v))
+            results[kernel, per_pass, "separate"] = with_grads(attn, (qk, k, v))
     for case, (out, grads) in results.items():
         ref_out, ref_grads = results["math", None, case[2]]
         torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5, msg=lambda m: f"{case}: {m}")
