@@ -179,3 +179,33 @@ def test_forcing_the_flash_kernel_where_it_cannot_run_says_why():
         resolve_kernel("flash", torch.device("cuda"), torch.float32)
     assert resolve_kernel("auto", torch.device("cuda"), torch.float32) == "math"
     assert resolve_kernel("auto", torch.device("meta"), torch.float32) == "flash"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_backward_segments_do_not_change_gradients(monkeypatch, causal):
+    """The fused path's backward works segment by segment; one segment per chunk, a few, or one
+    for the whole sequence give the materialised path's gradients -- with padding keys, b=2,
+    and queries that see no real key at all (their output is zero, so is their gradient)."""
+    from attention_zoo.attention import window_grad
+
+    q, k, v = _qkv(n=45)
+    kpm = torch.ones(2, 45, dtype=torch.bool)
+    kpm[1, :32] = False  # row 1: chunks 0-3 have no real key in their windows
+    kpm[0, 41:] = False
+    opts = dict(chunk_length=8, num_chunks_before=2, num_chunks_after=1)
+
+    def run(kernel):
+        attn = build_attention("local", causal=causal, device="cpu", kernel=kernel, **opts)
+        return with_grads(lambda q, k, v: attn(q, k, v, key_padding_mask=kpm), (q, k, v))
+
+    ref, ref_grads = run("math")
+    assert (ref[1, :, :16] == 0).all() and (ref_grads[0][1, :, :16] == 0).all()
+    for segments, scratch in ((1, 1 << 30), (3, 1 << 30), (8, 1)):
+        monkeypatch.setattr(window_grad, "SEGMENTS", segments)
+        monkeypatch.setattr(window_grad, "SEGMENT_SCRATCH_BYTES", scratch)
+        out, grads = run("flash")
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(
+                got, want, atol=1e-5, rtol=1e-5, msg=lambda m: f"{segments} segments: {m}"
+            )

@@ -271,3 +271,36 @@ def test_bad_options_say_what_would_work(options, message):
     with pytest.raises(OptionError) as err:
         build_attention("lsh", device="cpu", **options)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("before", [1, 2])
+def test_exact_causal_forward_in_quarter_chunk_blocks_matches_the_math_path(monkeypatch, before):
+    """Exact causal windows slide with the query, so the fused forward runs 8-query blocks for
+    chunk 32 (a smaller mask); outputs and gradients still equal the chunk-blocked math path."""
+    from attention_zoo.attention import lsh as lsh_module
+
+    blocks = []
+    regrid = lsh_module._Plan.regrid
+    monkeypatch.setattr(
+        lsh_module._Plan, "regrid", lambda plan, block: blocks.append(block) or regrid(plan, block)
+    )
+    qk, v = _qkv(n=201)  # two buckets of ~100: look-backs of 32 and 64 positions both bind
+    results = [
+        with_grads(
+            lambda x, v: _lsh(
+                True,
+                chunk_length=32,
+                num_chunks_before=before,
+                num_hashes=3,
+                num_buckets=2,
+                kernel=kernel,
+            )(x, x, v),
+            (qk, v),
+        )
+        for kernel in ("math", "flash")
+    ]
+    assert blocks == [8]
+    (ref, ref_grads), (out, grads) = results
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

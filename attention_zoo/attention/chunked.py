@@ -7,11 +7,11 @@ chunks in front and `after` behind, so the key block at window offset o of every
 plain view (`narrow` by o chunks); neighbours that do not exist (or belong to the previous row of
 the flat batch) are masked by the caller's additive mask, never wrapped around.
 
-The forward attends whole windows in one kernel call (keys as overlapping strided views, no copy);
-the backward runs one call per window offset, so only one offset's key/value gradients exist at a
-time. Results combine by log-sum-exp, like LSH hash rounds, and one backward rule serves both: the
-flash backward of any partial, given the combined output and combined log-sum-exp, returns exactly
-that partial's share of the combined gradient (see `flash_backward_offset`).
+The forward attends whole windows in one kernel call (keys as overlapping strided views, no copy).
+LSH's backward runs one kernel call per window offset (and hash round), so only one offset's
+key/value gradients exist at a time: the flash backward of any partial, given the combined output
+and combined log-sum-exp, returns exactly that partial's share of the combined gradient (see
+`flash_backward_offset`). Local attention's backward needs no output at all (see `window_grad`).
 """
 
 from __future__ import annotations
@@ -181,13 +181,21 @@ def flash_forward(
     one call per offset at the same peak memory. mask_out: optional (B, H|1, c, W) buffer to build
     the window mask in.
     """
-    c, width = win.chunk, len(win.offsets) * win.chunk
+    c = win.chunk
     if mask_out is None:
         mask = torch.cat([masks(o) for o in win.offsets], dim=-1)
     else:
         for o in win.offsets:
             masks(o, out=mask_out[..., o * c : (o + 1) * c])
         mask = mask_out
+    return flash_window_forward(q4, k_long, v_long, win, mask, scale)
+
+
+def flash_window_forward(
+    q4: Tensor, k_long: Tensor, v_long: Tensor, win: Windows, mask: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
+    """One fused-kernel call over whole windows given their mask (B, H|1, c, W): (out, lse)."""
+    width = mask.shape[-1]
     return _flash_fwd(q4, win.windows(k_long, width), win.windows(v_long, width), mask, scale)
 
 

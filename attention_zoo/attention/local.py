@@ -18,13 +18,13 @@ from .base import AttentionCore, mask_value
 from .chunked import (
     Windows,
     check_chunking,
-    flash_backward_offset,
-    flash_forward,
+    flash_window_forward,
     math_attention,
     padded_length,
     resolve_kernel,
 )
 from .spec import Capabilities, register_attention
+from .window_grad import WindowGeometry, window_backward
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,20 +45,47 @@ class LocalConfig:
 def local_windows(b: int, h: int, n: int, d: int, cfg: LocalConfig, causal: bool) -> Windows:
     """Blocks (b * chunks, h, c, d) over a flat (b * npad, h, d) buffer, memory order (b, n, h, d).
 
-    That order is the one a fused (b, n, 3 * h * d) input projection produces and the output
-    projection consumes, so queries and outputs need no transposing copies.
+    That order is the one the (b, n, h * d) input projections produce and the output projection
+    consumes, so queries and outputs need no transposing copies.
     """
     c = cfg.chunk_length
     npad = padded_length(n, c)
-    nc = npad // c
     after = 0 if causal else cfg.num_chunks_after  # later chunks are all in the future
     return Windows(
         chunk=c,
         before=cfg.num_chunks_before,
         after=after,
         length=b * npad,
-        to_blocks=lambda x: x.view(b * nc, c, h, d).transpose(1, 2),
+        to_blocks=lambda x: x.view(-1, c, h, d).transpose(1, 2),
     )
+
+
+@dataclass(frozen=True)
+class LocalMasks:
+    """Additive masks of local attention: missing/padding keys and, when causal, the future.
+
+    `window(first, count)` covers the whole key windows of query chunks first:first+count, as
+    (count, 1, c, W); calling it with a window offset o gives that offset's (chunks, 1, c, c)
+    block, the per-offset form the materialised path takes.
+    """
+
+    keys: Tensor  # (b, front + npad + back) bool: which key positions exist
+    allowed: Tensor  # (c, W) bool: allowed by position within every window
+    chunk: int
+    dtype: torch.dtype
+
+    def window(self, first: int, count: int) -> Tensor:
+        exists = self.keys.unfold(1, self.allowed.shape[1], self.chunk).flatten(0, 1)
+        ok = exists[first : first + count, None, None, :] & self.allowed
+        zero = torch.zeros((), dtype=self.dtype, device=ok.device)
+        low = torch.full((), mask_value(self.dtype), dtype=self.dtype, device=ok.device)
+        return torch.where(ok, zero, low)
+
+    def __call__(self, o: int, out: Tensor | None = None) -> Tensor:
+        c, (rows, length) = self.chunk, self.keys.shape
+        chunks = rows * (length - self.allowed.shape[1]) // c + rows
+        block = self.window(0, chunks)[..., o * c : (o + 1) * c]
+        return block if out is None else out.copy_(block)
 
 
 def local_masks(
@@ -70,8 +97,8 @@ def local_masks(
     key_padding_mask: Tensor | None,
     dtype: torch.dtype,
     device: torch.device,
-):
-    """Window offset -> additive mask (b * chunks, 1, c, c): missing/padding keys and the future."""
+) -> LocalMasks:
+    """Masks for a (b * npad) flat sequence of real length n per row."""
     c = win.chunk
     npad = win.length // b
     real = torch.arange(npad, device=device) < n  # (npad,)
@@ -79,17 +106,12 @@ def local_masks(
         real = real & _pad_to(key_padding_mask, npad)
     # which keys exist, with the missing chunks before and after: (b | 1, front + npad + back)
     keys = torch.nn.functional.pad(real.expand(b, npad), (win.front, win.back), value=False)
-    t = torch.arange(c, device=device)
-    mv = mask_value(dtype)
-
-    def mask(o: int, out: Tensor | None = None) -> Tensor:
-        ok = keys[:, o * c : o * c + npad].reshape(b * (npad // c), 1, 1, c)
-        if causal:  # key position - query position = (o - before) * c + u - t <= 0
-            ok = ok & (((o - win.before) * c + t[None, :] - t[:, None]) <= 0)
-        zero = torch.zeros((), dtype=dtype, device=device)
-        return torch.where(ok, zero, torch.full((), mv, dtype=dtype, device=device), out=out)
-
-    return mask
+    width = len(win.offsets) * c
+    allowed = torch.ones((c, width), dtype=torch.bool, device=device)
+    if causal:  # key position - query position = w - before * c - t <= 0
+        t = torch.arange(c, device=device)
+        allowed = (torch.arange(width, device=device)[None, :] - win.front - t[:, None]) <= 0
+    return LocalMasks(keys, allowed, c, dtype)
 
 
 def _pad_to(key_padding_mask: Tensor, npad: int) -> Tensor:
@@ -113,65 +135,48 @@ def _unflat(x: Tensor, b: int, n: int) -> Tensor:
 
 
 class _LocalFlash(Function):
-    """Local attention through the fused CPU kernel; backward through its backward op.
+    """Local attention through the fused CPU kernel; backward from the saved log-sum-exp.
 
-    Saves the three (padded) inputs, the output and its log-sum-exp; no score-sized tensor lives
-    beyond one kernel call.
+    Saves only the inputs (as given: views of the projections, no copies) and the log-sum-exp;
+    the backward (see `window_grad`) needs neither the output nor full-size scratch.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, win, masks, scale, rows_may_be_empty):  # type: ignore[override]
-        b, _, n, _ = q.shape
+        b, h, n, d = q.shape
         npad = win.length // b
-        q_flat = _flat(q, npad).contiguous()
-        k_long, k_mid = win.new_long(q, tuple(q_flat.shape[1:]))
-        v_long, v_mid = win.new_long(q, tuple(q_flat.shape[1:]))
+        q_flat = _flat(q, npad)  # a view, or a padded copy when n is not a whole number of chunks
+        k_long, k_mid = win.new_long(q, (h, d))  # keys with zero chunks at both ends
+        v_long, v_mid = win.new_long(q, (h, d))
         k_mid.copy_(_flat(k, npad))
         v_mid.copy_(_flat(v, npad))
-        out4, lse = flash_forward(win.to_blocks(q_flat), k_long, v_long, win, masks, scale)
+        chunks = win.length // win.chunk
+        out4, lse = flash_window_forward(
+            win.to_blocks(q_flat), k_long, v_long, win, masks.window(0, chunks), scale
+        )
         keep = None
         if rows_may_be_empty:  # a query seeing no real key outputs zeros, not a neighbour's values
-            keep = (lse > mask_value(q.dtype) / 2).unsqueeze(-1)
+            keep = (lse > mask_value(q.dtype) / 2).unsqueeze(-1).to(q.dtype)
             out4.mul_(keep)
-        ctx.save_for_backward(q_flat, k_long, v_long, out4, lse, keep)
+        # save the inputs as given (views of the projections, no copies) or, when padding made
+        # copies anyway, the padded copies (the originals are then freed)
+        ctx.padded = npad != n
+        inputs = (q_flat, k_mid, v_mid) if ctx.padded else (q, k, v)
+        del k_long, v_long
+        ctx.save_for_backward(*inputs, lse, keep)
         ctx.win, ctx.masks, ctx.scale, ctx.shape = win, masks, scale, (b, n)
         # out4 is (b * chunks, h, c, d) in (b, n, h, d) memory order
-        return _unflat(out4.transpose(1, 2).reshape(win.length, *q_flat.shape[1:]), b, n)
+        return _unflat(out4.transpose(1, 2).reshape(win.length, h, d), b, n)
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        q_flat, k_long, v_long, out4, lse, keep = ctx.saved_tensors
+        q, k, v, lse, keep = ctx.saved_tensors  # (b, h, n, d), or flat padded (b * npad, h, d)
         win, (b, n) = ctx.win, ctx.shape
-        g4 = win.to_blocks(_flat(g, win.length // b))
-        if keep is not None:
-            g4 = g4 * keep
-        dq = dk = dv = None
-        q4 = win.to_blocks(q_flat)
-        for o in win.backward_order:
-            parts = flash_backward_offset(
-                o, g4, q4, k_long, v_long, out4, lse, win, ctx.masks, ctx.scale
-            )
-            # kernel grads are (b, n, h, d) ordered: flatten to (b * npad, h, d) without copying
-            dq_o, dk_o, dv_o = (t.transpose(1, 2).reshape(q_flat.shape) for t in parts)
-            del parts
-            if dq is None:  # the own-chunk offset: key blocks aligned with the sequence
-                dq, dk, dv = dq_o, dk_o, dv_o
-                continue
-            dq.add_(dq_o)
-            shift = (o - win.before) * win.chunk  # offset o's key block starts `shift` later
-            _add_shifted(dk, dk_o, shift)
-            _add_shifted(dv, dv_o, shift)
-            del dq_o, dk_o, dv_o
-        return _unflat(dq, b, n), _unflat(dk, b, n), _unflat(dv, b, n), None, None, None, None
-
-
-def _add_shifted(acc: Tensor, part: Tensor, shift: int) -> None:
-    """acc[i + shift] += part[i] where both ends are in range (the rest fell on padding)."""
-    length = acc.shape[0]
-    if shift < 0:
-        acc[: length + shift].add_(part[-shift:])
-    else:
-        acc[shift:].add_(part[: length - shift])
+        npad = win.length // b
+        geo = WindowGeometry(win.chunk, win.before, win.after)
+        flat = [_flat(g, npad), *((q, k, v) if ctx.padded else (_flat(t, npad) for t in (q, k, v)))]
+        grads = window_backward(*flat, lse, geo, ctx.masks.window, ctx.scale, keep)
+        return (*(_unflat(t, b, n) for t in grads), None, None, None, None)
 
 
 @register_attention(

@@ -10,6 +10,7 @@ Hugging Face chunk-aligned window, kept as `hf_chunking=True`, leaks the future)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -56,7 +57,8 @@ class LSHConfig:
         False  # causal only: HF's chunk-aligned window (leaks the future; for comparison)
     )
     kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math
-    rounds_per_pass: int | None = None  # hash rounds attended per kernel pass; None = all at once
+    # hash rounds per fused forward pass; None = all at once (the backward always takes one)
+    rounds_per_pass: int | None = None
 
     def __post_init__(self) -> None:
         check_chunking(
@@ -176,10 +178,7 @@ class LSHAttention(AttentionCore):
             q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
             k = q if shared else k
         with torch.no_grad():
-            buckets = self._hash(k, n, key_padding_mask)  # (b, h, r, npad)
-            pos = torch.arange(npad, device=q.device)
-            sorted_keys, perm = torch.sort(buckets * npad + pos, dim=-1)
-            sorted_buckets = torch.div(sorted_keys, npad, rounding_mode="floor")
+            perm, sorted_buckets = _sort_by_bucket(self._hash(k, n, key_padding_mask))
         plan = _Plan(
             chunk=c,
             before=cfg.num_chunks_before,
@@ -195,6 +194,18 @@ class LSHAttention(AttentionCore):
         else:
             out = _lsh_math(q, k, v, plan)
         return out[:, :, :n]
+
+
+def _sort_by_bucket(buckets: Tensor) -> tuple[Tensor, Tensor]:
+    """buckets (b, h, r, n) -> (perm, sorted buckets): order by (bucket, position) per round.
+
+    Sorted buckets are int32: they are only compared, and every byte here is live while the
+    fused kernel runs."""
+    npad = buckets.shape[-1]
+    keys = buckets.mul_(npad).add_(torch.arange(npad, device=buckets.device))
+    sorted_keys, perm = torch.sort(keys, dim=-1)
+    del keys
+    return perm, torch.div(sorted_keys, npad, rounding_mode="floor").to(torch.int32)
 
 
 def _groups(r: int, per_pass: int | None) -> list[tuple[int, int]]:
@@ -282,6 +293,30 @@ class _Plan:
 
         return mask
 
+    def regrid(self, block: int) -> _Plan:
+        """The same attention pattern with query blocks of `block` positions (exact causal only).
+
+        Exact causal windows slide with the query ([p - chunk * before, p] in sorted order), so
+        blocks of `block` queries with `chunk * before / block` previous blocks cover them, and
+        the masks keep the same bound. Smaller query blocks shrink the window each block scans
+        (block + chunk * before keys instead of (before + 1) * chunk), and with it the float mask
+        the fused kernel needs: at chunk 64, one before, 16-query blocks scan 80 keys, not 128.
+        """
+        if not self.causal or self.hf or block == self.chunk:
+            return self
+        if self.chunk % block:
+            raise ValueError(f"query block {block} does not divide chunk {self.chunk}")
+        return dataclasses.replace(
+            self, chunk=block, before=self.before * (self.chunk // block), after=0
+        )
+
+    def forward_block(self) -> int:
+        """Query block of the fused forward: a quarter chunk (>= 8) when the pattern allows."""
+        if not self.causal or self.hf:
+            return self.chunk
+        block = self.chunk // 4
+        return block if block >= 8 and self.chunk % 4 == 0 else self.chunk
+
 
 def _gather_rows(x: Tensor, perm: Tensor) -> Tensor:
     """x (b, h, n, d) gathered by perm (b, h, g, n) -> (b, h, g * n, d), differentiably."""
@@ -328,14 +363,29 @@ class _Pass:
         self.mask_fn = functools.partial(plan.masks, s, e, self.win)
         flat = self.perm + (torch.arange(b * h, device=self.perm.device) * npad).view(b, h, 1, 1)
         self.positions = flat.reshape(-1)  # sorted slot -> flat (b, h, npad) position
-        # unsorted (b, h, npad, g) -> sorted slot, for gathering results back in position order
-        self.unsort = _undo(self.perm).transpose(-1, -2) + (
-            torch.arange(b * h, device=self.perm.device) * (self.g * npad)
-        ).view(b, h, 1, 1)
-        self.unsort = self.unsort.reshape(-1)
+
+    def unsort(self) -> Tensor:
+        """Unsorted (b, h, npad, g) -> sorted slot, flat: gathers results back in position order."""
+        b, h, _, npad = self.perm.shape
+        offsets = torch.arange(b * h, device=self.perm.device) * (self.g * npad)
+        return (_undo(self.perm).transpose(-1, -2) + offsets.view(b, h, 1, 1)).reshape(-1)
 
     def masks(self, dtype: torch.dtype):
         return self.mask_fn(dtype, self.ws)
+
+    def combine(self, out_sorted: Tensor, lse_sorted: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
+        """This pass's rounds combined in position order: (out (b, h, npad, d), lse (b, h, npad)).
+
+        out_sorted (sorted slots, d) is weighted in place by exp(lse_round - lse_combined) and
+        scattered back with index_add (no round-sized unsorted copy)."""
+        b, h, npad, d = like.shape
+        lse_r = lse_sorted[self.unsort()].view(b, h, npad, self.g)
+        lse_g = torch.logsumexp(lse_r, dim=-1)
+        del lse_r
+        w = torch.exp(lse_sorted - lse_g.view(-1)[self.positions]).unsqueeze(-1)
+        out = like.new_zeros((b * h * npad, d))
+        out.index_add_(0, self.positions, out_sorted.mul_(w.to(out_sorted.dtype)))
+        return out.view(b, h, npad, d), lse_g
 
     def sort(
         self, rows: tuple[Tensor, Tensor], name: str | None = None, out: Tensor | None = None
@@ -364,9 +414,10 @@ class _Pass:
 
 
 class _LSHFlash(Function):
-    """Sort, chunked fused-kernel attention per round, unsort, combine rounds; exact backward.
+    """Sort, chunked fused-kernel attention over all rounds, unsort, combine; exact backward.
 
-    Nothing round-sized is saved: backward re-sorts the inputs and rebuilds the masks.
+    Nothing round-sized is saved: backward re-sorts the inputs and rebuilds the masks, one hash
+    round at a time (so its working set is one round's, whatever num_hashes is).
     """
 
     @staticmethod
@@ -374,31 +425,23 @@ class _LSHFlash(Function):
         b, h, npad, d = q.shape
         rk = torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + _EPS)  # unit keys = k * rk
         rows, shared, ws = (_row_view(q), _row_view(k), _row_view(v)), k is q, Workspace()
+        fine = plan.regrid(plan.forward_block())
         out = lse = None
-        for s, e in plan.groups:
-            p = _Pass(plan, s, e, q.shape, ws)
+        for s, e in fine.groups:
+            p = _Pass(fine, s, e, q.shape, ws)
             q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], shared)
             width = len(p.win.offsets) * p.win.chunk
             mask = ws.get("window_mask", (q_flat.shape[0] // p.win.chunk, 1, p.win.chunk, width), q)
             out4, lse4 = flash_forward(
                 p.win.to_blocks(q_flat), k_long, v_long, p.win, p.masks(q.dtype), 1.0, mask_out=mask
             )
-            del mask
-            del q_flat, k_long, v_long
-            # back to position order, rounds last: (b, h, npad, g, d) and (b, h, npad, g)
-            o_r = torch.index_select(
-                out4.view(-1, d), 0, p.unsort, out=ws.get("o_r", (p.win.length, d), q)
-            )
-            o_r = o_r.view(b, h, npad, p.g, d)
-            lse_r = lse4.reshape(-1)[p.unsort].view(b, h, npad, p.g)
-            del out4
-            # combine this pass's rounds, then fold into the running total (online log-sum-exp)
-            lse_g = torch.logsumexp(lse_r, dim=-1)
-            w = torch.exp(lse_r - lse_g.unsqueeze(-1)).unsqueeze(-1).to(o_r.dtype)
-            o_g = o_r.mul_(w).sum(-2) if p.g > 1 else o_r.squeeze(-2).clone()
+            del mask, q_flat, k_long, v_long
+            ws.clear()  # the sorted inputs and the mask: free before unsorting
+            o_g, lse_g = p.combine(out4.view(-1, d), lse4.reshape(-1), q)
+            del out4, lse4
             if out is None:
                 out, lse = o_g, lse_g
-            else:
+            else:  # fold this pass into the running total (online log-sum-exp)
                 new = torch.logaddexp(lse, lse_g)
                 out.mul_(torch.exp(lse - new).unsqueeze(-1).to(out.dtype))
                 out.add_(o_g.mul_(torch.exp(lse_g - new).unsqueeze(-1).to(out.dtype)))
@@ -415,35 +458,29 @@ class _LSHFlash(Function):
         b, h, npad, d = q.shape
         rows, ws = (_row_view(q), _row_view(k), _row_view(v)), Workspace()
         grad_rows, out_rows = _row_view(grad), _row_view(out)
-        grads: dict[str, Tensor] = {}  # q, k (unit keys), v -> (b, h, npad, d) in position order
-        for s, e in plan.groups:
-            p = _Pass(plan, s, e, q.shape, ws)
+        # q, k (unit keys), v -> flat (b * h * npad, d) in position order, summed over rounds
+        dq, dkeys, dv = (q.new_zeros((b * h * npad, d)) for _ in range(3))
+        for r in range(plan.perm.shape[2]):  # one round at a time: backward only
+            p = _Pass(plan, r, r + 1, q.shape, ws)
             q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], ctx.shared)
             g4 = p.win.to_blocks(p.sort(grad_rows, "grad"))
             out4 = p.win.to_blocks(p.sort(out_rows, "out"))
             lse4 = lse.reshape(-1)[p.positions].view(-1, 1, p.win.chunk)
-            q4, masks, last = p.win.to_blocks(q_flat), p.masks(q.dtype), p.win.backward_order[-1]
+            q4, masks = p.win.to_blocks(q_flat), p.masks(q.dtype)
             for o in p.win.backward_order:
                 parts = flash_backward_offset(
                     o, g4, q4, k_long, v_long, out4, lse4, p.win, masks, 1.0
                 )
-                if o == last:  # the sorted inputs are done: free them before unsorting
-                    del q4, q_flat, k_long, v_long, g4, out4
-                    ws.clear()
                 # the key block of offset o starts `shift` sorted slots after its query block; an
                 # index that wraps around lands on a nonexistent key, whose gradient is exactly 0
                 shift = (o - p.win.before) * p.win.chunk
-                keys = p.unsort if shift == 0 else torch.remainder(p.unsort - shift, p.win.length)
-                for name, part, index in zip("qkv", parts, (p.unsort, keys, keys)):
-                    rounds = torch.index_select(part.reshape(-1, d), 0, index)
-                    rounds = rounds.view(b, h, npad, p.g, d)
-                    if name not in grads:
-                        grads[name] = rounds.sum(-2)  # over this pass's rounds
-                    else:
-                        grads[name].add_(rounds.squeeze(-2) if p.g == 1 else rounds.sum(-2))
-                    del rounds
+                keys = p.positions if shift == 0 else torch.roll(p.positions, -shift)
+                for acc, part, index in zip((dq, dkeys, dv), parts, (p.positions, keys, keys)):
+                    acc.index_add_(0, index, part.reshape(-1, d))
                 del parts, part
-        dq, dkeys, dv = grads["q"], grads["k"], grads["v"]
+            del q4, q_flat, k_long, v_long, g4, out4
+            ws.clear()
+        dq, dkeys, dv = (t.view(b, h, npad, d) for t in (dq, dkeys, dv))
         dv += _self_weight(lse, q.dtype, plan.perm.shape[2]).unsqueeze(-1).to(dv.dtype) * grad
         # keys = k * rk with rk = (|k|^2 + eps)^-1/2: dk = rk * dkeys - rk^3 (k . dkeys) k
         dk = rk * dkeys - rk.pow(3) * (k * dkeys).sum(-1, keepdim=True) * k

@@ -6,6 +6,7 @@ from typing import Any
 
 from einops import rearrange
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..attention.spec import build_attention, get_backend
 from ..errors import ConfigError, ShapeError
@@ -55,7 +56,12 @@ class SelfAttention(nn.Module):
                 f"SelfAttention expects (batch, length, hidden_size={self.hidden_size}), "
                 f"got shape {tuple(x.shape)}"
             )
-        parts = rearrange(self.in_proj(x), "b n (p h d) -> p b h n d", h=self.num_heads, d=self.head_size)
+        # One matmul per part (slices of the fused weight): each part's gradient then flows to its
+        # own matmul, with no stacked (3, b, n, inner) gradient copy in backward.
+        parts = [
+            rearrange(F.linear(x, w), "b n (h d) -> b h n d", h=self.num_heads)
+            for w in self.in_proj.weight.split(self.num_heads * self.head_size)
+        ]
         if self.shared_qk:
             q = k = parts[0]
             v = parts[1]

@@ -1,0 +1,153 @@
+"""Backward of chunked window attention that needs neither the output nor any full-size scratch.
+
+The fused kernel's backward takes the forward output (for D = rowsum(dO * O)) and returns fresh
+gradient tensors per call, so it keeps inputs, output, incoming gradient and two sets of
+gradients alive at once. This backward recomputes each segment's probabilities from the saved
+log-sum-exp, takes D as rowsum(P * dP) (equal to rowsum(dO * O), without O), and adds each
+segment's gradients into one set of accumulators: its peak is the inputs, the incoming gradient,
+the three gradients and a few MiB of per-segment scratch. The segment loop runs in backward
+only; each segment's work is batched over its chunks and heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+# Per-segment scratch the backward aims for: its score blocks, windows and partial gradients.
+SEGMENT_SCRATCH_BYTES = 6 << 20
+SEGMENTS = 8  # at least this many segments (when there are as many chunks)
+
+# (first chunk, number of chunks) -> additive mask (chunks, 1, c, W) over each chunk's key window
+WindowMask = Callable[[int, int], Tensor]
+
+
+@dataclass(frozen=True)
+class WindowGeometry:
+    """Chunks of `chunk` positions over a flat (length, h, d) sequence; each query chunk sees the
+    key window of `before` previous chunks, itself and `after` following chunks (width W)."""
+
+    chunk: int
+    before: int
+    after: int
+
+    @property
+    def span(self) -> int:
+        """Chunks in one key window."""
+        return self.before + 1 + self.after
+
+    @property
+    def width(self) -> int:
+        return self.span * self.chunk
+
+    def chunks_per_segment(self, heads: int, head_dim: int, itemsize: int) -> int:
+        # the buffers of `_Scratch`: three score blocks, two windows, three chunk blocks
+        per_chunk = heads * self.chunk * (3 * self.width + 2 * self.width * head_dim // self.chunk + 3 * head_dim) * itemsize
+        return max(1, SEGMENT_SCRATCH_BYTES // per_chunk)
+
+
+def _blocks_into(buf: Tensor, flat: Tensor, first: int, count: int, c: int) -> Tensor:
+    """Chunks first:first+count of a flat (length, h, d) buffer, copied into buf as (count * h, c, d)."""
+    _, h, d = flat.shape
+    part = flat.narrow(0, first * c, count * c).view(count, c, h, d)
+    buf.view(count, h, c, d).copy_(part.transpose(1, 2))
+    return buf
+
+
+def _key_windows_into(buf: Tensor, flat: Tensor, first: int, count: int, geo: WindowGeometry) -> Tensor:
+    """Every query chunk's key window into buf (count * h, W, d); zeros where it leaves the buffer."""
+    c, (length, h, d) = geo.chunk, flat.shape
+    lo, hi = (first - geo.before) * c, (first + count + geo.after) * c
+    if lo >= 0 and hi <= length:
+        rows = flat.narrow(0, lo, hi - lo)
+    else:  # the window reaches past an end: zero rows there (their keys are masked)
+        rows = flat.new_zeros((hi - lo, h, d))
+        rows[max(0, -lo) : hi - lo - max(0, hi - length)] = flat[max(lo, 0) : min(hi, length)]
+    t, sh, sd = rows.stride()
+    # (count, span, c, h, d) overlapping view, copied as (count, h, span, c, d)
+    win = rows.as_strided(
+        (count, geo.span, c, h, d), (c * t, c * t, t, sh, sd), rows.storage_offset()
+    )
+    buf.view(count, h, geo.span, c, d).copy_(win.permute(0, 3, 1, 2, 4))
+    return buf
+
+
+def _add_windows(acc: Tensor, grads: Tensor, first: int, count: int, geo: WindowGeometry) -> None:
+    """acc (length, h, d) += window gradients (count * h, W, d), each at its key positions."""
+    c, (length, h, d) = geo.chunk, acc.shape
+    per = grads.view(count, h, geo.span, c, d)
+    for o in range(geo.span):  # window offsets: a handful, each one strided add
+        start = first - geo.before + o  # key chunk of query chunk `first` at offset o
+        lo, hi = max(start, 0), min(start + count, length // c)
+        if lo < hi:
+            dst = acc.narrow(0, lo * c, (hi - lo) * c).view(hi - lo, c, h, d)
+            dst.add_(per[lo - start : hi - start, :, o].transpose(1, 2))
+
+
+class _Scratch:
+    """A segment's buffers, allocated once for the largest segment and reused by all (a fresh
+    multi-MiB CPU allocation costs page faults on first touch; reuse costs nothing)."""
+
+    def __init__(self, like: Tensor, rows: int, c: int, width: int, d: int) -> None:
+        new = like.new_empty
+        self._chunk_rows = [new((rows, c, d)) for _ in range(3)]  # queries, grads, dq
+        self._window_rows = [new((rows, width, d)) for _ in range(2)]  # keys, values
+        self._scores = [new((rows, c, width)) for _ in range(3)]  # p, dp, p * dp
+
+    def take(self, rows: int) -> tuple[Tensor, ...]:
+        """(q, g, out, k, v, p, dp, tmp) for a segment of `rows` (chunk, head) blocks."""
+        return tuple(b[:rows] for b in (*self._chunk_rows, *self._window_rows, *self._scores))
+
+
+def window_backward(
+    g: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lse: Tensor,
+    geo: WindowGeometry,
+    window_mask: WindowMask,
+    scale: float,
+    keep: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) as flat (length, h, d) tensors, for outputs softmax(q k^T * scale + mask) v.
+
+    g, q, k, v: flat (length, h, d) in chunk order (views are fine); lse: (chunks, h, c), the
+    forward's log-sum-exp; keep: optional (chunks, h, c, 1) 0/1 factor the forward applied to
+    its outputs (queries that saw no real key).
+    """
+    c, w, (length, h, d) = geo.chunk, geo.width, q.shape
+    chunks = length // c
+    dq = q.new_empty((length, h, d))
+    dk, dv = q.new_zeros((length, h, d)), q.new_zeros((length, h, d))
+    # segments within the scratch budget, and at least SEGMENTS of them, so that short sequences
+    # keep their scratch small too
+    most = min(-(-chunks // SEGMENTS), geo.chunks_per_segment(h, d, q.element_size()))
+    step = -(-chunks // -(-chunks // most))  # equal segments of at most `most` chunks
+    scratch = _Scratch(q, step * h, c, w, d)
+    for first in range(0, chunks, step):
+        count = min(step, chunks - first)
+        rows = count * h
+        q_buf, g_buf, out_buf, k_buf, v_buf, p_buf, dp_buf, tmp_buf = scratch.take(rows)
+        qs = _blocks_into(q_buf, q, first, count, c)
+        gs = _blocks_into(g_buf, g, first, count, c)
+        if keep is not None:
+            gs.mul_(keep[first : first + count].reshape(rows, c, 1))
+        kw = _key_windows_into(k_buf, k, first, count, geo)
+        # probabilities from the saved log-sum-exp
+        p = torch.bmm(qs, kw.transpose(1, 2), out=p_buf).view(count, h, c, w)
+        p.mul_(scale).add_(window_mask(first, count))
+        p = p.sub_(lse[first : first + count].unsqueeze(-1)).exp_().view(rows, c, w)
+        vw = _key_windows_into(v_buf, v, first, count, geo)
+        dp = torch.bmm(gs, vw.transpose(1, 2), out=dp_buf)
+        _add_windows(dv, torch.bmm(p.transpose(1, 2), gs, out=vw), first, count, geo)
+        delta = torch.mul(p, dp, out=tmp_buf).sum(-1, keepdim=True)  # rowsum(dO * O), sans O
+        ds = dp.sub_(delta).mul_(p)
+        dq_blocks = torch.bmm(ds, kw, out=out_buf).mul_(scale).view(count, h, c, d)
+        dq.narrow(0, first * c, count * c).view(count, c, h, d).copy_(dq_blocks.transpose(1, 2))
+        dkw = torch.bmm(ds.transpose(1, 2), qs, out=kw).mul_(scale)
+        _add_windows(dk, dkw, first, count, geo)
+    return dq, dk, dv
