@@ -99,6 +99,30 @@ def test_forward_runs_on_meta_device(spec):
         assert out.device.type == "meta" and out.shape == q.shape
 
 
+# graph breaks are allowed (local and lsh break at their strided window views): results matter here
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_runs_under_torch_compile_with_eager_results(spec):
+    """torch.compile (aot_eager: traced and functionalised, no C++ toolchain needed) gives the
+    eager outputs and gradients. (Data-dependent shapes are caught by the meta-device test;
+    here they would only cost graph breaks.)"""
+    from .contract import with_grads
+
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, causal=causal)
+        q, k, v = make_qkv(spec, n=37)
+        attn = build(spec, causal=causal)
+        inputs = (q, v) if spec.caps.shared_qk else (q, k, v)
+        eager = (lambda x, v: attn(x, x, v)) if spec.caps.shared_qk else attn
+        torch._dynamo.reset()
+        compiled = torch.compile(eager, backend="aot_eager")
+        out, grads = with_grads(compiled, inputs)
+        ref, ref_grads = with_grads(eager, inputs)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_padding_keys_never_change_real_outputs(spec):
     """Keys masked as padding must be invisible: appending padded garbage changes nothing."""

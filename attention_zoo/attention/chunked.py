@@ -16,7 +16,6 @@ and combined log-sum-exp, returns exactly that partial's share of the combined g
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,16 +51,15 @@ def check_chunking(backend: str, chunk_length: int, before: int, after: int, ker
         raise OptionError(f"{backend} kernel {kernel!r} is not one of: {', '.join(KERNELS)}")
 
 
-@functools.cache
-def _flash_op_exists() -> bool:
-    return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") and hasattr(
-        torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"
-    )
+# PyTorch's fused CPU attention ops (forward and backward); a constant of the installed torch
+_FLASH_OPS_EXIST = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") and hasattr(
+    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"
+)
 
 
 def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:
     """'flash' (PyTorch's fused CPU kernel, also traced on meta) or 'math' (materialised blocks)."""
-    fits = device.type in ("cpu", "meta") and dtype in _FLASH_DTYPES and _flash_op_exists()
+    fits = device.type in ("cpu", "meta") and dtype in _FLASH_DTYPES and _FLASH_OPS_EXIST
     if kernel == "auto":
         return "flash" if fits else "math"
     if kernel == "flash" and not fits:
