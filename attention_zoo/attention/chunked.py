@@ -75,14 +75,19 @@ def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str
 class Windows:
     """Geometry of one chunked pass: chunk size, neighbours, and how a flat buffer becomes blocks.
 
-    to_blocks maps a flat (length, ...) slice to the kernel's 4-D (B, H, chunk, d) view.
+    to_heads maps blocks (B, rows, ...) of a flat (length, ...) buffer to the kernel's 4-D
+    (B, H, rows, d) view: the flat buffer's trailing dims are (h, d) for local, (d,) for LSH.
     """
 
     chunk: int
     before: int
     after: int
     length: int  # flat length of the query sequence: rows x padded length
-    to_blocks: Callable[[Tensor], Tensor]
+    to_heads: Callable[[Tensor], Tensor]
+
+    def to_blocks(self, flat: Tensor) -> Tensor:
+        """A flat (length, ...) slice as the kernel's (B, H, chunk, d) query blocks (a view)."""
+        return self.to_heads(flat.view(-1, self.chunk, *flat.shape[1:]))
 
     @property
     def offsets(self) -> range:
@@ -108,9 +113,8 @@ class Windows:
 
     def windows(self, long: Tensor, width: int) -> Tensor:
         """Every query chunk's whole key window (B, H, width, d): overlapping views of `long`."""
-        first = self.keys(long, 0)
-        size = (*first.shape[:2], width, first.shape[3])
-        return first.as_strided(size, first.stride(), first.storage_offset())
+        span = long.narrow(0, 0, self.length - self.chunk + width)
+        return self.to_heads(span.unfold(0, width, self.chunk).movedim(-1, 1))
 
     def new_long(self, like: Tensor, rest: tuple[int, ...]) -> tuple[Tensor, Tensor]:
         """A long buffer (front + length + back, *rest) with zeroed ends, and its middle view."""

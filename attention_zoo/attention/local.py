@@ -56,7 +56,7 @@ def local_windows(b: int, h: int, n: int, d: int, cfg: LocalConfig, causal: bool
         before=cfg.num_chunks_before,
         after=after,
         length=b * npad,
-        to_blocks=lambda x: x.view(-1, c, h, d).transpose(1, 2),
+        to_heads=lambda x: x.transpose(1, 2),
     )
 
 

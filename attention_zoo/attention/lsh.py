@@ -27,7 +27,7 @@ from .chunked import (
     check_chunking,
     check_int,
     flash_backward_offset,
-    flash_forward,
+    flash_window_forward,
     math_attention,
     padded_length,
     resolve_kernel,
@@ -190,7 +190,8 @@ class LSHAttention(AttentionCore):
             sorted_buckets=sorted_buckets,
         )
         if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash":
-            out = _LSHFlash.apply(q, k, v, plan)
+            # shared QK goes in once (k=None): one tensor as two inputs is an autograd edge case
+            out = _LSHFlash.apply(q, None if k is q else k, v, plan)
         else:
             out = _lsh_math(q, k, v, plan)
         return out[:, :, :n]
@@ -246,52 +247,21 @@ class _Plan:
     sorted_buckets: Tensor  # (b, h, r, npad)
 
     def windows(self, rows: int, npad: int, d: int) -> Windows:
-        nc = npad // self.chunk
         return Windows(
             chunk=self.chunk,
             before=self.before,
             after=self.after,
             length=rows * npad,
-            to_blocks=lambda x: x.view(rows * nc, 1, self.chunk, d),
+            to_heads=lambda x: x.unsqueeze(1),
         )
 
-    def masks(self, s: int, e: int, win: Windows, dtype: torch.dtype, ws: Workspace | None = None):
-        """Window offset -> additive mask (rows * chunks, 1, c, c) for rounds s:e, in sorted order.
-
-        Keys of another bucket are masked (a missing neighbour chunk carries bucket -1); causal:
-        exact keeps sorted offsets -before*c <= key - query <= 0, HF-style only key <= query
-        (both within the bucket, where sorted order is position order). Self is masked here and
-        added back as its own partial (see `_with_self`). With a workspace, every offset's mask
-        is written into the same buffer (only for kernels that are done with the previous one).
-        """
-        c = self.chunk
+    def masks(
+        self, s: int, e: int, win: Windows, dtype: torch.dtype, ws: Workspace | None = None
+    ) -> _BucketMasks:
+        """Additive masks for rounds s:e in sorted order (see `_BucketMasks`)."""
         sb = self.sorted_buckets[:, :, s:e]
         rows, npad = sb.shape[0] * sb.shape[1] * sb.shape[2], sb.shape[-1]
-        sb = sb.reshape(rows, npad)
-        kb = torch.nn.functional.pad(sb, (win.front, win.back), value=-1)
-        qb = sb.view(rows, npad // c, c, 1)
-        t = torch.arange(c, device=sb.device)
-        mv = torch.tensor(mask_value(dtype), dtype=dtype, device=sb.device)
-        shape = (rows, npad // c, c, c)
-
-        def mask(o: int, out: Tensor | None = None) -> Tensor:
-            delta = (
-                (o - win.before) * c + t[None, :] - t[:, None]
-            )  # key - query, sorted order (c, c)
-            bad = delta == 0
-            if self.causal:
-                bad = bad | (delta > 0)
-                if not self.hf:
-                    bad = bad | (delta < -win.before * c)
-            pattern = torch.zeros((c, c), dtype=dtype, device=sb.device).masked_fill(bad, mv)
-            keys = kb[:, o * c : o * c + npad].view(rows, npad // c, 1, c)
-            if out is None:
-                full = (rows * npad // c, 1, c, c)
-                out = pattern.new_empty(full) if ws is None else ws.get("mask", full, pattern)
-            torch.where(qb == keys, pattern, mv, out=out.view(shape))
-            return out
-
-        return mask
+        return _BucketMasks(self, win, sb.reshape(rows, npad), dtype, ws)
 
     def regrid(self, block: int) -> _Plan:
         """The same attention pattern with query blocks of `block` positions (exact causal only).
@@ -318,6 +288,58 @@ class _Plan:
         return block if block >= 8 and self.chunk % 4 == 0 else self.chunk
 
 
+class _BucketMasks:
+    """Additive masks of LSH windows, per window offset (rows * chunks, 1, c, c) or whole (.., W).
+
+    Keys of another bucket are masked (a missing neighbour chunk carries bucket -1); causal:
+    exact keeps sorted offsets -before*c <= key - query <= 0, HF-style only key <= query (both
+    within the bucket, where sorted order is position order). Self is masked here and added back
+    as its own partial (see `_with_self`). With a workspace, every per-offset mask is written into
+    the same buffer (only for kernels that are done with the previous one).
+    """
+
+    def __init__(
+        self, plan: _Plan, win: Windows, sb: Tensor, dtype: torch.dtype, ws: Workspace | None
+    ) -> None:
+        rows, npad = sb.shape
+        self.plan, self.win, self.dtype, self.ws = plan, win, dtype, ws
+        self.keys = torch.nn.functional.pad(sb, (win.front, win.back), value=-1)
+        self.queries = sb.view(rows, npad // win.chunk, win.chunk, 1)
+        self.length = npad
+
+    def _fill(self, keys: Tensor, delta: Tensor, out: Tensor | None, name: str) -> Tensor:
+        """where(same bucket, position pattern, masked) for keys (rows, chunks, K), delta (c, K)."""
+        plan = self.plan
+        mv = torch.tensor(mask_value(self.dtype), dtype=self.dtype, device=delta.device)
+        bad = delta == 0
+        if plan.causal:
+            bad = bad | (delta > 0)
+            if not plan.hf:
+                bad = bad | (delta < -self.win.front)
+        pattern = torch.zeros(delta.shape, dtype=self.dtype, device=delta.device).masked_fill(bad, mv)
+        rows, chunks, c, width = (*self.queries.shape[:3], delta.shape[1])
+        if out is None:
+            full = (rows * chunks, 1, c, width)
+            out = pattern.new_empty(full) if self.ws is None else self.ws.get(name, full, pattern)
+        torch.where(self.queries == keys.unsqueeze(2), pattern, mv, out=out.view(rows, chunks, c, width))
+        return out
+
+    def __call__(self, o: int, out: Tensor | None = None) -> Tensor:
+        """Offset o's block: keys of the chunk `o - before` chunks from the query's."""
+        c = self.win.chunk
+        t = torch.arange(c, device=self.keys.device)
+        keys = self.keys[:, o * c : o * c + self.length].view(*self.queries.shape[:2], c)
+        return self._fill(keys, (o - self.win.before) * c + t[None, :] - t[:, None], out, "mask")
+
+    def window(self) -> Tensor:
+        """Whole windows (rows * chunks, 1, c, W), for the fused forward's single call."""
+        c, width = self.win.chunk, len(self.win.offsets) * self.win.chunk
+        device = self.keys.device
+        keys = self.keys.unfold(1, width, c)  # (rows, chunks, W): overlapping views, no copy
+        w, t = torch.arange(width, device=device), torch.arange(c, device=device)
+        return self._fill(keys, w[None, :] - self.win.front - t[:, None], None, "window_mask")
+
+
 def _gather_rows(x: Tensor, perm: Tensor) -> Tensor:
     """x (b, h, n, d) gathered by perm (b, h, g, n) -> (b, h, g * n, d), differentiably."""
     b, h, g, n = perm.shape
@@ -333,22 +355,24 @@ def _undo(perm: Tensor) -> Tensor:
 
 
 def _row_view(x: Tensor) -> tuple[Tensor, Tensor]:
-    """(rows (R, d) view of x's storage, row index (b, h, n)): x[i, j, p] = rows[index[i, j, p]].
+    """(rows (R, d) view of x's data, row index (b, h, n)): x[i, j, p] = rows[index[i, j, p]].
 
     Sorting is then one index_select of whole rows straight from the projection's layout
-    (torch.gather on a strided (b, h, n, d) view is several times slower).
+    (torch.gather on a strided (b, h, n, d) view is several times slower). A layout that is not
+    dense in some order of (b, h, n) is copied once.
     """
     b, h, n, d = x.shape
-    strides = x.stride()
-    if strides[-1] != 1 or any(st % d for st in strides[:3]):
-        x = x.contiguous()
-        strides = x.stride()
-    sb, sh, sn = (st // d for st in strides[:3])
-    rows = 1 + (b - 1) * sb + (h - 1) * sh + (n - 1) * sn
-    view = x.as_strided((rows, d), (d, 1), x.storage_offset())
+    order = sorted(range(3), key=lambda i: x.stride(i), reverse=True)  # memory order of b, h, n
+    y = x.permute(*order, 3).contiguous()  # a no-op view when x is dense in that order
+    sizes = [x.shape[i] for i in order]
+    step = {order[2]: 1, order[1]: sizes[2], order[0]: sizes[1] * sizes[2]}  # rows per index step
     ar = functools.partial(torch.arange, device=x.device)
-    index = (ar(b) * sb).view(b, 1, 1) + (ar(h) * sh).view(1, h, 1) + (ar(n) * sn).view(1, 1, n)
-    return view, index
+    index = (
+        (ar(b) * step[0]).view(b, 1, 1)
+        + (ar(h) * step[1]).view(1, h, 1)
+        + (ar(n) * step[2]).view(1, 1, n)
+    )
+    return y.view(-1, d), index
 
 
 class _Pass:
@@ -422,6 +446,7 @@ class _LSHFlash(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, plan):  # type: ignore[override]
+        k = q if k is None else k  # None: shared QK
         b, h, npad, d = q.shape
         rk = torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + _EPS)  # unit keys = k * rk
         rows, shared, ws = (_row_view(q), _row_view(k), _row_view(v)), k is q, Workspace()
@@ -430,10 +455,9 @@ class _LSHFlash(Function):
         for s, e in fine.groups:
             p = _Pass(fine, s, e, q.shape, ws)
             q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], shared)
-            width = len(p.win.offsets) * p.win.chunk
-            mask = ws.get("window_mask", (q_flat.shape[0] // p.win.chunk, 1, p.win.chunk, width), q)
-            out4, lse4 = flash_forward(
-                p.win.to_blocks(q_flat), k_long, v_long, p.win, p.masks(q.dtype), 1.0, mask_out=mask
+            mask = p.masks(q.dtype).window()
+            out4, lse4 = flash_window_forward(
+                p.win.to_blocks(q_flat), k_long, v_long, p.win, mask, 1.0
             )
             del mask, q_flat, k_long, v_long
             ws.clear()  # the sorted inputs and the mask: free before unsorting
@@ -484,6 +508,8 @@ class _LSHFlash(Function):
         dv += _self_weight(lse, q.dtype, plan.perm.shape[2]).unsqueeze(-1).to(dv.dtype) * grad
         # keys = k * rk with rk = (|k|^2 + eps)^-1/2: dk = rk * dkeys - rk^3 (k . dkeys) k
         dk = rk * dkeys - rk.pow(3) * (k * dkeys).sum(-1, keepdim=True) * k
+        if ctx.shared:  # q was also the keys
+            return dq.add_(dk), None, dv, None
         return dq, dk, dv, None
 
 

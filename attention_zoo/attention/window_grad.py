@@ -66,12 +66,8 @@ def _key_windows_into(buf: Tensor, flat: Tensor, first: int, count: int, geo: Wi
     else:  # the window reaches past an end: zero rows there (their keys are masked)
         rows = flat.new_zeros((hi - lo, h, d))
         rows[max(0, -lo) : hi - lo - max(0, hi - length)] = flat[max(lo, 0) : min(hi, length)]
-    t, sh, sd = rows.stride()
-    # (count, span, c, h, d) overlapping view, copied as (count, h, span, c, d)
-    win = rows.as_strided(
-        (count, geo.span, c, h, d), (c * t, c * t, t, sh, sd), rows.storage_offset()
-    )
-    buf.view(count, h, geo.span, c, d).copy_(win.permute(0, 3, 1, 2, 4))
+    win = rows.unfold(0, geo.width, c)  # (count, h, d, W): overlapping views, no copy
+    buf.view(count, h, geo.width, d).copy_(win.permute(0, 1, 3, 2))
     return buf
 
 
