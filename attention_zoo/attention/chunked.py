@@ -52,9 +52,9 @@ def check_chunking(backend: str, chunk_length: int, before: int, after: int, ker
 
 
 # PyTorch's fused CPU attention ops (forward and backward); a constant of the installed torch
-_FLASH_OPS_EXIST = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") and hasattr(
-    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"
-)
+_FLASH_OPS_EXIST = hasattr(
+    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"
+) and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
 
 
 def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:

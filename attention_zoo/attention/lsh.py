@@ -316,12 +316,16 @@ class _BucketMasks:
             bad = bad | (delta > 0)
             if not plan.hf:
                 bad = bad | (delta < -self.win.front)
-        pattern = torch.zeros(delta.shape, dtype=self.dtype, device=delta.device).masked_fill(bad, mv)
+        pattern = torch.zeros(delta.shape, dtype=self.dtype, device=delta.device).masked_fill(
+            bad, mv
+        )
         rows, chunks, c, width = (*self.queries.shape[:3], delta.shape[1])
         if out is None:
             full = (rows * chunks, 1, c, width)
             out = pattern.new_empty(full) if self.ws is None else self.ws.get(name, full, pattern)
-        torch.where(self.queries == keys.unsqueeze(2), pattern, mv, out=out.view(rows, chunks, c, width))
+        torch.where(
+            self.queries == keys.unsqueeze(2), pattern, mv, out=out.view(rows, chunks, c, width)
+        )
         return out
 
     def __call__(self, o: int, out: Tensor | None = None) -> Tensor:
@@ -397,7 +401,9 @@ class _Pass:
     def masks(self, dtype: torch.dtype):
         return self.mask_fn(dtype, self.ws)
 
-    def combine(self, out_sorted: Tensor, lse_sorted: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
+    def combine(
+        self, out_sorted: Tensor, lse_sorted: Tensor, like: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """This pass's rounds combined in position order: (out (b, h, npad, d), lse (b, h, npad)).
 
         out_sorted (sorted slots, d) is weighted in place by exp(lse_round - lse_combined) and

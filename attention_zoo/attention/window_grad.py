@@ -44,20 +44,24 @@ class WindowGeometry:
         return self.span * self.chunk
 
     def chunks_per_segment(self, heads: int, head_dim: int, itemsize: int) -> int:
-        # the buffers of `_Scratch`: three score blocks, two windows, three chunk blocks
-        per_chunk = heads * self.chunk * (3 * self.width + 2 * self.width * head_dim // self.chunk + 3 * head_dim) * itemsize
+        """Query chunks per segment whose `_Scratch` fits in SEGMENT_SCRATCH_BYTES."""
+        c, w, d = self.chunk, self.width, head_dim
+        # per (chunk, head): three score blocks (c, W), key and value windows (W, d), three (c, d)
+        per_chunk = heads * (3 * c * w + 2 * w * d + 3 * c * d) * itemsize
         return max(1, SEGMENT_SCRATCH_BYTES // per_chunk)
 
 
 def _blocks_into(buf: Tensor, flat: Tensor, first: int, count: int, c: int) -> Tensor:
-    """Chunks first:first+count of a flat (length, h, d) buffer, copied into buf as (count * h, c, d)."""
+    """Chunks first:first+count of a flat (length, h, d) buffer, copied into buf (count * h, c, d)."""
     _, h, d = flat.shape
     part = flat.narrow(0, first * c, count * c).view(count, c, h, d)
     buf.view(count, h, c, d).copy_(part.transpose(1, 2))
     return buf
 
 
-def _key_windows_into(buf: Tensor, flat: Tensor, first: int, count: int, geo: WindowGeometry) -> Tensor:
+def _key_windows_into(
+    buf: Tensor, flat: Tensor, first: int, count: int, geo: WindowGeometry
+) -> Tensor:
     """Every query chunk's key window into buf (count * h, W, d); zeros where it leaves the buffer."""
     c, (length, h, d) = geo.chunk, flat.shape
     lo, hi = (first - geo.before) * c, (first + count + geo.after) * c
