@@ -209,3 +209,19 @@ def test_backward_segments_do_not_change_gradients(monkeypatch, causal):
             torch.testing.assert_close(
                 got, want, atol=1e-5, rtol=1e-5, msg=lambda m: f"{segments} segments: {m}"
             )
+
+
+def test_bfloat16_gradients_are_computed_in_float32():
+    """The backward's per-segment arithmetic runs in float32 for 16-bit inputs: bf16 gradients
+    stay within 0.6% (relative norm) of float64 ones (bf16 arithmetic there gave 0.8%)."""
+    torch.manual_seed(0)
+    q, k, v, w = (torch.randn(2, 4, 1000, 64, dtype=torch.float64) for _ in range(4))
+    attn = build_attention("local", causal=True, device="cpu", chunk_length=64, kernel="flash")
+
+    def grads(dtype):
+        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        (attn(*leaves).double() * w).sum().backward()
+        return [t.grad.double() for t in leaves]
+
+    for got, want in zip(grads(torch.bfloat16), grads(torch.float64)):
+        assert ((got - want).norm() / want.norm()).item() < 0.006

@@ -11,6 +11,7 @@ only; each segment's work is batched over its chunks and heads.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,8 +92,10 @@ class _Scratch:
     """A segment's buffers, allocated once for the largest segment and reused by all (a fresh
     multi-MiB CPU allocation costs page faults on first touch; reuse costs nothing)."""
 
-    def __init__(self, like: Tensor, rows: int, c: int, width: int, d: int) -> None:
-        new = like.new_empty
+    def __init__(
+        self, like: Tensor, dtype: torch.dtype, rows: int, c: int, width: int, d: int
+    ) -> None:
+        new = functools.partial(like.new_empty, dtype=dtype)
         self._chunk_rows = [new((rows, c, d)) for _ in range(3)]  # queries, grads, dq
         self._window_rows = [new((rows, width, d)) for _ in range(2)]  # keys, values
         self._scores = [new((rows, c, width)) for _ in range(3)]  # p, dp, p * dp
@@ -125,9 +128,12 @@ def window_backward(
     dk, dv = q.new_zeros((length, h, d)), q.new_zeros((length, h, d))
     # segments within the scratch budget, and at least SEGMENTS of them, so that short sequences
     # keep their scratch small too
-    most = min(-(-chunks // SEGMENTS), geo.chunks_per_segment(h, d, q.element_size()))
+    # 16-bit inputs: each segment's arithmetic runs in float32 (the forward kernel's lse is)
+    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    itemsize = torch.empty((), dtype=work).element_size()
+    most = min(-(-chunks // SEGMENTS), geo.chunks_per_segment(h, d, itemsize))
     step = -(-chunks // -(-chunks // most))  # equal segments of at most `most` chunks
-    scratch = _Scratch(q, step * h, c, w, d)
+    scratch = _Scratch(q, work, step * h, c, w, d)
     for first in range(0, chunks, step):
         count = min(step, chunks - first)
         rows = count * h
