@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..labels import variant_label
+
 _UNITS = {
     "": 2**30,
     "b": 1,
@@ -106,11 +108,7 @@ def _peer_key(config: dict[str, Any]) -> str:
 
 
 def _what(config: dict[str, Any]) -> str:
-    name = config.get("label") or config.get("backend", "?")
-    opts = config.get("options") or {}
-    if opts:
-        name += "[" + ",".join(f"{k}={v}" for k, v in sorted(opts.items())) + "]"
-    return name
+    return config.get("label") or variant_label(config.get("backend", "?"), config.get("options"))
 
 
 def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "full") -> str:

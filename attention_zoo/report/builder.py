@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..labels import variant_label
+
 log = logging.getLogger(__name__)
 
 # metric -> (title, unit shown, divisor from the stored unit)
@@ -31,16 +33,6 @@ class ReportFiles:
 
     markdown: Path
     plots: list[Path] = field(default_factory=list)
-
-
-def variant_label(backend: str, options: dict[str, Any] | str | None) -> str:
-    """`lsh(num_hashes=4)`: the backend with the options that distinguish it, for table rows."""
-    if isinstance(options, str):
-        options = json.loads(options) if options else {}
-    if not options:
-        return backend
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
-    return f"{backend}({shown})"
 
 
 def _bench_frame(df: Any) -> Any:
