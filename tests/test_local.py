@@ -225,3 +225,4 @@ def test_bfloat16_gradients_are_computed_in_float32():
 
     for got, want in zip(grads(torch.bfloat16), grads(torch.float64)):
         assert ((got - want).norm() / want.norm()).item() < 0.006
+

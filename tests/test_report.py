@@ -66,3 +66,18 @@ def test_zoo_report_without_runs_says_what_to_do(tmp_path, capsys):
     ResultStore(path).close()
     assert zoo_main(["report", "--store", str(path)]) == 1
     assert "zoo bench --preset quick" in capsys.readouterr().out
+
+
+def test_labelled_variants_keep_their_options_in_tables():
+    """A model sweep labels every case with the model's name; the options still tell rows apart,
+    in the bench table and in the report alike."""
+    from attention_zoo.measure.table import comparison_table
+
+    def case(hashes):
+        config = {"target": "model", "backend": "lsh", "label": "small", "seq_len": 1024,
+                  "batch": 1, "mode": "train-step", "dtype": "float32",
+                  "options": {"num_hashes": hashes}}  # fmt: skip
+        return {"config": config, "status": "ok", "metrics": {"time_median": 1.0}}
+
+    table = comparison_table([case(2), case(4)])
+    assert "small(num_hashes=2)" in table and "small(num_hashes=4)" in table

@@ -137,15 +137,19 @@ def _unflat(x: Tensor, b: int, n: int) -> Tensor:
 class _LocalFlash(Function):
     """Local attention through the fused CPU kernel; backward from the saved log-sum-exp.
 
-    Saves only the inputs (as given: views of the projections, no copies) and the log-sum-exp;
-    the backward (see `window_grad`) needs neither the output nor full-size scratch.
+    Saves only the inputs and the log-sum-exp: as given when they are views in (b, n, h, d)
+    order, as SelfAttention's projections produce (no copies), else the flat copies the forward
+    makes anyway. The backward (see `window_grad`) needs neither the output nor full-size scratch.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, win, masks, scale, rows_may_be_empty):  # type: ignore[override]
         b, h, n, d = q.shape
         npad = win.length // b
-        q_flat = _flat(q, npad)  # a view, or a padded copy when n is not a whole number of chunks
+        # a view when q is (b, n, h, d)-ordered and n a whole number of chunks, else a copy
+        q_flat = _flat(q, npad)
+        if q_flat.stride(-1) != 1:  # the fused kernel reads rows as dense vectors
+            q_flat = q_flat.contiguous()
         k_long, k_mid = win.new_long(q, (h, d))  # keys with zero chunks at both ends
         v_long, v_mid = win.new_long(q, (h, d))
         k_mid.copy_(_flat(k, npad))
@@ -158,8 +162,8 @@ class _LocalFlash(Function):
         if rows_may_be_empty:  # a query seeing no real key outputs zeros, not a neighbour's values
             keep = (lse > mask_value(q.dtype) / 2).unsqueeze(-1).to(q.dtype)
             out4.mul_(keep)
-        # save the inputs as given (views of the projections, no copies) or, when padding made
-        # copies anyway, the padded copies (the originals are then freed)
+        # save the inputs as given or, when padding made copies anyway, the padded copies (the
+        # originals are then freed)
         ctx.padded = npad != n
         inputs = (q_flat, k_mid, v_mid) if ctx.padded else (q, k, v)
         del k_long, v_long

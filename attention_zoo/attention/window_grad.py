@@ -20,7 +20,7 @@ from torch import Tensor
 
 # Per-segment scratch the backward aims for: its score blocks, windows and partial gradients.
 SEGMENT_SCRATCH_BYTES = 6 << 20
-SEGMENTS = 8  # at least this many segments (when there are as many chunks)
+SEGMENTS = 8  # a segment holds at most 1/SEGMENTS of the chunks (rounded up)
 
 # (first chunk, number of chunks) -> additive mask (chunks, 1, c, W) over each chunk's key window
 WindowMask = Callable[[int, int], Tensor]
@@ -126,8 +126,8 @@ def window_backward(
     chunks = length // c
     dq = q.new_empty((length, h, d))
     dk, dv = q.new_zeros((length, h, d)), q.new_zeros((length, h, d))
-    # segments within the scratch budget, and at least SEGMENTS of them, so that short sequences
-    # keep their scratch small too
+    # segments within the scratch budget and of at most 1/SEGMENTS of the chunks, so that short
+    # sequences keep their scratch small too
     # 16-bit inputs: each segment's arithmetic runs in float32 (the forward kernel's lse is)
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     itemsize = torch.empty((), dtype=work).element_size()

@@ -108,7 +108,8 @@ def _peer_key(config: dict[str, Any]) -> str:
 
 
 def _what(config: dict[str, Any]) -> str:
-    return config.get("label") or variant_label(config.get("backend", "?"), config.get("options"))
+    name = config.get("label") or config.get("backend", "?")
+    return variant_label(name, config.get("options"))
 
 
 def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "full") -> str:

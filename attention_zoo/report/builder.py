@@ -46,7 +46,10 @@ def _bench_frame(df: Any) -> Any:
     ]
     labels = bench.get("cfg.label")
     if labels is not None:
-        bench["variant"] = [lab if isinstance(lab, str) and lab else v for lab, v in zip(labels, bench["variant"])]
+        bench["variant"] = [  # a model's label names it; its options still tell variants apart
+            variant_label(lab, _options_of(row)) if isinstance(lab, str) and lab else v
+            for lab, v, row in zip(labels, bench["variant"], bench["config"])
+        ]
     bench["seq_len"] = bench["cfg.seq_len"].astype(int)
     bench["group"] = bench["cfg.target"].fillna("") + " / " + bench["cfg.mode"]
     return bench
