@@ -201,3 +201,22 @@ def test_quick_preset_prints_comparison_of_every_backend(
     for name in BACKENDS.names():
         assert f" {name} " in out
     assert "time x full" in out
+
+
+def test_memory_rows_of_an_option_axis_are_told_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys,
+        "memory",
+        "--target",
+        "attention",
+        "--backends",
+        "lsh",
+        "--lengths",
+        "256",
+        "--modes",
+        "forward",
+        "--option",
+        "lsh.num_hashes=1,2",
+    )
+    assert code == 0, err
+    assert "lsh(num_hashes=1)" in out and "lsh(num_hashes=2)" in out

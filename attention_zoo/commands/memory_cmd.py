@@ -11,7 +11,14 @@ from ..measure.cases import BenchCase
 from ..measure.memory import profiled_peak
 from ..measure.predict import predict_case
 from ..measure.runner import describe_error, is_oom
-from ..measure.table import format_bytes, format_table, parse_bytes
+from ..measure.table import (
+    CASE_HEADERS,
+    case_cells,
+    format_bytes,
+    format_table,
+    parse_bytes,
+    variant_name,
+)
 from ..presets import builtin_presets
 from ..sweep import default_memory_limit
 from .bench_cmd import add_grid_arguments, grid_from_args
@@ -72,12 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
         return 0
     headers = [
-        "target",
-        "backend",
-        "L",
-        "batch",
-        "mode",
-        "dtype",
+        *CASE_HEADERS,
         "device",
         "peak (predicted)",
         "resident",
@@ -92,15 +94,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for r in records:
         c = r["case"]
-        line = [
-            c["target"],
-            c.get("label") or c["backend"],
-            c["seq_len"],
-            c["batch"],
-            c["mode"],
-            c["dtype"],
-            c["device"],
-        ]
+        line = [*case_cells(c), c["device"]]
         if "error" in r:
             line += ["-", "-", "-", "-"] + (["?"] if budget is not None else [])
         else:
@@ -124,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
     errors: dict[tuple[str, str], list[str]] = {}
     for r in records:
         if "error" in r:
-            errors.setdefault(
-                (r["case"].get("label") or r["case"]["backend"], r["error"]), []
-            ).append(f"L={r['case']['seq_len']}")
+            errors.setdefault((variant_name(r["case"]), r["error"]), []).append(
+                f"L={r['case']['seq_len']}"
+            )
     if errors:
         print(
             "\nnot predicted:\n"

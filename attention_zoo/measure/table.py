@@ -107,9 +107,23 @@ def _peer_key(config: dict[str, Any]) -> str:
     )
 
 
-def _what(config: dict[str, Any]) -> str:
+# The columns that say which case a row is, in every table of cases.
+CASE_HEADERS = ["target", "backend", "L", "batch", "mode", "dtype"]
+
+
+def variant_name(config: dict[str, Any]) -> str:
+    """A case's label (or backend) with its options: tells apart rows that share a label."""
     name = config.get("label") or config.get("backend", "?")
     return variant_label(name, config.get("options"))
+
+
+def case_cells(config: dict[str, Any]) -> list[Any]:
+    """The CASE_HEADERS cells of a case, from its config dict."""
+    return [
+        config.get("target", "?"),
+        variant_name(config),
+        *(config.get(k, "?") for k in ("seq_len", "batch", "mode", "dtype")),
+    ]
 
 
 def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "full") -> str:
@@ -127,12 +141,7 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
         ):
             peers.setdefault(_peer_key(c["config"]), c)
     headers = [
-        "target",
-        "backend",
-        "L",
-        "batch",
-        "mode",
-        "dtype",
+        *CASE_HEADERS,
         "status",
         "time (median)",
         "IQR",
@@ -159,12 +168,7 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
         status = c["status"] if c["status"] == "ok" else c["status"].upper()
         meas, pred = m.get("peak_bytes"), m.get("predicted_peak_bytes")
         line = [
-            cfg.get("target", "?"),
-            _what(cfg),
-            cfg.get("seq_len", "?"),
-            cfg.get("batch", "?"),
-            cfg.get("mode", "?"),
-            cfg.get("dtype", "?"),
+            *case_cells(cfg),
             status,
             format_seconds(m.get("time_median")),
             format_seconds(m.get("time_iqr")),
@@ -187,7 +191,7 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
         if c.get("error"):
             cfg = c["config"]
             where = f"L={cfg.get('seq_len')} {cfg.get('mode')}"
-            notes.setdefault((_what(cfg), c["status"], c["error"]), []).append(where)
+            notes.setdefault((variant_name(cfg), c["status"], c["error"]), []).append(where)
     if notes:
         out += "\n\nnot measured, failed, or with notes:\n" + "\n".join(
             f"  {what} ({len(cases_)} case{'s' if len(cases_) > 1 else ''}: {', '.join(cases_[:3])}"
