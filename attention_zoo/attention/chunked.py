@@ -100,6 +100,11 @@ class Windows:
         return [self.before, *[o for o in self.offsets if o != self.before]]
 
     @property
+    def width(self) -> int:
+        """Keys in one query chunk's window: its own chunk and the neighbours."""
+        return len(self.offsets) * self.chunk
+
+    @property
     def front(self) -> int:
         return self.before * self.chunk
 

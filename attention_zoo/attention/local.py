@@ -24,7 +24,7 @@ from .chunked import (
     resolve_kernel,
 )
 from .spec import Capabilities, register_attention
-from .window_grad import WindowGeometry, window_backward
+from .window_grad import window_backward
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,16 +76,19 @@ class LocalMasks:
 
     def window(self, first: int, count: int) -> Tensor:
         exists = self.keys.unfold(1, self.allowed.shape[1], self.chunk).flatten(0, 1)
-        ok = exists[first : first + count, None, None, :] & self.allowed
-        zero = torch.zeros((), dtype=self.dtype, device=ok.device)
-        low = torch.full((), mask_value(self.dtype), dtype=self.dtype, device=ok.device)
-        return torch.where(ok, zero, low)
+        return self._additive(exists[first : first + count, None, None, :] & self.allowed)
 
     def __call__(self, o: int, out: Tensor | None = None) -> Tensor:
         c, (rows, length) = self.chunk, self.keys.shape
-        chunks = rows * (length - self.allowed.shape[1]) // c + rows
-        block = self.window(0, chunks)[..., o * c : (o + 1) * c]
-        return block if out is None else out.copy_(block)
+        npad = length - self.allowed.shape[1] + c  # the keys buffer has the window's extra chunks
+        exists = self.keys[:, o * c : o * c + npad].reshape(rows * (npad // c), 1, 1, c)
+        return self._additive(exists & self.allowed[:, o * c : (o + 1) * c], out)
+
+    def _additive(self, ok: Tensor, out: Tensor | None = None) -> Tensor:
+        """0 where allowed, the dtype's mask value elsewhere."""
+        zero = torch.zeros((), dtype=self.dtype, device=ok.device)
+        low = torch.full((), mask_value(self.dtype), dtype=self.dtype, device=ok.device)
+        return torch.where(ok, zero, low, out=out)
 
 
 def local_masks(
@@ -106,11 +109,10 @@ def local_masks(
         real = real & _pad_to(key_padding_mask, npad)
     # which keys exist, with the missing chunks before and after: (b | 1, front + npad + back)
     keys = torch.nn.functional.pad(real.expand(b, npad), (win.front, win.back), value=False)
-    width = len(win.offsets) * c
-    allowed = torch.ones((c, width), dtype=torch.bool, device=device)
+    allowed = torch.ones((c, win.width), dtype=torch.bool, device=device)
     if causal:  # key position - query position = w - before * c - t <= 0
         t = torch.arange(c, device=device)
-        allowed = (torch.arange(width, device=device)[None, :] - win.front - t[:, None]) <= 0
+        allowed = (torch.arange(win.width, device=device)[None, :] - win.front - t[:, None]) <= 0
     return LocalMasks(keys, allowed, c, dtype)
 
 
@@ -177,9 +179,8 @@ class _LocalFlash(Function):
         q, k, v, lse, keep = ctx.saved_tensors  # (b, h, n, d), or flat padded (b * npad, h, d)
         win, (b, n) = ctx.win, ctx.shape
         npad = win.length // b
-        geo = WindowGeometry(win.chunk, win.before, win.after)
         flat = [_flat(g, npad), *((q, k, v) if ctx.padded else (_flat(t, npad) for t in (q, k, v)))]
-        grads = window_backward(*flat, lse, geo, ctx.masks.window, ctx.scale, keep)
+        grads = window_backward(*flat, lse, win, ctx.masks.window, ctx.scale, keep)
         return (*(_unflat(t, b, n) for t in grads), None, None, None, None)
 
 

@@ -337,7 +337,7 @@ class _BucketMasks:
 
     def window(self) -> Tensor:
         """Whole windows (rows * chunks, 1, c, W), for the fused forward's single call."""
-        c, width = self.win.chunk, len(self.win.offsets) * self.win.chunk
+        c, width = self.win.chunk, self.win.width
         device = self.keys.device
         keys = self.keys.unfold(1, width, c)  # (rows, chunks, W): overlapping views, no copy
         w, t = torch.arange(width, device=device), torch.arange(c, device=device)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from .chunked import Windows
 
 # Per-segment scratch the backward aims for: its score blocks, windows and partial gradients.
 SEGMENT_SCRATCH_BYTES = 6 << 20
@@ -26,30 +27,12 @@ SEGMENTS = 8  # a segment holds at most 1/SEGMENTS of the chunks (rounded up)
 WindowMask = Callable[[int, int], Tensor]
 
 
-@dataclass(frozen=True)
-class WindowGeometry:
-    """Chunks of `chunk` positions over a flat (length, h, d) sequence; each query chunk sees the
-    key window of `before` previous chunks, itself and `after` following chunks (width W)."""
-
-    chunk: int
-    before: int
-    after: int
-
-    @property
-    def span(self) -> int:
-        """Chunks in one key window."""
-        return self.before + 1 + self.after
-
-    @property
-    def width(self) -> int:
-        return self.span * self.chunk
-
-    def chunks_per_segment(self, heads: int, head_dim: int, itemsize: int) -> int:
-        """Query chunks per segment whose `_Scratch` fits in SEGMENT_SCRATCH_BYTES."""
-        c, w, d = self.chunk, self.width, head_dim
-        # per (chunk, head): three score blocks (c, W), key and value windows (W, d), three (c, d)
-        per_chunk = heads * (3 * c * w + 2 * w * d + 3 * c * d) * itemsize
-        return max(1, SEGMENT_SCRATCH_BYTES // per_chunk)
+def _chunks_per_segment(win: Windows, heads: int, head_dim: int, itemsize: int) -> int:
+    """Query chunks per segment whose `_Scratch` fits in SEGMENT_SCRATCH_BYTES."""
+    c, w, d = win.chunk, win.width, head_dim
+    # per (chunk, head): three score blocks (c, W), key and value windows (W, d), three (c, d)
+    per_chunk = heads * (3 * c * w + 2 * w * d + 3 * c * d) * itemsize
+    return max(1, SEGMENT_SCRATCH_BYTES // per_chunk)
 
 
 def _blocks_into(buf: Tensor, flat: Tensor, first: int, count: int, c: int) -> Tensor:
@@ -60,28 +43,26 @@ def _blocks_into(buf: Tensor, flat: Tensor, first: int, count: int, c: int) -> T
     return buf
 
 
-def _key_windows_into(
-    buf: Tensor, flat: Tensor, first: int, count: int, geo: WindowGeometry
-) -> Tensor:
+def _key_windows_into(buf: Tensor, flat: Tensor, first: int, count: int, win: Windows) -> Tensor:
     """Every query chunk's key window into buf (count * h, W, d); zeros where it leaves the buffer."""
-    c, (length, h, d) = geo.chunk, flat.shape
-    lo, hi = (first - geo.before) * c, (first + count + geo.after) * c
+    c, (length, h, d) = win.chunk, flat.shape
+    lo, hi = (first - win.before) * c, (first + count + win.after) * c
     if lo >= 0 and hi <= length:
         rows = flat.narrow(0, lo, hi - lo)
     else:  # the window reaches past an end: zero rows there (their keys are masked)
         rows = flat.new_zeros((hi - lo, h, d))
         rows[max(0, -lo) : hi - lo - max(0, hi - length)] = flat[max(lo, 0) : min(hi, length)]
-    win = rows.unfold(0, geo.width, c)  # (count, h, d, W): overlapping views, no copy
-    buf.view(count, h, geo.width, d).copy_(win.permute(0, 1, 3, 2))
+    windows = rows.unfold(0, win.width, c)  # (count, h, d, W): overlapping views, no copy
+    buf.view(count, h, win.width, d).copy_(windows.permute(0, 1, 3, 2))
     return buf
 
 
-def _add_windows(acc: Tensor, grads: Tensor, first: int, count: int, geo: WindowGeometry) -> None:
+def _add_windows(acc: Tensor, grads: Tensor, first: int, count: int, win: Windows) -> None:
     """acc (length, h, d) += window gradients (count * h, W, d), each at its key positions."""
-    c, (length, h, d) = geo.chunk, acc.shape
-    per = grads.view(count, h, geo.span, c, d)
-    for o in range(geo.span):  # window offsets: a handful, each one strided add
-        start = first - geo.before + o  # key chunk of query chunk `first` at offset o
+    c, (length, h, d) = win.chunk, acc.shape
+    per = grads.view(count, h, len(win.offsets), c, d)
+    for o in win.offsets:  # window offsets: a handful, each one strided add
+        start = first - win.before + o  # key chunk of query chunk `first` at offset o
         lo, hi = max(start, 0), min(start + count, length // c)
         if lo < hi:
             dst = acc.narrow(0, lo * c, (hi - lo) * c).view(hi - lo, c, h, d)
@@ -111,7 +92,7 @@ def window_backward(
     k: Tensor,
     v: Tensor,
     lse: Tensor,
-    geo: WindowGeometry,
+    win: Windows,
     window_mask: WindowMask,
     scale: float,
     keep: Tensor | None = None,
@@ -122,7 +103,7 @@ def window_backward(
     forward's log-sum-exp; keep: optional (chunks, h, c, 1) 0/1 factor the forward applied to
     its outputs (queries that saw no real key).
     """
-    c, w, (length, h, d) = geo.chunk, geo.width, q.shape
+    c, w, (length, h, d) = win.chunk, win.width, q.shape
     chunks = length // c
     dq = q.new_empty((length, h, d))
     dk, dv = q.new_zeros((length, h, d)), q.new_zeros((length, h, d))
@@ -131,7 +112,7 @@ def window_backward(
     # 16-bit inputs: each segment's arithmetic runs in float32 (the forward kernel's lse is)
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     itemsize = torch.empty((), dtype=work).element_size()
-    most = min(-(-chunks // SEGMENTS), geo.chunks_per_segment(h, d, itemsize))
+    most = min(-(-chunks // SEGMENTS), _chunks_per_segment(win, h, d, itemsize))
     step = -(-chunks // -(-chunks // most))  # equal segments of at most `most` chunks
     scratch = _Scratch(q, work, step * h, c, w, d)
     for first in range(0, chunks, step):
@@ -142,18 +123,18 @@ def window_backward(
         gs = _blocks_into(g_buf, g, first, count, c)
         if keep is not None:
             gs.mul_(keep[first : first + count].reshape(rows, c, 1))
-        kw = _key_windows_into(k_buf, k, first, count, geo)
+        kw = _key_windows_into(k_buf, k, first, count, win)
         # probabilities from the saved log-sum-exp
         p = torch.bmm(qs, kw.transpose(1, 2), out=p_buf).view(count, h, c, w)
         p.mul_(scale).add_(window_mask(first, count))
         p = p.sub_(lse[first : first + count].unsqueeze(-1)).exp_().view(rows, c, w)
-        vw = _key_windows_into(v_buf, v, first, count, geo)
+        vw = _key_windows_into(v_buf, v, first, count, win)
         dp = torch.bmm(gs, vw.transpose(1, 2), out=dp_buf)
-        _add_windows(dv, torch.bmm(p.transpose(1, 2), gs, out=vw), first, count, geo)
+        _add_windows(dv, torch.bmm(p.transpose(1, 2), gs, out=vw), first, count, win)
         delta = torch.mul(p, dp, out=tmp_buf).sum(-1, keepdim=True)  # rowsum(dO * O), sans O
         ds = dp.sub_(delta).mul_(p)
         dq_blocks = torch.bmm(ds, kw, out=out_buf).mul_(scale).view(count, h, c, d)
         dq.narrow(0, first * c, count * c).view(count, c, h, d).copy_(dq_blocks.transpose(1, 2))
         dkw = torch.bmm(ds.transpose(1, 2), qs, out=kw).mul_(scale)
-        _add_windows(dk, dkw, first, count, geo)
+        _add_windows(dk, dkw, first, count, win)
     return dq, dk, dv
