@@ -12,8 +12,15 @@ from .attention import (
 )
 from .blocks import SelfAttention
 from .config import ReformerConfig
+from .errors import (
+    ConfigError,
+    OptionError,
+    ShapeError,
+    UnavailableError,
+    UnknownNameError,
+    ZooError,
+)
 from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
-from .errors import ConfigError, OptionError, ShapeError, UnavailableError, UnknownNameError, ZooError
 from .registry import Registry
 
 __version__ = "0.1.0"

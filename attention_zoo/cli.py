@@ -6,10 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .commands import list_cmd
-from .commands import task_cmd
-from .commands import bench_cmd, memory_cmd, results_cmd
-from .commands import report_cmd
+from .commands import bench_cmd, list_cmd, memory_cmd, report_cmd, results_cmd, task_cmd
 
 # (name, module): each module has `add_parser(subparsers)` and `run(args) -> int`.
 COMMANDS = [

@@ -23,7 +23,7 @@ class OptionError(ZooError, TypeError):
 
 
 class UnavailableError(ZooError, RuntimeError):
-    """A registered component that cannot run on this machine or device."""
+    """A registered component that cannot run here: a missing dependency or device."""
 
 
 class ShapeError(ZooError, ValueError):

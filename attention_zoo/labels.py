@@ -7,7 +7,7 @@ from typing import Any
 
 
 def variant_label(backend: str, options: dict[str, Any] | str | None) -> str:
-    """`lsh(num_hashes=4)`: the backend with the options that distinguish it (JSON text accepted)."""
+    """`lsh(num_hashes=4)`: the backend with the options that set it apart (JSON text accepted)."""
     if isinstance(options, str):
         options = json.loads(options) if options else {}
     if not options:

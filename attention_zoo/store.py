@@ -173,7 +173,8 @@ class ResultStore:
             self._db.execute("SELECT count(*) FROM results").fetchone()
         except sqlite3.DatabaseError as err:
             raise StoreError(
-                f"{self.path} is an attention-zoo results store, but it is damaged (SQLite says: {err}); "
+                f"{self.path} is an attention-zoo results store, but it is damaged "
+                f"(SQLite says: {err}); "
                 f"nothing was changed. Restore it from a copy, or pass another --store path"
             ) from None
 
@@ -288,8 +289,9 @@ class ResultStore:
                 (run_id, key, status, error, config, now),
             )
             self._db.executemany(
-                "INSERT INTO results (run_id, case_key, metric, value, unit, git_commit, torch_version, "
-                "device_name, threads, config, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO results (run_id, case_key, metric, value, unit, git_commit, "
+                "torch_version, device_name, threads, config, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
         return key
@@ -305,7 +307,8 @@ class ResultStore:
     ) -> list[dict[str, Any]]:
         """Runs, oldest first, each with its number of stored cases."""
         sql = (
-            "SELECT runs.*, (SELECT count(*) FROM cases WHERE cases.run_id = runs.run_id) AS n_cases "
+            "SELECT runs.*, "
+            "(SELECT count(*) FROM cases WHERE cases.run_id = runs.run_id) AS n_cases "
             "FROM runs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR fingerprint = ?) "
             "ORDER BY started_at, rowid"
         )
@@ -342,14 +345,15 @@ class ResultStore:
                    c.config, c.error, COALESCE(r.created_at, c.created_at) AS created_at
             FROM cases c JOIN runs u ON u.run_id = c.run_id
             LEFT JOIN results r ON r.run_id = c.run_id AND r.case_key = c.case_key
-            WHERE (? IS NULL OR c.run_id = ?) AND (? IS NULL OR r.metric = ?) AND (? IS NULL OR c.status = ?)
+            WHERE (? IS NULL OR c.run_id = ?) AND (? IS NULL OR r.metric = ?)
+              AND (? IS NULL OR c.status = ?)
             ORDER BY c.created_at, c.rowid, r.id
         """
         params = (run_id, run_id, metric, metric, status, status)
         return [dict(zip(EXPORT_COLUMNS, r)) for r in self._db.execute(sql, params)]
 
     def to_dataframe(self, run_id: str | None = None, *, expand_config: bool = True) -> Any:
-        """The rows as a pandas DataFrame; expand_config adds one column per config field (cfg.*)."""
+        """The rows as a pandas DataFrame; expand_config adds a column per config field (cfg.*)."""
         import pandas as pd
 
         df = pd.DataFrame(self.rows(run_id), columns=list(EXPORT_COLUMNS))

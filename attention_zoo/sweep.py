@@ -70,7 +70,7 @@ class Grid:
         return names
 
     def cases(self) -> list[BenchCase]:
-        """Every case of the grid, validated (unknown backends/options raise before anything runs)."""
+        """Every case of the grid, validated (unknown backends/options raise before any run)."""
         for backend in self.options:
             get_backend(backend)
         devices = [_resolve_device(d) for d in self.devices]
@@ -280,7 +280,7 @@ def _guarded(measure: Measure, case: BenchCase, settings: MeasureSettings) -> Ca
         return measure(case, settings)
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # noqa: BLE001 - a failing case is stored, the sweep goes on
+    except Exception as exc:
         return CaseResult(
             case=case, status=OOM if is_oom(exc) else ERROR, error=describe_error(exc)
         )

@@ -62,16 +62,17 @@ class Memory:
     track_peak_bytes.unit = "bytes"
 
     def track_tracked_bytes(self, *_: object) -> int:
-        """Cross-check: storages counted under a dispatch mode on the real device (no kernel scratch)."""
+        """Cross-check: storages counted under a dispatch mode on the real device (no kernel
+        scratch)."""
         return tracked(self.runnable)
 
     track_tracked_bytes.unit = "bytes"
 
 
 class Prediction:
-    """Predicted peak bytes and FLOPs on FakeTensors: nothing allocated, so long lengths are cheap."""
+    """Predicted peak and FLOPs on FakeTensors: nothing allocated, so long lengths are cheap."""
 
-    params = (TARGETS, backend_names(), LENGTHS + [65536], MODES)
+    params = (TARGETS, backend_names(), [*LENGTHS, 65536], MODES)
     param_names = ("target", "backend", "seq_len", "mode")
     timeout = 300
 

@@ -1,4 +1,5 @@
-"""Block variants of the Reformer skeleton: residual variant vs layers, chunked FFN, axial positions.
+"""Block variants of the Reformer skeleton: residual variant vs layers, chunked FFN, axial
+positions.
 
 One training step (forward + backward + AdamW) of a ReformerLM; memory is the measured peak above
 resident (profiler on CPU, allocator on CUDA) and the prediction. Skipped (n/a) until the model and
@@ -65,7 +66,7 @@ class _TrainStepBenchmark:
 
 
 class ResidualLayers(_TrainStepBenchmark):
-    """Reversible memory should barely grow with layers; standard grows by each layer's activations."""
+    """Reversible memory barely grows with layers; standard grows by each layer's activations."""
 
     params = (["standard", "reversible", "checkpoint"], [2, 4, 8])
     param_names = ("residual", "layers")

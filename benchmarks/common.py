@@ -98,9 +98,10 @@ def flops(case: BenchCase) -> int:
 
 
 def _warm_up() -> None:
-    """Pay FakeTensorMode's one-time set-up (~1 s) at import, so that asv's forkserver, which imports
-    the suite once and forks per benchmark, does not pay it per fork. Only fake tensors here: real
-    kernels or the profiler would start threads, and a process forked after that can hang."""
+    """Pay FakeTensorMode's one-time set-up (~1 s) at import, so that asv's forkserver, which
+    imports the suite once and forks per benchmark, does not pay it per fork. Only fake tensors
+    here: real kernels or the profiler would start threads, and a process forked after that can
+    hang."""
     if os.environ.get("ZOO_ASV_NO_WARMUP"):
         return
     case = BenchCase(

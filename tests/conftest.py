@@ -1,4 +1,4 @@
-"""Shared test setup: deterministic seeds, few threads, and GPU tests skipped cleanly without CUDA."""
+"""Shared test setup: deterministic seeds, few threads, GPU tests skipped cleanly without CUDA."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA device; none is visible on this machine")
+    skip = pytest.mark.skip(reason="needs a CUDA device; none is visible")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -11,7 +11,8 @@ from attention_zoo import BackendSpec, build_attention, get_backend
 
 
 def small_options(spec: BackendSpec, length: int = 40) -> dict[str, Any]:
-    """Options that make chunked/hashed mechanisms non-trivial at test lengths, and seed the random ones."""
+    """Options that make chunked/hashed mechanisms non-trivial at test lengths, and seed the random
+    ones."""
     opts = spec.defaults()
     chosen: dict[str, Any] = {}
     if "chunk_length" in opts:
@@ -39,12 +40,18 @@ def make_qkv(
     """Random (b, h, n, d) q, k, v; a shared-QK backend gets k = q."""
     q = torch.randn(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
     v = torch.randn(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
-    k = q if spec.caps.shared_qk else torch.randn(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
+    k = (
+        q
+        if spec.caps.shared_qk
+        else torch.randn(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
+    )
     return q, k, v
 
 
 def build(spec: BackendSpec, *, causal: bool, device: str = "cpu", **extra: Any) -> torch.nn.Module:
-    return build_attention(spec.name, causal=causal, device=device, **{**small_options(spec), **extra})
+    return build_attention(
+        spec.name, causal=causal, device=device, **{**small_options(spec), **extra}
+    )
 
 
 def reference_for(spec: BackendSpec) -> str:

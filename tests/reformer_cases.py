@@ -14,7 +14,7 @@ MIXES = [("full",), ("local",), ("lsh",), ("local", "lsh")]
 
 
 def need(*backends: str) -> None:
-    """Skip the test unless every backend is registered (local/lsh arrive with their own issue)."""
+    """Skip the test unless every backend is registered (local/lsh may not be registered yet)."""
     missing = [b for b in backends if b not in BACKENDS]
     if missing:
         pytest.skip(

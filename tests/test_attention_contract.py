@@ -1,4 +1,4 @@
-"""Conformance suite: every registered backend runs it, a newly registered one included, for free."""
+"""Conformance suite: every registered backend runs it, a newly registered one included."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ def _modes(spec) -> list[bool]:
     return [c for c, ok in ((False, spec.caps.non_causal), (True, spec.caps.causal)) if ok]
 
 
-def _skip_unless_runs(spec, *, device: str = "cpu", dtype: str = "float32", causal: bool = False) -> None:
+def _skip_unless_runs(
+    spec, *, device: str = "cpu", dtype: str = "float32", causal: bool = False
+) -> None:
     if reason := spec.unsupported(Case(device=device, dtype=dtype, causal=causal)):
         pytest.skip(reason)
 
@@ -44,10 +46,14 @@ def test_gradients_reach_every_parameter(spec, causal):
     assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
     for name, p in block.named_parameters():
         assert p.grad is not None, f"no gradient reached {name}"
-        assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, f"zero/non-finite grad on {name}"
+        assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, (
+            f"zero/non-finite grad on {name}"
+        )
 
 
-@pytest.mark.parametrize("spec", [s for s in SPECS if s.caps.causal], ids=[s.name for s in SPECS if s.caps.causal])
+@pytest.mark.parametrize(
+    "spec", [s for s in SPECS if s.caps.causal], ids=[s.name for s in SPECS if s.caps.causal]
+)
 @pytest.mark.parametrize("changed", ["q", "k", "v"])
 def test_causal_backends_are_exactly_causal(spec, changed):
     _skip_unless_runs(spec, causal=True)
@@ -60,14 +66,21 @@ def test_causal_backends_are_exactly_causal(spec, changed):
     for i in (0, 5, 17, 30):
         tensors = {"q": q.clone(), "k": k.clone(), "v": v.clone()}
         if spec.caps.shared_qk and changed in "qk":
-            tensors["q"][:, :, i + 1:] = torch.randn_like(tensors["q"][:, :, i + 1:])
+            tensors["q"][:, :, i + 1 :] = torch.randn_like(tensors["q"][:, :, i + 1 :])
             tensors["k"] = tensors["q"]
         else:
             t = tensors[changed]
-            t[:, :, i + 1:] = torch.randn_like(t[:, :, i + 1:]) * 3
+            t[:, :, i + 1 :] = torch.randn_like(t[:, :, i + 1 :]) * 3
         out = attn(tensors["q"], tensors["k"], tensors["v"])
-        torch.testing.assert_close(out[:, :, : i + 1], base[:, :, : i + 1], atol=1e-12, rtol=0,
-                                   msg=lambda m: f"{spec.name}: changing {changed} after {i} changed output <= {i}: {m}")
+        torch.testing.assert_close(
+            out[:, :, : i + 1],
+            base[:, :, : i + 1],
+            atol=1e-12,
+            rtol=0,
+            msg=lambda m, i=i: (
+                f"{spec.name}: changing {changed} after {i} changed output <= {i}: {m}"
+            ),
+        )
 
 
 EXACT = [s for s in SPECS if s.caps.exact]
@@ -86,7 +99,9 @@ def test_exact_backends_agree_with_reference(spec, padded):
             mask[1, :3] = False
         out = build(spec, causal=causal)(q, k, v, key_padding_mask=mask)
         ref = reference(spec, causal=causal)(q, k, v, key_padding_mask=mask)
-        rows = slice(3, None)  # a causal query whose every visible key is padding has no defined output
+        rows = slice(
+            3, None
+        )  # a causal query whose every visible key is padding has no defined output
         torch.testing.assert_close(out[:, :, rows], ref[:, :, rows], atol=1e-5, rtol=1e-5)
 
 
@@ -115,7 +130,7 @@ def test_compiles_to_one_graph_with_eager_results(spec):
         attn = build(spec, causal=causal, **options)
         inputs = (q, v) if spec.caps.shared_qk else (q, k, v)
 
-        def call(*args):
+        def call(*args, attn=attn):
             return attn(args[0], args[0], args[1]) if spec.caps.shared_qk else attn(*args)
 
         def seeded(fn):
@@ -161,7 +176,9 @@ def test_padding_keys_never_change_real_outputs(spec):
     for causal in _modes(spec):
         _skip_unless_runs(spec, causal=causal)
         if not spec.caps.exact:
-            pytest.skip("approximate mechanisms test their own padding rules (bucketing depends on length)")
+            pytest.skip(
+                "approximate mechanisms test their own padding rules (bucketing depends on length)"
+            )
         q, k, v = make_qkv(spec, n=30, dtype=torch.float64)
         extra = make_qkv(spec, n=9, dtype=torch.float64)
         q2, k2, v2 = (torch.cat([a, b], dim=2) for a, b in zip((q, k, v), extra))

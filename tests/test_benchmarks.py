@@ -98,15 +98,14 @@ def test_deterministic_metrics_match_baseline(key: str) -> None:
     actual = baseline.compute(case)
     if os.environ.get("ZOO_UPDATE_BASELINES"):
         pytest.skip(
-            "ZOO_UPDATE_BASELINES set: the file is rewritten at the end of the session instead"
+            "ZOO_UPDATE_BASELINES set: the file is rewritten at the end of the test run instead"
         )
     problems = baseline.compare(entry, actual)
     assert not problems, (
         f"{entry['name']}:\n  "
         + "\n  ".join(problems)
-        + (
-            "\nIf intended: python benchmarks/scripts/update_baselines.py, review and commit the diff."
-        )
+        + "\nIf intended: python benchmarks/scripts/update_baselines.py, "
+        "review and commit the diff."
     )
 
 

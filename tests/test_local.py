@@ -10,6 +10,7 @@ import torch
 from attention_zoo import OptionError, SelfAttention, build_attention
 from attention_zoo.attention.chunked import resolve_kernel
 from attention_zoo.attention.dense import dense_attention
+
 from .contract import with_grads
 
 
@@ -207,7 +208,11 @@ def test_backward_segments_do_not_change_gradients(monkeypatch, causal):
         torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
         for got, want in zip(grads, ref_grads):
             torch.testing.assert_close(
-                got, want, atol=1e-5, rtol=1e-5, msg=lambda m: f"{segments} segments: {m}"
+                got,
+                want,
+                atol=1e-5,
+                rtol=1e-5,
+                msg=lambda m, segments=segments: f"{segments} segments: {m}",
             )
 
 
@@ -225,4 +230,3 @@ def test_bfloat16_gradients_are_computed_in_float32():
 
     for got, want in zip(grads(torch.bfloat16), grads(torch.float64)):
         assert ((got - want).norm() / want.norm()).item() < 0.006
-

@@ -3,6 +3,8 @@ chunks define, combined by log-sum-exp; exactly causal by default, while HF-styl
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from attention_zoo.attention.chunked import padded_length
 from attention_zoo.attention.dense import dense_attention
 from attention_zoo.attention.lsh import LSHConfig, auto_buckets
 from attention_zoo.attention.shared_qk import unit_keys
+
 from .contract import with_grads
 
 C = 8  # chunk length used by most tests
@@ -136,7 +139,7 @@ def test_error_against_shared_qk_falls_as_hashes_grow(causal):
             for seed in range(6)
         ]
         means.append(torch.stack(errors).mean().item())
-    assert all(a > b for a, b in zip(means, means[1:])), (
+    assert all(a > b for a, b in itertools.pairwise(means)), (
         f"mean |lsh - shared-qk| by hashes 1,2,4,8: {means}"
     )
     assert means[-1] < 0.6 * means[0]
@@ -189,14 +192,18 @@ def test_rounds_per_pass_and_kernels_do_not_change_results(causal):
     for kernel in ("math", "flash"):
         for per_pass in (None, 1, 2):
             attn = _lsh(causal, num_hashes=3, kernel=kernel, rounds_per_pass=per_pass)
-            results[kernel, per_pass, "shared"] = with_grads(lambda x, v: attn(x, x, v), (qk, v))
+            results[kernel, per_pass, "shared"] = with_grads(
+                lambda x, v, attn=attn: attn(x, x, v), (qk, v)
+            )
             results[kernel, per_pass, "separate"] = with_grads(attn, (qk, k, v))
     for case, (out, grads) in results.items():
         ref_out, ref_grads = results["math", None, case[2]]
-        torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5, msg=lambda m: f"{case}: {m}")
+        torch.testing.assert_close(
+            out, ref_out, atol=1e-5, rtol=1e-5, msg=lambda m, case=case: f"{case}: {m}"
+        )
         for got, want in zip(grads, ref_grads):
             torch.testing.assert_close(
-                got, want, atol=1e-5, rtol=1e-5, msg=lambda m: f"{case}: {m}"
+                got, want, atol=1e-5, rtol=1e-5, msg=lambda m, case=case: f"{case}: {m}"
             )
 
 
@@ -287,7 +294,7 @@ def test_exact_causal_forward_in_quarter_chunk_blocks_matches_the_math_path(monk
     qk, v = _qkv(n=201)  # two buckets of ~100: look-backs of 32 and 64 positions both bind
     results = [
         with_grads(
-            lambda x, v: _lsh(
+            lambda x, v, kernel=kernel: _lsh(
                 True,
                 chunk_length=32,
                 num_chunks_before=before,

@@ -4,7 +4,7 @@ Tolerance: the prediction may be below the measurement by what kernels allocate 
 (scratch buffers of fused kernels, e.g. SDPA's CPU flash kernel keeps per-thread blocks: up to
 ~4 MiB at 2 threads here), which is invisible on meta; so measured - predicted must lie in
 [-1% - 64 KiB, +2% + 4 MiB]. Everything else (every tensor the autograd graph keeps, every
-temporary) is seen by both, and on this machine they agree to the byte for most cases.
+temporary) is seen by both, and in practice they agree to the byte for most cases.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Peak memory of the chunked backends' fused paths, in units of one (batch, length, hidden) tensor.
 
-These bounds are what make `local` and `lsh` cheaper than the Hugging Face implementations (issue
-2's targets: a half and a third of HF's peak at 16k); memory is deterministic, so they are exact
+These bounds are what make `local` and `lsh` cheaper than the Hugging Face implementations (the
+targets: a half and a third of HF's peak at 16k); memory is deterministic, so they are exact
 regression tests, measured with the profiler like every CPU memory number here.
 """
 

@@ -7,33 +7,62 @@ import pytest
 pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
-from attention_zoo.cli import main as zoo_main  # noqa: E402
-from attention_zoo.report import build_report, variant_label  # noqa: E402
-from attention_zoo.store import ResultStore  # noqa: E402
+from attention_zoo.cli import main as zoo_main
+from attention_zoo.report import build_report, variant_label
+from attention_zoo.store import ResultStore
 
 
 def _case(backend: str, n: int, **options) -> dict:
-    return {"target": "block", "backend": backend, "seq_len": n, "mode": "forward", "options": options}
+    return {
+        "target": "block",
+        "backend": backend,
+        "seq_len": n,
+        "mode": "forward",
+        "options": options,
+    }
 
 
 @pytest.fixture
 def store(tmp_path):
     with ResultStore(tmp_path / "s.sqlite") as s:
         run = s.start_run(kind="bench", device="cpu")
-        s.add_rows(run, None, _case("full", 1024), [("time_median", 0.25, "s"), ("peak_bytes", 3 * 2**20, "bytes")])
-        s.add_rows(run, None, _case("full", 4096), [], status="oom", error="predicted 30 GiB > limit 20 GiB")
-        s.add_rows(run, None, _case("lsh", 1024, num_hashes=4), [("time_median", 0.125, "s"),
-                                                                  ("peak_bytes", 2**20, "bytes")])
-        s.add_rows(run, None, _case("lsh", 4096, num_hashes=4), [("time_median", 0.5, "s"),
-                                                                  ("peak_bytes", 4 * 2**20, "bytes")])
+        s.add_rows(
+            run,
+            None,
+            _case("full", 1024),
+            [("time_median", 0.25, "s"), ("peak_bytes", 3 * 2**20, "bytes")],
+        )
+        s.add_rows(
+            run,
+            None,
+            _case("full", 4096),
+            [],
+            status="oom",
+            error="predicted 30 GiB > limit 20 GiB",
+        )
+        s.add_rows(
+            run,
+            None,
+            _case("lsh", 1024, num_hashes=4),
+            [("time_median", 0.125, "s"), ("peak_bytes", 2**20, "bytes")],
+        )
+        s.add_rows(
+            run,
+            None,
+            _case("lsh", 4096, num_hashes=4),
+            [("time_median", 0.5, "s"), ("peak_bytes", 4 * 2**20, "bytes")],
+        )
         s.finish_run(run)
         yield s
 
 
 def _rows(text: str, heading: str) -> dict[str, list[str]]:
     table = text.split(heading)[1].split("####")[0]
-    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()
-             if line.startswith("|")]
+    cells = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in table.splitlines()
+        if line.startswith("|")
+    ]
     return {row[0]: row[1:] for row in cells[2:]}
 
 
@@ -51,7 +80,10 @@ def test_report_tables_put_numbers_and_statuses_in_their_cells(store, tmp_path):
 
 
 def test_variant_label():
-    assert variant_label("lsh", {"num_hashes": 4, "chunk_length": 64}) == "lsh(chunk_length=64, num_hashes=4)"
+    assert (
+        variant_label("lsh", {"num_hashes": 4, "chunk_length": 64})
+        == "lsh(chunk_length=64, num_hashes=4)"
+    )
     assert variant_label("full", {}) == "full"
 
 

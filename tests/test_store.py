@@ -1,4 +1,5 @@
-"""The SQLite results store: rows with their environment, replace-not-duplicate, export, bad files."""
+"""The SQLite results store: rows with their environment, replace-not-duplicate, export, bad
+files."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_failed_case_is_listed_with_status_and_error(store: ResultStore) -> None
     assert (row["status"], row["metric"], row["error"]) == ("oom", None, "predicted 9 GiB > 8 GiB")
     with pytest.raises(StoreError, match="status 'broken' is not one of: ok, oom, error, skipped"):
         store.add_rows(run, "k", CONFIG, [], status="broken")
-    with pytest.raises(StoreError, match="no run 'nope'.*start_run"):
+    with pytest.raises(StoreError, match=r"no run 'nope'.*start_run"):
         store.add_rows("nope", "k", CONFIG, [])
 
 
@@ -74,7 +75,7 @@ def test_export_csv_and_dataframe(store: ResultStore, tmp_path: Path) -> None:
     with open(tmp_path / "out.csv") as f:
         rows = list(csv.DictReader(f))
     assert n == 1 and rows[0]["metric"] == "flops" and float(rows[0]["value"]) == 1e9
-    assert list(csv.DictReader(io.StringIO(store.to_csv_text())))[0]["device_name"] == "test-cpu"
+    assert next(iter(csv.DictReader(io.StringIO(store.to_csv_text()))))["device_name"] == "test-cpu"
     df = store.to_dataframe()
     assert (
         df.loc[0, "cfg.backend"] == "full"
@@ -93,7 +94,7 @@ def test_reopen_keeps_rows(tmp_path: Path) -> None:
 
 
 def test_missing_store_without_create(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="no results store at .*zoo bench"):
+    with pytest.raises(StoreError, match=r"no results store at .*zoo bench"):
         ResultStore(tmp_path / "missing.sqlite", create=False)
 
 

@@ -98,14 +98,15 @@ def test_malformed_preset_says_where() -> None:
         parse_preset("[grdi]\n", source="p.toml")
     with pytest.raises(ConfigError, match=r"\[measure\]: unknown key\(s\) \['budget'\]"):
         parse_preset("[measure]\nbudget = 1\n", source="p.toml")
-    with pytest.raises(ConfigError, match="unknown preset 'nope'; built-in presets: .*quick"):
+    with pytest.raises(ConfigError, match=r"unknown preset 'nope'; built-in presets: .*quick"):
         load_preset("nope")
 
 
 def test_preset_file_from_path(tmp_path: Path) -> None:
     path = tmp_path / "mine.toml"
     path.write_text(
-        '[grid]\ntarget = "attention"\nbackends = ["full"]\nseq_lens = [64]\n[measure]\nthreads = 1\n'
+        '[grid]\ntarget = "attention"\nbackends = ["full"]\nseq_lens = [64]\n'
+        "[measure]\nthreads = 1\n"
     )
     preset = load_preset(str(path))
     assert [c.backend for c in preset.grid.cases()] == ["full"] and preset.settings.threads == 1
@@ -121,7 +122,7 @@ class _NoOptions:
 
 @pytest.fixture
 def bad_backends():
-    """Two injected backends: one raising an ordinary error, one an allocator out-of-memory error."""
+    """Two injected backends: one raising an ordinary error, one an allocator out-of-memory one."""
 
     @register_attention("test-failing", config=_NoOptions)
     class Failing(AttentionCore):
@@ -210,8 +211,8 @@ KILLER = textwrap.dedent("""
         seen.append(case.seq_len)
         if len(seen) == kill_at:
             os._exit(9)  # die mid-case, like a crash or kill -9: no cleanup, no commit
-        return CaseResult(case=case, status="ok", rows=[Metric("echo", case.seq_len, "tokens"),
-                                                        Metric("twice", 2 * case.seq_len, "tokens")])
+        rows = [Metric("echo", case.seq_len, "tokens"), Metric("twice", 2 * case.seq_len, "tokens")]
+        return CaseResult(case=case, status="ok", rows=rows)
 
     cases = Grid(target="attention", backends=("full", "sdpa"), seq_lens=(64, 128, 256)).cases()
     with ResultStore(store_path) as store:

@@ -30,7 +30,11 @@ def test_duplication_structure_and_scored_positions() -> None:
 
 
 def test_duplication_symbols_are_uniform() -> None:
-    w = DuplicationTask(seq_len=64, vocab_size=9, eval_size=2000).build(0).eval_set.input_ids[:, 1:32]
+    w = (
+        DuplicationTask(seq_len=64, vocab_size=9, eval_size=2000)
+        .build(0)
+        .eval_set.input_ids[:, 1:32]
+    )
     counts = torch.bincount(w.flatten(), minlength=9)[1:].double()
     expected = w.numel() / 8
     chi2 = float(((counts - expected) ** 2 / expected).sum())
@@ -105,11 +109,13 @@ def test_associative_recall_bad_config_names_every_problem() -> None:
 
 def test_task_registry_and_make_task_errors() -> None:
     assert {"duplication", "associative-recall"} <= set(TASKS.names())
-    with pytest.raises(UnknownNameError, match="known tasks: .*associative-recall.*duplication"):
+    with pytest.raises(UnknownNameError, match=r"known tasks: .*associative-recall.*duplication"):
         make_task("copy-paste")
-    with pytest.raises(OptionError, match="does not take field.*'seq_length'.*it takes: seq_len"):
+    with pytest.raises(OptionError, match=r"does not take field.*'seq_length'.*it takes: seq_len"):
         make_task("duplication", seq_length=8)
     task = make_task("duplication", seq_len=8, vocab_size=4)
-    assert task.to_dict()["task"] == "duplication" and task.chance_accuracy() == pytest.approx(1 / 3)
+    assert task.to_dict()["task"] == "duplication" and task.chance_accuracy() == pytest.approx(
+        1 / 3
+    )
     with pytest.raises(ConfigError):
         make_task("duplication", seq_len=9, vocab_size=4)

@@ -1,6 +1,10 @@
 """Attention cores. Importing this package registers every built-in backend (explicit imports)."""
 
-from . import full, sdpa, xformers_kernel, shared_qk, local, lsh  # noqa: F401  (registration order = list order)
+# Registration order is list order, so these imports keep their order.
+# isort: off
+from . import full, sdpa, xformers_kernel, shared_qk, local, lsh  # noqa: F401
+
+# isort: on
 from .base import AttentionCore, check_qkv
 from .spec import (
     BACKENDS,

@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 from ..errors import ShapeError
 
-# Large negative scores instead of -inf: a row with every key masked stays finite (HF does the same).
+# Large negative scores instead of -inf: a row with every key masked stays finite
+# (HF does the same).
 _MASK_VALUE = {torch.float16: -1e4, torch.bfloat16: -1e9, torch.float32: -1e9, torch.float64: -1e9}
 # A shared-QK query scores highest against itself; this penalty lets it attend to itself only when
 # nothing else is allowed (Reformer paper, section 2; HF's self_mask_value).
@@ -31,7 +32,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) 
             raise ShapeError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
             raise ShapeError(
-                f"{label} must have rank 4 (batch, heads, length, head_dim), got shape {tuple(t.shape)}"
+                f"{label} must have rank 4 (batch, heads, length, head_dim), "
+                f"got shape {tuple(t.shape)}"
             )
     if not (q.shape == k.shape == v.shape):
         raise ShapeError(
@@ -45,7 +47,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) 
         if key_padding_mask.shape != (b, n) or key_padding_mask.dtype != torch.bool:
             raise ShapeError(
                 f"key_padding_mask must be a bool tensor of shape (batch, length) = ({b}, {n}) "
-                f"with True for real tokens, got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+                f"with True for real tokens, "
+                f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
 
 
@@ -59,7 +62,9 @@ class AttentionCore(nn.Module):
         self.cfg = cfg
         self.causal = causal
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
+    ) -> Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d); key_padding_mask (b, n) bool, True = real token."""
         check_qkv(q, k, v, key_padding_mask)
         return self.attend(q, k, v, key_padding_mask)

@@ -1,4 +1,4 @@
-"""Materialised softmax attention under an explicit mask: the reference every mechanism reduces to."""
+"""Materialised softmax attention under an explicit mask: what every mechanism reduces to."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Full softmax attention, materialising the n x n score matrix: the reference (Vaswani et al. 2017)."""
+"""Full softmax attention materialising the n x n scores: the reference (Vaswani et al. 2017)."""
 
 from __future__ import annotations
 
@@ -23,5 +23,7 @@ class FullAttention(AttentionCore):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         n = q.shape[-2]
-        allowed = allowed_mask(n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device)
+        allowed = allowed_mask(
+            n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
+        )
         return dense_attention(q, k, v, allowed, scale=1 / math.sqrt(q.shape[-1]))

@@ -169,7 +169,7 @@ class LSHAttention(AttentionCore):
         return torch.where(real, buckets, total_buckets(nb))  # padding: one extra, last bucket
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        b, h, n, d = q.shape
+        _b, _h, n, _d = q.shape
         cfg = self.cfg
         c = cfg.chunk_length
         npad = padded_length(n, c)
@@ -352,7 +352,7 @@ def _gather_rows(x: Tensor, perm: Tensor) -> Tensor:
 
 def _undo(perm: Tensor) -> Tensor:
     """Inverse permutations, offset per round so they index a (b, h, g * n) flat sorted sequence."""
-    b, h, g, n = perm.shape
+    _b, _h, g, n = perm.shape
     undo = torch.empty_like(perm)
     undo.scatter_(-1, perm, torch.arange(n, device=perm.device).expand_as(perm))
     return undo + (torch.arange(g, device=perm.device) * n).view(1, 1, g, 1)
@@ -453,7 +453,7 @@ class _LSHFlash(Function):
     @staticmethod
     def forward(ctx, q, k, v, plan):  # type: ignore[override]
         k = q if k is None else k  # None: shared QK
-        b, h, npad, d = q.shape
+        _b, _h, _npad, d = q.shape
         rk = torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + _EPS)  # unit keys = k * rk
         rows, shared, ws = (_row_view(q), _row_view(k), _row_view(v)), k is q, Workspace()
         fine = plan.regrid(plan.forward_block())

@@ -41,10 +41,14 @@ class SDPAAttention(AttentionCore):
         if key_padding_mask is None:
             return self._sdpa(q, k, v, mask=None, is_causal=self.causal)
         # SDPA takes either is_causal or a mask: fold causality into the mask.
-        mask = allowed_mask(q.shape[-2], causal=self.causal, key_padding_mask=key_padding_mask, device=q.device)
+        mask = allowed_mask(
+            q.shape[-2], causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
+        )
         return self._sdpa(q, k, v, mask=mask, is_causal=False)
 
-    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, is_causal: bool) -> Tensor:
+    def _sdpa(
+        self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, is_causal: bool
+    ) -> Tensor:
         kernel = KERNELS[self.cfg.kernel]
         if kernel is None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)

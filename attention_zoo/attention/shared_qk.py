@@ -26,13 +26,13 @@ class SharedQKConfig:
     """Shared-QK full attention takes no options."""
 
 
-@register_attention(
-    "shared-qk", config=SharedQKConfig, caps=Capabilities(shared_qk=True)
-)
+@register_attention("shared-qk", config=SharedQKConfig, caps=Capabilities(shared_qk=True))
 class SharedQKAttention(AttentionCore):
     """Full attention on shared QK: scores q_i . k_j/|k_j|, self masked unless alone. O(n^2)."""
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         n = q.shape[-2]
-        allowed = allowed_mask(n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device)
+        allowed = allowed_mask(
+            n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
+        )
         return dense_attention(q, unit_keys(k), v, allowed, scale=1.0, penalise_self=True)

@@ -87,7 +87,8 @@ class BackendSpec:
         if reason := self.availability(device):
             return reason
         if device not in self.caps.devices:
-            return f"{self.name!r} does not run on {device!r} (it runs on: {', '.join(sorted(self.caps.devices))})"
+            devices = ", ".join(sorted(self.caps.devices))
+            return f"{self.name!r} does not run on {device!r} (it runs on: {devices})"
         return None
 
     def unsupported(self, case: Case) -> str | None:
@@ -95,7 +96,8 @@ class BackendSpec:
         if reason := self.unavailable_reason(case.device):
             return reason
         if case.dtype not in self.caps.dtypes:
-            return f"{self.name!r} does not support dtype {case.dtype} (supports: {', '.join(sorted(self.caps.dtypes))})"
+            dtypes = ", ".join(sorted(self.caps.dtypes))
+            return f"{self.name!r} does not support dtype {case.dtype} (supports: {dtypes})"
         if case.causal and not self.caps.causal:
             return f"{self.name!r} cannot run causally"
         if not case.causal and not self.caps.non_causal:
@@ -143,7 +145,12 @@ def register_attention(
             raise TypeError(f"attention {name!r} must be an nn.Module subclass, got {cls!r}")
         summary = description or next(iter((cls.__doc__ or "").strip().splitlines()), "")
         spec = BackendSpec(
-            name=name, cls=cls, config=config, caps=caps, description=summary, availability=availability
+            name=name,
+            cls=cls,
+            config=config,
+            caps=caps,
+            description=summary,
+            availability=availability,
         )
         BACKENDS.add(name, spec, replace=replace)
         cls.spec = spec
@@ -178,7 +185,9 @@ def build_attention(
     if reason := spec.unavailable_reason(device):
         raise UnavailableError(f"backend {name!r} is unavailable: {reason}")
     if causal and not spec.caps.causal:
-        raise OptionError(f"backend {name!r} cannot run causally; causal backends: {_names_where('causal')}")
+        raise OptionError(
+            f"backend {name!r} cannot run causally; causal backends: {_names_where('causal')}"
+        )
     if not causal and not spec.caps.non_causal:
         raise OptionError(f"backend {name!r} only runs causally; pass causal=True")
     return spec.cls(spec.make_config(**options), causal=causal)

@@ -36,7 +36,7 @@ def _chunks_per_segment(win: Windows, heads: int, head_dim: int, itemsize: int) 
 
 
 def _blocks_into(buf: Tensor, flat: Tensor, first: int, count: int, c: int) -> Tensor:
-    """Chunks first:first+count of a flat (length, h, d) buffer, copied into buf (count * h, c, d)."""
+    """Chunks first:first+count of a flat (length, h, d) buffer, copied into buf (count*h, c, d)."""
     _, h, d = flat.shape
     part = flat.narrow(0, first * c, count * c).view(count, c, h, d)
     buf.view(count, h, c, d).copy_(part.transpose(1, 2))
@@ -44,7 +44,7 @@ def _blocks_into(buf: Tensor, flat: Tensor, first: int, count: int, c: int) -> T
 
 
 def _key_windows_into(buf: Tensor, flat: Tensor, first: int, count: int, win: Windows) -> Tensor:
-    """Every query chunk's key window into buf (count * h, W, d); zeros where it leaves the buffer."""
+    """Each query chunk's key window into buf (count*h, W, d); zeros where it leaves the buffer."""
     c, (length, h, d) = win.chunk, flat.shape
     lo, hi = (first - win.before) * c, (first + count + win.after) * c
     if lo >= 0 and hi <= length:

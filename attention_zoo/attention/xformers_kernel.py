@@ -25,7 +25,7 @@ def xformers_availability(device: str) -> str | None:
     if device != "cuda":
         return f"xformers kernels need CUDA; asked to run on {device!r}"
     if not torch.cuda.is_available():
-        return "xformers kernels need CUDA, and no CUDA device is visible on this machine"
+        return "xformers kernels need CUDA, and no CUDA device is visible"
     return _import_error()
 
 
@@ -37,7 +37,9 @@ class XFormersConfig:
 @register_attention(
     "xformers",
     config=XFormersConfig,
-    caps=Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "bfloat16", "float16"})),
+    caps=Capabilities(
+        devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "bfloat16", "float16"})
+    ),
     availability=xformers_availability,
 )
 class XFormersAttention(AttentionCore):

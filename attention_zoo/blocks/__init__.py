@@ -1,4 +1,4 @@
-"""Building blocks of the Reformer skeleton: attention sublayer, feed-forward, residuals, positions."""
+"""Reformer skeleton building blocks: attention sublayer, feed-forward, residuals, positions."""
 
 from .attention import SelfAttention
 from .feedforward import ChunkedFeedForward

@@ -39,7 +39,9 @@ class SelfAttention(nn.Module):
                 )
             head_size = hidden_size // num_heads
         if num_heads < 1 or head_size < 1:
-            raise ConfigError(f"num_heads and head_size must be >= 1, got {num_heads} and {head_size}")
+            raise ConfigError(
+                f"num_heads and head_size must be >= 1, got {num_heads} and {head_size}"
+            )
         self.spec = get_backend(backend)
         self.hidden_size, self.num_heads, self.head_size = hidden_size, num_heads, head_size
         self.shared_qk = self.spec.caps.shared_qk

@@ -123,7 +123,8 @@ def grid_from_args(args: argparse.Namespace) -> tuple[Grid, Preset | None]:
 def _parse_option(text: str) -> tuple[str, str, list[Any]]:
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise ZooError(
-            f"--option {text!r}: write BACKEND.NAME=VALUE, e.g. lsh.num_hashes=4 or lsh.num_hashes=1,4"
+            f"--option {text!r}: write BACKEND.NAME=VALUE, "
+            "e.g. lsh.num_hashes=4 or lsh.num_hashes=1,4"
         )
     lhs, rhs = text.split("=", 1)
     backend, name = lhs.split(".", 1)
@@ -147,15 +148,15 @@ def _split_top(text: str) -> list[str]:
             cur = ""
         else:
             cur += ch
-    return parts + [cur]
+    return [*parts, cur]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
         help="measure time, memory and FLOPs of a grid of cases",
-        description="Measure time (median, IQR), memory (measured, predicted, cross-checks) and FLOPs "
-        "for a grid of backends x lengths x modes, store every metric, print a table.",
+        description="Measure time (median, IQR), memory (measured, predicted, cross-checks) "
+        "and FLOPs for a grid of backends x lengths x modes, store every metric, print a table.",
         epilog=EXAMPLE % {"store": DEFAULT_STORE, "presets": ", ".join(builtin_presets())},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -265,8 +266,8 @@ def run(args: argparse.Namespace) -> int:
             )
         except KeyboardInterrupt:
             print(
-                "\ninterrupted: every finished case is stored; rerun the same command with --resume "
-                "to measure only the missing ones",
+                "\ninterrupted: every finished case is stored; rerun the same command with "
+                "--resume to measure only the missing ones",
                 file=sys.stderr,
             )
             return 130

@@ -8,7 +8,7 @@ import json
 from ..attention.spec import default_device, list_backends
 
 EXAMPLE = """examples:
-  zoo list                 table of backends, availability on this machine's default device
+  zoo list                 table of backends, availability on the default device
   zoo list --device cuda   availability if run on CUDA
   zoo list --json          the same as JSON
 """
@@ -23,7 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--device", default=None, help="device to check availability for (default: %(default)s = cuda if present, else cpu)")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="device to check availability for (default: %(default)s = cuda if present, else cpu)",
+    )
     p.set_defaults(run=run)
 
 
@@ -42,16 +46,31 @@ def _flag(value: bool) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    headers = ["backend", "causal", "shared-qk", "exact", "deterministic", f"available ({rows[0]['device'] if rows else ''})", "options"]
+    headers = [
+        "backend",
+        "causal",
+        "shared-qk",
+        "exact",
+        "deterministic",
+        f"available ({rows[0]['device'] if rows else ''})",
+        "options",
+    ]
     table = []
     for r in rows:
         caps = r["capabilities"]
         options = ", ".join(f"{k}={v!r}" for k, v in r["options"].items()) or "-"
         avail = "yes" if r["available"] else f"no: {r['reason']}"
-        table.append([
-            r["name"], _flag(caps["causal"]), _flag(caps["shared_qk"]), _flag(caps["exact"]),
-            _flag(caps["deterministic"]), avail, options,
-        ])
+        table.append(
+            [
+                r["name"],
+                _flag(caps["causal"]),
+                _flag(caps["shared_qk"]),
+                _flag(caps["exact"]),
+                _flag(caps["deterministic"]),
+                avail,
+                options,
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *table)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     out = [line(headers), line("-" * w for w in widths)]

@@ -24,7 +24,8 @@ from ..sweep import default_memory_limit
 from .bench_cmd import add_grid_arguments, grid_from_args
 
 EXAMPLE = """examples:
-  zoo memory --backends full,lsh,local --lengths 4096,65536,524288 --modes forward+backward --fits 8GiB
+  zoo memory --backends full,lsh,local --lengths 4096,65536,524288 \\
+             --modes forward+backward --fits 8GiB
       does forward+backward of each backend's SelfAttention fit in 8 GiB at these lengths?
   zoo memory --preset crime-and-punishment --fits 8GB
       one training step of the crime-and-punishment shaped ReformerLM at 524,288 tokens
@@ -43,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "memory",
         help="predict memory for given lengths/devices (does it fit in N GB?)",
-        description="Predict peak memory, resident memory and FLOPs of each case with no allocation.",
+        description="Predict peak memory, resident memory and FLOPs of each case; nothing is "
+        "allocated.",
         epilog=EXAMPLE % {"presets": ", ".join(builtin_presets())},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -138,7 +140,7 @@ def _predict(case: BenchCase, check: bool) -> dict:
         return record
     try:
         p = predict_case(case)
-    except Exception as exc:  # noqa: BLE001 - shown in the table, the others go on
+    except Exception as exc:
         record["error"] = describe_error(exc)
         return record
     record.update(
@@ -177,6 +179,6 @@ def _check(case: BenchCase, predicted_total: int) -> dict:
         runnable = build_runnable(case)
         runnable.step()
         _, peak = profiled_peak(runnable.step)
-    except Exception as exc:  # noqa: BLE001 - shown in the table
+    except Exception as exc:
         return {"check": "oom" if is_oom(exc) else describe_error(exc)[:60]}
     return {"measured_peak_bytes": peak.peak_bytes}

@@ -9,9 +9,10 @@ from ..store import ResultStore
 DEFAULT_STORE = "results/zoo.sqlite"
 
 EXAMPLE = """examples:
-  zoo report                                   latest bench run of results/zoo.sqlite -> results/report/
-  zoo report --all --out reports/cpu-2core     every stored run, into a published folder
-  zoo report --run-id RUN --store my.sqlite    one run of another store
+  zoo report                                 latest bench run of results/zoo.sqlite
+                                             -> results/report/
+  zoo report --all --out reports/cpu-2core   every stored run, into a published folder
+  zoo report --run-id RUN --store my.sqlite  one run of another store
 """
 
 
@@ -24,7 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)")
+    p.add_argument(
+        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
+    )
     p.add_argument("--out", default="results/report", help="output folder (default: %(default)s)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--run-id", help="report this run (default: the latest bench run)")
@@ -39,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     with ResultStore(args.store, create=False) as store:
         run_id = None if args.all else (args.run_id or store.latest_run(kind="bench"))
         if not args.all and run_id is None:
-            print(f"no bench run in {args.store}; run 'zoo bench --preset quick' first, or pass --all")
+            print(
+                f"no bench run in {args.store}; run 'zoo bench --preset quick' first, or pass --all"
+            )
             return 1
         df = store.to_dataframe(run_id)
     if not len(df):

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "results",
         help="show or export stored results (table, CSV, JSON)",
-        description="Show or export the results store: a comparison table, or every row as CSV/JSON.",
+        description="Show or export the results store: a comparison table, or rows as CSV/JSON.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,4 +1,4 @@
-"""`zoo task`: train and evaluate attention variants on synthetic tasks; print the Table 2 matrix."""
+"""`zoo task`: train and evaluate attention variants on synthetic tasks; print Table 2."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def _ints(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 def _names(text: str) -> list[str]:
@@ -41,21 +43,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "task",
         help="train attention variants on synthetic tasks (Reformer Table 2)",
-        description="Train and evaluate attention variants on a synthetic task suite; results go to the "
-        "store; --table2 prints the Reformer's Table 2 matrix from the stored runs.",
+        description="Train and evaluate attention variants on a synthetic task suite; results go "
+        "to the store; --table2 prints the Reformer's Table 2 matrix from the stored runs.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_spec", nargs="?", metavar="RUN_SPEC", help="suite file (.toml) or task name")
+    p.add_argument(
+        "run_spec", nargs="?", metavar="RUN_SPEC", help="suite file (.toml) or task name"
+    )
     p.add_argument("--preset", default="cpu", help="preset of the suite (default: %(default)s)")
-    p.add_argument("--backends", type=_names, help="attention mixes to train, comma-separated ('local+lsh' = alternating layers)")
+    p.add_argument(
+        "--backends",
+        type=_names,
+        help="attention mixes to train, comma-separated ('local+lsh' = alternating layers)",
+    )
     p.add_argument("--seeds", type=_ints, help="run seeds, comma-separated")
-    p.add_argument("--train-hashes", type=_ints, help="num_hashes for lsh while training, e.g. 4,2,1")
-    p.add_argument("--eval-hashes", type=_ints, help="num_hashes at evaluation, e.g. 8,4,2,1 (empty: '')")
+    p.add_argument(
+        "--train-hashes", type=_ints, help="num_hashes for lsh while training, e.g. 4,2,1"
+    )
+    p.add_argument(
+        "--eval-hashes", type=_ints, help="num_hashes at evaluation, e.g. 8,4,2,1 (empty: '')"
+    )
     p.add_argument("--max-steps", type=int, help="override the preset's step cap")
     p.add_argument("--device", default="cpu", help="device to train on (default: %(default)s)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice; "
-                   "on a busy machine 1 is often fastest for these small models)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch intra-op threads (default: torch's choice; "
+        "on a busy machine 1 is often fastest for these small models)",
+    )
     p.add_argument("--store", help="SQLite results store (default: results/zoo.sqlite)")
     p.add_argument("--table2", action="store_true", help="print the Table 2 matrix from the store")
     p.add_argument("--force", action="store_true", help="train again even if the store has the run")
@@ -99,7 +115,9 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> Preset
 
     preset = load_preset(args.run_spec, args.preset)
     if args.max_steps:
-        preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, max_steps=args.max_steps))
+        preset = dataclasses.replace(
+            preset, train=dataclasses.replace(preset.train, max_steps=args.max_steps)
+        )
     runs, skipped = plan_runs(
         preset,
         backends=args.backends,
@@ -110,15 +128,24 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> Preset
     )
     print(f"{preset.task.name} / preset {preset.name}: {preset.description}", flush=True)
     print(f"{preset.task}; threads {torch.get_num_threads()}; store {store}", flush=True)
-    meta = {"command": "zoo task", "argv": sys.argv[1:], "suite": preset.suite, "preset": preset.name}
+    meta = {
+        "command": "zoo task",
+        "argv": sys.argv[1:],
+        "suite": preset.suite,
+        "preset": preset.name,
+    }
     with TaskResults(store, meta=meta, device=args.device) as results:
         for s in skipped:
             print(f"skipped {s.label}: {s.reason}", flush=True)
             for seed in args.seeds or preset.grid.seeds:
-                results.save_skipped(identity(preset, s.label, seed), skipped_key(preset, s.label, seed), s.reason)
+                results.save_skipped(
+                    identity(preset, s.label, seed), skipped_key(preset, s.label, seed), s.reason
+                )
         for i, spec in enumerate(runs, 1):
             prefix = f"[{i}/{len(runs)}] {spec.variant.label} seed {spec.seed}"
-            if not args.force and results.has_run(spec.key(), identity(preset, spec.variant.label, spec.seed)):
+            if not args.force and results.has_run(
+                spec.key(), identity(preset, spec.variant.label, spec.seed)
+            ):
                 print(f"{prefix}: already in the store (use --force to train again)", flush=True)
                 continue
             with _progress(prefix, preset.train.max_steps, disable=args.quiet) as on_step:
@@ -132,9 +159,14 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> Preset
 def _summary(outcome) -> str:
     r = outcome.result
     target = round(outcome.spec.preset.train.target_accuracy * 100)
-    reached = f"{target}% at step {r.steps_to_target}" if r.steps_to_target else f"{target}% not reached"
+    reached = (
+        f"{target}% at step {r.steps_to_target}" if r.steps_to_target else f"{target}% not reached"
+    )
     evals = ", ".join(f"{k} {100 * v.accuracy:.1f}%" for k, v in outcome.evals.items())
-    text = f"{reached}; final {100 * r.final_accuracy:.1f}% after {r.steps} steps ({r.wall_time_s:.0f} s)"
+    text = (
+        f"{reached}; final {100 * r.final_accuracy:.1f}% after {r.steps} steps "
+        f"({r.wall_time_s:.0f} s)"
+    )
     return text + (f"; eval {evals}" if evals else "")
 
 
@@ -147,14 +179,18 @@ class _progress:
     def __enter__(self):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=self.total, desc=self.desc, disable=self.disable, leave=False, file=sys.stderr)
+        self.bar = tqdm(
+            total=self.total, desc=self.desc, disable=self.disable, leave=False, file=sys.stderr
+        )
         self.acc = float("nan")
 
         def on_step(step: int, info: dict[str, float]) -> None:
             self.acc = info.get("accuracy", self.acc)
             self.bar.update(step - self.bar.n)
             if step % 10 == 0 or "accuracy" in info:
-                self.bar.set_postfix(loss=f"{info['loss']:.3f}", acc=f"{100 * self.acc:.1f}%", refresh=False)
+                self.bar.set_postfix(
+                    loss=f"{info['loss']:.3f}", acc=f"{100 * self.acc:.1f}%", refresh=False
+                )
 
         return on_step
 

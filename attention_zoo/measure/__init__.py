@@ -2,7 +2,8 @@
 
 timing.py   warm-up, repeats until a budget, median/IQR/min; CUDA events; threads recorded
 memory.py   measured peaks: torch.profiler on CPU, allocator stats on CUDA; RSS as a cross-check
-tracker.py  live storage bytes under a dispatch mode (cross-check on real devices, predictor on fake)
+tracker.py  live storage bytes under a dispatch mode (cross-check on real devices; predictor
+            on fake ones)
 predict.py  memory and FLOPs of a case on FakeTensors: any length, any device, nothing allocated
 flops.py    FLOPs from PyTorch's flop formulas (plus the CPU flash-attention kernels)
 cases.py    BenchCase (what is measured) and building it into a runnable step

@@ -92,7 +92,8 @@ def compare(expected: dict[str, int], actual: dict[str, int]) -> list[str]:
                 else "less (an improvement: regenerate the baseline)"
             )
             problems.append(
-                f"{metric}: {got:,} vs baseline {want:,} ({(got - want) / max(want, 1):+.2%}), {direction}"
+                f"{metric}: {got:,} vs baseline {want:,} "
+                f"({(got - want) / max(want, 1):+.2%}), {direction}"
             )
     return problems
 
@@ -108,8 +109,8 @@ def generate(path: Path = DEFAULT_PATH) -> dict[str, Any]:
         if case_available(case) is None:
             entries[case.key()] = {"case": case.to_dict(), "name": case.name(), **compute(case)}
     data = {
-        "about": "Deterministic metrics of attention_zoo.measure.baseline.baseline_cases(); regenerate "
-        "with: python benchmarks/scripts/update_baselines.py",
+        "about": "Deterministic metrics of attention_zoo.measure.baseline.baseline_cases(); "
+        "regenerate with: python benchmarks/scripts/update_baselines.py",
         "torch_version": torch.__version__,
         "tolerance": TOLERANCE,
         "cases": entries,

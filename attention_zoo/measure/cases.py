@@ -112,7 +112,8 @@ class BenchCase:
             ]
             what += f"({','.join(extra)})" if extra else ""
         return (
-            f"{self.target}:{what}{'[' + opts + ']' if opts else ''} L={self.seq_len} b={self.batch} "
+            f"{self.target}:{what}{'[' + opts + ']' if opts else ''} "
+            f"L={self.seq_len} b={self.batch} "
             f"{self.mode} {self.dtype} {self.device}"
         )
 

@@ -1,9 +1,10 @@
 """FLOPs counted with torch.utils.flop_counter's formulas: deterministic, device independent.
 
-The counter only knows ops with a registered formula (matmuls, convolutions, fused attention); we add
-the CPU flash-attention ops PyTorch leaves out, so SDPA on CPU is not counted as zero. Element-wise
-work (softmax, masking, sorting) is not counted, and causal fused attention is counted as the full
-product, as PyTorch does: FLOPs compare the matmul work of mechanisms, not total time.
+The counter only knows ops with a registered formula (matmuls, convolutions, fused attention); we
+add the CPU flash-attention ops PyTorch leaves out, so SDPA on CPU is not counted as zero.
+Element-wise work (softmax, masking, sorting) is not counted, and causal fused attention is
+counted as the full product, as PyTorch does: FLOPs compare the matmul work of mechanisms, not
+total time.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Peak bytes allocated during a call: the measured memory numbers.
 
 CPU, measured: torch.profiler memory events see every allocation the allocator makes, kernel scratch
-included; on this machine they matched process RSS (glibc told to return freed blocks at once,
+included; when checked, they matched process RSS (glibc told to return freed blocks at once,
 MALLOC_MMAP_THRESHOLD_=65536) within 0.2%, while plain RSS with the default malloc was off by
 0.4x-1.9x. So `profiled_peak`, not RSS, is the CPU "measured" number; `rss_peak` is kept only as a
 cross-check with that known bias.

@@ -8,7 +8,8 @@ Metrics (one stored row each; absent when not measured):
   tracked_peak_bytes  cross-check: StorageTracker on the real device (misses kernel scratch;
                       autograd accumulates out of place under it: up to ~32 MiB high)
   rss_peak_bytes      cross-check, CPU: peak RSS growth (malloc caching: off by 0.4x-1.9x)
-  predicted_peak_bytes, predicted_resident_bytes, predicted_total_bytes   fake tensors, no allocation
+  predicted_peak_bytes, predicted_resident_bytes, predicted_total_bytes
+                      fake tensors, no allocation
   flops               FlopCounterMode on fake tensors (matmul/attention FLOPs of one step)
 """
 
@@ -112,7 +113,7 @@ DEFAULT_SETTINGS = MeasureSettings()
 
 
 def measure_case(case: BenchCase, settings: MeasureSettings = DEFAULT_SETTINGS) -> CaseResult:
-    """Measure `case`; never raises for a failing case (status error/oom), only for KeyboardInterrupt."""
+    """Measure `case`; a failing case is a status (error/oom), only KeyboardInterrupt raises."""
     start = time.perf_counter()
     rows: list[Metric] = []
     notes: list[str] = []
@@ -130,7 +131,7 @@ def measure_case(case: BenchCase, settings: MeasureSettings = DEFAULT_SETTINGS) 
         if {"predict", "flops"} & set(settings.metrics) or settings.memory_limit_bytes:
             try:
                 prediction = predict_case(case)
-            except Exception as exc:  # noqa: BLE001 - a failed prediction must not hide a measurement
+            except Exception as exc:
                 notes.append(f"prediction failed: {describe_error(exc)}")
         if prediction is not None:
             if "predict" in settings.metrics:
@@ -167,15 +168,20 @@ def measure_case(case: BenchCase, settings: MeasureSettings = DEFAULT_SETTINGS) 
 
 def _unsupported(case: BenchCase) -> str | None:
     if torch.device(case.device).type == "cuda" and not torch.cuda.is_available():
-        return "no CUDA device is visible here (predict CUDA memory with 'zoo memory --devices cuda')"
+        return (
+            "no CUDA device is visible here (predict CUDA memory with 'zoo memory --devices cuda')"
+        )
     if case.target == "model":
         try:
             from .. import config, model  # noqa: F401  (the Reformer skeleton, imported lazily)
         except ImportError as exc:
-            return f"the Reformer model is not importable here ({exc}); model cases need attention_zoo.model"
+            return (
+                f"the Reformer model is not importable here ({exc}); "
+                "model cases need attention_zoo.model"
+            )
     try:
         return case.unsupported()
-    except Exception as exc:  # noqa: BLE001 - e.g. an unknown backend name: stored as skipped
+    except Exception as exc:
         return describe_error(exc)
 
 

@@ -1,4 +1,4 @@
-"""Plain-text tables of measured cases, with ratios to a reference backend; byte units in and out."""
+"""Plain-text tables of measured cases with ratios to a reference backend; byte units in/out."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Wall-clock timing of a callable: warm-up, repeats until a time budget, robust statistics.
 
-On CUDA each repeat is timed with CUDA events and the device is synchronised around it, so the time is
-the kernels' time, not the launch time. The torch thread count is recorded with every result because
-CPU timings mean nothing without it.
+On CUDA each repeat is timed with CUDA events and the device is synchronised around it, so the
+time is the kernels' time, not the launch time. The torch thread count is recorded with every
+result because CPU timings mean nothing without it.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def time_call(
     min_repeats: int = 3,
     max_repeats: int = 1000,
 ) -> TimeStats:
-    """Time fn(): `warmup` untimed calls, then repeats until `budget_s` is spent (within the bounds).
+    """Time fn(): `warmup` untimed calls, then repeats until `budget_s` is spent (within bounds).
 
     At least `min_repeats` calls are timed even when one call exceeds the budget, so the median and
     IQR always come from several samples.

@@ -73,7 +73,7 @@ class StorageTracker(TorchDispatchMode):
 
 
 def tracked_peak(fn: Callable[[], Any]) -> tuple[Any, PeakMemory]:
-    """Run fn() under a StorageTracker; its result and the peak of live storage bytes above the start.
+    """Run fn() under a StorageTracker: its result and the peak of live storage bytes above start.
 
     A cross-check on real devices (misses kernel scratch); the predictor on meta/fake tensors.
     """

@@ -66,7 +66,7 @@ def run_isolated(
     rlimit_bytes: int | None = None,
     timeout_s: float | None = None,
 ) -> CaseResult:
-    """Measure `case` in a subprocess; a crash, kill or timeout becomes a result, never an exception."""
+    """Measure `case` in a subprocess; a crash, kill or timeout is a result, never an exception."""
     payload = {
         "case": case.to_dict(),
         "settings": _settings_to_dict(settings),
@@ -102,7 +102,10 @@ def run_isolated(
     return CaseResult(
         case=case,
         status=ERROR,
-        error=f"worker exited with code {proc.returncode} and no result: {' | '.join(tail) or '(no stderr)'}",
+        error=(
+            f"worker exited with code {proc.returncode} and no result: "
+            f"{' | '.join(tail) or '(no stderr)'}"
+        ),
     )
 
 

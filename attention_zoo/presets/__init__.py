@@ -75,14 +75,16 @@ def load_preset(name_or_path: str | Path) -> Preset:
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
             raise ConfigError(
-                f"preset file {path} does not exist; built-in presets: {', '.join(builtin_presets())}"
+                f"preset file {path} does not exist; "
+                f"built-in presets: {', '.join(builtin_presets())}"
             )
         text, source, name = path.read_text(), str(path), path.stem
     else:
         resource = resources.files(__name__) / f"{name_or_path}.toml"
         if not resource.is_file():
             raise ConfigError(
-                f"unknown preset {str(name_or_path)!r}; built-in presets: {', '.join(builtin_presets())} "
+                f"unknown preset {str(name_or_path)!r}; "
+                f"built-in presets: {', '.join(builtin_presets())} "
                 f"(or give a path to a .toml file)"
             )
         text, source, name = (
@@ -101,7 +103,8 @@ def parse_preset(text: str, *, name: str = "preset", source: str = "<string>") -
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise ConfigError(
-            f"{source}: unknown top-level key(s) {unknown}; a preset has: {', '.join(sorted(TOP_KEYS))}"
+            f"{source}: unknown top-level key(s) {unknown}; "
+            f"a preset has: {', '.join(sorted(TOP_KEYS))}"
         )
     grid = _grid(data.get("grid", {}), source)
     measure = dict(data.get("measure", {}))

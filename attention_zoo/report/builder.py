@@ -62,7 +62,11 @@ def _options_of(config_json: str) -> dict[str, Any]:
 def _cell(values: Any, statuses: Any, divisor: float) -> str:
     finite = [v for v in values if v == v and v is not None]
     if finite:
-        return f"{finite[0] / divisor:,.3g}" if finite[0] / divisor < 1000 else f"{finite[0] / divisor:,.0f}"
+        return (
+            f"{finite[0] / divisor:,.3g}"
+            if finite[0] / divisor < 1000
+            else f"{finite[0] / divisor:,.0f}"
+        )
     status = next((s for s in statuses if s != "ok"), None)
     return STATUS_TEXT.get(status, "-")
 
@@ -80,7 +84,8 @@ def _pivot_markdown(bench: Any, metric: str) -> str:
         table = {}
         for variant, vpart in rows.groupby("variant", sort=True):
             table[variant] = {
-                n: _cell(list(c["value"]), list(c["status"]), divisor) for n, c in vpart.groupby("seq_len")
+                n: _cell(list(c["value"]), list(c["status"]), divisor)
+                for n, c in vpart.groupby("seq_len")
             }
         frame = pd.DataFrame(table).T.reindex(columns=lengths).fillna("-")
         frame.columns = [f"L={n}" for n in lengths]
@@ -103,9 +108,23 @@ def _plot(bench: Any, metric: str, out_dir: Path) -> Path | None:
     groups = sorted(data["group"].unique())
     fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4.2), squeeze=False)
     for ax, group in zip(axes[0], groups):
-        sns.lineplot(data=data[data["group"] == group], x="seq_len", y="shown", hue="variant",
-                     style="variant", markers=True, dashes=False, ax=ax)
-        ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=f"{title} [{unit}]", title=group)
+        sns.lineplot(
+            data=data[data["group"] == group],
+            x="seq_len",
+            y="shown",
+            hue="variant",
+            style="variant",
+            markers=True,
+            dashes=False,
+            ax=ax,
+        )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="sequence length",
+            ylabel=f"{title} [{unit}]",
+            title=group,
+        )
         lengths = sorted(data.loc[data["group"] == group, "seq_len"].unique())
         ax.set_xticks(lengths, [str(n) for n in lengths], minor=False)
         ax.minorticks_off()
@@ -119,8 +138,13 @@ def _plot(bench: Any, metric: str, out_dir: Path) -> Path | None:
 
 def _environment_lines(df: Any) -> list[str]:
     lines = []
-    for col, label in (("device_name", "device"), ("torch_version", "torch"), ("threads", "threads"),
-                       ("git_commit", "git commit"), ("run_id", "run")):
+    for col, label in (
+        ("device_name", "device"),
+        ("torch_version", "torch"),
+        ("threads", "threads"),
+        ("git_commit", "git commit"),
+        ("run_id", "run"),
+    ):
         if col in df:
             values = sorted({str(v) for v in df[col].dropna()})
             lines.append(f"- {label}: {', '.join(values) if values else '-'}")
@@ -136,8 +160,12 @@ def _problems(df: Any) -> str:
         reason = str(r.get("error") or "").replace("|", "/").replace("\n", " ")[:200]
         cfg = json.loads(r["config"])
         name = variant_label(cfg.get("backend", "?"), cfg.get("options")) + (
-            f", L={cfg['seq_len']}" if "seq_len" in cfg else "")
-        lines.append(f"| {name} {cfg.get('mode', '')} | {STATUS_TEXT.get(r['status'], r['status'])} | {reason} |")
+            f", L={cfg['seq_len']}" if "seq_len" in cfg else ""
+        )
+        lines.append(
+            f"| {name} {cfg.get('mode', '')} "
+            f"| {STATUS_TEXT.get(r['status'], r['status'])} | {reason} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -149,25 +177,39 @@ def _other_results(df: Any, bench: Any) -> str:
     lines = ["### Other results", "", "| case | metric | value | unit |", "|---|---|---|---|"]
     for _, r in rest.iterrows():
         cfg = json.loads(r["config"])
-        name = ", ".join(f"{k}={v}" for k, v in cfg.items() if not isinstance(v, (dict, list)))[:120]
+        name = ", ".join(f"{k}={v}" for k, v in cfg.items() if not isinstance(v, (dict, list)))[
+            :120
+        ]
         lines.append(f"| {name} | {r['metric']} | {r['value']:.4g} | {r['unit']} |")
     return "\n".join(lines) + "\n"
 
 
-def build_report(df: Any, out_dir: str | Path, *, title: str = "attention-zoo comparison") -> ReportFiles:
-    """Write report.md (+ PNG plots) into out_dir from a store DataFrame (ResultStore.to_dataframe())."""
+def build_report(
+    df: Any, out_dir: str | Path, *, title: str = "attention-zoo comparison"
+) -> ReportFiles:
+    """Write report.md (+ PNG plots) into out_dir from a ResultStore.to_dataframe() DataFrame."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     bench = _bench_frame(df)
-    plots = [p for m in PLOTTED if (p := _plot(bench, m, out_dir)) is not None] if len(bench) else []
-    parts = [f"# {title}", "", "Every number below was measured and stored by attention-zoo; "
-             "cells without a number say why (OOM, error, n/a = skipped).", "", "## Environment", "",
-             *_environment_lines(df), ""]
+    plots = (
+        [p for m in PLOTTED if (p := _plot(bench, m, out_dir)) is not None] if len(bench) else []
+    )
+    parts = [
+        f"# {title}",
+        "",
+        "Every number below was measured and stored by attention-zoo; "
+        "cells without a number say why (OOM, error, n/a = skipped).",
+        "",
+        "## Environment",
+        "",
+        *_environment_lines(df),
+        "",
+    ]
     if len(bench):
         parts += ["## Cost", ""]
         parts += [f"![{p.stem}]({p.name})\n" for p in plots]
         for metric in DISPLAY:
-            if (text := _pivot_markdown(bench, metric)):
+            if text := _pivot_markdown(bench, metric):
                 parts.append(text)
     parts.append(_problems(df))
     parts.append(_other_results(df, bench))

@@ -37,7 +37,9 @@ class AssociativeRecallTask(TaskConfig):
         if p < 1:
             problems.append(f"num_kv_pairs must be >= 1, got {p}")
         if 4 * p > n:
-            problems.append(f"4 * num_kv_pairs must be <= seq_len (context + queries), got {4 * p} > {n}")
+            problems.append(
+                f"4 * num_kv_pairs must be <= seq_len (context + queries), got {4 * p} > {n}"
+            )
         if v // 2 - 1 < p:
             problems.append(f"vocab_size // 2 - 1 = {v // 2 - 1} keys cannot give {p} unique keys")
         if not 0 < self.power_a <= 1:
@@ -55,8 +57,12 @@ class AssociativeRecallTask(TaskConfig):
         context = torch.stack([keys, values], dim=-1).flatten(1)  # (b, 2p): k v k v ...
         # Query slots: distinct even offsets in the query region, favouring short gaps.
         slots = (n - 2 * p) // 2
-        gap_weights = self.power_a * torch.arange(1, slots + 1, dtype=torch.float64) ** (self.power_a - 1)
-        gaps = torch.multinomial(gap_weights.expand(b, slots), p, replacement=False, generator=generator)
+        gap_weights = self.power_a * torch.arange(1, slots + 1, dtype=torch.float64) ** (
+            self.power_a - 1
+        )
+        gaps = torch.multinomial(
+            gap_weights.expand(b, slots), p, replacement=False, generator=generator
+        )
         query_pos = 2 * p + 2 * gaps  # (b, p) absolute positions of the query keys
         if self.random_non_queries:
             input_ids = torch.randint(0, self.vocab_size, (b, n), generator=generator)

@@ -28,7 +28,7 @@ _TRAIN_STREAM, _EVAL_STREAM = 1, 2
 
 @dataclass(frozen=True)
 class Batch:
-    """Token ids (b, n) and labels (b, n): the expected token where scored, IGNORE_INDEX elsewhere."""
+    """Token ids (b, n) and labels (b, n): expected token where scored, IGNORE_INDEX elsewhere."""
 
     input_ids: Tensor
     labels: Tensor
@@ -146,7 +146,8 @@ def make_task(name: str, **fields: Any) -> TaskConfig:
     missing = [
         f.name
         for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
         and f.name not in fields
     ]
     if missing:

@@ -47,12 +47,14 @@ def _unit(metric: str) -> str:
 class TaskResults:
     """Writes one `zoo task` invocation's runs into a store; reads every stored task run."""
 
-    def __init__(self, path: str | Path, *, meta: dict[str, Any] | None = None, device: str = "cpu") -> None:
+    def __init__(
+        self, path: str | Path, *, meta: dict[str, Any] | None = None, device: str = "cpu"
+    ) -> None:
         self.store = ResultStore(path)
         self.meta, self.device = meta or {}, device
         self._run_id: str | None = None
 
-    def __enter__(self) -> TaskResults:  # noqa: PYI034
+    def __enter__(self) -> TaskResults:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -66,13 +68,18 @@ class TaskResults:
             self._run_id = self.store.start_run(kind=KIND, device=self.device, meta=self.meta)
         return self._run_id
 
-    def has_run(self, spec_key: dict[str, Any], identity: dict[str, Any], status: str = "ok") -> bool:
+    def has_run(
+        self, spec_key: dict[str, Any], identity: dict[str, Any], status: str = "ok"
+    ) -> bool:
         """True when a case with this identity and status is stored (in any earlier invocation)."""
         key = case_key(case_config(identity, spec_key))
         return any(c["case_key"] == key and c["status"] == status for c in self.store.cases())
 
     def save(
-        self, spec_key: dict[str, Any], rows: list[dict[str, Any]], curves: dict[str, Any] | None = None
+        self,
+        spec_key: dict[str, Any],
+        rows: list[dict[str, Any]],
+        curves: dict[str, Any] | None = None,
     ) -> str:
         """Commit one finished run's tidy rows (all share one identity).
 
@@ -81,7 +88,9 @@ class TaskResults:
         """
         config = case_config(rows[0], spec_key)
         key = case_key(config)
-        values = [(encode_metric(r["metric"], r["eval"]), r["value"], _unit(r["metric"])) for r in rows]
+        values = [
+            (encode_metric(r["metric"], r["eval"]), r["value"], _unit(r["metric"])) for r in rows
+        ]
         stored = {**config, "curves": curves} if curves else config
         return self.store.add_rows(self.run_id, key, stored, values, status="ok")
 
@@ -90,13 +99,17 @@ class TaskResults:
         config = case_config(identity, spec_key)
         if self.has_run(spec_key, identity, status="skipped"):
             return case_key(config)
-        return self.store.add_rows(self.run_id, case_key(config), config, [], status="skipped", error=reason)
+        return self.store.add_rows(
+            self.run_id, case_key(config), config, [], status="skipped", error=reason
+        )
 
     def rows(self, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
         return stored_rows(self.store, task=task, preset=preset)
 
 
-def stored_rows(store: ResultStore, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
+def stored_rows(
+    store: ResultStore, *, task: str | None = None, preset: str | None = None
+) -> list[dict[str, Any]]:
     """Tidy rows of every finished task run in `store`; a run stored twice counts once (latest)."""
     import json
 
@@ -109,7 +122,11 @@ def stored_rows(store: ResultStore, *, task: str | None = None, preset: str | No
         if (task and config["task"] != task) or (preset and config["preset"] != preset):
             continue
         metric, evaluation = decode_metric(row["metric"])
-        tidy = {k: config[k] for k in _IDENTITY} | {"metric": metric, "value": row["value"], "eval": evaluation}
+        tidy = {k: config[k] for k in _IDENTITY} | {
+            "metric": metric,
+            "value": row["value"],
+            "eval": evaluation,
+        }
         seen = latest.get(row["case_key"])
         if seen is None or seen[0] != row["run_id"]:
             # rows come oldest first: a later run of the same case replaces the earlier one
@@ -118,7 +135,9 @@ def stored_rows(store: ResultStore, *, task: str | None = None, preset: str | No
     return [r for _, rows in latest.values() for r in rows]
 
 
-def load_rows(path: str | Path, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
+def load_rows(
+    path: str | Path, *, task: str | None = None, preset: str | None = None
+) -> list[dict[str, Any]]:
     """Tidy rows of the stored task runs at `path` (an empty list when there is no store)."""
     if not Path(path).exists():
         return []

@@ -109,7 +109,9 @@ def split_mix(name: str) -> tuple[str, ...]:
     """'local+lsh' -> ('local', 'lsh')."""
     parts = tuple(p.strip() for p in name.split("+"))
     if not all(parts):
-        raise ConfigError(f"bad attention mix {name!r}; use registry names joined by '+', e.g. 'local+lsh'")
+        raise ConfigError(
+            f"bad attention mix {name!r}; use registry names joined by '+', e.g. 'local+lsh'"
+        )
     return parts
 
 
@@ -128,12 +130,16 @@ def train_variants(backends: Sequence[str], train_hashes: Sequence[int]) -> list
     return out
 
 
-def eval_variants(layers: Sequence[str], eval_hashes: Sequence[int], eval_full: bool) -> list[EvalVariant]:
-    """The Table 2 overrides that apply to a model with these layers (none without lsh/shared-qk)."""
+def eval_variants(
+    layers: Sequence[str], eval_hashes: Sequence[int], eval_full: bool
+) -> list[EvalVariant]:
+    """The Table 2 overrides for a model with these layers (none without lsh/shared-qk)."""
     if not any(b in SWAPPABLE for b in layers):
         return []
     out = [EvalVariant(label="full", backend=SHARED_QK_FULL)] if eval_full else []
-    return out + [EvalVariant(label=f"lsh-{h}", backend=LSH, num_hashes=int(h)) for h in eval_hashes]
+    return out + [
+        EvalVariant(label=f"lsh-{h}", backend=LSH, num_hashes=int(h)) for h in eval_hashes
+    ]
 
 
 def plan_runs(
@@ -214,7 +220,9 @@ def run_one(
     evals = {}
     for override in spec.evals:
         view = with_attention(model, override, spec.eval_hash_seed())
-        evals[override.label] = evaluate(view, data.eval_set, batch_size=spec.preset.train.eval_batch_size)
+        evals[override.label] = evaluate(
+            view, data.eval_set, batch_size=spec.preset.train.eval_batch_size
+        )
     return RunOutcome(spec=spec, result=result, evals=evals)
 
 

@@ -127,7 +127,9 @@ def load_preset(spec: str, preset: str) -> Preset:
     where = f"{path} preset {preset!r}"
     unknown = sorted(set(raw) - set(SECTIONS) - {"description"})
     if unknown:
-        raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; tables: {', '.join(SECTIONS)}")
+        raise ConfigError(
+            f"{where}: unknown table(s) {', '.join(unknown)}; tables: {', '.join(SECTIONS)}"
+        )
     missing = [
         f"{section}.{key}"
         for section, keys in REQUIRED.items()
@@ -148,7 +150,9 @@ def load_preset(spec: str, preset: str) -> Preset:
     grid_raw = raw["grid"]
     unknown = sorted(set(grid_raw) - set(GRID_FIELDS))
     if unknown:
-        raise ConfigError(f"{where}: grid does not take {', '.join(unknown)}; it takes {', '.join(GRID_FIELDS)}")
+        raise ConfigError(
+            f"{where}: grid does not take {', '.join(unknown)}; it takes {', '.join(GRID_FIELDS)}"
+        )
     grid = Grid(**{k: _as_tuple(v) if k != "eval_full" else bool(v) for k, v in grid_raw.items()})
     return Preset(
         suite=str(path),
@@ -169,7 +173,9 @@ def _make(cls: type, values: dict[str, Any], where: str) -> Any:
     accepted = [f.name for f in fields(cls)]
     unknown = sorted(set(values) - set(accepted))
     if unknown:
-        raise ConfigError(f"{where} does not take {', '.join(unknown)}; it takes {', '.join(accepted)}")
+        raise ConfigError(
+            f"{where} does not take {', '.join(unknown)}; it takes {', '.join(accepted)}"
+        )
     return cls(**values)
 
 

@@ -1,4 +1,5 @@
-"""The Reformer's Table 2 from stored task runs: attention in training (rows) x at evaluation (columns).
+"""The Reformer's Table 2 from stored task runs: attention in training (rows) x at evaluation
+(columns).
 
 Cells are the mean over seeds of the eval accuracy, with the spread (sample standard deviation)
 when there is more than one seed. Built only from tidy result rows, so it works on any store.
@@ -35,7 +36,8 @@ class Cell:
 
 @dataclass(frozen=True, kw_only=True)
 class Table2:
-    """Accuracy by (training variant, evaluation variant), plus steps-to-target per training variant."""
+    """Accuracy by (training variant, evaluation variant), plus steps-to-target per training
+    variant."""
 
     rows: tuple[str, ...]
     columns: tuple[str, ...]
@@ -47,7 +49,8 @@ class Table2:
 
 
 def _variant_order(label: str) -> tuple[int, int, str]:
-    """shared-qk first (the paper's 'Full attention' row), then lsh by hashes descending, then others."""
+    """shared-qk first (the paper's 'Full attention' row), then lsh by hashes descending, then
+    the others."""
     if label in ("shared-qk", "full"):
         return (0 if label == "shared-qk" else 1, 0, label)
     if m := re.fullmatch(r"(.*lsh)-(\d+)", label):
@@ -73,14 +76,18 @@ def build_table2(rows: Iterable[Mapping[str, Any]]) -> Table2:
             steps[variant][seed] = float(value)
     variants = sorted({v for v, _ in acc}, key=_variant_order)
     evals = {e for _, e in acc} - {TRAINED}
-    columns = [TRAINED] + sorted(evals, key=lambda e: (e != "full", *_variant_order(e)[1:]))
-    seeds = {v: tuple(sorted({s for (vv, _), d in acc.items() if vv == v for s in d})) for v in variants}
+    columns = [TRAINED, *sorted(evals, key=lambda e: (e != "full", *_variant_order(e)[1:]))]
+    seeds = {
+        v: tuple(sorted({s for (vv, _), d in acc.items() if vv == v for s in d})) for v in variants
+    }
     return Table2(
         rows=tuple(variants),
         columns=tuple(columns),
         accuracy={k: Cell(tuple(d.values())) for k, d in acc.items()},
         steps_to_target={
-            v: Cell(tuple(x for x in d.values() if x is not None), sum(x is None for x in d.values()))
+            v: Cell(
+                tuple(x for x in d.values() if x is not None), sum(x is None for x in d.values())
+            )
             for v, d in steps_to.items()
         },
         steps={v: Cell(tuple(d.values())) for v, d in steps.items()},
@@ -106,7 +113,8 @@ def format_steps(reached: Cell | None, total: Cell | None) -> str:
     if reached.missing and not reached.values:
         return f"{text} ({cap})" if cap else text
     if reached.missing:
-        text += f" ({reached.missing} of {len(reached.values) + reached.missing} seeds not reached{', ' + cap if cap else ''})"
+        seeds = len(reached.values) + reached.missing
+        text += f" ({reached.missing} of {seeds} seeds not reached{', ' + cap if cap else ''})"
     return text
 
 
@@ -121,7 +129,12 @@ def format_table2(table: Table2) -> str:
     if not table.rows:
         return "(no stored task runs to build Table 2 from)"
     target = table.target_metric.removeprefix("steps_to_")
-    headers = ["train \\ eval", *map(_header, table.columns), f"steps to {target}%" if target else "steps", "seeds"]
+    headers = [
+        "train \\ eval",
+        *map(_header, table.columns),
+        f"steps to {target}%" if target else "steps",
+        "seeds",
+    ]
     body = []
     for variant in table.rows:
         cells = [format_accuracy(table.accuracy.get((variant, c))) for c in table.columns]

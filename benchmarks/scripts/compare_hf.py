@@ -1,6 +1,6 @@
 """Our backends through SelfAttention vs Hugging Face's LSHSelfAttention and LocalSelfAttention.
 
-Issue 2's performance comparison: batch 1, 4 heads of 64 (hidden 256), float32, 2 threads, causal,
+The performance comparison: batch 1, 4 heads of 64 (hidden 256), float32, 2 threads, causal,
 chunk 64 with one chunk before and none after; LSH with 4 hashes (--num-hashes) and
 num_buckets = 2 * L / chunk, given explicitly to both sides. Every module has an input projection
 and an output projection of the same sizes (HF's self-attention modules have no output projection,
@@ -75,7 +75,8 @@ def num_buckets(seq_len: int) -> int:
 
 
 class HFBlock(nn.Module):
-    """HF self-attention (its own qk/v or q/k/v projections) + an output Linear, like ReformerAttention."""
+    """HF self-attention (its own qk/v or q/k/v projections) + an output Linear, like
+    ReformerAttention."""
 
     def __init__(self, kind: str, seq_len: int, num_hashes: int) -> None:
         super().__init__()
@@ -144,14 +145,14 @@ def build_modules(
 def too_big(
     name: str, seq_len: int, num_hashes: int, limit_bytes: int, max_quadratic: int
 ) -> str | None:
-    """A reason to skip, from the prediction (nothing allocated) and the length cap for O(n^2) work."""
+    """Why to skip, from the prediction (nothing allocated) and the length cap on O(n^2) work."""
     if name.startswith("HF"):
         return None
     spec = next(s for s in list_backends() if s.name == name)
     if max_quadratic and spec.caps.exact and seq_len > max_quadratic:
         return (
-            f"exact attention does O(L^2) work; at L={seq_len} one fwd+bwd takes minutes on 2 CPU threads "
-            f"(raise --max-quadratic to run it)"
+            f"exact attention does O(L^2) work; at L={seq_len} one fwd+bwd takes minutes "
+            f"on 2 CPU threads (raise --max-quadratic to run it)"
         )
     case = BenchCase(
         target="block",
@@ -201,7 +202,7 @@ def measure_length(seq_len: int, args: argparse.Namespace) -> list[Row]:
             forward_backward(m)()  # warm-up
             results[name].fwd_peak_bytes = profiled_peak(forward(m))[1].peak_bytes
             results[name].fwd_bwd_peak_bytes = profiled_peak(forward_backward(m))[1].peak_bytes
-        except Exception as exc:  # noqa: BLE001 - a failing module is reported, the others go on
+        except Exception as exc:
             results[name] = Row(
                 name, seq_len, "skipped" if is_oom(exc) else "error", describe_error(exc)
             )
@@ -289,7 +290,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-quadratic",
         type=int,
         default=0,
-        help="longest L at which exact O(L^2) backends run (default: no cap; the memory limit decides)",
+        help="longest L at which exact O(L^2) backends run "
+        "(default: no cap; the memory limit decides)",
     )
     p.add_argument(
         "--memory-limit",
@@ -317,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"L={n} ...", file=sys.stderr, flush=True)
         rows += measure_length(n, args)
     print(
-        f"batch 1, {HEADS} heads x {HEAD_DIM}, hidden {HIDDEN}, float32, causal, chunk {CHUNK} (1 before, 0 after), "
+        f"batch 1, {HEADS} heads x {HEAD_DIM}, hidden {HIDDEN}, float32, causal, "
+        f"chunk {CHUNK} (1 before, 0 after), "
         f"lsh {args.num_hashes} hashes, buckets 2L/{CHUNK}, {torch.get_num_threads()} threads, "
         f"median of {args.repeats} interleaved repeats; memory = profiler peak above resident"
     )

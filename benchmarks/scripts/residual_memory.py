@@ -2,7 +2,7 @@
 
 Reversible layers keep no per-layer activations, so their peak should grow per added layer by about
 the parameter gradients only; standard residuals grow by every layer's activations. The check: the
-reversible per-layer growth is at most a quarter of the standard one (issue 3).
+reversible per-layer growth is at most a quarter of the standard one.
 
 Memory is the profiler's peak of live CPU tensor bytes during the step (deterministic, see
 attention_zoo.measure.memory), with parameters allocated before and gradients set to None, so the

@@ -42,7 +42,8 @@ def main() -> int:
     data = baseline.generate(args.path)
     for entry in data["cases"].values():
         print(
-            f"{entry['name']:70s} {entry['flops'] / 1e9:9.3f} GFLOP  predicted {entry['predicted_peak_bytes'] / 2**20:9.2f} MiB"
+            f"{entry['name']:70s} {entry['flops'] / 1e9:9.3f} GFLOP  "
+            f"predicted {entry['predicted_peak_bytes'] / 2**20:9.2f} MiB"
             f"  tracked {entry['tracked_peak_bytes'] / 2**20:9.2f} MiB"
         )
     print(f"wrote {args.path} ({len(data['cases'])} cases)")
