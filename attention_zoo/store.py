@@ -34,10 +34,10 @@ from typing import IO, Any
 from .errors import ZooError
 from .measure.cases import case_key
 from .measure.env import Environment, capture
+from .measure.status import OK, STATUSES
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x5A4F4F31  # "ZOO1" in the SQLite header: marks a file as an attention-zoo store
-STATUSES = ("ok", "oom", "error", "skipped")
 EXPORT_COLUMNS = (
     "run_id",
     "case_key",
@@ -236,7 +236,7 @@ class ResultStore:
         case_config: dict[str, Any],
         rows: Iterable[Row],
         *,
-        status: str = "ok",
+        status: str = OK,
         error: str | None = None,
         environment: Environment | None = None,
         replace: bool = True,

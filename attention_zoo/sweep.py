@@ -23,6 +23,7 @@ from .errors import ConfigError
 from .measure.cases import MODES, TARGETS, BenchCase
 from .measure.env import capture
 from .measure.runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
+from .measure.status import ERROR, OOM
 from .measure.worker import run_isolated
 from .store import ResultStore
 
@@ -260,7 +261,7 @@ def run_sweep(
                 environment=capture(case.device, threads),
             )
             results.append(result)
-            if result.status in ("error", "oom"):
+            if result.status in (ERROR, OOM):
                 log.warning("%s: %s: %s", case.name(), result.status, result.error)
             bar.update(1)
     finally:
@@ -274,7 +275,7 @@ def run_sweep(
 
 def _guarded(measure: Measure, case: BenchCase, settings: MeasureSettings) -> CaseResult:
     """An injected measure function that raises still yields a stored error, like measure_case."""
-    from .measure.runner import ERROR, OOM, describe_error, is_oom
+    from .measure.runner import describe_error, is_oom
 
     try:
         return measure(case, settings)

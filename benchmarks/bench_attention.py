@@ -17,6 +17,7 @@ from .common import (
     predicted,
     run_synced,
     tracked,
+    tracks,
 )
 from .common import setup as setup  # asv runs a module-level setup before every benchmark
 
@@ -55,18 +56,16 @@ class Memory:
     def setup(self, target: str, backend: str, seq_len: int, mode: str) -> None:
         self.runnable = build(case_for(target=target, backend=backend, seq_len=seq_len, mode=mode))
 
+    @tracks("peak_bytes")
     def track_peak_bytes(self, *_: object) -> int:
         """Measured: CUDA allocator peak on GPU, torch.profiler memory events on CPU."""
         return measured_peak(self.runnable)
 
-    track_peak_bytes.unit = "bytes"
-
+    @tracks("tracked_peak_bytes")
     def track_tracked_bytes(self, *_: object) -> int:
         """Cross-check: storages counted under a dispatch mode on the real device (no kernel
         scratch)."""
         return tracked(self.runnable)
-
-    track_tracked_bytes.unit = "bytes"
 
 
 class Prediction:
@@ -79,12 +78,10 @@ class Prediction:
     def setup(self, target: str, backend: str, seq_len: int, mode: str) -> None:
         self.case = case_for(target=target, backend=backend, seq_len=seq_len, mode=mode)
 
+    @tracks("predicted_peak_bytes")
     def track_predicted_bytes(self, *_: object) -> int:
         return predicted(self.case)
 
-    track_predicted_bytes.unit = "bytes"
-
+    @tracks("flops")
     def track_flops(self, *_: object) -> int:
         return flops(self.case)
-
-    track_flops.unit = "flop"

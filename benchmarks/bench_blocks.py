@@ -2,8 +2,8 @@
 positions.
 
 One training step (forward + backward + AdamW) of a ReformerLM; memory is the measured peak above
-resident (profiler on CPU, allocator on CUDA) and the prediction. Skipped (n/a) until the model and
-its attention backends are importable/registered.
+resident (profiler on CPU, allocator on CUDA) and the prediction. Skipped (n/a) when its attention
+backends are not registered.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from .common import (
     measured_peak,
     predicted,
     require_backends,
-    require_model,
+    residual_names,
     run_synced,
+    tracks,
 )
 from .common import setup as setup  # asv runs a module-level setup before every benchmark
 
@@ -26,7 +27,6 @@ ATTN_LAYERS = ["local", "lsh"]
 
 
 def _model_case(**model: object):
-    require_model()
     require_backends(*ATTN_LAYERS)
     fields = {
         "hidden_dropout_prob": 0.0,
@@ -54,21 +54,19 @@ class _TrainStepBenchmark:
     def time_train_step(self, *_: object) -> None:
         run_synced(self.runnable)
 
+    @tracks("peak_bytes")
     def track_peak_bytes(self, *_: object) -> int:
         return measured_peak(self.runnable)
 
-    track_peak_bytes.unit = "bytes"
-
+    @tracks("predicted_peak_bytes")
     def track_predicted_bytes(self, *_: object) -> int:
         return predicted(self.case)
-
-    track_predicted_bytes.unit = "bytes"
 
 
 class ResidualLayers(_TrainStepBenchmark):
     """Reversible memory barely grows with layers; standard grows by each layer's activations."""
 
-    params = (["standard", "reversible", "checkpoint"], [2, 4, 8])
+    params = (residual_names(), [2, 4, 8])
     param_names = ("residual", "layers")
 
     def setup(self, residual: str, layers: int) -> None:
@@ -117,7 +115,6 @@ class AxialPositions:
 
     track_parameters.unit = "parameters"
 
+    @tracks("peak_bytes")
     def track_peak_bytes(self, *_: object) -> int:
         return measured_peak(self.runnable)
-
-    track_peak_bytes.unit = "bytes"

@@ -1,20 +1,24 @@
 """Shared helpers of the asv suite: the registry-driven parameters and case building with skips.
 
 Sizes can be changed without editing code: ZOO_ASV_LENGTHS="1024,4096", ZOO_ASV_THREADS=2.
-A case a backend cannot run (device, dtype, causality) or a model that is not importable raises
-NotImplementedError in setup, which asv shows as n/a instead of a failure.
+A case a backend cannot run (device, dtype, causality) raises NotImplementedError in setup, which
+asv shows as n/a instead of a failure. Parameters come from the registries and units from the
+metric catalogue, so a new backend, residual variant or metric needs no edit here.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
 from attention_zoo.attention.spec import default_device, list_backends
+from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.measure.cases import BenchCase, Runnable, build_runnable
 from attention_zoo.measure.memory import cuda_peak, profiled_peak
+from attention_zoo.measure.metrics import METRICS
 from attention_zoo.measure.predict import predict_case
 from attention_zoo.measure.timing import synchronize
 from attention_zoo.measure.tracker import tracked_peak
@@ -23,6 +27,7 @@ DEVICE = os.environ.get("ZOO_ASV_DEVICE", default_device())
 LENGTHS = [int(x) for x in os.environ.get("ZOO_ASV_LENGTHS", "1024,4096").split(",")]
 THREADS = int(os.environ.get("ZOO_ASV_THREADS", "2"))
 MODES = ["forward", "forward+backward"]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def backend_names() -> list[str]:
@@ -30,18 +35,26 @@ def backend_names() -> list[str]:
     return [spec.name for spec in list_backends()]
 
 
+def residual_names() -> list[str]:
+    """Every registered residual variant."""
+    return RESIDUALS.names()
+
+
+def tracks(metric: str) -> Callable[[F], F]:
+    """Mark an asv track_* method as measuring `metric`: its unit comes from the catalogue."""
+
+    def mark(method: F) -> F:
+        method.metric = metric
+        method.unit = METRICS[metric].unit
+        return method
+
+    return mark
+
+
 def setup(*args: Any, **kwargs: Any) -> None:
     """Run before every benchmark (asv calls a module-level setup): fixed threads and seed."""
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
-
-
-def require_model() -> None:
-    """NotImplementedError (asv: n/a) when the Reformer skeleton is not importable."""
-    try:
-        from attention_zoo import config, model  # noqa: F401
-    except ImportError as exc:
-        raise NotImplementedError(f"attention_zoo.model is not importable: {exc}") from None
 
 
 def require_backends(*names: str) -> None:
@@ -57,8 +70,6 @@ def case_for(**fields: Any) -> BenchCase:
     """A BenchCase on DEVICE; NotImplementedError when it cannot run here."""
     fields.setdefault("device", DEVICE)
     case = BenchCase(**fields)
-    if case.target == "model":
-        require_model()
     if reason := case.unsupported():
         raise NotImplementedError(reason)
     return case

@@ -123,7 +123,7 @@ def test_flops_of_matmul_and_cpu_flash_attention() -> None:
 
 
 def test_parse_bytes_units() -> None:
-    from attention_zoo.measure.table import format_bytes, parse_bytes
+    from attention_zoo.measure.units import format_bytes, parse_bytes
 
     assert parse_bytes("8GB") == 8 * 10**9 and parse_bytes("8GiB") == 8 * 2**30
     assert parse_bytes("512MiB") == 512 * 2**20 and parse_bytes("1.5") == int(1.5 * 2**30)

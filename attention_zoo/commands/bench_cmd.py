@@ -9,8 +9,10 @@ import sys
 from typing import Any
 
 from ..errors import ZooError
-from ..measure.runner import METRIC_GROUPS, MeasureSettings
-from ..measure.table import comparison_table, format_bytes, group_cases, parse_bytes
+from ..measure.metrics import MEASURE_GROUPS
+from ..measure.runner import MeasureSettings
+from ..measure.table import comparison_table, group_cases
+from ..measure.units import format_bytes, parse_bytes
 from ..presets import Preset, builtin_presets, load_preset
 from ..store import ResultStore
 from ..sweep import Grid, default_memory_limit, run_sweep
@@ -172,7 +174,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--metrics",
         type=_csv(),
-        help=f"comma list of groups to measure: {', '.join(METRIC_GROUPS)}",
+        help=f"comma list of groups to measure: {', '.join(MEASURE_GROUPS)}",
     )
     m.add_argument(
         "--memory-limit",

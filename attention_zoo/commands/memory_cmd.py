@@ -11,14 +11,8 @@ from ..measure.cases import BenchCase
 from ..measure.memory import profiled_peak
 from ..measure.predict import predict_case
 from ..measure.runner import describe_error, is_oom
-from ..measure.table import (
-    CASE_HEADERS,
-    case_cells,
-    format_bytes,
-    format_table,
-    parse_bytes,
-    variant_name,
-)
+from ..measure.table import CASE_HEADERS, case_cells, format_table, variant_name
+from ..measure.units import format_bytes, parse_bytes
 from ..presets import builtin_presets
 from ..sweep import default_memory_limit
 from .bench_cmd import add_grid_arguments, grid_from_args

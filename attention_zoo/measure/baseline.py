@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from ..attention.spec import BACKENDS
+from ..blocks.residual import RESIDUALS
 from .cases import BenchCase, build_runnable
+from .metrics import baselined
 from .predict import predict_case
 from .timing import fixed_threads
 from .tracker import tracked_peak
@@ -23,31 +25,32 @@ from .tracker import tracked_peak
 DEFAULT_PATH = (
     Path(__file__).resolve().parents[2] / "benchmarks" / "baselines" / "deterministic.json"
 )
-BACKENDS_COVERED = ("full", "sdpa", "shared-qk", "local", "lsh")
-METRICS = ("flops", "predicted_peak_bytes", "tracked_peak_bytes")
-TOLERANCE = {"flops": 0.0, "predicted_peak_bytes": 0.01, "tracked_peak_bytes": 0.01}  # relative
+# The deterministic metrics of the catalogue, each with its relative tolerance.
+TOLERANCE = {m.name: m.tolerance for m in baselined()}
+METRICS = tuple(TOLERANCE)
+MODEL_LAYERS = ("local", "lsh")  # the attention of the model cases (one per residual variant)
 
 
 def baseline_cases() -> list[BenchCase]:
-    """The fixed set: each covered backend's core at 1000 and 2048 tokens (1000 is not a chunk
-    multiple) and its SelfAttention block at 1000, forward and forward+backward, plus a 2-layer
-    local/lsh model training step per residual variant."""
+    """Every registered backend's core at 1000 and 2048 tokens (1000 is not a chunk multiple) and
+    its SelfAttention block at 1000, forward and forward+backward, plus a 2-layer local/lsh model
+    training step per registered residual variant."""
     cases = []
-    for backend in BACKENDS_COVERED:
+    for backend in BACKENDS.names():
         for target, n in (("attention", 1000), ("attention", 2048), ("block", 1000)):
             for mode in ("forward", "forward+backward"):
                 cases.append(
                     BenchCase(target=target, backend=backend, seq_len=n, mode=mode, causal=True)
                 )
-    for residual in ("standard", "reversible"):
+    for residual in RESIDUALS.names():
         cases.append(
             BenchCase(
                 target="model",
-                backend="local+lsh",
+                backend="+".join(MODEL_LAYERS),
                 seq_len=1024,
                 mode="train-step",
                 model={
-                    "attn_layers": ["local", "lsh"],
+                    "attn_layers": list(MODEL_LAYERS),
                     "num_hidden_layers": 2,
                     "residual": residual,
                     "hidden_dropout_prob": 0.0,
@@ -58,9 +61,12 @@ def baseline_cases() -> list[BenchCase]:
 
 
 def case_available(case: BenchCase) -> str | None:
-    """Why a baseline case cannot be computed here (backend not registered), or None."""
+    """Why a baseline case cannot be computed here (a backend not registered or unavailable on
+    CPU), or None."""
     missing = [b for b in case.backends() if b not in BACKENDS]
-    return f"backend(s) {missing} not registered" if missing else None
+    if missing:
+        return f"backend(s) {missing} not registered"
+    return case.unsupported("cpu")
 
 
 def compute(case: BenchCase) -> dict[str, int]:
@@ -70,11 +76,12 @@ def compute(case: BenchCase) -> dict[str, int]:
         runnable = build_runnable(case)
         runnable.step()
         _, tracked = tracked_peak(runnable.step)
-    return {
+    values = {
         "flops": p.flops,
         "predicted_peak_bytes": p.peak_bytes,
         "tracked_peak_bytes": tracked.peak_bytes,
     }
+    return {metric: values[metric] for metric in METRICS}
 
 
 def compare(expected: dict[str, int], actual: dict[str, int]) -> list[str]:

@@ -1,16 +1,9 @@
 """Measure one case: prediction and FLOPs (fake tensors), measured memory, cross-checks, time.
 
-Metrics (one stored row each; absent when not measured):
-  time_median, time_iqr, time_min [s], time_repeats [count]
-  peak_bytes          measured peak above resident: CPU torch.profiler, CUDA allocator peak stats
-  peak_total_bytes    CUDA: allocator peak incl. resident; CPU: resident_bytes + peak_bytes
-  resident_bytes      parameters, buffers, inputs, optimizer state (live between steps)
-  tracked_peak_bytes  cross-check: StorageTracker on the real device (misses kernel scratch;
-                      autograd accumulates out of place under it: up to ~32 MiB high)
-  rss_peak_bytes      cross-check, CPU: peak RSS growth (malloc caching: off by 0.4x-1.9x)
-  predicted_peak_bytes, predicted_resident_bytes, predicted_total_bytes
-                      fake tensors, no allocation
-  flops               FlopCounterMode on fake tensors (matmul/attention FLOPs of one step)
+One stored row per metric of measure/metrics.py (absent when not measured). Memory notes:
+peak_bytes is the measured peak above resident (CPU torch.profiler, CUDA allocator peak stats);
+tracked_peak_bytes misses kernel scratch and autograd accumulates out of place under it (up to
+~32 MiB high); rss_peak_bytes is off by 0.4x-1.9x (malloc caching).
 """
 
 from __future__ import annotations
@@ -20,28 +13,18 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 
 from .cases import BenchCase, Runnable, build_runnable
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
+from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
+from .status import ERROR, OK, OOM, SKIPPED
 from .timing import fixed_threads, time_call
 from .tracker import tracked_peak
 
 log = logging.getLogger(__name__)
-
-OK, OOM, ERROR, SKIPPED = "ok", "oom", "error", "skipped"
-METRIC_GROUPS = ("time", "memory", "crosscheck", "predict", "flops")
-
-
-class Metric(NamedTuple):
-    """One stored row: a metric name, its value and unit (a plain (name, value, unit) tuple)."""
-
-    metric: str
-    value: float
-    unit: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,14 +36,14 @@ class MeasureSettings:
     min_repeats: int = 3
     max_repeats: int = 100
     threads: int | None = None  # torch threads while measuring; None: leave as is
-    metrics: tuple[str, ...] = METRIC_GROUPS  # which groups to measure
+    metrics: tuple[str, ...] = MEASURE_GROUPS  # which groups to measure
     memory_limit_bytes: int | None = None  # don't run a case predicted to need more (status oom)
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.metrics) - set(METRIC_GROUPS))
+        unknown = sorted(set(self.metrics) - set(MEASURE_GROUPS))
         if unknown:
             raise ValueError(
-                f"unknown metric group(s) {unknown}; known: {', '.join(METRIC_GROUPS)}"
+                f"unknown metric group(s) {unknown}; known: {', '.join(MEASURE_GROUPS)}"
             )
 
 
@@ -103,9 +86,9 @@ def describe_error(exc: BaseException) -> str:
 
 def prediction_rows(p: Prediction) -> list[Metric]:
     return [
-        Metric("predicted_peak_bytes", p.peak_bytes, "bytes"),
-        Metric("predicted_resident_bytes", p.resident_bytes, "bytes"),
-        Metric("predicted_total_bytes", p.total_bytes, "bytes"),
+        metric_row("predicted_peak_bytes", p.peak_bytes),
+        metric_row("predicted_resident_bytes", p.resident_bytes),
+        metric_row("predicted_total_bytes", p.total_bytes),
     ]
 
 
@@ -137,7 +120,7 @@ def measure_case(case: BenchCase, settings: MeasureSettings = DEFAULT_SETTINGS) 
             if "predict" in settings.metrics:
                 rows.extend(prediction_rows(prediction))
             if "flops" in settings.metrics:
-                rows.append(Metric("flops", prediction.flops, "flop"))
+                rows.append(metric_row("flops", prediction.flops))
             limit = settings.memory_limit_bytes
             if limit is not None and prediction.total_bytes > limit:
                 return done(
@@ -171,14 +154,6 @@ def _unsupported(case: BenchCase) -> str | None:
         return (
             "no CUDA device is visible here (predict CUDA memory with 'zoo memory --devices cuda')"
         )
-    if case.target == "model":
-        try:
-            from .. import config, model  # noqa: F401  (the Reformer skeleton, imported lazily)
-        except ImportError as exc:
-            return (
-                f"the Reformer model is not importable here ({exc}); "
-                "model cases need attention_zoo.model"
-            )
     try:
         return case.unsupported()
     except Exception as exc:
@@ -191,25 +166,25 @@ def _measure(runnable: Runnable, settings: MeasureSettings) -> list[Metric]:
     rows: list[Metric] = []
     resident = runnable.resident_bytes()
     if "memory" in settings.metrics:
-        rows.append(Metric("resident_bytes", resident, "bytes"))
+        rows.append(metric_row("resident_bytes", resident))
         if on_cuda:
             _, peak = cuda_peak(step, case.device)
             rows += [
-                Metric("peak_bytes", peak.peak_bytes, "bytes"),
-                Metric("peak_total_bytes", peak.total_peak_bytes, "bytes"),
+                metric_row("peak_bytes", peak.peak_bytes),
+                metric_row("peak_total_bytes", peak.total_peak_bytes),
             ]
         else:
             _, peak = profiled_peak(step)
             rows += [
-                Metric("peak_bytes", peak.peak_bytes, "bytes"),
-                Metric("peak_total_bytes", resident + peak.peak_bytes, "bytes"),
+                metric_row("peak_bytes", peak.peak_bytes),
+                metric_row("peak_total_bytes", resident + peak.peak_bytes),
             ]
     if "crosscheck" in settings.metrics:
         _, tracked = tracked_peak(step)
-        rows.append(Metric("tracked_peak_bytes", tracked.peak_bytes, "bytes"))
+        rows.append(metric_row("tracked_peak_bytes", tracked.peak_bytes))
         if not on_cuda and rss_supported():
             _, rss = rss_peak(step)
-            rows.append(Metric("rss_peak_bytes", rss.peak_bytes, "bytes"))
+            rows.append(metric_row("rss_peak_bytes", rss.peak_bytes))
     if "time" in settings.metrics:
         stats = time_call(
             step,
@@ -220,9 +195,9 @@ def _measure(runnable: Runnable, settings: MeasureSettings) -> list[Metric]:
             max_repeats=settings.max_repeats,
         )
         rows += [
-            Metric("time_median", stats.median, "s"),
-            Metric("time_iqr", stats.iqr, "s"),
-            Metric("time_min", stats.min, "s"),
-            Metric("time_repeats", stats.repeats, "count"),
+            metric_row("time_median", stats.median),
+            metric_row("time_iqr", stats.iqr),
+            metric_row("time_min", stats.min),
+            metric_row("time_repeats", stats.repeats),
         ]
     return rows

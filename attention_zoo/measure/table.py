@@ -1,57 +1,15 @@
-"""Plain-text tables of measured cases with ratios to a reference backend; byte units in/out."""
+"""Plain-text tables: one renderer (format_table) and the table of measured cases with ratios to a
+reference backend."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..labels import variant_label
-
-_UNITS = {
-    "": 2**30,
-    "b": 1,
-    "k": 1e3,
-    "kb": 1e3,
-    "kib": 2**10,
-    "m": 1e6,
-    "mb": 1e6,
-    "mib": 2**20,
-    "g": 1e9,
-    "gb": 1e9,
-    "gib": 2**30,
-    "t": 1e12,
-    "tb": 1e12,
-    "tib": 2**40,
-}
-
-
-def parse_bytes(text: str | float) -> int:
-    """'8GB' -> 8e9, '8GiB' -> 8 * 2**30, '512MiB', '1.5G'; a bare number means GiB."""
-    if isinstance(text, (int, float)):
-        return int(text * 2**30)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"cannot read {text!r} as a size; write e.g. 8GiB, 8GB, 512MiB or 8 (GiB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
-def format_seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 1:
-        return f"{s:.2f} s"
-    return f"{s * 1e3:.1f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} us"
+from .metrics import table_columns
+from .status import OK
 
 
 def format_table(
@@ -137,19 +95,11 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
         if (
             c["config"].get("backend") == reference
             and not c["config"].get("options")
-            and c["status"] == "ok"
+            and c["status"] == OK
         ):
             peers.setdefault(_peer_key(c["config"]), c)
-    headers = [
-        *CASE_HEADERS,
-        "status",
-        "time (median)",
-        "IQR",
-        "peak (measured)",
-        "predicted",
-        "pred/meas",
-        "GFLOP",
-    ]
+    columns = table_columns()
+    headers = [*CASE_HEADERS, "status", *(m.column for m in columns), "pred/meas"]
     if reference:
         headers += [f"time x {reference}", f"mem x {reference}"]
     table = []
@@ -165,17 +115,13 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
     )
     for c in order:
         cfg, m = c["config"], c["metrics"]
-        status = c["status"] if c["status"] == "ok" else c["status"].upper()
+        status = c["status"] if c["status"] == OK else c["status"].upper()
         meas, pred = m.get("peak_bytes"), m.get("predicted_peak_bytes")
         line = [
             *case_cells(cfg),
             status,
-            format_seconds(m.get("time_median")),
-            format_seconds(m.get("time_iqr")),
-            format_bytes(meas),
-            format_bytes(pred),
+            *(spec.fmt(m.get(spec.name)) for spec in columns),
             f"{pred / meas:.2f}" if meas and pred is not None else "-",
-            f"{m['flops'] / 1e9:.2f}" if m.get("flops") is not None else "-",
         ]
         if reference:
             ref = peers.get(_peer_key(cfg))

@@ -18,7 +18,9 @@ import sys
 from typing import Any
 
 from .cases import BenchCase
-from .runner import DEFAULT_SETTINGS, ERROR, OOM, CaseResult, MeasureSettings, Metric, measure_case
+from .metrics import Metric
+from .runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
+from .status import ERROR, OOM
 
 MARKER = "@@zoo-result@@"
 # Headroom over the limit for what a fresh interpreter maps lazily (thread stacks, malloc arenas).

@@ -13,18 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from ..labels import variant_label
+from ..measure.metrics import METRICS, plotted, reported
+from ..measure.status import OK, STATUS_TEXT
 
 log = logging.getLogger(__name__)
 
-# metric -> (title, unit shown, divisor from the stored unit)
-DISPLAY = {
-    "time_median": ("time (median)", "ms", 1e-3),
-    "peak_bytes": ("peak memory above resident (measured)", "MiB", 2**20),
-    "predicted_peak_bytes": ("peak memory above resident (predicted on meta)", "MiB", 2**20),
-    "flops": ("FLOPs", "GFLOP", 1e9),
-}
-PLOTTED = ("time_median", "peak_bytes")
-STATUS_TEXT = {"oom": "OOM", "error": "error", "skipped": "n/a"}
+# What the report shows: the metric catalogue's reported and plotted metrics.
+DISPLAY = tuple(m.name for m in reported())
+PLOTTED = tuple(m.name for m in plotted())
 
 
 @dataclass
@@ -67,14 +63,15 @@ def _cell(values: Any, statuses: Any, divisor: float) -> str:
             if finite[0] / divisor < 1000
             else f"{finite[0] / divisor:,.0f}"
         )
-    status = next((s for s in statuses if s != "ok"), None)
+    status = next((s for s in statuses if s != OK), None)
     return STATUS_TEXT.get(status, "-")
 
 
 def _pivot_markdown(bench: Any, metric: str) -> str:
     import pandas as pd
 
-    title, unit, divisor = DISPLAY[metric]
+    spec = METRICS[metric]
+    title, unit, divisor = spec.label, spec.display_unit, spec.scale
     out = []
     for group, part in bench.groupby("group", sort=True):
         rows = part[(part["metric"] == metric) | part["metric"].isna()]
@@ -100,8 +97,9 @@ def _plot(bench: Any, metric: str, out_dir: Path) -> Path | None:
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    title, unit, divisor = DISPLAY[metric]
-    data = bench[(bench["metric"] == metric) & (bench["status"] == "ok")].copy()
+    spec = METRICS[metric]
+    title, unit, divisor = spec.label, spec.display_unit, spec.scale
+    data = bench[(bench["metric"] == metric) & (bench["status"] == OK)].copy()
     if data.empty:
         return None
     data["shown"] = data["value"] / divisor
@@ -152,7 +150,7 @@ def _environment_lines(df: Any) -> list[str]:
 
 
 def _problems(df: Any) -> str:
-    bad = df[df["status"] != "ok"].drop_duplicates("case_key")
+    bad = df[df["status"] != OK].drop_duplicates("case_key")
     if bad.empty:
         return ""
     lines = ["### Cases without numbers", "", "| case | status | reason |", "|---|---|---|"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.cases import case_key
+from ..measure.status import OK, SKIPPED
 from ..store import ResultStore
 
 DEFAULT_STORE = Path("results") / "zoo.sqlite"
@@ -68,9 +69,7 @@ class TaskResults:
             self._run_id = self.store.start_run(kind=KIND, device=self.device, meta=self.meta)
         return self._run_id
 
-    def has_run(
-        self, spec_key: dict[str, Any], identity: dict[str, Any], status: str = "ok"
-    ) -> bool:
+    def has_run(self, spec_key: dict[str, Any], identity: dict[str, Any], status: str = OK) -> bool:
         """True when a case with this identity and status is stored (in any earlier invocation)."""
         key = case_key(case_config(identity, spec_key))
         return any(c["case_key"] == key and c["status"] == status for c in self.store.cases())
@@ -92,15 +91,15 @@ class TaskResults:
             (encode_metric(r["metric"], r["eval"]), r["value"], _unit(r["metric"])) for r in rows
         ]
         stored = {**config, "curves": curves} if curves else config
-        return self.store.add_rows(self.run_id, key, stored, values, status="ok")
+        return self.store.add_rows(self.run_id, key, stored, values, status=OK)
 
     def save_skipped(self, identity: dict[str, Any], spec_key: dict[str, Any], reason: str) -> str:
         """Record a grid entry that could not run here, with its reason (once per store)."""
         config = case_config(identity, spec_key)
-        if self.has_run(spec_key, identity, status="skipped"):
+        if self.has_run(spec_key, identity, status=SKIPPED):
             return case_key(config)
         return self.store.add_rows(
-            self.run_id, case_key(config), config, [], status="skipped", error=reason
+            self.run_id, case_key(config), config, [], status=SKIPPED, error=reason
         )
 
     def rows(self, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
@@ -115,7 +114,7 @@ def stored_rows(
 
     task_runs = {r["run_id"] for r in store.runs(kind=KIND)}
     latest: dict[str, tuple[str, list[dict[str, Any]]]] = {}
-    for row in store.rows(status="ok"):
+    for row in store.rows(status=OK):
         if row["run_id"] not in task_runs or row["metric"] is None:
             continue
         config = json.loads(row["config"])

@@ -38,8 +38,9 @@ from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.memory import profiled_peak
 from attention_zoo.measure.predict import predict_case
 from attention_zoo.measure.runner import describe_error, is_oom
-from attention_zoo.measure.table import format_bytes, format_seconds, format_table
+from attention_zoo.measure.table import format_table
 from attention_zoo.measure.timing import time_interleaved
+from attention_zoo.measure.units import format_bytes, format_seconds
 
 HIDDEN, HEADS, HEAD_DIM, CHUNK = 256, 4, 64, 64
 

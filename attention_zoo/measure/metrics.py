@@ -1,0 +1,150 @@
+"""The metric catalogue: every stored metric, its unit, the group that measures it, whether it is
+deterministic, and how tables, the report, the baselines and the asv suite show it.
+
+Showing a new metric is one entry here (plus the code that measures it): the bench table, the
+report, the baseline comparison and the asv units all read this catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .units import format_bytes, format_gflop, format_number, format_seconds
+
+# Groups MeasureSettings.metrics selects, in the order measure_case runs them.
+MEASURE_GROUPS = ("time", "memory", "crosscheck", "predict", "flops")
+TASK_GROUP = "task"  # metrics of a training run (zoo task), not of a measured case
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricSpec:
+    """One stored metric: what it is, its unit, and where and how it is shown."""
+
+    name: str  # the store's metric name ("steps_to_" names a family: steps_to_95, ...)
+    unit: str  # the stored unit (asv's track_* unit too)
+    group: str  # a MEASURE_GROUPS entry (what measures it) or TASK_GROUP
+    deterministic: bool  # independent of machine load, so it can be compared exactly
+    label: str  # title in tables, the report and plots
+    fmt: Callable[[float | None], str] = format_number  # a text-table cell from the stored value
+    column: str = ""  # header in the bench table; "" = not a column there
+    shown_unit: str = ""  # the unit the report shows it in ("" = the stored unit)...
+    scale: float = 1.0  # ...= stored value / scale
+    report: bool = False  # a table per group of cases in the report
+    plot: bool = False  # and a plot
+    tolerance: float | None = None  # relative tolerance against the baseline; None: not baselined
+
+    @property
+    def display_unit(self) -> str:
+        return self.shown_unit or self.unit
+
+
+class Metric(NamedTuple):
+    """One stored row: a metric name, its value and unit (a plain (name, value, unit) tuple)."""
+
+    metric: str
+    value: float
+    unit: str
+
+
+_MIB = 2**20
+_CATALOGUE = (
+    MetricSpec(name="time_median", unit="s", group="time", deterministic=False,
+               label="time (median)", fmt=format_seconds, column="time (median)",
+               shown_unit="ms", scale=1e-3, report=True, plot=True),
+    MetricSpec(name="time_iqr", unit="s", group="time", deterministic=False,
+               label="time (interquartile range)", fmt=format_seconds, column="IQR"),
+    MetricSpec(name="time_min", unit="s", group="time", deterministic=False,
+               label="time (min)", fmt=format_seconds),
+    MetricSpec(name="time_repeats", unit="count", group="time", deterministic=False,
+               label="timed repeats"),
+    MetricSpec(name="resident_bytes", unit="bytes", group="memory", deterministic=True,
+               label="resident memory (parameters, buffers, inputs, optimizer state)",
+               fmt=format_bytes, shown_unit="MiB", scale=_MIB),
+    MetricSpec(name="peak_bytes", unit="bytes", group="memory", deterministic=False,
+               label="peak memory above resident (measured)", fmt=format_bytes,
+               column="peak (measured)", shown_unit="MiB", scale=_MIB, report=True, plot=True),
+    MetricSpec(name="peak_total_bytes", unit="bytes", group="memory", deterministic=False,
+               label="peak memory including resident (measured)", fmt=format_bytes,
+               shown_unit="MiB", scale=_MIB),
+    MetricSpec(name="tracked_peak_bytes", unit="bytes", group="crosscheck", deterministic=True,
+               label="peak of live tensor storages (tracked)", fmt=format_bytes,
+               shown_unit="MiB", scale=_MIB, tolerance=0.01),
+    MetricSpec(name="rss_peak_bytes", unit="bytes", group="crosscheck", deterministic=False,
+               label="peak RSS growth", fmt=format_bytes, shown_unit="MiB", scale=_MIB),
+    MetricSpec(name="predicted_peak_bytes", unit="bytes", group="predict", deterministic=True,
+               label="peak memory above resident (predicted on meta)", fmt=format_bytes,
+               column="predicted", shown_unit="MiB", scale=_MIB, report=True, tolerance=0.01),
+    MetricSpec(name="predicted_resident_bytes", unit="bytes", group="predict", deterministic=True,
+               label="resident memory (predicted)", fmt=format_bytes, shown_unit="MiB",
+               scale=_MIB),
+    MetricSpec(name="predicted_total_bytes", unit="bytes", group="predict", deterministic=True,
+               label="peak memory including resident (predicted)", fmt=format_bytes,
+               shown_unit="MiB", scale=_MIB),
+    MetricSpec(name="flops", unit="flop", group="flops", deterministic=True, label="FLOPs",
+               fmt=format_gflop, column="GFLOP", shown_unit="GFLOP", scale=1e9, report=True,
+               tolerance=0.0),
+    MetricSpec(name="accuracy", unit="fraction", group=TASK_GROUP, deterministic=False,
+               label="token accuracy"),
+    MetricSpec(name="loss", unit="nats", group=TASK_GROUP, deterministic=False,
+               label="evaluation loss"),
+    MetricSpec(name="steps", unit="steps", group=TASK_GROUP, deterministic=False,
+               label="training steps run"),
+    MetricSpec(name="steps_to_", unit="steps", group=TASK_GROUP, deterministic=False,
+               label="steps to the target accuracy"),
+    MetricSpec(name="wall_time_s", unit="s", group=TASK_GROUP, deterministic=False,
+               label="training wall time", fmt=format_seconds),
+)  # fmt: skip
+METRICS: dict[str, MetricSpec] = {m.name: m for m in _CATALOGUE}
+_FAMILIES = tuple(m for m in _CATALOGUE if m.name.endswith("_"))
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """The catalogue entry of a stored metric name ("steps_to_95", "accuracy@lsh-8" included)."""
+    base = name.partition("@")[0]
+    if base in METRICS:
+        return METRICS[base]
+    for family in _FAMILIES:
+        if base.startswith(family.name):
+            return family
+    raise KeyError(f"metric {name!r} is not in the catalogue; known: {', '.join(METRICS)}")
+
+
+def metric_row(name: str, value: float) -> Metric:
+    """A stored row of a catalogued metric, its unit from the catalogue."""
+    return Metric(name, value, metric_spec(name).unit)
+
+
+def in_group(group: str) -> list[MetricSpec]:
+    return [m for m in _CATALOGUE if m.group == group]
+
+
+def table_columns() -> list[MetricSpec]:
+    """The metrics the bench table shows, in catalogue order."""
+    return [m for m in _CATALOGUE if m.column]
+
+
+def reported() -> list[MetricSpec]:
+    """The metrics the report tabulates, in catalogue order."""
+    return [m for m in _CATALOGUE if m.report]
+
+
+def plotted() -> list[MetricSpec]:
+    return [m for m in _CATALOGUE if m.plot]
+
+
+def baselined() -> list[MetricSpec]:
+    """The deterministic metrics compared against the committed baselines, with a tolerance."""
+    return [m for m in _CATALOGUE if m.tolerance is not None]
+
+
+def _check() -> None:
+    for m in _CATALOGUE:
+        if m.group not in (*MEASURE_GROUPS, TASK_GROUP):
+            raise ValueError(f"metric {m.name!r}: unknown group {m.group!r}")
+        if m.tolerance is not None and not m.deterministic:
+            raise ValueError(f"metric {m.name!r}: only deterministic metrics can be baselined")
+
+
+_check()

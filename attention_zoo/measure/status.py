@@ -1,0 +1,6 @@
+"""The outcome of a measured case or a task run, as stored and as shown in tables."""
+
+OK, OOM, ERROR, SKIPPED = "ok", "oom", "error", "skipped"
+STATUSES = (OK, OOM, ERROR, SKIPPED)
+# How a case without a number is shown in a table cell.
+STATUS_TEXT = {OK: "ok", OOM: "OOM", ERROR: "error", SKIPPED: "n/a"}
