@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from attention_zoo import OptionError, SelfAttention, build_attention
-from attention_zoo.attention.chunked import padded_length
-from attention_zoo.attention.dense import dense_attention
-from attention_zoo.attention.lsh import LSHConfig, auto_buckets
-from attention_zoo.attention.shared_qk import unit_keys
+from attention_zoo.attention.kernels.chunked import padded_length
+from attention_zoo.attention.kernels.dense import dense_attention, unit_keys
+from attention_zoo.attention.kernels.lsh_hashing import auto_buckets
+from attention_zoo.attention.lsh import LSHConfig
 
 from .contract import with_grads
 
@@ -284,12 +284,12 @@ def test_bad_options_say_what_would_work(options, message):
 def test_exact_causal_forward_in_quarter_chunk_blocks_matches_the_math_path(monkeypatch, before):
     """Exact causal windows slide with the query, so the fused forward runs 8-query blocks for
     chunk 32 (a smaller mask); outputs and gradients still equal the chunk-blocked math path."""
-    from attention_zoo.attention import lsh as lsh_module
+    from attention_zoo.attention.kernels.lsh_plan import LSHPlan
 
     blocks = []
-    regrid = lsh_module._Plan.regrid
+    regrid = LSHPlan.regrid
     monkeypatch.setattr(
-        lsh_module._Plan, "regrid", lambda plan, block: blocks.append(block) or regrid(plan, block)
+        LSHPlan, "regrid", lambda plan, block: blocks.append(block) or regrid(plan, block)
     )
     qk, v = _qkv(n=201)  # two buckets of ~100: look-backs of 32 and 64 positions both bind
     results = [

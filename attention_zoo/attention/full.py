@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from .base import AttentionCore
-from .dense import allowed_mask, dense_attention
+from .kernels.dense import allowed_mask, dense_attention
 from .spec import Capabilities, register_attention
 
 

@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import OptionError
 from .base import AttentionCore
-from .dense import allowed_mask
+from .kernels.dense import allowed_mask
 from .spec import Capabilities, register_attention
 
 KERNELS = {

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from .base import AttentionCore
-from .dense import allowed_mask, dense_attention
+from .kernels.dense import allowed_mask, dense_attention, unit_keys
 from .spec import Capabilities, register_attention
-
-
-def unit_keys(k: Tensor, eps: float = 1e-6) -> Tensor:
-    """Keys scaled to unit length: the Reformer's (and HF's) shared-QK keys, no 1/sqrt(d) on top."""
-    return k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + eps)
 
 
 @dataclass(frozen=True, kw_only=True)

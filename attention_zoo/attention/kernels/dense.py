@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import mask_value, self_mask_value
+from ..base import mask_value, self_mask_value
+
+
+def unit_keys(k: Tensor, eps: float = 1e-6) -> Tensor:
+    """Keys scaled to unit length: the Reformer's (and HF's) shared-QK keys, no 1/sqrt(d) on top."""
+    return k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + eps)
 
 
 def causal_mask(n: int, device: torch.device | str | None = None) -> Tensor:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import OptionError
+from ...errors import OptionError
 
 KERNELS = ("auto", "flash", "math")
 # dtypes the fused CPU kernel takes (it returns float32 log-sum-exps for the 16-bit ones)
