@@ -1,19 +1,16 @@
 """ReformerConfig: Hugging Face ReformerConfig names, plus the residual variant and backend options.
 
 Defaults follow HF except where a CPU project wants smaller: num_attention_heads 4 (HF 12; head size
-hidden/heads = 64 as in HF), attn_layers ("local", "lsh") cycled (HF lists six), and
-attention_probs_dropout_prob 0.0 (HF: local 0.05, lsh 0.0), because it needs a backend that applies
-dropout to its attention probabilities (one with a `dropout` option); others refuse a value > 0;
+hidden/heads = 64 as in HF); attention-probability dropout 0.0 (HF: local 0.05, lsh 0.0);
 axial_norm_std 0.02 (HF 1.0, from trax, where token embeddings are N(0, 1) too; next to HF's
 N(0, 0.02) token embeddings a std of 1.0 drowns the tokens: a small model did not learn a copy task
-in 400 steps).
+in 400 steps). `ReformerConfig.from_hf` takes an HF config as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +35,13 @@ HF_BACKEND_OPTIONS: dict[str, dict[str, str]] = {
         "seed": "hash_seed",
     },
 }
-# The backend option that receives attention_probs_dropout_prob, when a backend has it.
+# The backend option that receives the attention-probability dropout, when a backend has it.
 ATTENTION_DROPOUT_OPTION = "dropout"
+# HF's per-backend attention dropout fields; other backends take attention_probs_dropout_prob.
+HF_DROPOUT_FIELDS = {
+    "local": "local_attention_probs_dropout_prob",
+    "lsh": "lsh_attention_probs_dropout_prob",
+}
 
 _TUPLE_FIELDS = ("attn_layers", "axial_pos_shape", "axial_pos_embds_dim")
 
@@ -52,24 +54,31 @@ class ReformerConfig:
     hidden_size: int = 256
     num_attention_heads: int = 4
     attention_head_size: int | None = None  # None: hidden_size // num_attention_heads
-    num_hidden_layers: int = 6
-    attn_layers: tuple[str, ...] = ("local", "lsh")  # registry names; layer i uses [i % len]
+    # registry names, one per layer as in HF; layer i uses [i % len] when num_hidden_layers is more
+    attn_layers: tuple[str, ...] = ("local", "lsh", "local", "lsh", "local", "lsh")
+    num_hidden_layers: int | None = None  # None: len(attn_layers), as HF
     feed_forward_size: int = 512
-    hidden_act: str = "relu"  # relu, gelu, gelu_new, silu, swish, tanh
+    hidden_act: str = "relu"  # HF's activation names (blocks/feedforward.py ACTIVATIONS)
     chunk_size_feed_forward: int = 0  # positions per FFN slice; 0 = whole sequence at once
+    chunk_size_lm_head: int = 0  # positions per LM-head slice; 0 = whole sequence at once
     is_decoder: bool = False  # causal attention in every layer
-    hidden_dropout_prob: float = 0.05  # embeddings, sublayer outputs, FFN intermediate
-    attention_probs_dropout_prob: float = 0.0  # > 0 only for backends with a `dropout` option
+    hidden_dropout_prob: float = 0.05  # embeddings, sublayer outputs, FFN intermediate, top
+    # attention-probability dropout of backends with a `dropout` option
+    attention_probs_dropout_prob: float = 0.0
+    local_attention_probs_dropout_prob: float | None = None  # None: attention_probs_dropout_prob
+    lsh_attention_probs_dropout_prob: float | None = None  # None: attention_probs_dropout_prob
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02  # std of token embeddings and linear weights
     axial_norm_std: float = 0.02  # std of the axial factor tables (HF: 1.0; see module docstring)
     axial_pos_embds: bool = True  # axial factor tables instead of one table per position
-    axial_pos_shape: tuple[int, ...] = (64, 64)  # (n1, n2): product = max_position_embeddings
+    axial_pos_shape: tuple[int, ...] = (64, 64)  # (n1, n2): product >= the longest sequence
     axial_pos_embds_dim: tuple[int, ...] = (64, 192)  # (d1, d2): sum = hidden_size
     max_position_embeddings: int = 4096  # longest sequence the model accepts
+    pad_token_id: int = 0  # token HF's chunk padding appends (masked, so it changes no output)
     # lsh options (HF names); passed to the "lsh" backend, overridable through attn_options
     num_hashes: int = 1
-    num_buckets: int | tuple[int, ...] | None = None  # None: the backend picks from the length
+    # int or factors (a, b, ...) -> a*b*... buckets; None: HF's rule at max_position_embeddings
+    num_buckets: int | tuple[int, ...] | None = None
     lsh_attn_chunk_length: int = 64
     lsh_num_chunks_before: int = 1
     lsh_num_chunks_after: int = 0
@@ -82,6 +91,8 @@ class ReformerConfig:
     residual: str = "reversible"  # standard, reversible or checkpoint
     # backend name -> options, merged over the HF-named ones; works for user-registered backends too
     attn_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # HF fields that change nothing computed here (tokenizer, generation, bookkeeping), for to_hf
+    hf_extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in _TUPLE_FIELDS:
@@ -104,7 +115,19 @@ class ReformerConfig:
                 )
             options[backend] = {k: _freeze(v) for k, v in opts.items()}
         object.__setattr__(self, "attn_options", options)  # a private copy, lists as tuples
+        object.__setattr__(self, "hf_extra", dict(self.hf_extra))
+        if self.num_hidden_layers is None:
+            object.__setattr__(self, "num_hidden_layers", len(self.attn_layers))
         self._validate()
+
+    @classmethod
+    def from_hf(cls, source: Any) -> ReformerConfig:
+        """The config of a Hugging Face Reformer: a transformers ReformerConfig, its dict, or a path
+        to config.json (or its folder). local/lsh layers get HF's semantics; fields that change
+        nothing computed here go to hf_extra, named in a warning; what HF cannot run is refused."""
+        from .hf_reformer import read_hf_config, translate_config
+
+        return cls(**translate_config(read_hf_config(source)))
 
     # ---- derived values -------------------------------------------------------------------
 
@@ -121,11 +144,20 @@ class ReformerConfig:
         options = {
             opt: getattr(self, name) for opt, name in HF_BACKEND_OPTIONS.get(backend, {}).items()
         }
+        if backend == "lsh" and options["num_buckets"] is None:
+            options["num_buckets"] = hf_num_buckets(
+                self.max_position_embeddings, self.lsh_attn_chunk_length
+            )
         accepted = get_backend(backend).defaults()
         if ATTENTION_DROPOUT_OPTION in accepted:
-            options[ATTENTION_DROPOUT_OPTION] = self.attention_probs_dropout_prob
+            options[ATTENTION_DROPOUT_OPTION] = self.attention_dropout(backend)
         options.update(self.attn_options.get(backend, {}))
         return options
+
+    def attention_dropout(self, backend: str) -> float:
+        """Attention-probability dropout of `backend`: its HF field, else the shared one."""
+        specific = getattr(self, HF_DROPOUT_FIELDS.get(backend, ""), None)
+        return self.attention_probs_dropout_prob if specific is None else specific
 
     # ---- serialisation ----------------------------------------------------------------------
 
@@ -174,6 +206,12 @@ class ReformerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if len(self.attn_layers) > self.num_hidden_layers:
+            raise ConfigError(
+                f"attn_layers lists {len(self.attn_layers)} layers, but num_hidden_layers="
+                f"{self.num_hidden_layers}; leave num_hidden_layers unset (it follows attn_layers, "
+                f"as in HF) or list at most {self.num_hidden_layers} layers"
+            )
         if self.attention_head_size is None:
             if self.hidden_size % self.num_attention_heads:
                 divisors = [
@@ -192,14 +230,17 @@ class ReformerConfig:
             raise ConfigError(
                 f"unknown hidden_act {self.hidden_act!r}; known: {', '.join(ACTIVATIONS)}"
             )
-        if self.chunk_size_feed_forward < 0:
-            raise ConfigError(
-                "chunk_size_feed_forward must be >= 0 (0 = unchunked), "
-                f"got {self.chunk_size_feed_forward}"
-            )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("chunk_size_feed_forward", "chunk_size_lm_head"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (0 = unchunked), got {getattr(self, name)}")
+        for name in (
+            "hidden_dropout_prob",
+            "attention_probs_dropout_prob",
+            *HF_DROPOUT_FIELDS.values(),
+        ):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value}")
         RESIDUALS.get(self.residual)  # UnknownNameError lists standard, reversible, checkpoint
         self._validate_positions()
         self._validate_attention()
@@ -222,12 +263,6 @@ class ReformerConfig:
                 f"axial_pos_embds_dim {dims} sums to {sum(dims)}, but must sum to hidden_size "
                 f"{self.hidden_size} (the factor embeddings are concatenated)"
             )
-        if math.prod(shape) != self.max_position_embeddings:
-            raise ConfigError(
-                f"axial_pos_shape {shape} has product {math.prod(shape)}, but must equal "
-                f"max_position_embeddings {self.max_position_embeddings}; e.g. set "
-                f"max_position_embeddings={math.prod(shape)}"
-            )
 
     def _validate_attention(self) -> None:
         if not self.attn_layers:
@@ -240,15 +275,12 @@ class ReformerConfig:
                 raise ConfigError(f"backend {backend!r} cannot run causally, but is_decoder=True")
             if not self.is_decoder and not spec.caps.non_causal:
                 raise ConfigError(f"backend {backend!r} only runs causally; set is_decoder=True")
-            if (
-                self.attention_probs_dropout_prob > 0
-                and ATTENTION_DROPOUT_OPTION not in spec.defaults()
-            ):
+            dropout = self.attention_dropout(backend)
+            if dropout > 0 and ATTENTION_DROPOUT_OPTION not in spec.defaults():
                 with_dropout = _backends_with(ATTENTION_DROPOUT_OPTION)
                 raise ConfigError(
-                    f"attention_probs_dropout_prob={self.attention_probs_dropout_prob} needs "
-                    "backends that apply dropout to attention probabilities (a "
-                    f"{ATTENTION_DROPOUT_OPTION!r} option), but {backend!r} has none; set it to 0 "
+                    f"attention-probability dropout {dropout} needs a backend with a "
+                    f"{ATTENTION_DROPOUT_OPTION!r} option, but {backend!r} has none; set it to 0 "
                     f"and use hidden_dropout_prob, or use: {', '.join(with_dropout) or '(none)'}"
                 )
         for backend in dict.fromkeys(self.attn_layers + tuple(self.attn_options)):
@@ -260,6 +292,17 @@ class ReformerConfig:
                 ) from None
             except (TypeError, ValueError) as err:
                 raise ConfigError(f"options for backend {backend!r} are invalid: {err}") from None
+
+
+def hf_num_buckets(max_positions: int, chunk_length: int) -> int | tuple[int, int]:
+    """HF's num_buckets=None rule, taken once at max_position_embeddings (so no batch's padding can
+    change it): ~2 * n / chunk as a power of two, split into two powers of two above
+    2 * max(sqrt(n / chunk), chunk)."""
+    chunks = max(max_positions // chunk_length, 1)
+    power = (2 * chunks).bit_length() - 1
+    if 2**power > 2 * max(int(chunks**0.5), chunk_length):
+        return (2 ** (power // 2), 2 ** (power - power // 2))
+    return 2**power
 
 
 def _backends_with(option: str) -> list[str]:

@@ -1,24 +1,29 @@
-"""The Reformer skeleton (Kitaev et al. 2020): embeddings, a residual stack of (attention, FFN)
-layers, and a causal LM head. Which attention fills each layer, the residual variant, FFN chunking
-and the position embeddings are independent fields of ReformerConfig.
+"""The Reformer skeleton (Kitaev et al. 2020) as Hugging Face builds it: embeddings, a residual
+stack of (attention, FFN) layers, a LayerNorm over the two concatenated streams, a causal LM head.
+Which attention fills each layer, the residual variant, FFN chunking and the position embeddings are
+independent fields of ReformerConfig; `from_hf`/`to_hf` move weights from and to transformers.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import math
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import hf_reformer as hf
 from .attention.spec import build_attention, get_backend
 from .blocks.attention import SelfAttention
-from .blocks.feedforward import ChunkedFeedForward
+from .blocks.feedforward import ChunkedFeedForward, chunked
 from .blocks.layer import PreNorm, ReformerLayer
-from .blocks.position import AxialPositionEmbedding, TablePositionEmbedding
+from .blocks.position import AxialPositionEmbedding, TablePositionEmbedding, check_length
 from .blocks.residual import RESIDUALS, StandardResidual
 from .config import ReformerConfig
 from .errors import ConfigError, OptionError, ShapeError
@@ -30,7 +35,10 @@ IGNORE_INDEX = -100  # labels with this value add nothing to the loss (as in HF)
 
 @dataclass
 class ReformerOutput:
-    """ReformerModel output: final hidden states after the last LayerNorm, (b, n, hidden)."""
+    """ReformerModel output: both residual streams, concatenated and normalised: (b, n, 2 * hidden).
+
+    As HF's ReformerModel; a single-stream residual (standard, checkpoint) gives its stream twice.
+    """
 
     last_hidden_state: Tensor
 
@@ -40,7 +48,7 @@ class ReformerLMOutput:
     """ReformerLM output.
 
     logits: (b, n, vocab); loss: mean next-token cross-entropy over labels != -100 (None without
-    labels); hidden_states: the (b, n, hidden) states the LM head reads.
+    labels); hidden_states: the (b, n, 2 * hidden) states the LM head reads.
     """
 
     logits: Tensor
@@ -84,25 +92,50 @@ class ReformerModel(nn.Module):
         self.config = config
         self._device = device
         self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        dropout = config.hidden_dropout_prob
         if config.axial_pos_embds:
             self.positions: nn.Module = AxialPositionEmbedding(
-                config.axial_pos_shape, config.axial_pos_embds_dim, init_std=config.axial_norm_std
+                config.axial_pos_shape,
+                config.axial_pos_embds_dim,
+                init_std=config.axial_norm_std,
+                dropout=dropout,
             )
         else:
             self.positions = TablePositionEmbedding(
                 config.max_position_embeddings,
                 config.hidden_size,
                 init_std=config.initializer_range,
+                dropout=dropout,
             )
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(dropout)  # on token embeddings; positions drop their own (HF)
         layers = [build_layer(config, i, device) for i in range(config.num_hidden_layers)]
         self.encoder: StandardResidual = RESIDUALS.get(config.residual)(layers)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        # HF: LayerNorm over the concatenated streams, then dropout
+        self.norm = nn.LayerNorm(2 * config.hidden_size, eps=config.layer_norm_eps)
+        self.out_dropout = nn.Dropout(dropout)
         _init_weights(self, config.initializer_range)
 
     @property
     def layers(self) -> nn.ModuleList:
         return self.encoder.layers
+
+    @classmethod
+    def from_hf(
+        cls, source: Any, *, config: Any = None, device: str | torch.device | None = None
+    ) -> ReformerModel:
+        """The model of a transformers ReformerModel (of an HF model with a head: its encoder).
+
+        Sources as ReformerLM.from_hf, without the LM head's weights.
+        """
+        if isinstance(source, nn.Module) and hasattr(source, "reformer"):
+            source = source.reformer
+        return _from_hf(cls, source, config, device, prefix="reformer.")
+
+    def to_hf(self) -> Any:
+        """This model as a transformers ReformerModel (weights copied bit for bit)."""
+        from transformers import ReformerModel as HFReformerModel
+
+        return _to_hf(self, HFReformerModel, prefix="reformer.")
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> ReformerOutput:
         """input_ids (b, n) long; attention_mask (b, n) bool or 0/1, 1 = real token (optional)."""
@@ -110,10 +143,20 @@ class ReformerModel(nn.Module):
             raise ShapeError(
                 f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}"
             )
-        n = input_ids.shape[1]
-        x = self.tokens(input_ids) + self.positions(n)  # (b, n, hidden); positions check the limit
-        x = self.encoder(self.dropout(x), _padding_mask(attention_mask, input_ids.shape))
-        return ReformerOutput(self.norm(x))
+        b, n = input_ids.shape
+        mask = _padding_mask(attention_mask, input_ids.shape)
+        if pad := hf_padding(self.config, n):  # as HF: whole chunks, padding masked
+            input_ids = F.pad(input_ids, (0, pad), value=self.config.pad_token_id)
+            mask = F.pad(
+                input_ids.new_ones(b, n, dtype=torch.bool) if mask is None else mask,
+                (0, pad),
+                value=False,
+            )
+        length = n + pad
+        check_length(length, self.config.max_position_embeddings)
+        x = self.dropout(self.tokens(input_ids)) + self.positions(length, b)  # (b, length, hidden)
+        x = self.out_dropout(self.norm(self.encoder(x, mask)))  # (b, length, 2 * hidden)
+        return ReformerOutput(x[:, :n])
 
     # ---- evaluation-time attention changes (weights kept) -------------------------------------
 
@@ -195,7 +238,7 @@ class ReformerLM(nn.Module):
                 "(use ReformerModel for a bidirectional encoder)"
             )
         self.reformer = ReformerModel(config, device=device)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.lm_head = nn.Linear(2 * config.hidden_size, config.vocab_size)  # reads both streams
         _init_weights(self.lm_head, config.initializer_range)
 
     @property
@@ -208,7 +251,7 @@ class ReformerLM(nn.Module):
         """input_ids (b, n); labels (b, n), shifted inside (position i predicts labels[i + 1]),
         -100 = ignored, usually labels = input_ids; attention_mask (b, n) bool or 0/1."""
         hidden = self.reformer(input_ids, attention_mask).last_hidden_state
-        logits = self.lm_head(hidden)  # (b, n, vocab)
+        logits = chunked(self.lm_head, hidden, self.config.chunk_size_lm_head)  # (b, n, vocab)
         loss = None
         if labels is not None:
             if labels.shape != input_ids.shape:
@@ -223,6 +266,29 @@ class ReformerLM(nn.Module):
             )
         return ReformerLMOutput(logits=logits, loss=loss, hidden_states=hidden)
 
+    @classmethod
+    def from_hf(
+        cls,
+        source: Any,
+        *,
+        config: Any = None,
+        device: str | torch.device | None = None,
+    ) -> ReformerLM:
+        """The model of a transformers ReformerModelWithLMHead: same weights, same computation.
+
+        source: the HF model, its state dict (then `config`: its config, dict or config.json), or
+        a local folder with config.json and model.safetensors or pytorch_model.bin. Layers run
+        HF's semantics; tokenizer/generation-only config fields are kept for to_hf() (a warning
+        names them). device: where the cores will run (default: where the weights are).
+        """
+        return _from_hf(cls, source, config, device, prefix="")
+
+    def to_hf(self) -> Any:
+        """This model as a transformers ReformerModelWithLMHead (weights copied bit for bit)."""
+        from transformers import ReformerModelWithLMHead
+
+        return _to_hf(self, ReformerModelWithLMHead, prefix="")
+
     def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
         return self.reformer.set_attention_options(backend, **options)
 
@@ -231,6 +297,69 @@ class ReformerLM(nn.Module):
 
     set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
     replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
+
+
+def hf_padding(config: ReformerConfig, n: int) -> int:
+    """Positions HF appends to a length-n batch: up to a multiple of the lcm of the chunk lengths,
+    when n exceeds the smallest chunk. Only layers with HF semantics ask for it."""
+    chunks = [
+        options["chunk_length"]
+        for options in map(config.attention_options, dict.fromkeys(config.layer_backends()))
+        if options.get("semantics") == "hf"
+    ]
+    if not chunks or n <= min(chunks) or n % (multiple := math.lcm(*chunks)) == 0:
+        return 0
+    return multiple - n % multiple
+
+
+def _from_hf(cls: type, source: Any, config: Any, device: Any, prefix: str) -> Any:
+    """Build `cls` (ReformerLM, or ReformerModel with prefix "reformer.") from an HF source."""
+    if isinstance(source, nn.Module):
+        hf_config, state = source.config, source.state_dict()
+        training = source.training
+    elif isinstance(source, Mapping):
+        if config is None:
+            raise ConfigError(
+                "from_hf(state_dict) needs config=: the HF config, its dict or config.json"
+            )
+        hf_config, state, training = config, source, False
+    else:
+        folder = Path(source)
+        if not folder.is_dir():
+            raise ConfigError(
+                f"{source} is not a folder; from_hf takes an HF model, a state dict (with "
+                "config=) or a folder with config.json and model weights"
+            )
+        hf_config, state, training = config or folder, hf.load_weights(folder), False
+    our_config = ReformerConfig.from_hf(hf_config)
+    head = getattr(source, "lm_head", None)
+    if head is not None and head.decoder.bias is None and head.bias.detach().abs().max() > 0:
+        warnings.warn(
+            "this transformers version ignores lm_head.bias (its decoder has no bias); the loaded "
+            "model adds it, as trained (transformers 4.x, trax): logits differ by that bias",
+            hf.HFConversionWarning,
+            stacklevel=3,
+        )
+    state = {prefix + k: v for k, v in state.items()}
+    ours = hf.state_dict_from_hf(state, our_config.layer_backends())
+    reference = next(t for t in ours.values() if t.is_floating_point())
+    model = cls(our_config, device=device or reference.device)
+    model.to(device=reference.device, dtype=reference.dtype)
+    model.load_state_dict({k[len(prefix) :]: v for k, v in ours.items()} if prefix else ours)
+    return model.train(training)
+
+
+def _to_hf(model: nn.Module, hf_class: type, prefix: str) -> Any:
+    from transformers import ReformerConfig as HFReformerConfig
+
+    backends = model.config.layer_backends()
+    hf_model = hf_class(HFReformerConfig(**hf.config_to_hf(model.config)))
+    reference = next(model.parameters())
+    hf_model.to(device=reference.device, dtype=reference.dtype)
+    state = {prefix + k: v for k, v in model.state_dict().items()}
+    converted = hf.state_dict_to_hf(state, backends)
+    hf_model.load_state_dict({k[len(prefix) :]: v for k, v in converted.items()})
+    return hf_model.train(model.training)
 
 
 def _padding_mask(attention_mask: Tensor | None, shape: torch.Size) -> Tensor | None:

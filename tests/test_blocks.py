@@ -61,26 +61,53 @@ def test_chunked_ffn_bounds_the_intermediate() -> None:
 
 
 def test_axial_parameter_count_and_layout() -> None:
+    """HF's layout: weights (n1, 1, d1), (1, n2, d2); position j: [E1[j // n2], E2[j % n2]]."""
     emb = AxialPositionEmbedding((4, 8), (6, 10))
     assert sum(p.numel() for p in emb.parameters()) == 4 * 6 + 8 * 10
-    table = emb(32)
-    assert table.shape == (32, 16)
     e1, e2 = emb.weights
-    for j in (0, 3, 4, 17, 31):  # position j = concat(E1[j mod n1], E2[j // n1])
-        torch.testing.assert_close(table[j], torch.cat([e1[j % 4], e2[j // 4]]))
+    assert e1.shape == (4, 1, 6) and e2.shape == (1, 8, 10)
+    table = emb(32)[0]
+    assert table.shape == (32, 16)
+    for j in (0, 3, 4, 17, 31):
+        torch.testing.assert_close(table[j], torch.cat([e1[j // 8, 0], e2[0, j % 8]]))
+    # the same as broadcasting the factors over the (n1, n2) grid and flattening it row-major
+    grid = torch.cat([e1.expand(4, 8, 6), e2.expand(4, 8, 10)], dim=-1).reshape(32, 16)
+    torch.testing.assert_close(table, grid)
+
+
+def test_three_axial_factors_are_row_major() -> None:
+    emb = AxialPositionEmbedding((2, 3, 4), (2, 3, 5))
+    grid = torch.cat([w.expand(2, 3, 4, w.shape[-1]) for w in emb.weights], dim=-1)
+    torch.testing.assert_close(emb(24)[0], grid.reshape(24, 10))
+
+
+def test_axial_dropout_drops_whole_grid_columns() -> None:
+    """HF's axial dropout (dropout2d over the second axis): per sequence, a column j % n2 of the
+    grid is kept (scaled by 1 / (1 - p)) or dropped at every position and width."""
+    emb = AxialPositionEmbedding((4, 8), (6, 10), dropout=0.5).train()
+    torch.manual_seed(0)
+    out = emb(29, batch=64)
+    clean = emb.eval()(29)
+    assert out.shape == (64, 29, 16)
+    ratio = out / clean  # 0 or 2 everywhere
+    assert set(ratio.unique().tolist()) == {0.0, 2.0}
+    column = ratio[:, :8, 0]  # (batch, n2): every position with the same j % 8 agrees
+    j = torch.arange(29)
+    torch.testing.assert_close(ratio, column[:, j % 8, None].expand(-1, -1, 16))
+    assert 0.3 < (column == 0).float().mean() < 0.7
 
 
 def test_every_axial_position_is_distinct() -> None:
-    table = AxialPositionEmbedding((4, 8), (6, 10))(32)
+    table = AxialPositionEmbedding((4, 8), (6, 10))(32)[0]
     distances = torch.cdist(table, table) + torch.eye(32) * 1e9
     assert distances.min() > 1e-3
 
 
 def test_shorter_sequences_use_a_prefix_and_longer_ones_name_the_limit() -> None:
     emb = AxialPositionEmbedding((4, 8), (6, 10))
-    torch.testing.assert_close(emb(7), emb(32)[:7])
+    torch.testing.assert_close(emb(7), emb(32)[:, :7])
     with pytest.raises(
-        ShapeError, match=re.escape("sequence length 33 is outside 1..max_position_embeddings=32")
+        ShapeError, match=re.escape("sequence length 33 is outside 1..32, the axial_pos_shape")
     ):
         emb(33)
     with pytest.raises(ShapeError, match="max_position_embeddings=10"):
@@ -94,7 +121,7 @@ def test_crime_and_punishment_position_parameters() -> None:
         table = TablePositionEmbedding(512 * 1024, 256)
     assert sum(p.numel() for p in axial.parameters()) == 229_376 == 512 * 64 + 1024 * 192
     assert sum(p.numel() for p in table.parameters()) == 134_217_728 == 524_288 * 256
-    assert axial(524_288).shape == (524_288, 256)  # runs on meta too
+    assert axial(524_288).shape == (1, 524_288, 256)  # runs on meta too
 
 
 # ---- RNG replay --------------------------------------------------------------------------------
@@ -159,7 +186,7 @@ def test_reversible_without_recompute_is_the_same_network() -> None:
     for layer in stack.layers:
         y1 = y1 + layer.f(y2, None)
         y2 = y2 + layer.g(y1)
-    torch.testing.assert_close(expected, (y1 + y2) / 2)
+    torch.testing.assert_close(expected, torch.cat([y1, y2], dim=-1))
 
 
 def test_reversible_recomputes_under_the_forward_autocast() -> None:

@@ -9,9 +9,17 @@ import pytest
 import torch
 from torch import Tensor
 
-from attention_zoo import ConfigError, OptionError, ReformerConfig, ReformerLM, UnknownNameError
+from attention_zoo import (
+    ConfigError,
+    OptionError,
+    ReformerConfig,
+    ReformerLM,
+    ShapeError,
+    UnknownNameError,
+)
 from attention_zoo.attention.base import AttentionCore
-from attention_zoo.attention.spec import BACKENDS, Capabilities, register_attention
+from attention_zoo.attention.spec import BACKENDS, Capabilities, get_backend, register_attention
+from attention_zoo.config import hf_num_buckets
 
 from .reformer_cases import need, tiny_config
 
@@ -69,11 +77,6 @@ def test_from_dict_rejects_unknown_fields_and_lists_the_known_ones() -> None:
             ConfigError,
             r"sums to 17, but must sum to hidden_size 16",
         ),
-        (
-            {"axial_pos_shape": (4, 4)},
-            ConfigError,
-            r"product 16, but must equal max_position_embeddings 32",
-        ),
         ({"axial_pos_shape": (4, 8, 1)}, ConfigError, r"same, non-zero number of factors"),
         (
             {"attn_layers": ["sdpa"], "attn_options": {"sdpa": {"window": 3}}},
@@ -96,11 +99,21 @@ def test_from_dict_rejects_unknown_fields_and_lists_the_known_ones() -> None:
             UnknownNameError,
             r"unknown residual 'revnet'.*checkpoint, reversible, standard",
         ),
-        ({"hidden_act": "gleu"}, ConfigError, r"unknown hidden_act 'gleu'; known: relu, gelu"),
+        ({"hidden_act": "gleu"}, ConfigError, r"unknown hidden_act 'gleu'; known: gelu, gelu_10"),
         ({"chunk_size_feed_forward": -1}, ConfigError, r"chunk_size_feed_forward must be >= 0"),
+        ({"chunk_size_lm_head": -2}, ConfigError, r"chunk_size_lm_head must be >= 0"),
         ({"hidden_dropout_prob": 1.0}, ConfigError, r"hidden_dropout_prob must be in \[0, 1\)"),
-        ({"attention_probs_dropout_prob": 0.1}, ConfigError, r"'full' has none; set it to 0"),
+        (
+            {"lsh_attention_probs_dropout_prob": -0.1},
+            ConfigError,
+            r"lsh_attention_probs_dropout_prob must be in \[0, 1\)",
+        ),
         ({"num_hidden_layers": 0}, ConfigError, r"num_hidden_layers must be an integer >= 1"),
+        (
+            {"attn_layers": ["full"] * 4, "num_hidden_layers": 3},
+            ConfigError,
+            r"attn_layers lists 4 layers, but num_hidden_layers=3; leave num_hidden_layers unset",
+        ),
         ({"attn_layers": []}, ConfigError, r"at least one attention backend"),
     ],
 )
@@ -163,5 +176,64 @@ def test_options_reach_a_user_registered_backend() -> None:
             tiny_config(
                 attn_layers=["test-temperature"], attn_options={"test-temperature": {"temp": 4.0}}
             )
+    finally:
+        BACKENDS.remove("test-temperature")
+
+
+def test_num_hidden_layers_follows_attn_layers_as_in_hf() -> None:
+    assert ReformerConfig(attn_layers=["full"] * 12).num_hidden_layers == 12
+    assert ReformerConfig().layer_backends() == ["local", "lsh"] * 3  # HF's default list
+    cycled = tiny_config(attn_layers=["full", "sdpa"], num_hidden_layers=5)
+    assert cycled.layer_backends() == ["full", "sdpa", "full", "sdpa", "full"]
+
+
+def test_axial_product_and_max_positions_both_bound_the_length() -> None:
+    """As HF: prod(axial_pos_shape) need not equal max_position_embeddings; both are limits."""
+    ids = torch.zeros(1, 21, dtype=torch.long)
+    small_max = ReformerLM(tiny_config(max_position_embeddings=20))  # axial product 32
+    with pytest.raises(ShapeError, match="max_position_embeddings=20"):
+        small_max(ids)
+    assert small_max(ids[:, :20]).logits.shape == (1, 20, 13)
+    large_max = ReformerLM(tiny_config(max_position_embeddings=40))
+    assert large_max(torch.zeros(1, 32, dtype=torch.long)).logits.shape == (1, 32, 13)
+    with pytest.raises(ShapeError, match=r"axial_pos_shape \(4, 8\) product"):
+        large_max(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_attention_dropout_fields_reach_each_backend() -> None:
+    cfg = tiny_config(
+        attn_layers=["full"],
+        attention_probs_dropout_prob=0.0,
+        local_attention_probs_dropout_prob=0.1,
+        lsh_attention_probs_dropout_prob=0.2,
+    )
+    assert cfg.attention_dropout("local") == 0.1 and cfg.attention_dropout("lsh") == 0.2
+    assert cfg.attention_dropout("full") == 0.0
+    for backend, expected in (("local", 0.1), ("lsh", 0.2), ("full", 0.0)):
+        if "dropout" in get_backend(backend).defaults():
+            assert cfg.attention_options(backend)["dropout"] == expected
+
+
+def test_num_buckets_none_is_hf_rule_at_max_positions() -> None:
+    """Sized once from max_position_embeddings, never from a batch's (padded) length."""
+    assert hf_num_buckets(4096, 64) == 128  # 2 * 4096 / 64
+    assert hf_num_buckets(524_288, 64) == (128, 128)  # above 2 * max(sqrt(8192), 64): factorised
+    assert hf_num_buckets(16, 64) == 2  # shorter than a chunk: the fewest buckets
+    cfg = tiny_config(attn_layers=["lsh"], num_buckets=None, max_position_embeddings=32)
+    assert cfg.attention_options("lsh")["num_buckets"] == (4, 4)  # 16 > 2 * max(2, 4)
+    assert cfg.num_buckets is None  # the config still says "automatic"
+    fixed = tiny_config(
+        attn_layers=["lsh"], num_buckets=None, attn_options={"lsh": {"num_buckets": 8}}
+    )
+    assert fixed.attention_options("lsh")["num_buckets"] == 8
+
+
+def test_attention_dropout_needs_a_backend_that_applies_it() -> None:
+    register_attention("test-temperature", config=_TemperatureConfig, caps=Capabilities())(
+        _TemperatureAttention
+    )
+    try:
+        with pytest.raises(ConfigError, match=r"'test-temperature' has none; set it to 0"):
+            tiny_config(attn_layers=["test-temperature"], attention_probs_dropout_prob=0.1)
     finally:
         BACKENDS.remove("test-temperature")

@@ -92,7 +92,7 @@ def test_any_length_up_to_the_limit(n: int) -> None:
     model = ReformerLM(tiny_config())
     ids = torch.randint(0, 13, (2, n))
     out = model(ids, labels=ids)
-    assert out.logits.shape == (2, n, 13) and out.hidden_states.shape == (2, n, 16)
+    assert out.logits.shape == (2, n, 13) and out.hidden_states.shape == (2, n, 32)
     assert torch.isfinite(out.logits).all()
 
 
@@ -136,9 +136,8 @@ def test_lm_needs_a_decoder() -> None:
 
 def test_crime_and_punishment_model_size_on_meta() -> None:
     """HF's google/reformer-crime-and-punishment ReformerModel (no LM head): 2,584,064 parameters
-    with axial positions, 136,572,416 with a standard table (HF blog). Ours differs only where
-    documented: the two streams are averaged, so the final LayerNorm is over hidden (256), not
-    2 * hidden. full/shared-qk have the projection shapes of local/lsh, so they stand in here."""
+    with axial positions, 136,572,416 with a standard table (HF blog), LayerNorm over both streams
+    included. full/shared-qk have the projection shapes of local/lsh, so they stand in here."""
     common = {
         "vocab_size": 320,
         "hidden_size": 256,
@@ -157,9 +156,8 @@ def test_crime_and_punishment_model_size_on_meta() -> None:
         with torch.device("meta"):
             model = ReformerModel(tiny_config(**common, axial_pos_embds=axial), device="meta")
         counts[axial] = sum(p.numel() for p in model.parameters())
-    hf_extra = 2 * 512 - 2 * 256  # HF's final LayerNorm over the concatenated streams
-    assert counts[True] == 2_584_064 - hf_extra
-    assert counts[False] == 136_572_416 - hf_extra
+    assert counts[True] == 2_584_064
+    assert counts[False] == 136_572_416
     assert counts[False] - counts[True] == 134_217_728 - 229_376
 
 

@@ -4,9 +4,10 @@ standard:   x = x + f(x); x = x + g(x)                 autograd keeps every laye
 checkpoint: the same, each layer under torch.utils.checkpoint: keeps only each layer's input
 reversible: Y1 = X1 + f(X2), Y2 = X2 + g(Y1) (Gomez et al. 2017; Kitaev et al. 2020, section 3).
             Backward recovers X2 = Y2 - g(Y1), X1 = Y1 - f(X2) from the outputs, so no per-layer
-            activation is kept; the top output is the mean of the two streams (HF concatenates
-            them to 2*hidden; the mean keeps every variant at hidden_size, so weights load across
-            variants).
+            activation is kept.
+Every variant returns two streams concatenated, (b, n, 2 * hidden), as HF's reversible Reformer
+does: reversible gives Y1 and Y2; standard and checkpoint have one stream and give it twice, so
+the layers above (LayerNorm over 2 * hidden, the LM head) have one shape for all three.
 
 Every variant owns its layers under the same names (`layers.i.f`, `layers.i.g`), so a state dict
 moves between variants unchanged.
@@ -42,10 +43,10 @@ class StandardResidual(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """(b, n, hidden) -> (b, n, hidden)."""
+        """(b, n, hidden) -> (b, n, 2 * hidden): the one stream, twice."""
         for layer in self.layers:
             x = standard_layer(layer, x, key_padding_mask)
-        return x
+        return torch.cat([x, x], dim=-1)
 
 
 class CheckpointResidual(StandardResidual):
@@ -55,12 +56,12 @@ class CheckpointResidual(StandardResidual):
     """
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """(b, n, hidden) -> (b, n, hidden)."""
+        """(b, n, hidden) -> (b, n, 2 * hidden): the one stream, twice."""
         if not torch.is_grad_enabled():
             return super().forward(x, key_padding_mask)
         for layer in self.layers:
             x = checkpoint(partial(standard_layer, layer), x, key_padding_mask, use_reentrant=False)
-        return x
+        return torch.cat([x, x], dim=-1)
 
 
 class ReversibleResidual(StandardResidual):
@@ -75,7 +76,7 @@ class ReversibleResidual(StandardResidual):
         self.recompute = recompute
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """(b, n, hidden) -> (b, n, hidden), the mean of the two output streams."""
+        """(b, n, hidden) -> (b, n, 2 * hidden): the two output streams, [Y1, Y2]."""
         if self.recompute and torch.is_grad_enabled():
             params = [p for p in self.parameters() if p.requires_grad]
             y1, y2 = _ReversibleFunction.apply(x, x, self.layers, key_padding_mask, params, *params)
@@ -84,7 +85,7 @@ class ReversibleResidual(StandardResidual):
             for layer in self.layers:
                 y1 = y1 + layer.f(y2, key_padding_mask)
                 y2 = y2 + layer.g(y1)
-        return (y1 + y2) / 2
+        return torch.cat([y1, y2], dim=-1)
 
     def extra_repr(self) -> str:
         return f"recompute={self.recompute}"

@@ -1,0 +1,258 @@
+"""Parity of ReformerLM.from_hf(model) with transformers' ReformerModelWithLMHead.
+
+Random-init HF models of tiny configs; streams, logits, loss and every parameter gradient compared.
+`python -m tests.hf_parity` prints the errors per config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attention_zoo import ReformerLM, ReformerModel
+from attention_zoo.attention.spec import get_backend
+
+
+@dataclass(frozen=True)
+class ParityCase:
+    """One HF config (HF field names) and the inputs it is compared on."""
+
+    name: str
+    hf: dict[str, Any]
+    eval_length: int  # odd lengths: HF pads to the chunk lengths' lcm in eval
+    left_pad: int = 0  # masked positions at the start of the second sequence
+    hf_fields: dict[str, Any] = field(default_factory=dict)
+
+
+BASE: dict[str, Any] = {
+    "vocab_size": 11,
+    "hidden_size": 16,
+    "num_attention_heads": 2,
+    "attention_head_size": 8,
+    "feed_forward_size": 24,
+    "is_decoder": True,
+    "hidden_dropout_prob": 0.0,
+    "local_attention_probs_dropout_prob": 0.0,
+    "lsh_attention_probs_dropout_prob": 0.0,
+    "axial_pos_shape": [4, 8],
+    "axial_pos_embds_dim": [6, 10],
+    "max_position_embeddings": 32,
+    "local_attn_chunk_length": 4,
+    "lsh_attn_chunk_length": 4,
+    "axial_norm_std": 0.5,
+}
+
+CASES = [
+    ParityCase("local-causal-axial", {"attn_layers": ["local", "local"]}, 13, left_pad=3),
+    ParityCase(
+        "lsh-causal-h1-b4",
+        {"attn_layers": ["lsh"], "num_hashes": 1, "num_buckets": 4, "hash_seed": 3},
+        15,
+        left_pad=2,
+    ),
+    ParityCase(
+        "local+lsh-causal-h2-b2x2",
+        {"attn_layers": ["local", "lsh"], "num_hashes": 2, "num_buckets": [2, 4], "hash_seed": 5},
+        13,
+        left_pad=4,
+    ),
+    ParityCase(
+        "lsh+local-table-h3-b2x2x2",
+        {
+            "attn_layers": ["lsh", "local", "lsh"],
+            "num_hashes": 3,
+            "num_buckets": [2, 2, 2],
+            "hash_seed": 7,
+            "axial_pos_embds": False,
+        },
+        11,
+        left_pad=1,
+    ),
+    ParityCase(
+        "lsh-h4-auto-buckets-chunks-6",
+        {
+            "attn_layers": ["lsh", "local"],
+            "num_hashes": 4,
+            "num_buckets": None,
+            "hash_seed": 11,
+            "lsh_attn_chunk_length": 8,
+            "local_attn_chunk_length": 4,
+            "lsh_num_chunks_before": 1,
+            "num_attention_heads": 1,
+        },
+        19,
+        left_pad=2,
+    ),
+]
+ENCODER_CASES = [
+    ParityCase(
+        "local+lsh-bidirectional-h2-b[8]",
+        {
+            "attn_layers": ["local", "lsh"],
+            "is_decoder": False,
+            "num_hashes": 2,
+            "num_buckets": [8],
+            "hash_seed": 2,
+            "local_num_chunks_after": 1,
+            "lsh_num_chunks_after": 1,
+        },
+        13,
+        left_pad=2,
+    ),
+]
+
+
+def hf_semantics_missing(case: ParityCase) -> str | None:
+    """Why this case cannot match HF yet: a core without semantics='hf' where HF's differs."""
+    cfg = {**BASE, **case.hf}
+    layers = set(cfg["attn_layers"])
+    need = {"lsh"} & layers
+    if "local" in layers and not cfg.get("is_decoder", False):
+        need.add("local")  # HF's non-causal local windows wrap around; exact ones do not
+    missing = sorted(b for b in need if "semantics" not in get_backend(b).defaults())
+    if missing:
+        return f"the {', '.join(missing)} core(s) have no semantics='hf' option yet"
+    return None
+
+
+def _relative(ours: Tensor, reference: Tensor) -> float:
+    """max |ours - reference| / max |reference| (0 when both are 0)."""
+    scale = reference.abs().max().item()
+    diff = (ours.to(reference.dtype) - reference).abs().max().item()
+    return diff / scale if scale else diff
+
+
+def _lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Next-token cross-entropy, labels -100 ignored (HF's, without its float32 cast)."""
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
+
+
+def _inputs(case: ParityCase, n: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """ids (2, n), attention_mask with case.left_pad masked positions in row 1, labels."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, BASE["vocab_size"], (2, n), generator=gen)
+    mask = torch.ones(2, n, dtype=torch.long)
+    mask[1, : case.left_pad] = 0
+    # A masked position predicts nothing: its own output is whatever a query with every key masked
+    # gets (HF: the mean of its window), which is no real token's business.
+    labels = ids.masked_fill(torch.nn.functional.pad(mask, (1, 0))[:, :-1] == 0, -100)
+    labels[:, 0] = -100
+    return ids, mask, labels
+
+
+def _train_length(cfg: dict[str, Any]) -> int:
+    """HF trains on whole chunks and, with axial positions, exactly prod(axial_pos_shape)."""
+    if cfg.get("axial_pos_embds", True):
+        return math.prod(cfg["axial_pos_shape"])
+    chunks = [cfg[f"{b}_attn_chunk_length"] for b in set(cfg["attn_layers"])]
+    multiple = math.lcm(*chunks)
+    return cfg["max_position_embeddings"] // multiple * multiple
+
+
+class _Capture:
+    """Records the input of a module (the streams entering the final LayerNorm)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.value: Tensor | None = None
+        module.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module: torch.nn.Module, args: tuple[Tensor, ...]) -> None:
+        self.value = args[0].detach()
+
+
+def compare(case: ParityCase, dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Max relative errors of ReformerLM.from_hf(hf) against the HF model itself.
+
+    Training mode first (HF sizes num_buckets=None from its first batch, ours from
+    max_position_embeddings: the same when that batch is full length, as HF's axial training
+    demands): loss and every parameter gradient at the full length. Then eval mode at an odd length
+    (HF pads to whole chunks) with a left-padded attention_mask: streams, logits, loss.
+    """
+    import warnings
+
+    from transformers import ReformerConfig as HFConfig
+    from transformers import ReformerModel as HFModel
+    from transformers import ReformerModelWithLMHead
+
+    from attention_zoo.hf_reformer import HFConversionWarning, state_dict_from_hf
+
+    cfg = {**BASE, **case.hf}
+    lm = cfg["is_decoder"]
+    torch.manual_seed(0)
+    hf = (ReformerModelWithLMHead if lm else HFModel)(HFConfig(**cfg)).to(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFConversionWarning)
+        ours = (ReformerLM if lm else ReformerModel).from_hf(hf)
+    norms = (hf.reformer if lm else hf).encoder.layer_norm, (ours.reformer if lm else ours).norm
+    captured = [_Capture(m) for m in norms]
+    probe = torch.randn(2, 64, 2 * cfg["hidden_size"], dtype=dtype)  # encoder cases' loss
+
+    def loss_of(model: torch.nn.Module, ids: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
+        if lm:
+            return _lm_loss(model(ids, attention_mask=mask).logits, labels)
+        out = model(ids, attention_mask=mask)
+        hidden = out.last_hidden_state
+        return (hidden * probe[:, : hidden.shape[1]]).sum()
+
+    errors: dict[str, float] = {}
+    ids, mask, labels = _inputs(case, _train_length(cfg), seed=1)
+    grads = []
+    for model in (hf, ours):
+        model.train().zero_grad()
+        loss_of(model, ids, mask, labels).backward()
+        grads.append({k: p.grad for k, p in model.named_parameters() if p.grad is not None})
+    prefix = "" if lm else "reformer."
+    hf_grads = {
+        k.removeprefix(prefix): v
+        for k, v in state_dict_from_hf(
+            {prefix + k: v for k, v in grads[0].items()}, ours.config.layer_backends()
+        ).items()
+    }
+    errors["grads"] = max(_relative(grads[1][k], g) for k, g in hf_grads.items())
+    errors["grad_params"] = len(hf_grads)
+
+    ids, mask, labels = _inputs(case, case.eval_length, seed=2)
+    with torch.no_grad():
+        out_hf = hf.eval()(ids, attention_mask=mask, **({"labels": labels} if lm else {}))
+        out_ours = ours.eval()(ids, attention_mask=mask, **({"labels": labels} if lm else {}))
+    real = mask.bool()  # outputs of real tokens
+    n = case.eval_length
+    errors["streams"] = _relative(captured[1].value[:, :n][real], captured[0].value[:, :n][real])
+    if lm:
+        errors["logits"] = _relative(out_ours.logits[real], out_hf.logits[real])
+        errors["loss"] = _relative(out_ours.loss, out_hf.loss)
+    else:
+        errors["hidden"] = _relative(
+            out_ours.last_hidden_state[real], out_hf.last_hidden_state[real]
+        )
+    return errors
+
+
+def report() -> None:
+    """Print the parity errors of every case in float32 and float64."""
+    print(
+        f"{'case':36s} {'dtype':8s} "
+        + " ".join(f"{k:>10s}" for k in ("streams", "logits", "loss", "grads"))
+    )
+    for case in CASES + ENCODER_CASES:
+        if reason := hf_semantics_missing(case):
+            print(f"{case.name:36s} skipped: {reason}")
+            continue
+        for dtype in (torch.float32, torch.float64):
+            e = compare(case, dtype)
+            cells = [e.get("streams"), e.get("logits", e.get("hidden")), e.get("loss"), e["grads"]]
+            print(
+                f"{case.name:36s} {str(dtype).removeprefix('torch.'):8s} "
+                + " ".join(f"{c:10.2e}" if c is not None else f"{'-':>10s}" for c in cells)
+            )
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)  # tiny tensors
+    report()
