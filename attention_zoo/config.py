@@ -17,6 +17,7 @@ from typing import Any
 from .attention.spec import get_backend
 from .blocks.feedforward import ACTIVATIONS
 from .blocks.residual import RESIDUALS
+from .declarative import check_keys, field_names
 from .errors import ConfigError, OptionError
 
 # Backend options the HF-named fields stand for: backend -> {option: config field}.
@@ -167,13 +168,7 @@ class ReformerConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReformerConfig:
-        accepted = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(accepted))
-        if unknown:
-            raise ConfigError(
-                f"ReformerConfig has no field(s) {', '.join(map(repr, unknown))}; "
-                f"fields: {', '.join(accepted)}"
-            )
+        check_keys(data, field_names(cls), where="ReformerConfig", noun="field")
         return cls(**data)
 
     def to_json(self, **kwargs: Any) -> str:

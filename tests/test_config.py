@@ -59,7 +59,10 @@ def test_user_options_are_copied_not_aliased() -> None:
 
 
 def test_from_dict_rejects_unknown_fields_and_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"no field\(s\) 'hiden_size'.*hidden_size"):
+    with pytest.raises(
+        ConfigError,
+        match=r"does not take field\(s\) 'hiden_size'; it takes: .*did you mean 'hidden_size'",
+    ):
         ReformerConfig.from_dict({**tiny_config().to_dict(), "hiden_size": 3})
 
 

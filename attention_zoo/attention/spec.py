@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..declarative import check_keys, field_names
 from ..errors import OptionError, UnavailableError
 from ..registry import Registry
 
@@ -72,13 +73,13 @@ class BackendSpec:
         return out
 
     def make_config(self, **options: Any) -> Any:
-        accepted = [f.name for f in dataclasses.fields(self.config)]
-        unknown = sorted(set(options) - set(accepted))
-        if unknown:
-            raise OptionError(
-                f"backend {self.name!r} does not take option(s) {', '.join(map(repr, unknown))}; "
-                f"it takes: {', '.join(accepted) or '(no options)'}"
-            )
+        check_keys(
+            options,
+            field_names(self.config),
+            where=f"backend {self.name!r}",
+            noun="option",
+            error=OptionError,
+        )
         return self.config(**options)
 
     def unavailable_reason(self, device: str | torch.device = "cpu") -> str | None:
