@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attention_zoo import ConfigError, OptionError, ReformerLM, ReformerModel, ShapeError
+from attention_zoo.attention.spec import get_backend
 
 from .reformer_cases import MIXES, RESIDUAL_NAMES, need, tiny_config
 
@@ -279,3 +280,116 @@ def _train(
     with torch.no_grad():
         end = model(eval_ids, labels=eval_labels).loss.item()
     return start, end, time.perf_counter() - began
+
+
+# ---- padding and attention dropout -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_padding_never_changes_real_outputs_with_automatic_buckets(causal: bool) -> None:
+    """num_buckets=None is sized from max_position_embeddings, never from the padded batch: the
+    same real tokens give the same outputs whatever the batch is padded to, whoever shares it."""
+    need("lsh")
+    cfg = tiny_config(
+        attn_layers=("lsh",), num_buckets=None, is_decoder=causal, hash_seed=1, num_hidden_layers=2
+    )
+    model = ReformerModel(cfg).eval()
+    ids = torch.randint(1, 13, (1, 13))
+    alone = model(ids).last_hidden_state
+    for total in (16, 29):  # chunk-padded 16 and 32: 8 and 16 buckets under a per-batch rule
+        padded = torch.nn.functional.pad(ids, (0, total - 13))
+        mask = (torch.arange(total) < 13)[None]
+        out = model(padded, attention_mask=mask).last_hidden_state[:, :13]
+        torch.testing.assert_close(out, alone, atol=1e-5, rtol=0, msg=f"padded to {total}")
+    # next to a left-padded sequence in one batch
+    neighbour_mask = torch.ones(1, 13, dtype=torch.long)
+    neighbour_mask[:, :5] = 0
+    batch = torch.cat([ids, torch.randint(1, 13, (1, 13))])
+    mask = torch.cat([torch.ones(1, 13, dtype=torch.long), neighbour_mask])
+    torch.testing.assert_close(
+        model(batch, attention_mask=mask).last_hidden_state[:1], alone, atol=1e-5, rtol=0
+    )
+
+
+def _need_attention_dropout(*backends: str) -> None:
+    need(*[b for b in backends if b in ("local", "lsh")])
+    missing = [b for b in backends if "dropout" not in get_backend(b).defaults()]
+    if missing:
+        pytest.skip(f"the {', '.join(missing)} core(s) have no 'dropout' option yet")
+
+
+@pytest.mark.parametrize("mix", GRAD_MIXES, ids="+".join)
+def test_attention_dropout_replays_in_the_reversible_backward(mix: tuple[str, ...]) -> None:
+    """float64, attention dropout 0.2 and hidden dropout 0.1: the reversible backward recomputes
+    every layer with the forward's masks, so its gradients are plain autograd's."""
+    _need_attention_dropout(*mix)
+    cfg = tiny_config(
+        attn_layers=mix,
+        residual="reversible",
+        attention_probs_dropout_prob=0.2,
+        hidden_dropout_prob=0.1,
+        num_hidden_layers=4,
+        hash_seed=2,  # fixed rotations: only dropout draws from the RNG
+    )
+    model = ReformerLM(cfg).double().train()
+    ids = torch.randint(0, cfg.vocab_size, (2, 23))
+    loss_rev, grads_rev = _loss_and_grads(model, ids, seed=3)
+    model.reformer.encoder.recompute = False
+    loss_ref, grads_ref = _loss_and_grads(model, ids, seed=3)
+    torch.testing.assert_close(loss_rev, loss_ref, atol=1e-10, rtol=0)
+    for name in grads_ref:
+        torch.testing.assert_close(grads_rev[name], grads_ref[name], atol=1e-9, rtol=0, msg=name)
+    # attention dropout alone changes the loss from one seed to the next
+    model = ReformerLM(cfg.replace(hidden_dropout_prob=0.0)).double().train()
+    assert not torch.allclose(
+        _loss_and_grads(model, ids, seed=4)[0], _loss_and_grads(model, ids, seed=5)[0]
+    )
+    with torch.no_grad():
+        model.eval()
+        torch.manual_seed(4)
+        first = model(ids, labels=ids).loss
+        torch.manual_seed(5)
+        torch.testing.assert_close(model(ids, labels=ids).loss, first)  # no dropout in eval
+
+
+@pytest.mark.parametrize("residual", ["reversible", "checkpoint"])
+def test_dropout_gradients_are_finite_differences_with_masks_fixed(residual: str) -> None:
+    """d loss / d theta along random directions, float64, every dropout mask fixed by the seed."""
+    mix = ("local", "lsh")
+    _need_attention_dropout(*mix)
+    cfg = tiny_config(
+        attn_layers=mix,
+        residual=residual,
+        attention_probs_dropout_prob=0.2,
+        hidden_dropout_prob=0.1,
+        num_hidden_layers=2,
+        hash_seed=2,
+    )
+    torch.manual_seed(0)
+    model = ReformerLM(cfg).double().train()
+    ids = torch.randint(0, cfg.vocab_size, (2, 19))
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def loss() -> torch.Tensor:
+        torch.manual_seed(9)  # the same dropout masks in every evaluation
+        return model(ids, labels=ids).loss
+
+    model.zero_grad()
+    loss().backward()
+    grads = [p.grad.clone() for p in params]
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        direction = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in params]
+        analytic = sum((g * v).sum() for g, v in zip(grads, direction)).item()
+        eps = 1e-6
+        with torch.no_grad():
+            for p, v in zip(params, direction):
+                p.add_(v, alpha=eps)
+            up = loss().item()
+            for p, v in zip(params, direction):
+                p.add_(v, alpha=-2 * eps)
+            down = loss().item()
+            for p, v in zip(params, direction):
+                p.add_(v, alpha=eps)
+        numeric = (up - down) / (2 * eps)
+        assert numeric == pytest.approx(analytic, rel=1e-5, abs=1e-8)
