@@ -15,8 +15,11 @@ API (everything a writer needs; benchmarks and tasks share it):
         store.to_dataframe(); store.export_csv("out.csv")
 
 Every row carries run id, git commit, torch version, device name, thread count and the full case
-config as JSON. A case written again in the same run replaces its earlier rows (no duplicates). A
-file that is not a store of this schema raises StoreError saying what it is; nothing is changed.
+config as JSON; every run the machine's load average when it started and finished (and the core
+count), so timings taken on a busy machine can be told apart. A case written again in the same run
+replaces its earlier rows (no duplicates). A file that is not a store of this schema raises
+StoreError saying what it is; nothing is changed. A store of an older schema version is upgraded in
+place (MIGRATIONS: additions only, no row is lost).
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from typing import IO, Any
 from .errors import ZooError
 from .measure.cases import case_key
 from .measure.env import Environment, capture
+from .measure.load import cpu_count, load_average
 from .measure.status import OK, STATUSES
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x5A4F4F31  # "ZOO1" in the SQLite header: marks a file as an attention-zoo store
 EXPORT_COLUMNS = (
     "run_id",
@@ -65,7 +69,10 @@ CREATE TABLE runs (
     torch_version TEXT NOT NULL,
     device_name TEXT NOT NULL,
     threads INTEGER NOT NULL,
-    meta TEXT NOT NULL               -- JSON: command line, settings, python, host
+    meta TEXT NOT NULL,              -- JSON: command line, settings, python, host
+    load_start REAL,                 -- 1-minute load average when the run started (v2)
+    load_end REAL,                   -- ... when it finished (v2)
+    cpu_count INTEGER                -- cores the run could use (v2)
 );
 CREATE TABLE cases (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -94,6 +101,16 @@ CREATE TABLE results (
 CREATE INDEX results_case ON results(run_id, case_key);
 CREATE INDEX results_metric ON results(metric);
 """
+
+
+# version -> SQL taking a store of the version before it there; additions only, no row is lost
+MIGRATIONS = {
+    2: """
+        ALTER TABLE runs ADD COLUMN load_start REAL;
+        ALTER TABLE runs ADD COLUMN load_end REAL;
+        ALTER TABLE runs ADD COLUMN cpu_count INTEGER;
+    """,
+}
 
 
 class StoreError(ZooError):
@@ -154,7 +171,11 @@ class ResultStore:
                 f"(application_id {app:#x}, tables: {', '.join(tables) or 'none'}); "
                 f"pass another --store path"
             )
-        if version != SCHEMA_VERSION:
+        if version < SCHEMA_VERSION and all(
+            v in MIGRATIONS for v in range(version + 1, 1 + SCHEMA_VERSION)
+        ):
+            self._migrate(version)
+        elif version != SCHEMA_VERSION:
             newer = version > SCHEMA_VERSION
             raise StoreError(
                 f"{self.path} has store schema version {version}, this attention-zoo reads version "
@@ -176,6 +197,24 @@ class ResultStore:
                 f"{self.path} is an attention-zoo results store, but it is damaged "
                 f"(SQLite says: {err}); "
                 f"nothing was changed. Restore it from a copy, or pass another --store path"
+            ) from None
+
+    def _migrate(self, version: int) -> None:
+        """Bring a store of an older schema version up to this one, in one transaction."""
+        try:
+            self._db.execute("BEGIN")
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in filter(str.strip, MIGRATIONS[v].split(";")):
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except sqlite3.OperationalError as err:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise StoreError(
+                f"{self.path} has store schema version {version} and could not be upgraded to "
+                f"{SCHEMA_VERSION} (SQLite says: {err}); nothing was changed. Make the file "
+                "writable, or pass another --store path"
             ) from None
 
     # ---- context manager -------------------------------------------------------------------
@@ -210,7 +249,9 @@ class ResultStore:
         meta = {"python": env.python, "host": env.host, **(meta or {})}
         with self._db:
             self._db.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (run_id, kind, fingerprint, started_at, finished_at, git_commit, "
+                "torch_version, device_name, threads, meta, load_start, cpu_count) "
+                "VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     kind,
@@ -221,13 +262,19 @@ class ResultStore:
                     env.device_name,
                     env.threads,
                     json.dumps(meta, default=str),
+                    load_average(),
+                    cpu_count(),
                 ),
             )
         return run_id
 
     def finish_run(self, run_id: str) -> None:
+        """Mark the run finished, with the machine's load average now."""
         with self._db:
-            self._db.execute("UPDATE runs SET finished_at = ? WHERE run_id = ?", (_now(), run_id))
+            self._db.execute(
+                "UPDATE runs SET finished_at = ?, load_end = ? WHERE run_id = ?",
+                (_now(), load_average(), run_id),
+            )
 
     def add_rows(
         self,

@@ -105,4 +105,4 @@ def test_report_shows_every_backend_of_the_store(tmp_path: Path) -> None:
         frame = store.to_dataframe()
     text = build_report(frame, tmp_path / "report").markdown.read_text()
     for name in BACKENDS.names():
-        assert f"| {name} " in text, f"backend {name} missing from the report"
+        assert f"`{name}`" in text, f"backend {name} missing from the report"

@@ -1,6 +1,10 @@
-"""The report shows stored numbers in the right cells, statuses where there are none, and plots."""
+"""The report: stored numbers in the right cells, one label per configuration, one row per
+configuration (latest run, stated), every distinguishing parameter shown, busy timings marked,
+empty sections saying which command fills them, and the command line around it."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -8,108 +12,177 @@ pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
 from attention_zoo.cli import main as zoo_main
-from attention_zoo.report import build_report, variant_label
+from attention_zoo.labels import case_label, variant_label
+from attention_zoo.report import build_report
+from attention_zoo.report.index import write_index
 from attention_zoo.store import ResultStore
 
+from .report_fixtures import LSH_BEATS_SDPA_FROM, block_case, make_store
 
-def _case(backend: str, n: int, **options) -> dict:
-    return {
-        "target": "block",
-        "backend": backend,
-        "seq_len": n,
-        "mode": "forward",
-        "options": options,
+
+def _table(text: str, heading: str, header: str) -> list[list[str]]:
+    """Rows of the first table after `heading` whose header row starts with `header`."""
+    section = text.split(heading, 1)[1]
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+FORWARD = "### `block, forward, causal, batch=1, heads=4, head_dim=64, hidden=256, float32"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    path = make_store(tmp / "s.sqlite", busy=True)
+    with ResultStore(path) as store:
+        files = build_report(store.to_dataframe(), tmp / "rep", runs=store.runs())
+    return files, files.markdown.read_text()
+
+
+@pytest.mark.slow
+def test_headline_cells_hold_stored_numbers_ratios_and_statuses(built):
+    _, text = built
+    rows = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant")}
+    # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms (busy run: marked), IQR 1/20 of it
+    assert rows[("1024", "`full`")][2:5] == ["1.05†", "0.0524", "2.00x"]
+    assert rows[("4096", "`full`")][2:7] == ["OOM", "OOM", "-", "OOM", "-"]
+    assert rows[("256", "`sdpa`")][4] == "1.00x"
+    # lsh with num_hashes=1 (the default) is plain `lsh`: one label per configuration
+    assert ("1024", "`lsh`") in rows and not any("num_hashes=1" in k[1] for k in rows)
+    fastest = {r[0]: r[1] for r in _table(text, FORWARD, "L | fastest")}
+    assert fastest["4096"] == "`lsh`"
+
+
+@pytest.mark.slow
+def test_scaling_exponents_and_crossovers(built):
+    files, text = built
+    scaling = text.split("## Scaling")[1]
+    exponents = {r[0]: r[1:] for r in _table(scaling, FORWARD, "variant")}
+    assert exponents["`full`"] == ["2.00", "1.00"] and exponents["`lsh`"] == ["1.00", "1.00"]
+    assert exponents["`sdpa`"][0] == "1.80"
+    times = {r[0]: r[1:] for r in _table(scaling, "Crossovers in time", "variant \\ beats")}
+    assert times["`lsh`"][2] == f"from L ≈ {LSH_BEATS_SDPA_FROM:.0f}"  # columns: full, lsh, sdpa
+    assert times["`sdpa`"][1] == "not within the measured range"
+    assert {p.name for p in files.plots} >= {"scaling-1.png", "pareto-duplication-tiny.png"}
+    assert all(p.stat().st_size > 5000 for p in files.plots)
+
+
+@pytest.mark.slow
+def test_accuracy_cost_table2_and_block_variants(built):
+    _, text = built
+    acc = _table(text.split("## Accuracy x cost")[1], "###", "trained with")
+    assert ["`lsh-2`", "`seed=1`", "70.0%", "200", "10.0", "3.00", "yes"] in acc
+    assert ["`shared-qk`", "`seed=0`", "90.0%", "100", "20.0", "4.00", ""] in acc
+    table2 = {
+        r[0]: r[1:] for r in _table(text.split("## Table 2")[1], "preset `tiny`", "train \\ eval")
     }
+    assert table2["`shared-qk`"][:2] == ["95.0%", "47.5%"]  # mean over two seeds
+    published = {
+        r[0]: r[1:] for r in _table(text.split("## Table 2")[1], "### published", "train \\ eval")
+    }
+    assert published["`lsh-4`"][1] == "100.0%"
+    blocks = _table(text.split("## Block variants")[1], "Residual", "setting")
+    per_layer = {r[1]: (r[3], r[5]) for r in blocks}
+    assert per_layer == {"`reversible`": ("1.00", "1.50x"), "`standard`": ("4.00", "1.00x")}
+    chunks = _table(text.split("## Block variants")[1], "Feed-forward", "setting")
+    assert chunks[0][3:] == ["0.500x", "1.00x"]
 
 
-@pytest.fixture
-def store(tmp_path):
-    with ResultStore(tmp_path / "s.sqlite") as s:
-        run = s.start_run(kind="bench", device="cpu")
-        s.add_rows(
-            run,
-            None,
-            _case("full", 1024),
-            [("time_median", 0.25, "s"), ("peak_bytes", 3 * 2**20, "bytes")],
-        )
-        s.add_rows(
-            run,
-            None,
-            _case("full", 4096),
-            [],
-            status="oom",
-            error="predicted 30 GiB > limit 20 GiB",
-        )
-        s.add_rows(
-            run,
-            None,
-            _case("lsh", 1024, num_hashes=4),
-            [("time_median", 0.125, "s"), ("peak_bytes", 2**20, "bytes")],
-        )
-        s.add_rows(
-            run,
-            None,
-            _case("lsh", 4096, num_hashes=4),
-            [("time_median", 0.5, "s"), ("peak_bytes", 4 * 2**20, "bytes")],
-        )
-        s.finish_run(run)
-        yield s
+@pytest.mark.slow
+def test_missing_provenance_claims_and_the_same_content_in_html(built):
+    files, text = built
+    missing = _table(text, "## Cases without numbers", "case")
+    assert missing[0][3:] == ["OOM", "`predicted 30 GiB > 20 GiB`"]
+    provenance = _table(text, "## Provenance", "run")
+    assert any(r[8] == "40.00" and r[10] == "yes" for r in provenance)
+    assert "## Claims" in text
+    html = files.html.read_text()
+    assert '<td class="num">1.05†</td>' in html and "data:image/png;base64," in html
+    assert files.csv.read_text().count("\n") > 20
 
 
-def _rows(text: str, heading: str) -> dict[str, list[str]]:
-    table = text.split(heading)[1].split("####")[0]
-    cells = [
-        [c.strip() for c in line.strip().strip("|").split("|")]
-        for line in table.splitlines()
-        if line.startswith("|")
-    ]
-    return {row[0]: row[1:] for row in cells[2:]}
-
-
-def test_report_tables_put_numbers_and_statuses_in_their_cells(store, tmp_path):
-    files = build_report(store.to_dataframe(), tmp_path / "rep")
-    text = files.markdown.read_text()
-    time_rows = _rows(text, "#### time (median) [ms], block / forward")
-    assert time_rows["full"] == ["250", "OOM"]
-    assert time_rows["lsh(num_hashes=4)"] == ["125", "500"]
-    mem_rows = _rows(text, "#### peak memory above resident (measured) [MiB], block / forward")
-    assert mem_rows["lsh(num_hashes=4)"] == ["1", "4"]
-    assert "predicted 30 GiB > limit 20 GiB" in text  # the reason of a case without numbers
-    assert {p.name for p in files.plots} == {"time_median.png", "peak_bytes.png"}
-    assert all(p.stat().st_size > 1000 for p in files.plots)
-
-
-def test_variant_label():
-    assert (
-        variant_label("lsh", {"num_hashes": 4, "chunk_length": 64})
-        == "lsh(chunk_length=64, num_hashes=4)"
+def test_labels_resolve_defaults_and_mark_peers():
+    assert variant_label("lsh", {"num_hashes": 1}) == "lsh" == variant_label("lsh", {})
+    assert variant_label("lsh", {"num_hashes": 4, "chunk_length": 64}) == "lsh(num_hashes=4)"
+    assert variant_label("mine-unregistered", {"a": 1}) == "mine-unregistered(a=1)"
+    assert case_label({"backend": "hf:lsh", "options": {"num_hashes": 4}}) == (
+        "hf:lsh(num_hashes=4) (peer)"
     )
-    assert variant_label("full", {}) == "full"
+    assert case_label({"backend": "lsh", "label": "small", "options": {"num_hashes": 2}}) == (
+        "small(num_hashes=2)"
+    )
 
 
-def test_zoo_report_command(store, tmp_path, capsys):
-    out = tmp_path / "cli-rep"
-    assert zoo_main(["report", "--store", str(store.path), "--out", str(out)]) == 0
-    assert (out / "report.md").exists() and "report:" in capsys.readouterr().out
+def _two_runs(path, *, second):
+    """Two runs of one configuration (spelled lsh and lsh(num_hashes=1)) and other cases."""
+    with ResultStore(path) as store:
+        for options, value in (({}, 0.5), (second, 0.25)):
+            run = store.start_run(kind="bench", device="cpu")
+            case = block_case("lsh", 1024, options=options)
+            store.add_rows(run, None, case.to_dict(), [("time_median", value, "s")])
+            store.finish_run(run)
+        run = store.start_run(kind="bench", device="cpu")
+        for changes in ({"causal": False}, {"batch": 2}, {"dtype": "bfloat16"}):
+            case = block_case("lsh", 1024, **changes)
+            store.add_rows(run, None, case.to_dict(), [("time_median", 1.0, "s")])
+        return store.to_dataframe(), store.runs()
 
 
-def test_zoo_report_without_runs_says_what_to_do(tmp_path, capsys):
+@pytest.mark.slow
+def test_one_row_per_configuration_latest_run_and_every_parameter_shown(tmp_path):
+    df, runs = _two_runs(tmp_path / "s.sqlite", second={"num_hashes": 1})
+    text = build_report(df, tmp_path / "rep", runs=runs).markdown.read_text()
+    headline = text.split("## Scaling")[0]
+    rows = _table(headline, FORWARD, "L | variant")
+    # the latest run, not the mean (the † of a busy machine aside)
+    assert [[*r[:2], r[2].rstrip("†")] for r in rows] == [["1024", "`lsh`", "250"]]
+    assert "the latest stored run of it" in text
+    # cases differing only in causal, batch or dtype are separate settings, named as such
+    assert "### `block, forward, non-causal, batch=1" in headline
+    assert "### `block, forward, causal, batch=2," in headline
+    assert ", bfloat16, cpu" in headline
+
+
+def test_report_of_an_empty_store_says_which_command_fills_each_section(tmp_path, capsys):
     path = tmp_path / "empty.sqlite"
     ResultStore(path).close()
     assert zoo_main(["report", "--store", str(path)]) == 1
     assert "zoo bench --preset quick" in capsys.readouterr().out
 
 
-def test_labelled_variants_keep_their_options_in_tables():
-    """A model sweep labels every case with the model's name; the options still tell rows apart,
-    in the bench table and in the report alike."""
-    from attention_zoo.measure.table import comparison_table
+@pytest.mark.slow
+def test_sections_without_rows_name_their_command(tmp_path):
+    df, runs = _two_runs(tmp_path / "s.sqlite", second={})
+    text = build_report(df, tmp_path / "rep", runs=runs).markdown.read_text()
+    assert "## Table 2\n\nNo rows for this section; run `zoo task duplication" in text
+    assert "## Block variants\n\nNo rows for this section; run `" in text
 
-    def case(hashes):
-        config = {"target": "model", "backend": "lsh", "label": "small", "seq_len": 1024,
-                  "batch": 1, "mode": "train-step", "dtype": "float32",
-                  "options": {"num_hashes": hashes}}  # fmt: skip
-        return {"config": config, "status": "ok", "metrics": {"time_median": 1.0}}
 
-    table = comparison_table([case(2), case(4)])
-    assert "small(num_hashes=2)" in table and "small(num_hashes=4)" in table
+@pytest.mark.slow
+def test_zoo_report_command_writes_the_folder_and_the_index(tmp_path, capsys):
+    store = make_store(tmp_path / "s.sqlite")
+    out = tmp_path / "reports" / "cpu-test"
+    index = tmp_path / "reports" / "README.md"
+    (tmp_path / "reports" / "hand-written").mkdir(parents=True)
+    args = ["report", "--store", str(store), "--out", str(out), "--index", str(index)]
+    assert zoo_main(args) == 0
+    assert {"report.html", "report.md", "rows.csv", "numbers.json", "report.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    meta = json.loads((out / "report.json").read_text())
+    assert meta["command"] == f"zoo report --store {store} --out {out} --index {index}"
+    readme = index.read_text()
+    assert "[cpu-test](cpu-test/report.md)" in readme and meta["command"] in readme
+    assert "`hand-written`" in readme
+    assert zoo_main(["report", "--store", str(store), "--run-id", "nope"]) == 2
+
+
+def test_index_without_reports(tmp_path):
+    readme = write_index(tmp_path / "README.md")
+    assert "No generated report yet" in readme.read_text()

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import ZooError
+from ..measure.load import busy_warning, cpu_count, load_average
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
@@ -227,6 +228,12 @@ def memory_limit(text: str) -> int | None:
     return parse_bytes(text)
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         grid, preset = grid_from_args(args)
@@ -247,12 +254,15 @@ def run(args: argparse.Namespace) -> int:
     except ZooError as err:
         print(f"zoo bench: {err}", file=sys.stderr)
         return 2
+    threads = settings.threads or _torch_threads()
     with store:
         print(
             f"{len(cases)} cases -> {args.store}; threads={settings.threads or 'torch default'}, "
             f"memory limit {format_bytes(limit) if limit else 'none'}",
             file=sys.stderr,
         )
+        if warning := busy_warning(load_average(), cpu_count(), threads):
+            print(f"zoo bench: {warning}", file=sys.stderr)
         try:
             result = run_sweep(
                 cases,
@@ -273,6 +283,8 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 130
+        if warning := busy_warning(load_average(), cpu_count(), threads, at_end=True):
+            print(f"zoo bench: {warning}", file=sys.stderr)
         wanted = {c.key() for c in cases}
         rows = [r for r in store.rows(result.run_id) if r["case_key"] in wanted]
         print(comparison_table(group_cases(rows), reference=reference))

@@ -7,11 +7,12 @@ import json
 import sys
 
 from ..errors import ZooError
+from ..labels import case_label
 from ..measure.cases import BenchCase
 from ..measure.memory import profiled_peak
 from ..measure.predict import predict_case
 from ..measure.runner import describe_error, is_oom
-from ..measure.table import CASE_HEADERS, case_cells, format_table, variant_name
+from ..measure.table import CASE_HEADERS, case_cells, format_table
 from ..measure.units import format_bytes, parse_bytes
 from ..presets import builtin_presets
 from ..sweep import default_memory_limit
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     errors: dict[tuple[str, str], list[str]] = {}
     for r in records:
         if "error" in r:
-            errors.setdefault((variant_name(r["case"]), r["error"]), []).append(
+            errors.setdefault((case_label(r["case"]), r["error"]), []).append(
                 f"L={r['case']['seq_len']}"
             )
     if errors:

@@ -1,27 +1,37 @@
-"""`zoo report`: turn what the results store holds into Markdown tables and PNG plots."""
+"""`zoo report`: turn what the results store holds into report.html + report.md (with PNG plots)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
+from ..errors import ZooError
 from ..store import ResultStore
 
 DEFAULT_STORE = "results/zoo.sqlite"
 
 EXAMPLE = """examples:
-  zoo report                                 latest bench run of results/zoo.sqlite
-                                             -> results/report/
-  zoo report --all --out reports/cpu-2core   every stored run, into a published folder
-  zoo report --run-id RUN --store my.sqlite  one run of another store
+  zoo report                                  every configuration in results/zoo.sqlite (its
+                                              latest run) -> results/report/
+  zoo report --out reports/cpu-2core --index reports/README.md
+                                              a published folder, and the index of all of them
+  zoo report --run-id RUN --store my.sqlite   one run of another store
+  zoo report --reference full                 ratios to full attention instead of sdpa
+
+Writes report.html (self-contained: plots embedded, no external URL), report.md with the same
+content and its PNG plots, rows.csv (the stored rows used) and numbers.json (every printed number
+with the stored rows it was computed from).
 """
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="write a Markdown + PNG report from stored results",
-        description="Build a comparison report (report.md, time and memory plots) from the results "
-        "store. Only stored numbers appear; cases without one show their status.",
+        help="write an HTML + Markdown report from stored results",
+        description="Build a comparison report (report.html, report.md, plots) from the results "
+        "store: headline ratios, scaling and crossovers, accuracy x cost, Table 2, block "
+        "variants, claims, cases without numbers, provenance. Only stored numbers (and numbers "
+        "derived from them) appear; cases without one show their status.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -29,27 +39,62 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
     )
     p.add_argument("--out", default="results/report", help="output folder (default: %(default)s)")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--run-id", help="report this run (default: the latest bench run)")
-    which.add_argument("--all", action="store_true", help="report every run in the store")
+    p.add_argument(
+        "--run-id",
+        help="report only this run (default: every run, the latest of each configuration)",
+    )
+    p.add_argument(
+        "--reference",
+        default="sdpa",
+        help="variant the headline's ratios divide by (default: %(default)s)",
+    )
     p.add_argument("--title", default="attention-zoo comparison", help="report title")
+    p.add_argument(
+        "--index",
+        metavar="README",
+        help="also regenerate this index of the report folders beside it (reports/README.md)",
+    )
     p.set_defaults(run=run)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that rebuilds this report (recorded in the folder and the index)."""
+    parts = ["zoo report", f"--store {args.store}", f"--out {args.out}"]
+    if args.run_id:
+        parts.append(f"--run-id {args.run_id}")
+    if args.reference != "sdpa":
+        parts.append(f"--reference {args.reference}")
+    if args.index:
+        parts.append(f"--index {args.index}")
+    return " ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..report import build_report
+    from ..report.index import write_index
 
-    with ResultStore(args.store, create=False) as store:
-        run_id = None if args.all else (args.run_id or store.latest_run(kind="bench"))
-        if not args.all and run_id is None:
-            print(
-                f"no bench run in {args.store}; run 'zoo bench --preset quick' first, or pass --all"
-            )
-            return 1
-        df = store.to_dataframe(run_id)
+    try:
+        with ResultStore(args.store, create=False) as store:
+            if args.run_id and store.run(args.run_id) is None:
+                known = ", ".join(r["run_id"] for r in store.runs()[-5:]) or "none"
+                print(
+                    f"zoo report: no run {args.run_id!r} in {args.store} (latest: {known})",
+                    file=sys.stderr,
+                )
+                return 2
+            df = store.to_dataframe(args.run_id)
+            runs = store.runs()
+    except ZooError as err:
+        print(f"zoo report: {err}", file=sys.stderr)
+        return 2
     if not len(df):
-        print(f"nothing stored for run {run_id!r} in {args.store}")
+        print(f"nothing stored in {args.store}; run 'zoo bench --preset quick' first")
         return 1
-    files = build_report(df, args.out, title=args.title)
-    print(f"report: {files.markdown}" + "".join(f"\nplot:   {p}" for p in files.plots))
+    files = build_report(
+        df, args.out, runs=runs, reference=args.reference, title=args.title, command=_command(args)
+    )
+    print(f"report: {files.html}\n        {files.markdown}")
+    print("".join(f"plot:   {p}\n" for p in files.plots) + f"rows:   {files.csv}")
+    if args.index:
+        print(f"index:  {write_index(args.index)}")
     return 0

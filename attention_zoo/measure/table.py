@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..labels import variant_label
+from ..labels import case_label, resolve_options
 from .metrics import table_columns
 from .status import OK
 
@@ -69,17 +69,11 @@ def _peer_key(config: dict[str, Any]) -> str:
 CASE_HEADERS = ["target", "backend", "L", "batch", "mode", "dtype"]
 
 
-def variant_name(config: dict[str, Any]) -> str:
-    """A case's label (or backend) with its options: tells apart rows that share a label."""
-    name = config.get("label") or config.get("backend", "?")
-    return variant_label(name, config.get("options"))
-
-
 def case_cells(config: dict[str, Any]) -> list[Any]:
     """The CASE_HEADERS cells of a case, from its config dict."""
     return [
         config.get("target", "?"),
-        variant_name(config),
+        case_label(config),
         *(config.get(k, "?") for k in ("seq_len", "batch", "mode", "dtype")),
     ]
 
@@ -92,14 +86,16 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
     """
     peers: dict[str, dict[str, Any]] = {}
     for c in cases:
+        backend = c["config"].get("backend")
         if (
-            c["config"].get("backend") == reference
-            and not c["config"].get("options")
+            backend == reference
+            and not resolve_options(backend, c["config"].get("options"))
             and c["status"] == OK
         ):
             peers.setdefault(_peer_key(c["config"]), c)
     columns = table_columns()
-    headers = [*CASE_HEADERS, "status", *(m.column for m in columns), "pred/meas"]
+    varying = _varying(cases)
+    headers = [*CASE_HEADERS, *varying, "status", *(m.column for m in columns), "pred/meas"]
     if reference:
         headers += [f"time x {reference}", f"mem x {reference}"]
     table = []
@@ -119,6 +115,7 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
         meas, pred = m.get("peak_bytes"), m.get("predicted_peak_bytes")
         line = [
             *case_cells(cfg),
+            *(c["threads"] if k == "threads" else cfg.get(k, "?") for k in varying),
             status,
             *(spec.fmt(m.get(spec.name)) for spec in columns),
             f"{pred / meas:.2f}" if meas and pred is not None else "-",
@@ -137,7 +134,7 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
         if c.get("error"):
             cfg = c["config"]
             where = f"L={cfg.get('seq_len')} {cfg.get('mode')}"
-            notes.setdefault((variant_name(cfg), c["status"], c["error"]), []).append(where)
+            notes.setdefault((case_label(cfg), c["status"], c["error"]), []).append(where)
     if notes:
         out += "\n\nnot measured, failed, or with notes:\n" + "\n".join(
             f"  {what} ({len(cases_)} case{'s' if len(cases_) > 1 else ''}: {', '.join(cases_[:3])}"
@@ -145,6 +142,17 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
             for (what, status, error), cases_ in notes.items()
         )
     return out
+
+
+# Case parameters beyond CASE_HEADERS; a table shows those that differ between its cases.
+OTHER_PARAMETERS = ("causal", "num_heads", "head_dim", "hidden", "device", "threads")
+
+
+def _varying(cases: Sequence[dict[str, Any]]) -> list[str]:
+    def value(c: dict[str, Any], k: str) -> Any:
+        return c.get("threads") if k == "threads" else c["config"].get(k)
+
+    return [k for k in OTHER_PARAMETERS if len({str(value(c, k)) for c in cases}) > 1]
 
 
 def _ratio(a: float | None, b: float | None) -> str:

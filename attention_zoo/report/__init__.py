@@ -1,5 +1,5 @@
-"""Reports: stored results -> Markdown tables and PNG plots (pandas + seaborn)."""
+"""Reports: stored results -> report.md + self-contained report.html (pandas + seaborn)."""
 
-from .builder import ReportFiles, build_report, variant_label
+from .builder import ReportFiles, build_report
 
-__all__ = ["ReportFiles", "build_report", "variant_label"]
+__all__ = ["ReportFiles", "build_report"]

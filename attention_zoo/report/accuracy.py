@@ -1,0 +1,244 @@
+"""Accuracy x cost and Table 2: task results, joined with the measured cost of the same model at
+the task's length and batch, and the train x eval accuracy matrix beside the paper's."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from . import paper
+from .analysis import join_tasks_costs, pareto_front
+from .context import Context, empty_section
+from .cost import header
+from .document import Heading, Image, Para, Table
+from .plots import heatmaps, pareto_plot
+
+TASK_COMMAND = "zoo task duplication --preset cpu --table2"
+COST_COMMAND = "zoo task duplication --preset cpu --cost"
+TRAIN_STEP = "train-step"
+
+
+def _steps_metric(metrics: dict[str, float]) -> str | None:
+    return next((m for m in sorted(metrics) if m.startswith("steps_to_") and "@" not in m), None)
+
+
+def accuracy_cost(ctx: Context) -> list[Any]:
+    if ctx.tasks.empty:
+        return empty_section("Accuracy x cost", TASK_COMMAND)
+    tasks = ctx.tasks.assign(task_row=range(len(ctx.tasks)))
+    bench = ctx.bench
+    costs = bench.iloc[0:0]
+    if not bench.empty:
+        costs = bench[
+            (bench["target"] == "model")
+            & (bench["mode"] == TRAIN_STEP)
+            & (bench["status"] == "ok")
+            & (bench["model_key"] != "")
+        ]
+    cost_cols = costs[["model_key", "seq_len", "batch", "run_id", "case_key", "metrics", "config"]]
+    cost_cols = cost_cols.rename(
+        columns={
+            "seq_len": "length",
+            "run_id": "cost_run",
+            "case_key": "cost_case",
+            "metrics": "cost_metrics",
+            "config": "cost_config",
+        }
+    )
+    joined = join_tasks_costs(tasks, cost_cols, on=("model_key", "length", "batch"))
+    blocks: list[Any] = [
+        Heading(1, "Accuracy x cost"),
+        Para(
+            "Each trained model's final accuracy (as trained) and steps to the target accuracy, "
+            "beside the measured median time and peak memory of one training step of the same "
+            "model configuration at the task's length and batch (bench target `model`, mode "
+            "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
+            "is marked."
+        ),
+    ]
+    if joined.empty:
+        return [
+            *blocks,
+            Para(
+                "No task run has a cost row of the same model configuration yet; run "
+                f"`{COST_COMMAND}` to measure them."
+            ),
+        ]
+    for (task, preset), part in joined.groupby(["task", "preset"], sort=True):
+        part = part[
+            [
+                ("time_median" in m) and ("accuracy" in t)
+                for m, t in zip(part["cost_metrics"], part["metrics"])
+            ]
+        ]
+        if part.empty:
+            continue
+        cost = [m["time_median"] for m in part["cost_metrics"]]
+        acc = [m["accuracy"] for m in part["metrics"]]
+        front = pareto_front(cost, acc, maximize=True)
+        points = part.assign(
+            label=[f"{b} s{s}" for b, s in zip(part["backend"], part["seed"])],
+            **{
+                "time per training step [ms]": [c * 1e3 for c in cost],
+                "accuracy [%]": [a * 100 for a in acc],
+            },
+        )
+        path = pareto_plot(
+            points,
+            front,
+            "time per training step [ms]",
+            "accuracy [%]",
+            f"{task} / {preset}",
+            ctx.out_dir / f"pareto-{task}-{preset}.png",
+        )
+        ctx.plots.append(path)
+        rows = []
+        for (_, r), on in zip(part.iterrows(), front):
+            cost_row = {
+                "run_id": r["cost_run"],
+                "case_key": r["cost_case"],
+                "metrics": r["cost_metrics"],
+                "status": "ok",
+            }
+            steps = _steps_metric(r["metrics"])
+            rows.append(
+                [
+                    f"`{r['backend']}`",
+                    f"`seed={r['seed']}`",
+                    ctx.metric(r, "accuracy", "fraction"),
+                    ctx.metric(r, steps, "count") if steps else "-",
+                    ctx.metric(cost_row, "time_median"),
+                    ctx.metric(cost_row, "peak_bytes"),
+                    "yes" if on else "",
+                ]
+            )
+        blocks += [
+            Heading(2, f"`{task}` / `{preset}`"),
+            Image(path, f"accuracy against time per training step: {task} / {preset}"),
+            Table(
+                [
+                    "trained with",
+                    "seed",
+                    "accuracy",
+                    "steps to target",
+                    header("time_median", "train step"),
+                    header("peak_bytes", "peak memory"),
+                    "Pareto front",
+                ],
+                rows,
+            ),
+        ]
+    missing = sorted(set(tasks["task_row"]) - set(joined["task_row"]))
+    if missing:
+        names = sorted(
+            {
+                f"{r['task']}/{r['preset']} {r['backend']}"
+                for _, r in tasks[tasks["task_row"].isin(missing)].iterrows()
+            }
+        )
+        blocks.append(
+            Para(
+                "Without a cost row of the same model (run `"
+                + COST_COMMAND
+                + "`): "
+                + ", ".join(f"`{n}`" for n in names)
+            )
+        )
+    return blocks
+
+
+def _eval_column(metric: str) -> str | None:
+    if metric == "accuracy":
+        return "trained"
+    if metric.startswith("accuracy@"):
+        return metric.split("@", 1)[1]
+    return None
+
+
+def _order(label: str) -> tuple[int, int, str]:
+    if label in ("trained", "shared-qk", "full"):
+        return (0, 0, label)
+    if m := re.fullmatch(r"(.*)-(\d+)", label):
+        return (1, -int(m.group(2)), m.group(1))
+    return (2, 0, label)
+
+
+def table2(ctx: Context) -> list[Any]:
+    title = "Table 2"
+    tasks = ctx.tasks
+    if tasks.empty or not (tasks["task"] == "duplication").any():
+        return empty_section(title, TASK_COMMAND)
+    import pandas as pd
+
+    blocks: list[Any] = [
+        Heading(1, title),
+        Para(
+            "Accuracy on the duplication task: rows are the attention a model was trained with, "
+            "columns the attention it was evaluated with (weights unchanged; `trained` = as "
+            "trained, `full` = shared-QK full attention). A cell is the mean over seeds. "
+            f"Published: `{paper.TABLE2_CITATION}` (its sequence length and model size differ "
+            "from a CPU preset's; compare the pattern, not the cells)."
+        ),
+    ]
+    for preset, part in tasks[tasks["task"] == "duplication"].groupby("preset", sort=True):
+        cells: dict[tuple[str, str], list[Any]] = {}
+        for _, r in part.iterrows():
+            for metric in r["metrics"]:
+                column = _eval_column(metric)
+                if column is not None:
+                    cells.setdefault((r["backend"], column), []).append(ctx.input(r, metric))
+        trains = sorted({t for t, _ in cells}, key=_order)
+        evals = sorted({e for _, e in cells}, key=_order)
+        rows, means = [], {}
+        for t in trains:
+            line = [f"`{t}`"]
+            for e in evals:
+                if (t, e) in cells:
+                    value, text = ctx.ledger.derive("fraction", "mean", cells[(t, e)])
+                    means[(t, e)] = value
+                    line.append(text)
+                else:
+                    line.append("-")
+            seeds = sorted(
+                {
+                    int(c["seed"])
+                    for ref, c, _ in (x for k, v in cells.items() if k[0] == t for x in v)
+                }
+            )
+            line.append(f"`{','.join(map(str, seeds))}`")
+            rows.append(line)
+        blocks += [
+            Heading(2, f"measured here: preset `{preset}`"),
+            Table(["train \\ eval", *[f"`{e}`" for e in evals], "seeds"], rows),
+        ]
+        ours = pd.DataFrame(
+            [
+                [means.get((t, e), float("nan")) for e in paper.TABLE2_EVAL]
+                for t in paper.TABLE2_TRAIN
+            ],
+            index=list(paper.TABLE2_TRAIN),
+            columns=list(paper.TABLE2_EVAL),
+        )
+        published = pd.DataFrame(
+            [[paper.TABLE2[(t, e)] for e in paper.TABLE2_EVAL] for t in paper.TABLE2_TRAIN],
+            index=list(paper.TABLE2_TRAIN),
+            columns=list(paper.TABLE2_EVAL),
+        )
+        path = heatmaps(ours, published, ctx.out_dir / f"table2-{preset}.png")
+        ctx.plots.append(path)
+        blocks.append(Image(path, f"Table 2 heatmaps, preset {preset} and the paper"))
+    blocks += [
+        Heading(2, "published"),
+        Table(
+            ["train \\ eval", *[f"`{e}`" for e in paper.TABLE2_EVAL]],
+            [
+                [f"`{t}`"]
+                + [
+                    ctx.ledger.published("fraction", paper.TABLE2[(t, e)], f"TABLE2[{t},{e}]")
+                    for e in paper.TABLE2_EVAL
+                ]
+                for t in paper.TABLE2_TRAIN
+            ],
+        ),
+    ]
+    return blocks

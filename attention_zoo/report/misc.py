@@ -1,0 +1,165 @@
+"""Claims, cases without numbers, and provenance sections."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..measure.load import SLACK
+from ..measure.status import STATUS_TEXT
+from .context import Context
+from .document import Heading, Para, Table
+from .frame import SELECTION_RULE
+from .ledger import numbers_in
+
+REPRODUCE = "zoo reproduce reformer"
+CLAIMS = (
+    "a. inference memory: global vs local+LSH attention by length, and vs SDPA",
+    "b. chunked feed-forward: no gain at the default config, a gain with a wide feed-forward",
+    "c. reversible vs standard residuals: training memory per layer",
+    "d. axial position embeddings: parameters and memory",
+    "e. a long-sequence training step fits in the published memory budget (predicted)",
+    "f. Table 2's pattern: more evaluation hashes, higher accuracy; the diagonal matches",
+)
+
+
+def claims(ctx: Context, rows: Any) -> list[Any]:
+    """The claims module's table when it is installed, else which claims have no verdict yet."""
+    blocks: list[Any] = [Heading(1, "Claims")]
+    try:
+        from .claims import claims_table
+    except ImportError:
+        return [
+            *blocks,
+            Para(
+                "No claim has a verdict yet: this version has no claims module "
+                "(`attention_zoo.report.claims`). Claims without rows: "
+                + "; ".join(f"`{c}`" for c in CLAIMS)
+                + f". Run `{REPRODUCE}` to fill them."
+            ),
+        ]
+    table = claims_table(rows)
+    if table is None or len(table) == 0:
+        return [*blocks, Para(f"No rows for any claim yet; run `{REPRODUCE}` to fill them.")]
+    headers = [str(c) for c in table.columns]
+    used_col = next((c for c in table.columns if str(c).startswith("rows")), None)
+    out_rows = []
+    for _, r in table.iterrows():
+        used = str(r[used_col]) if used_col is not None else ""
+        cells = []
+        for c in table.columns:
+            text = "" if r[c] is None or r[c] != r[c] else str(r[c])
+            if c == used_col:
+                text = f"`{text}`" if text else ""
+            elif numbers_in(text):
+                ctx.ledger.claims(text, used)
+            cells.append(text)
+        out_rows.append(cells)
+    return [*blocks, Table(headers, out_rows)]
+
+
+def _case_name(row: Any) -> str:
+    config = row["config"]
+    if row["kind"] == "task":
+        return f"{config.get('task')}/{config.get('preset')} {config.get('backend')}"
+    return row.get("variant") or str(config.get("backend", "?"))
+
+
+def missing(ctx: Context) -> list[Any]:
+    bad = ctx.cases[ctx.cases["status"] != "ok"] if not ctx.cases.empty else ctx.cases
+    blocks: list[Any] = [Heading(1, "Cases without numbers")]
+    if bad.empty:
+        return [*blocks, Para("Every selected case produced its numbers.")]
+    variants = dict(zip(ctx.bench["case_key"], ctx.bench["variant"])) if not ctx.bench.empty else {}
+    settings = dict(zip(ctx.bench["case_key"], ctx.bench["setting"])) if not ctx.bench.empty else {}
+    rows = []
+    for _, r in bad.iterrows():
+        name = variants.get(r["case_key"]) or _case_name(r)
+        length = r["config"].get("seq_len") or r["config"].get("length")
+        rows.append(
+            [
+                f"`{name}`",
+                f"`{settings.get(r['case_key'], r['kind'])}`",
+                ctx.config(r, "config.seq_len" if "seq_len" in r["config"] else "config.length")
+                if length is not None
+                else "-",
+                STATUS_TEXT.get(r["status"], r["status"]),
+                f"`{r['error']}`" if r["error"] else "-",
+            ]
+        )
+    return [*blocks, Table(["case", "setting", "L", "status", "reason"], rows)]
+
+
+def _date(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if ts else "-"
+
+
+def provenance(ctx: Context) -> list[Any]:
+    used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
+    runs = [r for r in ctx.runs if r["run_id"] in used]
+    busy = ctx.cases.groupby("run_id")["busy"].first().to_dict() if not ctx.cases.empty else {}
+    rows = []
+    for r in runs:
+
+        def run_number(name: str, kind: str, run: dict[str, Any] = r) -> str:
+            value = run.get(name)
+            return (
+                "-"
+                if value is None
+                else ctx.ledger.value(kind, value, [run["run_id"], "", f"run.{name}"])
+            )
+
+        state = busy.get(r["run_id"])
+        rows.append(
+            [
+                f"`{r['run_id']}`",
+                r["kind"],
+                f"`{_date(r['started_at'])}`",
+                f"`{r['git_commit']}`"
+                + (" (dirty)" if str(r["git_commit"]).endswith("+dirty") else ""),
+                f"`{r['torch_version']}`",
+                f"`{r['device_name']}`",
+                run_number("threads", "count"),
+                run_number("cpu_count", "count"),
+                run_number("load_start", "load"),
+                run_number("load_end", "load"),
+                "unknown" if state is None else ("yes" if state else "no"),
+            ]
+        )
+    blocks: list[Any] = [
+        Heading(1, "Provenance"),
+        Para(f"Report built `{_date(time.time())}`. Selection: {SELECTION_RULE}."),
+        Para(
+            "Busy rule: a run is marked busy when the one-minute load average at its start "
+            f"exceeded `cores - threads + {SLACK}` (fewer free cores than its threads), or at "
+            f"its end exceeded `cores + {SLACK}` (its own threads included); its timings carry "
+            "the † mark. Memory and FLOPs do not depend on load."
+        ),
+    ]
+    if ctx.earlier_runs:
+        blocks.append(
+            Para(
+                "Configurations measured in more than one run show only the latest; the earlier "
+                "rows stay in the store (`zoo results`)."
+            )
+        )
+    if rows:
+        blocks.append(
+            Table(
+                [
+                    "run",
+                    "kind",
+                    "started",
+                    "git commit",
+                    "torch",
+                    "device",
+                    "threads",
+                    "cores",
+                    "load at start",
+                    "load at end",
+                    "busy",
+                ],
+                rows,
+            )
+        )
+    return blocks

@@ -1,0 +1,104 @@
+"""Machine load around runs: recorded in the store, warned about by `zoo bench`; stores of the
+previous schema are upgraded in place without losing a row."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from attention_zoo.cli import main as zoo_main
+from attention_zoo.measure import load
+from attention_zoo.store import APPLICATION_ID, SCHEMA_VERSION, ResultStore
+
+V1_SCHEMA = """
+CREATE TABLE runs (run_id TEXT PRIMARY KEY, kind TEXT NOT NULL, fingerprint TEXT,
+    started_at REAL NOT NULL, finished_at REAL, git_commit TEXT NOT NULL,
+    torch_version TEXT NOT NULL, device_name TEXT NOT NULL, threads INTEGER NOT NULL,
+    meta TEXT NOT NULL);
+CREATE TABLE cases (run_id TEXT NOT NULL REFERENCES runs(run_id), case_key TEXT NOT NULL,
+    status TEXT NOT NULL, error TEXT, config TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (run_id, case_key));
+CREATE TABLE results (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, case_key TEXT NOT NULL,
+    metric TEXT NOT NULL, value REAL, unit TEXT NOT NULL, git_commit TEXT NOT NULL,
+    torch_version TEXT NOT NULL, device_name TEXT NOT NULL, threads INTEGER NOT NULL,
+    config TEXT NOT NULL, created_at REAL NOT NULL,
+    FOREIGN KEY (run_id, case_key) REFERENCES cases(run_id, case_key));
+"""
+
+
+def _v1_store(path):
+    db = sqlite3.connect(path)
+    db.executescript(V1_SCHEMA)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 1")
+    db.execute(
+        "INSERT INTO runs VALUES ('r1', 'bench', NULL, 1.0, 2.0, 'abc', '2.13', 'cpu', 2, '{}')"
+    )
+    db.execute("INSERT INTO cases VALUES ('r1', 'k1', 'ok', NULL, '{\"seq_len\": 8}', 1.5)")
+    db.execute(
+        "INSERT INTO results VALUES (1, 'r1', 'k1', 'time_median', 0.5, 's', 'abc', '2.13', "
+        "'cpu', 2, '{\"seq_len\": 8}', 1.5)"
+    )
+    db.commit()
+    db.close()
+
+
+def test_a_v1_store_is_upgraded_in_place_and_keeps_every_row(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _v1_store(path)
+    with ResultStore(path, create=False) as store:
+        assert [r["value"] for r in store.rows()] == [0.5]
+        (run,) = store.runs()
+        assert run["load_start"] is None and run["finished_at"] == 2.0  # unknown, not invented
+        new = store.start_run(kind="bench")
+        store.finish_run(new)
+        assert store.run(new)["cpu_count"] >= 1
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
+def test_runs_record_the_load_at_start_and_end(tmp_path, monkeypatch):
+    loads = iter([0.25, 3.5])
+    monkeypatch.setattr("attention_zoo.store.load_average", lambda: next(loads))
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run = store.start_run(kind="bench")
+        store.finish_run(run)
+        info = store.run(run)
+    assert (info["load_start"], info["load_end"]) == (0.25, 3.5)
+    assert info["cpu_count"] == load.cpu_count()
+
+
+def test_busy_rules_and_the_warning_say_what_was_seen():
+    assert not load.busy_at_start(0.4, cores=2, threads=2)
+    assert load.busy_at_start(0.6, cores=2, threads=2)
+    assert not load.busy_at_start(2.4, cores=8, threads=2)
+    assert load.busy_at_end(2.6, cores=2) and not load.busy_at_end(2.4, cores=2)
+    assert load.busy_warning(0.1, 2, 2) == ""
+    text = load.busy_warning(3.0, 2, 2)
+    assert "3.00 on 2 cores" in text and "2 threads" in text and "inflated" in text
+    assert "at the end of the run" in load.busy_warning(5.0, 2, 2, at_end=True)
+    assert load.busy_warning(None, 2, 2) == ""
+
+
+def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.load_average", lambda: 9.0)
+    store = tmp_path / "s.sqlite"
+    argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
+            "--threads", "1", "--store", str(store), "--no-progress"]  # fmt: skip
+    assert zoo_main(argv) == 0
+    err = capsys.readouterr().err
+    assert "the machine is busy: the load average is 9.00" in err
+    with ResultStore(store) as s:
+        assert json.loads(s.rows()[0]["config"])["seq_len"] == 16
+
+
+@pytest.mark.parametrize("load_value", [0.0])
+def test_zoo_bench_is_quiet_on_an_idle_machine(tmp_path, monkeypatch, capsys, load_value):
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.load_average", lambda: load_value)
+    argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
+            "--threads", "1", "--store", str(tmp_path / "s.sqlite"), "--no-progress"]  # fmt: skip
+    assert zoo_main(argv) == 0
+    assert "busy" not in capsys.readouterr().err
