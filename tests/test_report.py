@@ -186,3 +186,19 @@ def test_zoo_report_command_writes_the_folder_and_the_index(tmp_path, capsys):
 def test_index_without_reports(tmp_path):
     readme = write_index(tmp_path / "README.md")
     assert "No generated report yet" in readme.read_text()
+
+
+def test_cost_cases_have_the_model_key_of_their_task_runs():
+    """`zoo task --cost` measures the very model each task run trained (joined by model key)."""
+    from attention_zoo.report.frame import model_key
+    from attention_zoo.tasks.cost import cost_cases
+    from attention_zoo.tasks.runner import plan_runs
+    from attention_zoo.tasks.suite import load_preset
+
+    runs, _ = plan_runs(load_preset("duplication", "cpu"))
+    cases = cost_cases(runs)
+    assert sorted(c.label for c in cases) == sorted({r.variant.label for r in runs})
+    for case in cases:
+        spec = next(r for r in runs if r.variant.label == case.label)
+        assert case.seq_len == spec.preset.task.seq_len and case.mode == "train-step"
+        assert model_key(case.reformer_config().to_dict()) == model_key(spec.model_fields())

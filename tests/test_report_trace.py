@@ -21,6 +21,7 @@ from attention_zoo.store import ResultStore
 
 from .report_fixtures import make_store
 
+pytestmark = pytest.mark.slow  # builds a whole report with its plots
 RUN_FIELDS = ("load_start", "load_end", "cpu_count", "threads")
 
 

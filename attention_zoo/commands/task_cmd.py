@@ -75,6 +75,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", help="SQLite results store (default: results/zoo.sqlite)")
     p.add_argument("--table2", action="store_true", help="print the Table 2 matrix from the store")
     p.add_argument("--force", action="store_true", help="train again even if the store has the run")
+    p.add_argument(
+        "--cost",
+        action="store_true",
+        help="also measure one training step of each variant's model at the task's length and "
+        "batch (time, memory) into the store: the report's Accuracy x cost joins them",
+    )
     p.add_argument("--list", action="store_true", help="list tasks and their suite presets")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
@@ -153,7 +159,29 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> Preset
             curves = {"loss": outcome.result.loss_curve, "eval_accuracy": outcome.result.eval_curve}
             results.save(spec.key(), outcome_rows(outcome), curves)
             print(f"{prefix}: {_summary(outcome)}", flush=True)
+    if args.cost and runs:
+        _measure_cost(runs, store, args)
     return preset
+
+
+def _measure_cost(runs, store: str, args: argparse.Namespace) -> None:
+    """Time and peak memory of a training step of each trained model, as bench rows."""
+    from ..measure.runner import MeasureSettings
+    from ..store import ResultStore
+    from ..sweep import run_sweep
+    from ..tasks.cost import cost_cases
+
+    cases = cost_cases(runs, device=args.device)
+    settings = MeasureSettings(metrics=("time", "memory"), threads=torch.get_num_threads())
+    print(f"measuring the training-step cost of {len(cases)} model(s)", flush=True)
+    with ResultStore(store) as results:
+        run_sweep(
+            cases,
+            results,
+            settings=settings,
+            progress=not args.quiet,
+            meta={"command": " ".join(["zoo", *sys.argv[1:]])},
+        )
 
 
 def _summary(outcome) -> str:

@@ -119,11 +119,7 @@ def build_report(
     ctx.ledger.write(files.numbers)
     used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
     measured_by = sorted(
-        {
-            str(r["meta"].get("command"))
-            for r in ctx.runs
-            if r["run_id"] in used and r["meta"].get("command")
-        }
+        {c for r in ctx.runs if r["run_id"] in used and (c := _command_of(r["meta"]))}
     )
     meta = {
         "title": title,
@@ -134,6 +130,16 @@ def build_report(
     (out_dir / META_FILE).write_text(json.dumps(meta, indent=1))
     log.info("report written to %s", files.markdown)
     return files
+
+
+def _command_of(meta: dict[str, Any]) -> str:
+    """The `zoo ...` command line a run's metadata records ('' when none)."""
+    if isinstance(meta.get("argv"), list):
+        return " ".join(["zoo", *map(str, meta["argv"])])
+    words = str(meta.get("command") or "").split()
+    if words and Path(words[0]).name in ("zoo", "__main__.py"):
+        words[0] = "zoo"
+    return " ".join(words)
 
 
 def _rows_used(df: Any, ctx: Context) -> Any:
