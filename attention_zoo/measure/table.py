@@ -51,6 +51,9 @@ def group_cases(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 "metrics": {},
                 "device_name": r.get("device_name"),
                 "threads": r.get("threads"),
+                "git_commit": r.get("git_commit"),
+                "torch_version": r.get("torch_version"),
+                "created_at": r.get("created_at"),
             }
         if r["metric"] is not None:
             case["metrics"][r["metric"]] = r["value"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..labels import case_label, is_peer, resolve_options
 from ..measure.load import busy_at_end, busy_at_start
+from ..measure.table import group_cases
 
 SELECTION_RULE = (
     "one row per configuration (every case parameter, options resolved against their defaults, "
@@ -39,40 +40,23 @@ TASK_KIND = "task"
 def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
     """Store rows (ResultStore.rows() dicts or to_dataframe()) -> one row per stored case.
 
-    Columns: run_id, case_key, status, error, created_at, config (dict), kind (bench|task|other),
-    metrics (dict), m.<metric> per metric, git_commit, torch_version, device_name, threads, and
-    the run's load_start, load_end, cpu_count, busy."""
+    Columns: measure.table.group_cases' (run_id, case_key, status, error, config, metrics,
+    device_name, threads, git_commit, torch_version, created_at), kind (bench|task|other), and the
+    run's kind, start, load_start, load_end, cpu_count and busy flag."""
     import pandas as pd
 
     records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
-    cases: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in records:
-        key = (r["run_id"], r["case_key"])
-        case = cases.get(key)
-        if case is None:
-            config = r["config"] if isinstance(r["config"], dict) else json.loads(r["config"])
-            case = cases[key] = {
-                "run_id": r["run_id"],
-                "case_key": r["case_key"],
-                "status": r["status"],
-                "error": r["error"] if isinstance(r["error"], str) else "",
-                "created_at": r["created_at"],
-                "config": config,
-                "kind": _kind(config),
-                "metrics": {},
-                "units": {},
-                "git_commit": r["git_commit"],
-                "torch_version": r["torch_version"],
-                "device_name": r["device_name"],
-                "threads": int(r["threads"]),
-            }
-        metric = r["metric"]
-        if isinstance(metric, str) and r["value"] is not None and r["value"] == r["value"]:
-            case["metrics"][metric] = float(r["value"])
-            case["units"][metric] = r["unit"]
+    # a DataFrame holds NaN where the store has NULL (no metric, no error)
+    records = [{k: (None if _nan(v) else v) for k, v in r.items()} for r in records]
+    cases = group_cases(records)
+    for case in cases:
+        case["error"] = case["error"] or ""
+        case["threads"] = int(case["threads"])
+        case["kind"] = _kind(case["config"])
+        case["metrics"] = {k: float(v) for k, v in case["metrics"].items() if v is not None}
     run_info = {r["run_id"]: r for r in runs or []}
     out = []
-    for case in cases.values():
+    for case in cases:
         run = run_info.get(case["run_id"], {})
         load_start, load_end = run.get("load_start"), run.get("load_end")
         cpu_count = run.get("cpu_count")
@@ -97,6 +81,10 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
     if frame.empty:
         return frame
     return frame.sort_values("created_at", kind="stable").reset_index(drop=True)
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and value != value
 
 
 def _kind(config: dict[str, Any]) -> str:
