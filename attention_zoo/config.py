@@ -75,7 +75,8 @@ class ReformerConfig:
     axial_pos_shape: tuple[int, ...] = (64, 64)  # (n1, n2): product >= the longest sequence
     axial_pos_embds_dim: tuple[int, ...] = (64, 192)  # (d1, d2): sum = hidden_size
     max_position_embeddings: int = 4096  # longest sequence the model accepts
-    pad_token_id: int = 0  # token HF's chunk padding appends (masked, so it changes no output)
+    # token HF's chunk padding appends (masked: it changes no real output); None: token 0
+    pad_token_id: int | None = 0
     # lsh options (HF names); passed to the "lsh" backend, overridable through attn_options
     num_hashes: int = 1
     # int or factors (a, b, ...) -> a*b*... buckets; None: HF's rule at max_position_embeddings

@@ -146,7 +146,8 @@ class ReformerModel(nn.Module):
         b, n = input_ids.shape
         mask = _padding_mask(attention_mask, input_ids.shape)
         if pad := hf_padding(self.config, n):  # as HF: whole chunks, padding masked
-            input_ids = F.pad(input_ids, (0, pad), value=self.config.pad_token_id)
+            pad_id = self.config.pad_token_id
+            input_ids = F.pad(input_ids, (0, pad), value=0 if pad_id is None else pad_id)
             mask = F.pad(
                 input_ids.new_ones(b, n, dtype=torch.bool) if mask is None else mask,
                 (0, pad),
