@@ -202,3 +202,29 @@ def test_cost_cases_have_the_model_key_of_their_task_runs():
         spec = next(r for r in runs if r.variant.label == case.label)
         assert case.seq_len == spec.preset.task.seq_len and case.mode == "train-step"
         assert model_key(case.reformer_config().to_dict()) == model_key(spec.model_fields())
+
+
+@pytest.mark.slow
+def test_claims_section_renders_the_claims_module_table(tmp_path, monkeypatch):
+    """With a claims module installed, its table is printed as given; its numbers are recorded
+    with the rows it used (numbers.json)."""
+    import sys
+    import types
+
+    import pandas as pd
+
+    fake = types.ModuleType("attention_zoo.report.claims")
+    fake.claims_table = lambda rows: pd.DataFrame(
+        [{"claim": "c. reversible", "setting": "batch 8", "published": "0.23x",
+          "ours": "0.31x", "ratio_rule": "within 2x", "verdict": "holds",
+          "rows used": f"{len(rows)} rows"}]
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "attention_zoo.report.claims", fake)
+    df, runs = _two_runs(tmp_path / "s.sqlite", second={})
+    files = build_report(df, tmp_path / "rep", runs=runs)
+    claims = _table(files.markdown.read_text(), "## Claims", "claim")
+    # the module is given the selected rows: the earlier run of the repeated case is left out
+    assert claims == [["c. reversible", "batch 8", "0.23x", "0.31x", "within 2x", "holds",
+                       f"`{len(df) - 1} rows`"]]  # fmt: skip
+    recorded = {e["text"] for e in json.loads(files.numbers.read_text()) if e["source"] == "claims"}
+    assert {"0.23x", "0.31x", "within 2x"} <= recorded

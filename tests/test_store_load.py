@@ -83,6 +83,7 @@ def test_busy_rules_and_the_warning_say_what_was_seen():
     assert load.busy_warning(None, 2, 2) == ""
 
 
+@pytest.mark.slow
 def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("attention_zoo.commands.bench_cmd.load_average", lambda: 9.0)
     store = tmp_path / "s.sqlite"
@@ -95,6 +96,7 @@ def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
         assert json.loads(s.rows()[0]["config"])["seq_len"] == 16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("load_value", [0.0])
 def test_zoo_bench_is_quiet_on_an_idle_machine(tmp_path, monkeypatch, capsys, load_value):
     monkeypatch.setattr("attention_zoo.commands.bench_cmd.load_average", lambda: load_value)

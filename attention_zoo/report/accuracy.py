@@ -156,7 +156,10 @@ def _eval_column(metric: str) -> str | None:
 
 
 def _order(label: str) -> tuple[int, int, str]:
-    if label in ("trained", "shared-qk", "full"):
+    """`trained` first, then shared-QK full attention, then `<mix>-<hashes>` by hashes down."""
+    if label == "trained":
+        return (-1, 0, label)
+    if label in ("shared-qk", "full"):
         return (0, 0, label)
     if m := re.fullmatch(r"(.*)-(\d+)", label):
         return (1, -int(m.group(2)), m.group(1))
