@@ -40,6 +40,7 @@ from .measure.env import Environment, capture
 from .measure.load import cpu_count, load_average
 from .measure.status import OK, STATUSES
 
+DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x5A4F4F31  # "ZOO1" in the SQLite header: marks a file as an attention-zoo store
 EXPORT_COLUMNS = (
@@ -279,7 +280,7 @@ class ResultStore:
     def add_rows(
         self,
         run_id: str,
-        case_key: str | None,
+        key: str | None,
         case_config: dict[str, Any],
         rows: Iterable[Row],
         *,
@@ -290,7 +291,7 @@ class ResultStore:
     ) -> str:
         """Write one case's metric rows in one transaction; returns the case key.
 
-        case_key None: derived from case_config. environment None: the run's. replace=False appends
+        key None: case_key(case_config). environment None: the run's. replace=False appends
         to the case's earlier rows instead of replacing them (status/error are updated either way).
         """
         if status not in STATUSES:
@@ -298,7 +299,7 @@ class ResultStore:
         run = self.run(run_id)
         if run is None:
             raise StoreError(f"no run {run_id!r} in {self.path}; call start_run() first")
-        key = case_key or _case_key(case_config)
+        key = key or case_key(case_config)
         config = json.dumps(case_config, sort_keys=True, default=str)
         env = (
             (
@@ -426,19 +427,10 @@ class ResultStore:
         return buf.getvalue()
 
 
-def _case_key(config: dict[str, Any]) -> str:
-    return case_key(config)
-
-
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     d = dict(row)
     d["meta"] = json.loads(d["meta"])
     return d
-
-
-def open_store(path: str | Path, *, create: bool = True) -> ResultStore:
-    """ResultStore(path); the name reads better in scripts."""
-    return ResultStore(path, create=create)
 
 
 __all__ = [
@@ -448,5 +440,4 @@ __all__ = [
     "Row",
     "StoreError",
     "case_key",
-    "open_store",
 ]

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Grid:
+class SweepGrid:
     """The axes of a sweep. Every tuple is an axis; `cases()` takes their product.
 
     options: backend -> {option: value}; a list value is an axis (e.g. num_hashes = [1, 2, 4]);

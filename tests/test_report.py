@@ -193,9 +193,9 @@ def test_cost_cases_have_the_model_key_of_their_task_runs():
     from attention_zoo.report.frame import model_key
     from attention_zoo.tasks.cost import cost_cases
     from attention_zoo.tasks.runner import plan_runs
-    from attention_zoo.tasks.suite import load_preset
+    from attention_zoo.tasks.suite import load_task_preset
 
-    runs, _ = plan_runs(load_preset("duplication", "cpu"))
+    runs, _ = plan_runs(load_task_preset("duplication", "cpu"))
     cases = cost_cases(runs)
     assert sorted(c.label for c in cases) == sorted({r.variant.label for r in runs})
     for case in cases:

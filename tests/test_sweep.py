@@ -20,9 +20,9 @@ from attention_zoo.errors import ConfigError, OptionError
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import CaseResult, MeasureSettings, Metric
 from attention_zoo.measure.worker import run_isolated
-from attention_zoo.presets import builtin_presets, load_preset, parse_preset
+from attention_zoo.presets import builtin_presets, load_sweep_preset, parse_sweep_preset
 from attention_zoo.store import ResultStore
-from attention_zoo.sweep import Grid, run_sweep
+from attention_zoo.sweep import SweepGrid, run_sweep
 
 FAST = MeasureSettings(metrics=("memory", "predict"), time_budget_s=0.0, min_repeats=1)
 
@@ -35,7 +35,7 @@ def fake_measure(case: BenchCase, settings: MeasureSettings) -> CaseResult:
 
 
 def test_grid_expands_product_with_option_axes() -> None:
-    grid = Grid(
+    grid = SweepGrid(
         target="attention",
         backends=("full", "sdpa"),
         seq_lens=(64, 128),
@@ -50,7 +50,7 @@ def test_grid_expands_product_with_option_axes() -> None:
 
 
 def test_grid_default_backends_come_from_registry() -> None:
-    names = {c.backend for c in Grid(seq_lens=(64,)).cases()}
+    names = {c.backend for c in SweepGrid(seq_lens=(64,)).cases()}
     assert names == set(BACKENDS.names())
 
 
@@ -58,23 +58,23 @@ def test_unknown_backend_in_grid_lists_known_ones() -> None:
     with pytest.raises(
         UnknownNameError, match=r"unknown attention backend 'flash-typo'; known .*full.*sdpa"
     ):
-        Grid(backends=("full", "flash-typo")).cases()
+        SweepGrid(backends=("full", "flash-typo")).cases()
 
 
 def test_unknown_option_in_grid_names_accepted_ones() -> None:
     with pytest.raises(
         OptionError, match=r"'sdpa' does not take option\(s\) 'num_hashes'; it takes: kernel"
     ):
-        Grid(backends=("sdpa",), options={"sdpa": {"num_hashes": 4}}).cases()
+        SweepGrid(backends=("sdpa",), options={"sdpa": {"num_hashes": 4}}).cases()
 
 
 def test_bad_grid_values() -> None:
     with pytest.raises(ConfigError, match="mode"):
-        Grid(modes=("sideways",))
+        SweepGrid(modes=("sideways",))
     with pytest.raises(ConfigError, match="'seq_lens' is empty"):
-        Grid(seq_lens=())
+        SweepGrid(seq_lens=())
     with pytest.raises(ConfigError, match="train-step' needs parameters"):
-        Grid(target="attention", modes=("train-step",)).cases()
+        SweepGrid(target="attention", modes=("train-step",)).cases()
 
 
 # ---- presets --------------------------------------------------------------------------------
@@ -82,24 +82,34 @@ def test_bad_grid_values() -> None:
 
 def test_builtin_presets_load() -> None:
     assert {"quick", "standard", "crime-and-punishment"} <= set(builtin_presets())
-    quick = load_preset("quick")
+    quick = load_sweep_preset("quick")
     assert quick.settings.threads == 2 and quick.reference == "full"
     assert quick.grid.cases()  # expands against the current registry
 
 
 def test_malformed_preset_says_where() -> None:
     with pytest.raises(ConfigError, match=r"my.toml is not valid TOML: .*line 3"):
-        parse_preset("[grid]\nseq_lens = [1, 2\ntarget = 3\n", source="my.toml")
+        parse_sweep_preset("[grid]\nseq_lens = [1, 2\ntarget = 3\n", source="my.toml")
     with pytest.raises(
-        ConfigError, match=r"\[grid\]: unknown key\(s\) \['lengths'\]; accepted: .*seq_lens"
+        ConfigError,
+        match=r"^p.toml \[grid\] does not take key\(s\) 'lengths'; it takes: target, .*seq_lens",
     ):
-        parse_preset("[grid]\nlengths = [1024]\n", source="p.toml")
-    with pytest.raises(ConfigError, match=r"unknown top-level key\(s\) \['grdi'\]"):
-        parse_preset("[grdi]\n", source="p.toml")
-    with pytest.raises(ConfigError, match=r"\[measure\]: unknown key\(s\) \['budget'\]"):
-        parse_preset("[measure]\nbudget = 1\n", source="p.toml")
+        parse_sweep_preset("[grid]\nlengths = [1024]\n", source="p.toml")
+    with pytest.raises(
+        ConfigError,
+        match=r"^p.toml does not take top-level key\(s\) 'grdi'; it takes: description, grid, "
+        r"measure \(did you mean 'grid'\?\)$",
+    ):
+        parse_sweep_preset("[grdi]\n", source="p.toml")
+    with pytest.raises(
+        ConfigError,
+        match=r"^p.toml \[measure\] does not take key\(s\) 'budget'; it takes: .*reference",
+    ):
+        parse_sweep_preset("[measure]\nbudget = 1\n", source="p.toml")
+    with pytest.raises(ConfigError, match=r"^p.toml: \[grid\] must be a table"):
+        parse_sweep_preset("grid = 3\n", source="p.toml")
     with pytest.raises(ConfigError, match=r"unknown preset 'nope'; built-in presets: .*quick"):
-        load_preset("nope")
+        load_sweep_preset("nope")
 
 
 def test_preset_file_from_path(tmp_path: Path) -> None:
@@ -108,7 +118,7 @@ def test_preset_file_from_path(tmp_path: Path) -> None:
         '[grid]\ntarget = "attention"\nbackends = ["full"]\nseq_lens = [64]\n'
         "[measure]\nthreads = 1\n"
     )
-    preset = load_preset(str(path))
+    preset = load_sweep_preset(str(path))
     assert [c.backend for c in preset.grid.cases()] == ["full"] and preset.settings.threads == 1
 
 
@@ -148,7 +158,7 @@ def bad_backends():
 def test_failing_and_oom_cases_are_recorded_and_sweep_goes_on(
     tmp_path: Path, bad_backends: None
 ) -> None:
-    cases = Grid(
+    cases = SweepGrid(
         target="attention", backends=("full", "test-failing", "test-oom", "sdpa"), seq_lens=(64,)
     ).cases()
     with ResultStore(tmp_path / "zoo.sqlite") as store:
@@ -189,7 +199,7 @@ def test_injected_measure_that_raises_is_stored(tmp_path: Path) -> None:
             raise KeyError("weird")
         return fake_measure(case, settings)
 
-    cases = Grid(target="attention", backends=("full",), seq_lens=(64, 128, 256, 512)).cases()
+    cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128, 256, 512)).cases()
     with ResultStore(tmp_path / "zoo.sqlite") as store:
         result = run_sweep(cases, store, measure=boom, progress=False)
         status = {c["config"]["seq_len"]: c["status"] for c in store.cases(result.run_id)}
@@ -202,7 +212,7 @@ KILLER = textwrap.dedent("""
     import os, sys
     from attention_zoo.measure.runner import CaseResult, Metric
     from attention_zoo.store import ResultStore
-    from attention_zoo.sweep import Grid, run_sweep
+    from attention_zoo.sweep import SweepGrid, run_sweep
 
     store_path, kill_at = sys.argv[1], int(sys.argv[2])
     seen = []
@@ -214,7 +224,8 @@ KILLER = textwrap.dedent("""
         rows = [Metric("echo", case.seq_len, "tokens"), Metric("twice", 2 * case.seq_len, "tokens")]
         return CaseResult(case=case, status="ok", rows=rows)
 
-    cases = Grid(target="attention", backends=("full", "sdpa"), seq_lens=(64, 128, 256)).cases()
+    grid = SweepGrid(target="attention", backends=("full", "sdpa"), seq_lens=(64, 128, 256))
+    cases = grid.cases()
     with ResultStore(store_path) as store:
         run_sweep(cases, store, measure=measure, resume=True, progress=False)
     print("completed", len(seen))
@@ -254,7 +265,7 @@ def test_killed_sweep_resumes_only_missing_cases(tmp_path: Path) -> None:
 
 
 def test_resume_of_complete_run_measures_nothing(tmp_path: Path) -> None:
-    cases = Grid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
+    cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
     with ResultStore(tmp_path / "zoo.sqlite") as store:
         first = run_sweep(cases, store, measure=fake_measure, progress=False)
         again = run_sweep(cases, store, measure=fake_measure, resume=True, progress=False)
@@ -266,7 +277,7 @@ def test_resume_of_complete_run_measures_nothing(tmp_path: Path) -> None:
 def test_progress_bar_shows_current_case(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cases = Grid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
+    cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
     with ResultStore(tmp_path / "zoo.sqlite") as store:
         run_sweep(cases, store, measure=fake_measure, progress=True)
     err = capsys.readouterr().err
@@ -277,7 +288,7 @@ def test_progress_bar_shows_current_case(
 
 
 @pytest.mark.slow
-def test_isolated_case_under_address_space_limit_is_oom(tmp_path: Path) -> None:
+def test_isolated_case_under_address_space_limit_is_oom() -> None:
     """No prediction guard here: the subprocess really tries to allocate 4 GiB of scores and hits
     its RLIMIT_AS, which is stored as oom; the parent is unharmed."""
     case = BenchCase(target="attention", backend="full", seq_len=16384, mode="forward")

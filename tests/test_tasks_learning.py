@@ -21,7 +21,7 @@ from attention_zoo.tasks.runner import (
     run_one,
     with_attention,
 )
-from attention_zoo.tasks.suite import Preset, load_preset
+from attention_zoo.tasks.suite import TaskPreset, load_task_preset
 from attention_zoo.tasks.trainer import TrainResult, evaluate, train
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ def _one_thread():
 
 
 def _spec(
-    preset: Preset,
+    preset: TaskPreset,
     layers: tuple[str, ...],
     *,
     hashes: int | None = None,
@@ -51,12 +51,14 @@ def _spec(
 
 
 @pytest.fixture(scope="module")
-def duplication() -> Preset:
-    return load_preset("duplication", "cpu")
+def duplication() -> TaskPreset:
+    return load_task_preset("duplication", "cpu")
 
 
 @pytest.fixture(scope="module")
-def shared_qk_run(duplication: Preset) -> tuple[RunSpec, TaskData, torch.nn.Module, TrainResult]:
+def shared_qk_run(
+    duplication: TaskPreset,
+) -> tuple[RunSpec, TaskData, torch.nn.Module, TrainResult]:
     """Shared-QK full attention trained at the cpu preset (the paper's 'Full attention' row)."""
     spec = _spec(duplication, ("shared-qk",), steps_after_target=50)
     data = duplication.task.build(spec.seed)
@@ -97,7 +99,7 @@ def test_table2_more_hashes_score_higher_without_retraining(shared_qk_run) -> No
     assert model.config.attn_layers == ("shared-qk",)  # overrides work on copies
 
 
-def test_local_window_shorter_than_copy_distance_stays_at_chance(duplication: Preset) -> None:
+def test_local_window_shorter_than_copy_distance_stays_at_chance(duplication: TaskPreset) -> None:
     # chunk 8 + one chunk back sees <= 16 tokens; the copy is 64 back.
     spec = _spec(duplication, ("local",), max_steps=150, eval_every=50)
     outcome = run_one(spec)
@@ -106,7 +108,7 @@ def test_local_window_shorter_than_copy_distance_stays_at_chance(duplication: Pr
     assert outcome.result.final_accuracy < 2.5 * chance, (outcome.result.final_accuracy, chance)
 
 
-def test_lsh_trained_model_learns_duplication(duplication: Preset) -> None:
+def test_lsh_trained_model_learns_duplication(duplication: TaskPreset) -> None:
     # LSH-2: measured 200 steps to 95% here (calibration: 400-500); LSH-4 costs twice per step.
     spec = _spec(duplication, ("lsh",), hashes=2, steps_after_target=0, max_steps=600)
     outcome = run_one(spec)
@@ -115,7 +117,7 @@ def test_lsh_trained_model_learns_duplication(duplication: Preset) -> None:
 
 
 def test_associative_recall_full_learns_local_does_not() -> None:
-    preset = load_preset("associative-recall", "cpu")
+    preset = load_task_preset("associative-recall", "cpu")
     full = run_one(_spec(preset, ("full",)))
     assert full.result.steps_to_target is not None, full.result.eval_curve
     assert full.result.final_accuracy >= 0.95
@@ -126,7 +128,7 @@ def test_associative_recall_full_learns_local_does_not() -> None:
 
 def test_training_is_reproducible_from_the_seed() -> None:
     # LSH draws fresh rotations every training step from the seeded global RNG.
-    preset = load_preset("duplication", "smoke")
+    preset = load_task_preset("duplication", "smoke")
     results = []
     for _ in range(2):
         spec = _spec(preset, ("lsh",), hashes=2, max_steps=20, eval_every=10, log_every=5)

@@ -14,7 +14,7 @@ from attention_zoo.errors import ConfigError, UnknownNameError
 from attention_zoo.store import ResultStore
 from attention_zoo.tasks.results import TaskResults, load_rows
 from attention_zoo.tasks.runner import eval_variants, plan_runs, train_variants
-from attention_zoo.tasks.suite import REQUIRED, find_suite, load_preset
+from attention_zoo.tasks.suite import REQUIRED, find_suite, load_task_preset
 from attention_zoo.tasks.table2 import build_table2, format_table2
 
 SUITE = """
@@ -49,10 +49,10 @@ def suite(tmp_path: Path) -> Path:
 def test_shipped_suites_load_every_preset() -> None:
     for task in ("duplication", "associative-recall"):
         for name in ("smoke", "cpu", "paper"):
-            preset = load_preset(task, name)
+            preset = load_task_preset(task, name)
             assert preset.task.name == task and preset.train.max_steps >= 1
             assert preset.description
-    cpu = load_preset("duplication", "cpu")  # the calibrated preset
+    cpu = load_task_preset("duplication", "cpu")  # the calibrated preset
     assert (cpu.task.seq_len, cpu.task.vocab_size) == (128, 32)
     assert cpu.model["hidden_size"] == 128 and cpu.model["lsh_attn_chunk_length"] == 4
     assert cpu.model["num_buckets"] == 32 and cpu.train.batch_size == 32
@@ -60,7 +60,7 @@ def test_shipped_suites_load_every_preset() -> None:
 
 def test_preset_missing_fields_are_all_named(suite: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        load_preset(str(suite), "broken")
+        load_task_preset(str(suite), "broken")
     text = str(err.value)
     for field in (
         "task.seq_len",
@@ -82,17 +82,20 @@ def test_unknown_task_and_preset(suite: Path) -> None:
     ):
         find_suite("dedup")
     with pytest.raises(ConfigError, match="no preset 'gpu'; presets: tiny, broken"):
-        load_preset(str(suite), "gpu")
+        load_task_preset(str(suite), "gpu")
 
 
-def test_bad_fields_say_what_is_accepted(suite: Path, tmp_path: Path) -> None:
+def test_bad_fields_say_what_is_accepted(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(SUITE.replace("max_steps = 4", "max_steps = 4, lr = 0.1"))
-    with pytest.raises(ConfigError, match="does not take lr; it takes batch_size, learning_rate"):
-        load_preset(str(bad), "tiny")
+    with pytest.raises(
+        ConfigError,
+        match=r"train does not take field\(s\) 'lr'; it takes: batch_size, learning_rate",
+    ):
+        load_task_preset(str(bad), "tiny")
     bad.write_text(SUITE.replace("hidden_size = 32,", "hidden_size = 32, attn_layers = ['lsh'],"))
     with pytest.raises(ConfigError, match=re.escape("model.attn_layers are set by the engine")):
-        load_preset(str(bad), "tiny")
+        load_task_preset(str(bad), "tiny")
 
 
 def test_grid_expansion_and_eval_overrides() -> None:
@@ -108,7 +111,7 @@ def test_grid_expansion_and_eval_overrides() -> None:
 
 
 def test_unavailable_backend_is_skipped_with_reason_and_unknown_one_raises(suite: Path) -> None:
-    preset = load_preset(str(suite), "tiny")
+    preset = load_task_preset(str(suite), "tiny")
     runs, skipped = plan_runs(
         preset, backends=["shared-qk", "xformers"], seeds=[0, 1], device="cpu"
     )
@@ -185,23 +188,29 @@ def test_cli_runs_skips_stores_resumes_and_prints_table2(
         "shared-qk,xformers",
         "--seeds",
         "0,1",
+        "--threads",
+        "1",
     ]
-    assert main([*argv, "--table2"]) == 0
-    out = capsys.readouterr().out
+    threads = torch.get_num_threads()
+    try:
+        assert main([*argv, "--table2"]) == 0
+        out = capsys.readouterr().out
+        assert main(argv) == 0  # again: everything is found in the store
+        again = capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)  # --threads sets them for the whole process
+    assert "; threads 1; store" in out
     assert "skipped xformers: backend 'xformers' unavailable: xformers kernels need CUDA" in out
     assert "[1/2] shared-qk seed 0:" in out and "[2/2] shared-qk seed 1:" in out
     assert "train \\ eval" in out and "shared-qk" in out.split("train \\ eval")[1]
-    assert main(argv) == 0
-    assert (
-        out.count("already in the store") == 0 and "already in the store" in capsys.readouterr().out
-    )
+    assert out.count("already in the store") == 0 and "already in the store" in again
     with ResultStore(store) as s:
         statuses = sorted(c["status"] for c in s.cases())
         assert statuses == ["ok", "ok", "skipped", "skipped"]  # nothing stored twice on re-running
         assert next(c["error"] for c in s.cases() if c["status"] == "skipped").startswith(
             "backend 'xformers'"
         )
-    assert torch.get_num_threads() >= 1
+        assert {r["threads"] for r in s.rows()} == {1}  # the rows record the threads they ran on
 
 
 def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,11 +14,9 @@ from ..measure.metrics import MEASURE_GROUPS
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
 from ..measure.units import format_bytes, parse_bytes
-from ..presets import Preset, builtin_presets, load_preset
-from ..store import ResultStore
-from ..sweep import Grid, default_memory_limit, run_sweep
-
-DEFAULT_STORE = "results/zoo.sqlite"
+from ..presets import SweepPreset, builtin_presets, load_sweep_preset
+from ..store import DEFAULT_STORE, ResultStore
+from ..sweep import SweepGrid, default_memory_limit, run_sweep
 
 EXAMPLE = """examples:
   zoo bench --preset quick
@@ -93,10 +91,10 @@ def add_grid_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def grid_from_args(args: argparse.Namespace) -> tuple[Grid, Preset | None]:
+def grid_from_args(args: argparse.Namespace) -> tuple[SweepGrid, SweepPreset | None]:
     """The preset's grid (or the default one) with every given flag applied on top."""
-    preset = load_preset(args.preset) if args.preset else None
-    base = preset.grid if preset else Grid()
+    preset = load_sweep_preset(args.preset) if args.preset else None
+    base = preset.grid if preset else SweepGrid()
     changes: dict[str, Any] = {}
     for flag, name in (
         ("target", "target"),
@@ -205,7 +203,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def settings_from_args(args: argparse.Namespace, preset: Preset | None) -> MeasureSettings:
+def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> MeasureSettings:
     base = preset.settings if preset else MeasureSettings()
     changes: dict[str, Any] = {}
     if args.budget is not None:

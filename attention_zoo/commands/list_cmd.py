@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..attention.spec import default_device, list_backends
+from ..measure.table import format_table
 
 EXAMPLE = """examples:
   zoo list                 table of backends, availability on the default device
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(format_table(rows))
+    print(backends_table(rows))
     return 0
 
 
@@ -45,7 +46,7 @@ def _flag(value: bool) -> str:
     return "yes" if value else "no"
 
 
-def format_table(rows: list[dict]) -> str:
+def backends_table(rows: list[dict]) -> str:
     headers = [
         "backend",
         "causal",
@@ -71,10 +72,5 @@ def format_table(rows: list[dict]) -> str:
                 options,
             ]
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *table)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    out = [line(headers), line("-" * w for w in widths)]
-    out += [line(r) for r in table]
-    out.append("")
-    out += [f"{r['name']}: {r['description']}" for r in rows]
-    return "\n".join(out)
+    descriptions = [f"{r['name']}: {r['description']}" for r in rows]
+    return "\n".join([format_table(headers, table), "", *descriptions])

@@ -8,8 +8,7 @@ import sys
 
 from ..errors import ZooError
 from ..measure.table import comparison_table, format_table, group_cases
-from ..store import ResultStore
-from .bench_cmd import DEFAULT_STORE
+from ..store import DEFAULT_STORE, ResultStore
 
 EXAMPLE = """examples:
   zoo results                              the latest run as a comparison table

@@ -10,6 +10,7 @@ from collections import defaultdict
 import torch
 
 from ..errors import ZooError
+from ..store import DEFAULT_STORE
 
 EXAMPLE = """examples:
   zoo task duplication --preset cpu --table2       Table 2 of the Reformer paper, on this CPU
@@ -72,7 +73,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="torch intra-op threads (default: torch's choice; "
         "on a busy machine 1 is often fastest for these small models)",
     )
-    p.add_argument("--store", help="SQLite results store (default: results/zoo.sqlite)")
+    p.add_argument(
+        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
+    )
     p.add_argument("--table2", action="store_true", help="print the Table 2 matrix from the store")
     p.add_argument("--force", action="store_true", help="train again even if the store has the run")
     p.add_argument(
@@ -95,10 +98,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..tasks import results
     from ..tasks.base import TASKS
 
-    store = args.store or str(results.default_store_path())
+    store = args.store
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.list or (args.run_spec is None and not args.table2):
@@ -112,14 +114,14 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_suite(args: argparse.Namespace, store: str):  # -> Preset
+def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
     import dataclasses
 
     from ..tasks.results import TaskResults
     from ..tasks.runner import identity, outcome_rows, plan_runs, run_one, skipped_key
-    from ..tasks.suite import load_preset
+    from ..tasks.suite import load_task_preset
 
-    preset = load_preset(args.run_spec, args.preset)
+    preset = load_task_preset(args.run_spec, args.preset)
     if args.max_steps:
         preset = dataclasses.replace(
             preset, train=dataclasses.replace(preset.train, max_steps=args.max_steps)

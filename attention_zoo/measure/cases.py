@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention.spec import Case, build_attention, get_backend
+from ..declarative import checked_dataclass
 from ..errors import ConfigError, UnavailableError
 
 TARGETS = ("attention", "block", "model")
@@ -81,13 +82,7 @@ class BenchCase:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchCase:
-        accepted = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - accepted)
-        if unknown:
-            raise ConfigError(
-                f"BenchCase has no field(s) {unknown}; fields: {', '.join(sorted(accepted))}"
-            )
-        return cls(**data)
+        return checked_dataclass(cls, data, where="BenchCase", noun="field")
 
     def key(self) -> str:
         """Stable identity of what is measured (label excluded): the store's case key."""
@@ -209,8 +204,7 @@ class Runnable:
 def build_runnable(case: BenchCase, device: str | torch.device | None = None) -> Runnable:
     """Build `case` on `device` (default: its own); under a FakeTensorMode this allocates nothing.
 
-    Raises UnavailableError when a backend cannot run there, ImportError when the model is not
-    importable (target "model").
+    Raises UnavailableError when a backend cannot run there.
     """
     device = torch.device(device or case.device)
     if reason := case.unsupported(device.type):

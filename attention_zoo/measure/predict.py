@@ -51,9 +51,9 @@ def stand_in_device(device: str) -> str:
 def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     """Predict peak/resident bytes and FLOPs of one step of `case` on `device` (default: its own).
 
-    Raises UnavailableError when a backend cannot run on the stand-in device, ImportError for a
-    model case when the model is not importable, and whatever the case raises on FakeTensors
-    (e.g. a backend with data-dependent shapes, which the style guide forbids).
+    Raises UnavailableError when a backend cannot run on the stand-in device, and whatever the
+    case raises on FakeTensors (e.g. a backend with data-dependent shapes, which the style guide
+    forbids).
     """
     target = torch.device(device or case.device).type
     fake_device = stand_in_device(target)

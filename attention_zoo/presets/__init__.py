@@ -3,7 +3,7 @@
 Built-in presets live next to this file (`quick.toml`, ...); any path to a .toml file works too.
 
     description = "what it is for"
-    [grid]                       # fields of attention_zoo.sweep.Grid
+    [grid]                       # fields of attention_zoo.sweep.SweepGrid
     target = "block"             # attention | block | model
     backends = []                # empty: every registered backend
     seq_lens = [256, 1024]
@@ -20,44 +20,27 @@ Built-in presets live next to this file (`quick.toml`, ...); any path to a .toml
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
+from ..declarative import check_keys, checked_dataclass, parse_toml, table
 from ..errors import ConfigError
 from ..measure.runner import MeasureSettings
-from ..sweep import Grid
+from ..sweep import SweepGrid
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-TOP_KEYS = {"description", "grid", "measure"}
-PRESET_ONLY_MEASURE_KEYS = {"reference"}
-_TUPLE_FIELDS = {
-    "backends",
-    "seq_lens",
-    "batches",
-    "modes",
-    "dtypes",
-    "causal",
-    "devices",
-    "models",
-}
+TOP_KEYS = ("description", "grid", "measure")
+PRESET_ONLY_MEASURE_KEYS = ("reference",)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Preset:
-    """A loaded preset: where it came from, its grid and measurement settings."""
+class SweepPreset:
+    """A loaded sweep preset: where it came from, its grid and measurement settings."""
 
     name: str
     source: str
     description: str
-    grid: Grid
+    grid: SweepGrid
     settings: MeasureSettings
     reference: str | None = None  # backend the comparison table is relative to
 
@@ -69,7 +52,7 @@ def builtin_presets() -> list[str]:
     )
 
 
-def load_preset(name_or_path: str | Path) -> Preset:
+def load_sweep_preset(name_or_path: str | Path) -> SweepPreset:
     """Load a built-in preset by name or a TOML file by path; ConfigError says what is wrong."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
@@ -92,29 +75,24 @@ def load_preset(name_or_path: str | Path) -> Preset:
             f"built-in preset {name_or_path}",
             str(name_or_path),
         )
-    return parse_preset(text, name=name, source=source)
+    return parse_sweep_preset(text, name=name, source=source)
 
 
-def parse_preset(text: str, *, name: str = "preset", source: str = "<string>") -> Preset:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{source} is not valid TOML: {err}") from None
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown top-level key(s) {unknown}; "
-            f"a preset has: {', '.join(sorted(TOP_KEYS))}"
-        )
-    grid = _grid(data.get("grid", {}), source)
-    measure = dict(data.get("measure", {}))
-    if not isinstance(measure, dict):
-        raise ConfigError(f"{source}: [measure] must be a table")
-    reference = measure.pop("reference", None)
-    settings = _dataclass(
-        MeasureSettings, measure, f"{source} [measure]", extra=PRESET_ONLY_MEASURE_KEYS
+def parse_sweep_preset(text: str, *, name: str = "preset", source: str = "<string>") -> SweepPreset:
+    data = parse_toml(text, source=source)
+    check_keys(data, TOP_KEYS, where=source, noun="top-level key")
+    grid = checked_dataclass(
+        SweepGrid, table(data, "grid", where=source), where=f"{source} [grid]", tuples=True
     )
-    return Preset(
+    measure = table(data, "measure", where=source)
+    reference = measure.pop("reference", None)
+    check_keys(
+        measure,
+        [*MeasureSettings.__dataclass_fields__, *PRESET_ONLY_MEASURE_KEYS],
+        where=f"{source} [measure]",
+    )
+    settings = checked_dataclass(MeasureSettings, measure, where=f"{source} [measure]", tuples=True)
+    return SweepPreset(
         name=name,
         source=source,
         description=str(data.get("description", "")),
@@ -124,29 +102,4 @@ def parse_preset(text: str, *, name: str = "preset", source: str = "<string>") -
     )
 
 
-def _grid(data: Any, source: str) -> Grid:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: [grid] must be a table")
-    data = dict(data)
-    for key in _TUPLE_FIELDS & set(data):
-        value = data[key]
-        data[key] = tuple(value) if isinstance(value, list) else (value,)
-    return _dataclass(Grid, data, f"{source} [grid]")
-
-
-def _dataclass(cls: type, data: dict[str, Any], where: str, extra: set[str] = frozenset()) -> Any:
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - fields)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {unknown}; accepted: {', '.join(sorted(fields | set(extra)))}"
-        )
-    if "metrics" in data and isinstance(data["metrics"], list):
-        data["metrics"] = tuple(data["metrics"])
-    try:
-        return cls(**data)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{where}: {err}") from None
-
-
-__all__ = ["Preset", "builtin_presets", "load_preset", "parse_preset"]
+__all__ = ["SweepPreset", "builtin_presets", "load_sweep_preset", "parse_sweep_preset"]

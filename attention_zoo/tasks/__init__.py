@@ -1,7 +1,7 @@
 """Synthetic long-range tasks, their training recipe and declarative suites (`zoo task`).
 
-from attention_zoo.tasks import load_preset, plan_runs, run_one
-preset = load_preset("duplication", "cpu")           # tasks/duplication.toml, preset cpu
+from attention_zoo.tasks import load_task_preset, plan_runs, run_one
+preset = load_task_preset("duplication", "cpu")      # tasks/duplication.toml, preset cpu
 runs, skipped = plan_runs(preset, backends=["shared-qk"], eval_hashes=[8, 1])
 outcome = run_one(runs[0])                           # train from the seed, evaluate overrides
 outcome.result.steps_to_target, outcome.evals["lsh-1"].accuracy
@@ -22,7 +22,7 @@ from .runner import (
     run_one,
     with_attention,
 )
-from .suite import Grid, Preset, load_preset
+from .suite import TaskGrid, TaskPreset, load_task_preset
 from .table2 import Table2, build_table2, format_table2
 from .trainer import EvalResult, TrainConfig, TrainResult, evaluate, train
 
@@ -33,13 +33,13 @@ __all__ = [
     "DuplicationTask",
     "EvalResult",
     "EvalVariant",
-    "Grid",
-    "Preset",
     "RunOutcome",
     "RunSpec",
     "Table2",
     "TaskConfig",
     "TaskData",
+    "TaskGrid",
+    "TaskPreset",
     "TrainConfig",
     "TrainResult",
     "TrainVariant",
@@ -48,7 +48,7 @@ __all__ = [
     "evaluate",
     "format_table2",
     "get_task",
-    "load_preset",
+    "load_task_preset",
     "make_task",
     "outcome_rows",
     "plan_runs",

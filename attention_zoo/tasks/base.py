@@ -16,10 +16,10 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
+from ..declarative import checked_dataclass
 from ..errors import ConfigError, OptionError
+from ..model import IGNORE_INDEX
 from ..registry import Registry
-
-IGNORE_INDEX = -100  # label value of unscored positions (torch cross-entropy and HF default)
 
 # Independent streams derived from one run seed, so changing the eval set size never changes the
 # training data, and model init (torch.manual_seed(seed)) never shares a stream with the data.
@@ -59,7 +59,6 @@ class TaskConfig:
     """Base class of task configs: subclasses add their fields and implement `sample`."""
 
     name: ClassVar[str] = ""
-    metric: ClassVar[str] = "accuracy"  # token accuracy on the scored positions
     seq_len: int  # tokens per sequence, the model's input length
     vocab_size: int  # token ids are 0 .. vocab_size - 1
     eval_size: int = 512  # sequences in the fixed evaluation set
@@ -129,27 +128,8 @@ def get_task(name: str) -> type[TaskConfig]:
     return TASKS.get(name)
 
 
-def task_fields(cls: type[TaskConfig]) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
 def make_task(name: str, **fields: Any) -> TaskConfig:
     """Build the task config `name`; unknown fields raise listing the accepted ones."""
-    cls = get_task(name)
-    accepted = task_fields(cls)
-    unknown = sorted(set(fields) - set(accepted))
-    if unknown:
-        raise OptionError(
-            f"task {name!r} does not take field(s) {', '.join(map(repr, unknown))}; "
-            f"it takes: {', '.join(accepted)}"
-        )
-    missing = [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-        and f.name not in fields
-    ]
-    if missing:
-        raise ConfigError(f"task {name!r} needs field(s) {', '.join(missing)}")
-    return cls(**fields)
+    return checked_dataclass(
+        get_task(name), fields, where=f"task {name!r}", noun="field", error=OptionError
+    )

@@ -8,7 +8,6 @@ evaluation override is kept in the metric name ("accuracy@lsh-8"; "accuracy" = a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +15,10 @@ from ..measure.cases import case_key
 from ..measure.status import OK, SKIPPED
 from ..store import ResultStore
 
-DEFAULT_STORE = Path("results") / "zoo.sqlite"
 KIND = "task"
 TRAINED = "trained"
 UNITS = {"accuracy": "fraction", "loss": "nats", "steps": "steps", "wall_time_s": "s"}
 _IDENTITY = ("task", "preset", "backend", "length", "seed")
-
-
-def default_store_path() -> Path:
-    return DEFAULT_STORE
 
 
 def case_config(identity: dict[str, Any], spec_key: dict[str, Any]) -> dict[str, Any]:
@@ -102,9 +96,6 @@ class TaskResults:
             self.run_id, case_key(config), config, [], status=SKIPPED, error=reason
         )
 
-    def rows(self, *, task: str | None = None, preset: str | None = None) -> list[dict[str, Any]]:
-        return stored_rows(self.store, task=task, preset=preset)
-
 
 def stored_rows(
     store: ResultStore, *, task: str | None = None, preset: str | None = None
@@ -142,7 +133,3 @@ def load_rows(
         return []
     with ResultStore(path, create=False) as store:
         return stored_rows(store, task=task, preset=preset)
-
-
-def identities(rows: Iterable[dict[str, Any]]) -> set[tuple[Any, ...]]:
-    return {tuple(r[k] for k in _IDENTITY) for r in rows}

@@ -20,7 +20,7 @@ from torch import nn
 from ..attention.spec import get_backend
 from ..errors import ConfigError
 from .base import stream_seed
-from .suite import Preset
+from .suite import TaskPreset
 from .trainer import EvalResult, TrainResult, evaluate, train
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class Skipped:
 class RunSpec:
     """One training run: preset x training variant x seed, plus its evaluation overrides."""
 
-    preset: Preset
+    preset: TaskPreset
     variant: TrainVariant
     seed: int
     evals: tuple[EvalVariant, ...]
@@ -143,7 +143,7 @@ def eval_variants(
 
 
 def plan_runs(
-    preset: Preset,
+    preset: TaskPreset,
     *,
     backends: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
@@ -226,7 +226,7 @@ def run_one(
     return RunOutcome(spec=spec, result=result, evals=evals)
 
 
-def identity(preset: Preset, label: str, seed: int) -> dict[str, Any]:
+def identity(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
     """The tidy identity columns of one run."""
     return {
         "task": preset.task.name,
@@ -237,7 +237,7 @@ def identity(preset: Preset, label: str, seed: int) -> dict[str, Any]:
     }
 
 
-def skipped_key(preset: Preset, label: str, seed: int) -> dict[str, Any]:
+def skipped_key(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
     """Identity of a grid entry that did not run (no model config could be built for it)."""
     return {**preset.to_dict(), "variant": label, "seed": seed}
 

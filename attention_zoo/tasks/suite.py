@@ -13,15 +13,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10 (pyproject pulls tomli there)
-    import tomli as tomllib
-
+from ..config import ReformerConfig
+from ..declarative import check_keys, checked_dataclass, field_names, load_toml
 from ..errors import ConfigError
 from .base import TaskConfig, get_task, make_task
 from .trainer import TrainConfig
 
+TOP_KEYS = ("task", "defaults", "presets")
 SECTIONS = ("task", "model", "train", "grid")
 # Fields a preset must give (after merging [defaults]); everything else has a default.
 REQUIRED = {
@@ -30,13 +28,12 @@ REQUIRED = {
     "train": ("max_steps", "target_accuracy"),
     "grid": ("backends", "seeds"),
 }
-GRID_FIELDS = ("backends", "train_hashes", "eval_hashes", "eval_full", "seeds")
 # Fields the engine sets itself from the task and the grid.
 ENGINE_MODEL_FIELDS = ("attn_layers", "vocab_size", "max_position_embeddings", "is_decoder")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Grid:
+class TaskGrid:
     """What to train (attention mixes x hash counts x seeds) and how to evaluate each model."""
 
     backends: tuple[str, ...]  # registry names; "a+b" = attn_layers ["a", "b"] cycled over layers
@@ -47,8 +44,8 @@ class Grid:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Preset:
-    """One fully specified preset of a suite."""
+class TaskPreset:
+    """One fully specified preset of a task suite."""
 
     suite: str  # where it came from (file path), for messages and stored configs
     name: str
@@ -56,7 +53,7 @@ class Preset:
     task: TaskConfig
     model: dict[str, Any]  # ReformerConfig fields (without the engine-set ones)
     train: TrainConfig
-    grid: Grid
+    grid: TaskGrid
 
     def to_dict(self) -> dict[str, Any]:
         """What defines the preset's runs (not where its file lies, so a moved checkout resumes)."""
@@ -102,10 +99,8 @@ def find_suite(spec: str) -> Path:
 
 def load_suite(spec: str) -> tuple[Path, dict[str, Any]]:
     path = find_suite(spec)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    data = load_toml(path)
+    check_keys(data, TOP_KEYS, where=str(path), noun="top-level key")
     if not isinstance(data.get("task"), str):
         raise ConfigError(f'{path}: needs a top-level `task = "<name>"` line')
     if not isinstance(data.get("presets"), dict) or not data["presets"]:
@@ -117,7 +112,7 @@ def preset_names(spec: str) -> list[str]:
     return list(load_suite(spec)[1]["presets"])
 
 
-def load_preset(spec: str, preset: str) -> Preset:
+def load_task_preset(spec: str, preset: str) -> TaskPreset:
     """Load, merge and validate one preset; every missing field is named in one error."""
     path, data = load_suite(spec)
     presets = data["presets"]
@@ -125,11 +120,7 @@ def load_preset(spec: str, preset: str) -> Preset:
         raise ConfigError(f"{path}: no preset {preset!r}; presets: {', '.join(presets)}")
     raw = _merge(data.get("defaults", {}), presets[preset])
     where = f"{path} preset {preset!r}"
-    unknown = sorted(set(raw) - set(SECTIONS) - {"description"})
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown table(s) {', '.join(unknown)}; tables: {', '.join(SECTIONS)}"
-        )
+    check_keys(raw, (*SECTIONS, "description"), where=where, noun="table")
     missing = [
         f"{section}.{key}"
         for section, keys in REQUIRED.items()
@@ -139,6 +130,7 @@ def load_preset(spec: str, preset: str) -> Preset:
     if missing:
         raise ConfigError(f"{where} is missing field(s): {', '.join(missing)}")
     model = dict(raw["model"])
+    check_keys(model, field_names(ReformerConfig), where=f"{where}: model", noun="field")
     engine_set = sorted(set(model) & set(ENGINE_MODEL_FIELDS))
     if engine_set:
         raise ConfigError(
@@ -146,15 +138,11 @@ def load_preset(spec: str, preset: str) -> Preset:
             "(attention from grid.backends, vocabulary and length from the task); remove them"
         )
     task = make_task(data["task"], **raw["task"])
-    train = _make(TrainConfig, raw["train"], f"{where}: train")
-    grid_raw = raw["grid"]
-    unknown = sorted(set(grid_raw) - set(GRID_FIELDS))
-    if unknown:
-        raise ConfigError(
-            f"{where}: grid does not take {', '.join(unknown)}; it takes {', '.join(GRID_FIELDS)}"
-        )
-    grid = Grid(**{k: _as_tuple(v) if k != "eval_full" else bool(v) for k, v in grid_raw.items()})
-    return Preset(
+    train = checked_dataclass(TrainConfig, raw["train"], where=f"{where}: train", noun="field")
+    grid = checked_dataclass(
+        TaskGrid, raw["grid"], where=f"{where}: grid", noun="field", tuples=True
+    )
+    return TaskPreset(
         suite=str(path),
         name=preset,
         description=str(raw.get("description", "")),
@@ -163,20 +151,6 @@ def load_preset(spec: str, preset: str) -> Preset:
         train=train,
         grid=grid,
     )
-
-
-def _as_tuple(value: Any) -> tuple[Any, ...]:
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
-
-
-def _make(cls: type, values: dict[str, Any], where: str) -> Any:
-    accepted = [f.name for f in fields(cls)]
-    unknown = sorted(set(values) - set(accepted))
-    if unknown:
-        raise ConfigError(
-            f"{where} does not take {', '.join(unknown)}; it takes {', '.join(accepted)}"
-        )
-    return cls(**values)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

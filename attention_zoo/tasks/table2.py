@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-TRAINED = "trained"  # the eval label of the model exactly as trained
+from ..measure.table import format_table
+from .results import TRAINED
 
 
 @dataclass(frozen=True)
@@ -140,17 +141,11 @@ def format_table2(table: Table2) -> str:
         cells = [format_accuracy(table.accuracy.get((variant, c))) for c in table.columns]
         steps = format_steps(table.steps_to_target.get(variant), table.steps.get(variant))
         body.append([variant, *cells, steps, ",".join(map(str, table.seeds.get(variant, ())))])
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *body)]
-
-    def line(cells: Iterable[str]) -> str:
-        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    out = [line(headers), line("-" * w for w in widths), *map(line, body)]
-    out.append(
+    legend = (
         "'-': not applicable (only lsh/shared-qk layers can be swapped) or not run; "
         "mean ± sample std over seeds"
     )
-    return "\n".join(out)
+    return f"{format_table(headers, body)}\n{legend}"
 
 
 def _isnan(value: Any) -> bool:
