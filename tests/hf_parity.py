@@ -155,24 +155,73 @@ def _train_length(cfg: dict[str, Any]) -> int:
     return cfg["max_position_embeddings"] // multiple * multiple
 
 
-class _Capture:
-    """Records the input of a module (the streams entering the final LayerNorm)."""
+def _outputs(
+    model: torch.nn.Module, case: ParityCase, probe: Tensor
+) -> dict[str, Tensor | dict[str, Tensor]]:
+    """One model's gradients (training mode, full length; named as ours) and its real tokens'
+    streams, logits (or hidden states) and loss (eval mode, odd length, left-padded mask)."""
+    from attention_zoo.hf_reformer import state_dict_from_hf
 
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.value: Tensor | None = None
-        module.register_forward_pre_hook(self._hook)
+    cfg = {**BASE, **case.hf}
+    lm, ours = cfg["is_decoder"], isinstance(model, (ReformerLM, ReformerModel))
+    trunk = model.reformer if lm else model
+    norm = trunk.norm if ours else trunk.encoder.layer_norm
+    streams: list[Tensor] = []
+    hook = norm.register_forward_pre_hook(lambda m, args: streams.append(args[0].detach()))
 
-    def _hook(self, module: torch.nn.Module, args: tuple[Tensor, ...]) -> None:
-        self.value = args[0].detach()
+    def loss_of(ids: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
+        out = model(ids, attention_mask=mask)
+        if lm:
+            return _lm_loss(out.logits, labels)
+        return (out.last_hidden_state * probe[:, : ids.shape[1]]).sum()
+
+    ids, mask, labels = _inputs(case, _train_length(cfg), seed=1)
+    model.train().zero_grad()
+    loss_of(ids, mask, labels).backward()
+    grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    if not ours:  # HF names -> ours (projections fused as in_proj)
+        prefix = "" if lm else "reformer."
+        backends = [
+            "lsh" if hasattr(layer.attention.self_attention, "query_key") else "local"
+            for layer in trunk.encoder.layers
+        ]
+        named = state_dict_from_hf({prefix + k: v for k, v in grads.items()}, backends)
+        grads = {k.removeprefix(prefix): v for k, v in named.items()}
+    ids, mask, labels = _inputs(case, case.eval_length, seed=2)
+    real = mask.bool()
+    with torch.no_grad():
+        out = model.eval()(ids, attention_mask=mask, **({"labels": labels} if lm else {}))
+    hook.remove()
+    result: dict[str, Tensor | dict[str, Tensor]] = {
+        "grads": grads,
+        "streams": streams[-1][:, : case.eval_length][real],
+    }
+    if lm:
+        result["logits"], result["loss"] = out.logits[real], out.loss
+    else:
+        result["hidden"] = out.last_hidden_state[real]
+    return result
 
 
-def compare(case: ParityCase, dtype: torch.dtype = torch.float32) -> dict[str, float]:
-    """Max relative errors of ReformerLM.from_hf(hf) against the HF model itself.
+def _errors(ours: dict, reference: dict) -> dict[str, float]:
+    """Relative errors per quantity; grads: the worst tensor, and all tensors on one scale."""
+    errors = {k: _relative(v, reference[k]) for k, v in ours.items() if k != "grads"}
+    ref = reference["grads"]
+    errors["grads"] = max(_relative(ours["grads"][k], g) for k, g in ref.items())
+    scale = max(g.abs().max().item() for g in ref.values())
+    errors["grads_all"] = (
+        max((ours["grads"][k].to(g.dtype) - g).abs().max().item() for k, g in ref.items()) / scale
+    )
+    return errors
+
+
+def compare(case: ParityCase, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Relative errors of ReformerLM.from_hf(hf) against the HF model itself, at `dtype`.
 
     Training mode first (HF sizes num_buckets=None from its first batch, ours from
     max_position_embeddings: the same when that batch is full length, as HF's axial training
-    demands): loss and every parameter gradient at the full length. Then eval mode at an odd length
-    (HF pads to whole chunks) with a left-padded attention_mask: streams, logits, loss.
+    demands): every parameter gradient at the full length. Then eval mode at an odd length (HF pads
+    to whole chunks) with a left-padded attention_mask: streams, logits, loss of real tokens.
     """
     import warnings
 
@@ -180,76 +229,38 @@ def compare(case: ParityCase, dtype: torch.dtype = torch.float32) -> dict[str, f
     from transformers import ReformerModel as HFModel
     from transformers import ReformerModelWithLMHead
 
-    from attention_zoo.hf_reformer import HFConversionWarning, state_dict_from_hf
+    from attention_zoo.hf_reformer import HFConversionWarning
 
     cfg = {**BASE, **case.hf}
     lm = cfg["is_decoder"]
     torch.manual_seed(0)
-    hf = (ReformerModelWithLMHead if lm else HFModel)(HFConfig(**cfg)).to(dtype)
+    hf = (ReformerModelWithLMHead if lm else HFModel)(HFConfig(**cfg))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HFConversionWarning)
-        ours = (ReformerLM if lm else ReformerModel).from_hf(hf)
-    norms = (hf.reformer if lm else hf).encoder.layer_norm, (ours.reformer if lm else ours).norm
-    captured = [_Capture(m) for m in norms]
+        ours = (ReformerLM if lm else ReformerModel).from_hf(hf).to(dtype)
     probe = torch.randn(2, 64, 2 * cfg["hidden_size"], dtype=dtype)  # encoder cases' loss
-
-    def loss_of(model: torch.nn.Module, ids: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
-        if lm:
-            return _lm_loss(model(ids, attention_mask=mask).logits, labels)
-        out = model(ids, attention_mask=mask)
-        hidden = out.last_hidden_state
-        return (hidden * probe[:, : hidden.shape[1]]).sum()
-
-    errors: dict[str, float] = {}
-    ids, mask, labels = _inputs(case, _train_length(cfg), seed=1)
-    grads = []
-    for model in (hf, ours):
-        model.train().zero_grad()
-        loss_of(model, ids, mask, labels).backward()
-        grads.append({k: p.grad for k, p in model.named_parameters() if p.grad is not None})
-    prefix = "" if lm else "reformer."
-    hf_grads = {
-        k.removeprefix(prefix): v
-        for k, v in state_dict_from_hf(
-            {prefix + k: v for k, v in grads[0].items()}, ours.config.layer_backends()
-        ).items()
-    }
-    errors["grads"] = max(_relative(grads[1][k], g) for k, g in hf_grads.items())
-    errors["grad_params"] = len(hf_grads)
-
-    ids, mask, labels = _inputs(case, case.eval_length, seed=2)
-    with torch.no_grad():
-        out_hf = hf.eval()(ids, attention_mask=mask, **({"labels": labels} if lm else {}))
-        out_ours = ours.eval()(ids, attention_mask=mask, **({"labels": labels} if lm else {}))
-    real = mask.bool()  # outputs of real tokens
-    n = case.eval_length
-    errors["streams"] = _relative(captured[1].value[:, :n][real], captured[0].value[:, :n][real])
-    if lm:
-        errors["logits"] = _relative(out_ours.logits[real], out_hf.logits[real])
-        errors["loss"] = _relative(out_ours.loss, out_hf.loss)
-    else:
-        errors["hidden"] = _relative(
-            out_ours.last_hidden_state[real], out_hf.last_hidden_state[real]
-        )
+    errors: dict[str, Any] = _errors(
+        _outputs(ours, case, probe), _outputs(hf.to(dtype), case, probe)
+    )
+    errors["grad_params"] = len([p for p in hf.parameters() if p.grad is not None])
     return errors
 
 
 def report() -> None:
-    """Print the parity errors of every case in float32 and float64."""
-    print(
-        f"{'case':36s} {'dtype':8s} "
-        + " ".join(f"{k:>10s}" for k in ("streams", "logits", "loss", "grads"))
-    )
+    """Print the parity errors of every case (max relative, max-norm) in float32 and float64."""
+    columns = ("streams", "logits", "loss", "grads", "grads_all")
+    print(f"{'case':34s} {'dtype':8s}" + "".join(f"{k:>10s}" for k in columns))
     for case in CASES + ENCODER_CASES:
         if reason := hf_semantics_missing(case):
-            print(f"{case.name:36s} skipped: {reason}")
+            print(f"{case.name:34s} skipped: {reason}")
             continue
         for dtype in (torch.float32, torch.float64):
             e = compare(case, dtype)
-            cells = [e.get("streams"), e.get("logits", e.get("hidden")), e.get("loss"), e["grads"]]
+            e["logits"] = e.get("logits", e.get("hidden"))
+            cells = [e.get(k) for k in columns]
             print(
-                f"{case.name:36s} {str(dtype).removeprefix('torch.'):8s} "
-                + " ".join(f"{c:10.2e}" if c is not None else f"{'-':>10s}" for c in cells)
+                f"{case.name:34s} {str(dtype).removeprefix('torch.'):8s}"
+                + "".join(f"{c:10.1e}" if c is not None else f"{'-':>10s}" for c in cells)
             )
 
 
