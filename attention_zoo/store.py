@@ -14,12 +14,14 @@ API (everything a writer needs; benchmarks and tasks share it):
         store.rows(run_id=..., metric=...)                         # -> list of dicts
         store.to_dataframe(); store.export_csv("out.csv")
 
-Every row carries run id, git commit, torch version, device name, thread count and the full case
-config as JSON; every run the machine's load average when it started and finished (and the core
-count), so timings taken on a busy machine can be told apart. A case written again in the same run
-replaces its earlier rows (no duplicates). A file that is not a store of this schema raises
-StoreError saying what it is; nothing is changed. A store of an older schema version is upgraded in
-place (MIGRATIONS: additions only, no row is lost).
+Every row carries run id, git commit, torch version, device name, thread count, host and the full
+case config as JSON; `environment` holds the whole environment of the process that measured the
+case (a Ray worker on another machine records its own, see measure/env.py); every run the
+machine's load average when it started and finished (and the core count), so timings taken on a
+busy machine can be told apart. A case written again in the same run replaces its earlier rows
+(no duplicates). A file that is not a store of this schema raises StoreError saying what it is;
+nothing is changed. A store of an older schema version is upgraded in place (MIGRATIONS:
+additions only, no row is lost).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from .measure.load import cpu_count, load_average
 from .measure.status import OK, STATUSES
 
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x5A4F4F31  # "ZOO1" in the SQLite header: marks a file as an attention-zoo store
 EXPORT_COLUMNS = (
     "run_id",
@@ -57,6 +59,8 @@ EXPORT_COLUMNS = (
     "config",
     "error",
     "created_at",
+    "host",
+    "environment",
 )
 
 _SCHEMA = """
@@ -82,6 +86,7 @@ CREATE TABLE cases (
     error TEXT,
     config TEXT NOT NULL,            -- JSON
     created_at REAL NOT NULL,
+    environment TEXT,                -- JSON: where it was measured (NULL: the run's environment)
     PRIMARY KEY (run_id, case_key)
 );
 CREATE TABLE results (
@@ -110,6 +115,9 @@ MIGRATIONS = {
         ALTER TABLE runs ADD COLUMN load_start REAL;
         ALTER TABLE runs ADD COLUMN load_end REAL;
         ALTER TABLE runs ADD COLUMN cpu_count INTEGER;
+    """,
+    3: """
+        ALTER TABLE cases ADD COLUMN environment TEXT;
     """,
 }
 
@@ -311,6 +319,7 @@ class ResultStore:
             if environment
             else (run["git_commit"], run["torch_version"], run["device_name"], run["threads"])
         )
+        env_json = json.dumps(environment.to_dict()) if environment else None
         now = _now()
         values = []
         for row in rows:
@@ -333,8 +342,8 @@ class ResultStore:
                     "DELETE FROM results WHERE run_id = ? AND case_key = ?", (run_id, key)
                 )
             self._db.execute(
-                "INSERT OR REPLACE INTO cases VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, key, status, error, config, now),
+                "INSERT OR REPLACE INTO cases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, key, status, error, config, now, env_json),
             )
             self._db.executemany(
                 "INSERT INTO results (run_id, case_key, metric, value, unit, git_commit, "
@@ -390,7 +399,8 @@ class ResultStore:
                    COALESCE(r.torch_version, u.torch_version) AS torch_version,
                    COALESCE(r.device_name, u.device_name) AS device_name,
                    COALESCE(r.threads, u.threads) AS threads,
-                   c.config, c.error, COALESCE(r.created_at, c.created_at) AS created_at
+                   c.config, c.error, COALESCE(r.created_at, c.created_at) AS created_at,
+                   c.environment, u.meta
             FROM cases c JOIN runs u ON u.run_id = c.run_id
             LEFT JOIN results r ON r.run_id = c.run_id AND r.case_key = c.case_key
             WHERE (? IS NULL OR c.run_id = ?) AND (? IS NULL OR r.metric = ?)
@@ -398,7 +408,7 @@ class ResultStore:
             ORDER BY c.created_at, c.rowid, r.id
         """
         params = (run_id, run_id, metric, metric, status, status)
-        return [dict(zip(EXPORT_COLUMNS, r)) for r in self._db.execute(sql, params)]
+        return [_with_environment(r) for r in self._db.execute(sql, params)]
 
     def to_dataframe(self, run_id: str | None = None, *, expand_config: bool = True) -> Any:
         """The rows as a pandas DataFrame; expand_config adds a column per config field (cfg.*)."""
@@ -425,6 +435,28 @@ class ResultStore:
         buf = io.StringIO()
         self.export_csv(buf, run_id)
         return buf.getvalue()
+
+
+_ROW_ENVIRONMENT = ("git_commit", "torch_version", "device_name", "threads")
+
+
+def _with_environment(r: sqlite3.Row) -> dict[str, Any]:
+    """An export row; a case stored without its own environment (older stores, writers that
+    give none) gets the run's, so every row names its host and device."""
+    row = dict(zip(EXPORT_COLUMNS[:-2], r))
+    env = json.loads(r["environment"]) if r["environment"] else None
+    if env is None:
+        meta = json.loads(r["meta"])
+        env = {
+            **{k: row[k] for k in _ROW_ENVIRONMENT},
+            "python": meta.get("python", ""),
+            "host": meta.get("host", ""),
+        }
+    else:  # a case without metric rows (error, oom) still names the worker that tried it
+        row.update({k: env[k] for k in _ROW_ENVIRONMENT if k in env})
+    row["host"] = env.get("host", "")
+    row["environment"] = json.dumps(env, sort_keys=True)
+    return row
 
 
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:

@@ -15,11 +15,14 @@ import hashlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
 from .attention.spec import get_backend, list_backends
 from .errors import ConfigError
+from .executors import Executor, Job, LocalExecutor, Outcome
+from .executors.progress import CaseProgress
 from .measure.cases import MODES, TARGETS, BenchCase
 from .measure.env import capture
 from .measure.runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
@@ -185,6 +188,61 @@ class SweepResult:
 
 
 Measure = Callable[[BenchCase, MeasureSettings], CaseResult]
+AUTO = "auto"  # memory limit: 90% of the memory available where the case runs, when it starts
+
+
+def measure_one(
+    case: BenchCase,
+    settings: MeasureSettings = DEFAULT_SETTINGS,
+    *,
+    isolate: bool = False,
+    memory_limit_bytes: int | str | None = None,
+    timeout_s: float | None = None,
+    measure: Measure | None = None,
+) -> CaseResult:
+    """Measure one case in the process that runs it (the driver or a Ray worker): the one method
+    every executor uses, so local and remote numbers are taken the same way.
+
+    memory_limit_bytes guards CPU cases by their prediction (and is the subprocess's address-space
+    limit with isolate); AUTO resolves it here, from this machine's available memory.
+    """
+    cpu = case.device == "cpu"
+    limit = default_memory_limit() if memory_limit_bytes == AUTO else memory_limit_bytes
+    if cpu and limit is not None:
+        settings = _with_limit(settings, int(limit))
+    if measure is not None:
+        return _guarded(measure, case, settings)
+    if isolate:
+        return run_isolated(
+            case, settings, rlimit_bytes=int(limit) if cpu and limit else None, timeout_s=timeout_s
+        )
+    return measure_case(case, settings)
+
+
+def case_job(
+    case: BenchCase,
+    settings: MeasureSettings,
+    *,
+    isolate: bool = False,
+    memory_limit_bytes: int | str | None = None,
+    timeout_s: float | None = None,
+    measure: Measure | None = None,
+) -> Job:
+    """The executor job measuring `case` with measure_one."""
+    return Job(
+        key=case.key(),
+        label=case.name(),
+        fn=measure_one,
+        args=(case, settings),
+        kwargs={
+            "isolate": isolate,
+            "memory_limit_bytes": memory_limit_bytes,
+            "timeout_s": timeout_s,
+            "measure": measure,
+        },
+        device=case.device,
+        threads=settings.threads,
+    )
 
 
 def run_sweep(
@@ -195,82 +253,96 @@ def run_sweep(
     run_id: str | None = None,
     resume: bool = False,
     isolate: bool = False,
-    memory_limit_bytes: int | None = None,
+    memory_limit_bytes: int | str | None = None,
     timeout_s: float | None = None,
     progress: bool = True,
     measure: Measure | None = None,
     meta: dict[str, Any] | None = None,
+    executor: Executor | None = None,
 ) -> SweepResult:
     """Measure `cases` into `store`, one committed case at a time; returns what ran now.
 
     run_id: continue that run (its stored cases are skipped) or name a new one. resume: continue
     the latest run of the same case list. isolate: each case in its own subprocess, under an
     address-space limit of memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
-    prediction. measure: replaces measure_case (tests inject failures through it).
+    prediction (AUTO: from the memory available where each case runs). measure: replaces
+    measure_case (tests inject failures through it). executor: where the cases run (default:
+    this process); whichever it is, only this process writes the store, case by case as each
+    finishes.
     """
     if not cases:
         raise ConfigError("the sweep has no cases; check the grid's axes")
+    executor = executor or LocalExecutor()
+    jobs = {
+        c.key(): case_job(
+            c,
+            settings,
+            isolate=isolate,
+            memory_limit_bytes=memory_limit_bytes,
+            timeout_s=timeout_s,
+            measure=measure,
+        )
+        for c in cases
+    }
+    by_key = {c.key(): c for c in cases}
+    executor.prepare(list(jobs.values()))  # a bad cluster fails here, before the store is touched
     fingerprint = sweep_fingerprint(cases)
     if run_id is None and resume:
         run_id = store.latest_run(kind="bench", fingerprint=fingerprint)
         if run_id:
             log.info("resuming run %s", run_id)
-    threads = settings.threads
     run_id = store.start_run(
         kind="bench",
         run_id=run_id,
         fingerprint=fingerprint,
         device=cases[0].device,
-        environment=capture(cases[0].device, threads),
+        environment=capture(cases[0].device, settings.threads),
         meta={
             "settings": _settings_meta(settings),
             "isolate": isolate,
             "memory_limit_bytes": memory_limit_bytes,
+            "executor": executor.name,
             **(meta or {}),
         },
     )
     done = store.completed_cases(run_id)
-    todo = [c for c in cases if c.key() not in done]
-    bar = _progress(len(cases), len(cases) - len(todo), enabled=progress)
+    todo = [jobs[c.key()] for c in cases if c.key() not in done]
+    bar = CaseProgress(len(cases), len(cases) - len(todo), desc="bench", enabled=progress)
     results: list[CaseResult] = []
     try:
-        for case in todo:
-            bar.set_postfix_str(case.name(), refresh=True)
-            cpu = case.device == "cpu"
-            case_settings = settings
-            if cpu and memory_limit_bytes is not None:
-                case_settings = _with_limit(settings, memory_limit_bytes)
-            if measure is not None:
-                result = _guarded(measure, case, case_settings)
-            elif isolate:
-                result = run_isolated(
-                    case,
-                    case_settings,
-                    rlimit_bytes=memory_limit_bytes if cpu else None,
-                    timeout_s=timeout_s,
+        with closing(executor.run(todo, on_start=bar.started)) as outcomes:
+            for outcome in outcomes:  # in the order they finish
+                case = by_key[outcome.key]
+                result = _case_result(case, outcome)
+                store.add_rows(
+                    run_id,
+                    outcome.key,
+                    case.to_dict(),
+                    result.rows,
+                    status=result.status,
+                    error=result.error,
+                    environment=outcome.environment,
                 )
-            else:
-                result = measure_case(case, case_settings)
-            store.add_rows(
-                run_id,
-                case.key(),
-                case.to_dict(),
-                result.rows,
-                status=result.status,
-                error=result.error,
-                environment=capture(case.device, threads),
-            )
-            results.append(result)
-            if result.status in (ERROR, OOM):
-                log.warning("%s: %s: %s", case.name(), result.status, result.error)
-            bar.update(1)
+                results.append(result)
+                if result.status in (ERROR, OOM):
+                    log.warning("%s: %s: %s", case.name(), result.status, result.error)
+                bar.finished(result.status, case.name())
     finally:
         bar.close()
+        executor.close()
     if len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases):
         store.finish_run(run_id)
     return SweepResult(
         run_id=run_id, results=results, already_done=len(cases) - len(todo), total=len(cases)
     )
+
+
+def _case_result(case: BenchCase, outcome: Outcome) -> CaseResult:
+    """A job's outcome as a case result: a job that failed outside measure_case (its worker died)
+    is an error, or oom when it ran out of memory."""
+    if outcome.ok:
+        return outcome.value
+    return CaseResult(case=case, status=OOM if outcome.oom else ERROR, error=outcome.error)
 
 
 def _guarded(measure: Measure, case: BenchCase, settings: MeasureSettings) -> CaseResult:
@@ -297,17 +369,3 @@ def _settings_meta(settings: MeasureSettings) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(settings)
-
-
-def _progress(total: int, initial: int, *, enabled: bool) -> Any:
-    """A tqdm bar showing the current case in its postfix and an ETA; a no-op when disabled."""
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total,
-        initial=initial,
-        unit="case",
-        desc="bench",
-        disable=not enabled,
-        dynamic_ncols=True,
-    )

@@ -141,3 +141,50 @@ def test_corrupt_store_is_refused(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(StoreError, match="results store, but it is damaged"):
         ResultStore(path)
+
+
+WORKER = Environment(
+    git_commit="abc123",
+    torch_version="9.9",
+    device_name="NVIDIA H100",
+    threads=8,
+    host="node-b",
+    cuda_version="12.8",
+    driver_version="570.1",
+)
+
+
+def test_case_keeps_the_environment_of_the_worker_that_measured_it(store: ResultStore) -> None:
+    run = store.start_run(environment=ENV)  # the driver's
+    store.add_rows(run, "remote", CONFIG, [("x", 1, "u")], environment=WORKER)
+    store.add_rows(run, "failed", CONFIG, [], status="error", error="boom", environment=WORKER)
+    store.add_rows(run, "driver", CONFIG, [("x", 2, "u")])  # no environment: the run's
+    rows = {r["case_key"]: r for r in store.rows(run)}
+    for key in ("remote", "failed"):
+        assert (rows[key]["host"], rows[key]["device_name"]) == ("node-b", "NVIDIA H100")
+        assert json.loads(rows[key]["environment"]) == WORKER.to_dict()
+    assert rows["driver"]["device_name"] == "test-cpu"
+    assert rows["driver"]["host"] == ENV.host == json.loads(rows["driver"]["environment"])["host"]
+
+
+def test_store_of_schema_1_is_upgraded_without_loss(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    with ResultStore(path) as s:
+        run = s.start_run(environment=ENV)
+        s.add_rows(run, "k", CONFIG, [("x", 1, "u"), ("y", 2, "u")])
+    db = sqlite3.connect(path)  # make it a version-1 store: no per-case environment column
+    db.execute("ALTER TABLE cases DROP COLUMN environment")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with ResultStore(path) as s:
+        rows = s.rows()
+        s.add_rows(run, "k2", CONFIG, [("x", 3, "u")], environment=WORKER)
+        hosts = {r["case_key"]: r["host"] for r in s.rows()}
+    assert [(r["metric"], r["value"], r["device_name"]) for r in rows] == [
+        ("x", 1.0, "test-cpu"),
+        ("y", 2.0, "test-cpu"),
+    ]
+    assert hosts == {"k": ENV.host, "k2": "node-b"}
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

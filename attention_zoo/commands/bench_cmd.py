@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import ZooError
+from ..executors import add_executor_args, executor_from_args
 from ..measure.load import busy_warning, cpu_count, load_average
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.runner import MeasureSettings
@@ -16,7 +17,7 @@ from ..measure.table import comparison_table, group_cases
 from ..measure.units import format_bytes, parse_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE, ResultStore
-from ..sweep import SweepGrid, default_memory_limit, run_sweep
+from ..sweep import AUTO, SweepGrid, default_memory_limit, run_sweep
 
 EXAMPLE = """examples:
   zoo bench --preset quick
@@ -28,6 +29,9 @@ EXAMPLE = """examples:
       a preset with one axis overridden, each case in its own process under an 8 GiB limit
   zoo bench --preset standard --resume
       continue the latest interrupted run of the same grid: only missing cases are measured
+  zoo bench --preset standard --devices cuda --executor ray --ray-address auto
+      one Ray task per case on the cluster this machine joined, one GPU each; rows stream into
+      --store on this machine
 
 Results go to --store (default: %(store)s), one row per metric, committed case by case.
 A case that fails is stored as 'error', an out-of-memory one as 'oom', and the sweep goes on.
@@ -200,6 +204,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--dry-run", action="store_true", help="list the cases and exit")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_executor_args(p)
     p.set_defaults(run=run)
 
 
@@ -218,11 +223,12 @@ def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> 
     return dataclasses.replace(base, **changes)
 
 
-def memory_limit(text: str) -> int | None:
+def memory_limit(text: str) -> int | str | None:
+    """Bytes, None, or AUTO: 90% of the memory available where each case runs, when it starts."""
     if text == "none":
         return None
     if text == "auto":
-        return default_memory_limit()
+        return AUTO
     return parse_bytes(text)
 
 
@@ -232,12 +238,20 @@ def _torch_threads() -> int:
     return torch.get_num_threads()
 
 
+def _describe_limit(limit: int | str | None) -> str:
+    if limit == AUTO:
+        here = default_memory_limit()
+        return "auto (90% of available memory" + (f": {format_bytes(here)} here)" if here else ")")
+    return format_bytes(limit) if limit else "none"
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         grid, preset = grid_from_args(args)
         settings = settings_from_args(args, preset)
         cases = grid.cases()
         limit = memory_limit(args.memory_limit)
+        executor = executor_from_args(args)
     except (ZooError, ValueError) as err:
         print(f"zoo bench: {err}", file=sys.stderr)
         return 2
@@ -248,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(cases)} cases")
         return 0
     try:
+        where = executor.describe()  # connects: a bad cluster address fails before the store
         store = ResultStore(args.store)
     except ZooError as err:
         print(f"zoo bench: {err}", file=sys.stderr)
@@ -256,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     with store:
         print(
             f"{len(cases)} cases -> {args.store}; threads={settings.threads or 'torch default'}, "
-            f"memory limit {format_bytes(limit) if limit else 'none'}",
+            f"memory limit {_describe_limit(limit)}; executor {where}",
             file=sys.stderr,
         )
         if warning := busy_warning(load_average(), cpu_count(), threads):
@@ -273,7 +288,11 @@ def run(args: argparse.Namespace) -> int:
                 timeout_s=args.timeout,
                 progress=not args.no_progress,
                 meta={"command": " ".join(sys.argv), "preset": preset.source if preset else None},
+                executor=executor,
             )
+        except ZooError as err:
+            print(f"zoo bench: {err}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
             print(
                 "\ninterrupted: every finished case is stored; rerun the same command with "

@@ -10,6 +10,7 @@ from collections import defaultdict
 import torch
 
 from ..errors import ZooError
+from ..executors import add_executor_args, executor_from_args
 from ..store import DEFAULT_STORE
 
 EXAMPLE = """examples:
@@ -20,6 +21,8 @@ EXAMPLE = """examples:
   zoo task associative-recall --preset cpu
   zoo task --table2                                the matrix from every stored run
   zoo task --list                                  tasks and their presets
+  zoo task duplication --preset paper --device cuda --executor ray --ray-address auto
+                                                   one Ray task (one GPU) per training run
 
 RUN_SPEC is a suite file (TOML) or a task name, looked up as tasks/<name>.toml.
 Runs already in the store (same task, preset, model, variant, seed) are not trained again
@@ -86,6 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--list", action="store_true", help="list tasks and their suite presets")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_executor_args(p)
     p.set_defaults(run=run)
 
 
@@ -117,10 +121,12 @@ def _run(args: argparse.Namespace) -> int:
 def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
     import dataclasses
 
+    from ..tasks.driver import train_runs
     from ..tasks.results import TaskResults
-    from ..tasks.runner import identity, outcome_rows, plan_runs, run_one, skipped_key
+    from ..tasks.runner import identity, plan_runs, skipped_key
     from ..tasks.suite import load_task_preset
 
+    executor = executor_from_args(args)
     preset = load_task_preset(args.run_spec, args.preset)
     if args.max_steps:
         preset = dataclasses.replace(
@@ -135,7 +141,11 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
         device=args.device,
     )
     print(f"{preset.task.name} / preset {preset.name}: {preset.description}", flush=True)
-    print(f"{preset.task}; threads {torch.get_num_threads()}; store {store}", flush=True)
+    print(
+        f"{preset.task}; threads {args.threads or torch.get_num_threads()}; store {store}; "
+        f"executor {executor.describe()}",
+        flush=True,
+    )
     meta = {
         "command": "zoo task",
         "argv": sys.argv[1:],
@@ -149,18 +159,41 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
                 results.save_skipped(
                     identity(preset, s.label, seed), skipped_key(preset, s.label, seed), s.reason
                 )
-        for i, spec in enumerate(runs, 1):
-            prefix = f"[{i}/{len(runs)}] {spec.variant.label} seed {spec.seed}"
+        todo = []
+        for spec in runs:
             if not args.force and results.has_run(
                 spec.key(), identity(preset, spec.variant.label, spec.seed)
             ):
-                print(f"{prefix}: already in the store (use --force to train again)", flush=True)
-                continue
-            with _progress(prefix, preset.train.max_steps, disable=args.quiet) as on_step:
-                outcome = run_one(spec, device=args.device, on_step=on_step)
-            curves = {"loss": outcome.result.loss_curve, "eval_accuracy": outcome.result.eval_curve}
-            results.save(spec.key(), outcome_rows(outcome), curves)
-            print(f"{prefix}: {_summary(outcome)}", flush=True)
+                print(
+                    f"{spec.variant.label} seed {spec.seed}: already in the store "
+                    "(use --force to train again)",
+                    flush=True,
+                )
+            else:
+                todo.append(spec)
+        finished = 0
+
+        def report(spec, outcome) -> None:
+            nonlocal finished
+            finished += 1
+            if outcome.ok:
+                text = _summary(outcome.value)
+            else:
+                text = f"{'oom' if outcome.oom else 'error'} (stored): {outcome.error}"
+            print(
+                f"[{finished}/{len(todo)}] {spec.variant.label} seed {spec.seed}: {text}",
+                flush=True,
+            )
+
+        train_runs(
+            todo,
+            results,
+            executor,
+            device=args.device,
+            threads=args.threads,
+            progress=not args.quiet,
+            on_done=report,
+        )
     if args.cost and runs:
         _measure_cost(runs, store, args)
     return preset
@@ -198,34 +231,6 @@ def _summary(outcome) -> str:
         f"({r.wall_time_s:.0f} s)"
     )
     return text + (f"; eval {evals}" if evals else "")
-
-
-class _progress:
-    """A tqdm bar over training steps, as an on_step callback."""
-
-    def __init__(self, desc: str, total: int, *, disable: bool) -> None:
-        self.desc, self.total, self.disable = desc, total, disable
-
-    def __enter__(self):
-        from tqdm import tqdm
-
-        self.bar = tqdm(
-            total=self.total, desc=self.desc, disable=self.disable, leave=False, file=sys.stderr
-        )
-        self.acc = float("nan")
-
-        def on_step(step: int, info: dict[str, float]) -> None:
-            self.acc = info.get("accuracy", self.acc)
-            self.bar.update(step - self.bar.n)
-            if step % 10 == 0 or "accuracy" in info:
-                self.bar.set_postfix(
-                    loss=f"{info['loss']:.3f}", acc=f"{100 * self.acc:.1f}%", refresh=False
-                )
-
-        return on_step
-
-    def __exit__(self, *exc) -> None:
-        self.bar.close()
 
 
 def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:

@@ -1,9 +1,12 @@
-"""The environment every stored number carries: git commit, torch version, device name, threads."""
+"""The environment every stored number carries: git commit, torch version, device name, threads,
+host, CUDA runtime and driver. Captured in the process that measured the number (a Ray worker on
+another machine records its own)."""
 
 from __future__ import annotations
 
 import functools
 import platform
+import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +27,8 @@ class Environment:
     threads: int  # torch intra-op threads
     python: str = platform.python_version()
     host: str = platform.node()
+    cuda_version: str = ""  # CUDA runtime torch was built with; "" without CUDA
+    driver_version: str = ""  # NVIDIA driver; "" without one
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,17 +76,36 @@ def cpu_name() -> str:
 def device_name(device: str | torch.device = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "cuda (not available)"
         return torch.cuda.get_device_name(device)
     if device.type == "cpu":
         return cpu_name()
     return device.type
 
 
+@functools.cache
+def nvidia_driver_version() -> str:
+    """The loaded NVIDIA kernel driver's version (from /proc), or "" where there is none."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            first = f.readline()
+    except OSError:
+        return ""
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", first)
+    return match.group(1) if match else first.strip()
+
+
 def capture(device: str | torch.device = "cpu", threads: int | None = None) -> Environment:
-    """The environment now, for `device`; threads default to torch.get_num_threads()."""
+    """The environment of this process now, for `device`; threads default to
+    torch.get_num_threads()."""
+    on_cuda = torch.device(device).type == "cuda"
     return Environment(
         git_commit=git_commit(),
         torch_version=torch.__version__,
         device_name=device_name(device),
         threads=threads if threads is not None else torch.get_num_threads(),
+        host=platform.node(),
+        cuda_version=(torch.version.cuda or "") if on_cuda else "",
+        driver_version=nvidia_driver_version() if on_cuda else "",
     )

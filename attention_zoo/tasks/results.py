@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.cases import case_key
+from ..measure.env import Environment
 from ..measure.status import OK, SKIPPED
 from ..store import ResultStore
 
@@ -73,11 +74,14 @@ class TaskResults:
         spec_key: dict[str, Any],
         rows: list[dict[str, Any]],
         curves: dict[str, Any] | None = None,
+        *,
+        environment: Environment | None = None,
     ) -> str:
         """Commit one finished run's tidy rows (all share one identity).
 
         curves (loss and eval curves) are kept in the stored config under "curves", outside the
-        case identity, so a re-run of the same spec is still recognised.
+        case identity, so a re-run of the same spec is still recognised. environment: of the
+        process that trained it (None: this one's).
         """
         config = case_config(rows[0], spec_key)
         key = case_key(config)
@@ -85,7 +89,31 @@ class TaskResults:
             (encode_metric(r["metric"], r["eval"]), r["value"], _unit(r["metric"])) for r in rows
         ]
         stored = {**config, "curves": curves} if curves else config
-        return self.store.add_rows(self.run_id, key, stored, values, status=OK)
+        return self.store.add_rows(
+            self.run_id, key, stored, values, status=OK, environment=environment
+        )
+
+    def save_failed(
+        self,
+        identity: dict[str, Any],
+        spec_key: dict[str, Any],
+        *,
+        status: str,
+        error: str,
+        environment: Environment | None = None,
+    ) -> str:
+        """Record a run that failed (error) or ran out of memory (oom), with the reason; the next
+        invocation trains it again (only ok runs count as done)."""
+        config = case_config(identity, spec_key)
+        return self.store.add_rows(
+            self.run_id,
+            case_key(config),
+            config,
+            [],
+            status=status,
+            error=error,
+            environment=environment,
+        )
 
     def save_skipped(self, identity: dict[str, Any], spec_key: dict[str, Any], reason: str) -> str:
         """Record a grid entry that could not run here, with its reason (once per store)."""

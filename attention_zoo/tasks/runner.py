@@ -226,6 +226,20 @@ def run_one(
     return RunOutcome(spec=spec, result=result, evals=evals)
 
 
+def train_job(
+    spec: RunSpec,
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> RunOutcome:
+    """run_one in the process an executor puts it in (the driver or a Ray worker), with `threads`
+    torch threads there when given."""
+    if threads:
+        torch.set_num_threads(threads)
+    return run_one(spec, device=device, on_step=on_step)
+
+
 def identity(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
     """The tidy identity columns of one run."""
     return {

@@ -1,0 +1,93 @@
+"""Where a sweep's cases run: `local` (this process, the default; nothing to install) or `ray`
+(one Ray task per case on a cluster, or on a Ray runtime started on this machine).
+
+Commands add the same flags with `add_executor_args(parser)` and build the executor with
+`executor_from_args(args)`; `run_sweep(..., executor=...)` and the task driver take it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import ConfigError
+from .base import Executor, Job, Outcome, run_job
+from .local import LocalExecutor
+from .ray_cluster import INSTALL_HINT, RayError, RayExecutor, import_ray
+
+EXECUTORS = ("local", "ray")
+RAY_FLAGS = ("ray_address", "gpus_per_case", "cpus_per_case")
+
+
+def _amount(text: str) -> float:
+    """A resource amount >= 0 (fractions share a device: 0.5 GPU)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def add_executor_args(parser: argparse.ArgumentParser) -> None:
+    """--executor, --ray-address, --gpus-per-case, --cpus-per-case: one group, any command."""
+    g = parser.add_argument_group("where the cases run")
+    g.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="local: one case after another in this process (default); ray: one Ray task per "
+        f"case, results streamed into the store by this process (needs {INSTALL_HINT})",
+    )
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --executor ray: 'auto' (the cluster this machine joined with 'ray start'), "
+        "'ray://HOST:PORT' or 'HOST:PORT'; default: start a local Ray runtime with this "
+        "machine's CPUs and GPUs",
+    )
+    g.add_argument(
+        "--gpus-per-case",
+        type=_amount,
+        metavar="N",
+        help="with --executor ray: GPUs each case reserves (default: 1 for a CUDA case, else 0)",
+    )
+    g.add_argument(
+        "--cpus-per-case",
+        type=_amount,
+        metavar="N",
+        help="with --executor ray: CPUs each case reserves (default: its --threads, else 1)",
+    )
+
+
+def executor_from_args(args: argparse.Namespace) -> Executor:
+    """The executor the flags ask for; a Ray flag without --executor ray, or --executor ray
+    without Ray installed, is a one-line error (ZooError) before anything runs."""
+    if args.executor == "local":
+        given = [f for f in RAY_FLAGS if getattr(args, f, None) is not None]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise ConfigError(f"{flag} applies to --executor ray; add --executor ray or drop it")
+        return LocalExecutor()
+    if args.cpus_per_case == 0:
+        raise ConfigError("--cpus-per-case must be > 0 (a Ray task holds at least part of a CPU)")
+    import_ray()
+    return RayExecutor(
+        address=args.ray_address,
+        cpus_per_case=args.cpus_per_case,
+        gpus_per_case=args.gpus_per_case,
+    )
+
+
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "Job",
+    "LocalExecutor",
+    "Outcome",
+    "RayError",
+    "RayExecutor",
+    "add_executor_args",
+    "executor_from_args",
+    "run_job",
+]

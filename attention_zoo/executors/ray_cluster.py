@@ -1,0 +1,214 @@
+"""The Ray executor: each job is one Ray task with its own CPU/GPU request, retried a bounded number
+of times when its worker dies; outcomes come back to the driver as they finish (ray.wait), so the
+driver stays the only writer of the store and an interrupted sweep resumes like a local one.
+
+Ray is optional (`pip install -e ".[ray]"`); without it this module's executor says so in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..errors import UnavailableError, ZooError
+from .base import Job, Outcome, run_job
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = 'pip install -e ".[ray]"'
+MAX_RETRIES = 2  # a job whose worker dies runs at most 1 + MAX_RETRIES times
+CONNECT_TIMEOUT_S = 5.0
+
+
+class RayError(ZooError):
+    """A Ray cluster that cannot be reached or cannot place a job."""
+
+
+def import_ray() -> Any:
+    """The ray module, or UnavailableError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise UnavailableError(
+            f"--executor ray needs Ray, which is not installed; install it with {INSTALL_HINT}"
+        ) from None
+    return ray
+
+
+def check_address(address: str) -> str:
+    """'auto', 'ray://HOST:PORT' or 'HOST:PORT'; RayError saying what works otherwise."""
+    if address == "auto":
+        return address
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit() or "/" in hostport:
+        raise RayError(
+            f"--ray-address {address!r} is not an address; use 'auto' (the cluster this machine "
+            "joined with 'ray start'), 'ray://HOST:PORT' (Ray client) or 'HOST:PORT' (head node)"
+        )
+    return address
+
+
+def probe(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail fast (seconds, not Ray's minute of retries) when nothing listens at HOST:PORT."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise RayError(
+            f"no Ray cluster answers at {address} ({err.strerror or err}); start one with "
+            "'ray start --head' there, or leave out --ray-address to run on a local Ray runtime"
+        ) from None
+
+
+class RayExecutor:
+    """Jobs as Ray tasks: on the cluster at `address`, or on a Ray runtime started here with this
+    machine's CPUs and GPUs (address None)."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        cpus_per_case: float | None = None,
+        gpus_per_case: float | None = None,
+        max_retries: int = MAX_RETRIES,
+    ) -> None:
+        self.address = check_address(address) if address else None
+        self.cpus_per_case, self.gpus_per_case = cpus_per_case, gpus_per_case
+        self.max_retries = max_retries
+        self._ray: Any = None
+        self._owned = False  # True when prepare() started or connected the runtime
+
+    # ---- resources ----------------------------------------------------------------------------
+
+    def resources(self, job: Job) -> tuple[float, float]:
+        """(CPUs, GPUs) one job asks for: the flags, else the job's threads (or 1) and one GPU
+        for a CUDA job."""
+        cpus = self.cpus_per_case or job.threads or 1
+        if self.gpus_per_case is not None:
+            gpus = self.gpus_per_case
+        else:
+            gpus = 1 if job.device.startswith("cuda") else 0
+        return float(cpus), float(gpus)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        ray = self._connect()
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        for cpus, gpus in sorted({self.resources(j) for j in jobs}):
+            if not any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+                have = ", ".join(f"{n.get('CPU', 0):g} CPU/{n.get('GPU', 0):g} GPU" for n in nodes)
+                raise RayError(
+                    f"no node of the Ray cluster has {cpus:g} CPU and {gpus:g} GPU for one case "
+                    f"(nodes: {have or 'none'}); lower --cpus-per-case/--gpus-per-case "
+                    "or add a node that has them"
+                )
+
+    def _connect(self) -> Any:
+        if self._ray is not None:
+            return self._ray
+        ray = import_ray()
+        if not ray.is_initialized():
+            if self.address:
+                probe(self.address)
+            kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+            if not self.address:
+                kwargs.update(num_cpus=os.cpu_count(), include_dashboard=False)
+            try:
+                ray.init(address=self.address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError, TimeoutError) as err:
+                raise RayError(
+                    f"cannot connect to a Ray cluster at {self.address or 'a local runtime'}: "
+                    f"{_first_line(err)}; start one with 'ray start --head', or leave out "
+                    "--ray-address to run on a local Ray runtime"
+                ) from None
+            self._owned = True
+        self._ray = ray
+        return ray
+
+    def close(self) -> None:
+        if self._ray is not None and self._owned:
+            self._ray.shutdown()
+        self._ray, self._owned = None, False
+
+    def describe(self) -> str:
+        ray = self._connect()
+        total = ray.cluster_resources()
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        where = self.address or "a local runtime"
+        return (
+            f"ray at {where}: {nodes} node(s), {total.get('CPU', 0):g} CPUs, "
+            f"{total.get('GPU', 0):g} GPUs"
+        )
+
+    # ---- running ------------------------------------------------------------------------------
+
+    def run(
+        self, jobs: Sequence[Job], *, on_start: Callable[[Job], None] | None = None
+    ) -> Iterator[Outcome]:
+        """Submit every job, yield outcomes as they finish; pending jobs are cancelled when the
+        caller stops early (Ctrl-C, an error while storing)."""
+        ray = self._connect()
+        task = ray.remote(run_job)
+        by_ref: dict[Any, Job] = {}
+        for job in jobs:
+            cpus, gpus = self.resources(job)
+            ref = task.options(
+                num_cpus=cpus,
+                num_gpus=gpus,
+                max_retries=self.max_retries,
+                retry_exceptions=False,
+                name=job.label,
+            ).remote(
+                job.fn,
+                job.args,
+                job.kwargs,
+                key=job.key,
+                device=job.device,
+                threads=job.threads,
+            )
+            by_ref[ref] = job
+        pending = list(by_ref)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    yield self._outcome(ray, ref, by_ref[ref])
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+
+    def _outcome(self, ray: Any, ref: Any, job: Job) -> Outcome:
+        errors = ray.exceptions
+        try:
+            return ray.get(ref)
+        except errors.OutOfMemoryError as err:
+            return Outcome(
+                key=job.key,
+                error=f"killed by Ray's memory monitor: {_first_line(err)}",
+                oom=True,
+            )
+        except errors.RayTaskError as err:  # raised inside the task (e.g. it could not unpickle)
+            return Outcome(key=job.key, error=f"failed on its Ray worker: {_first_line(err)}")
+        except errors.RayError as err:  # the worker or its node died, every retry too
+            return Outcome(
+                key=job.key,
+                error=(
+                    f"its Ray worker died ({type(err).__name__}), {self.max_retries} "
+                    f"retr{'y' if self.max_retries == 1 else 'ies'} too: {_first_line(err)}"
+                ),
+            )
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(err).__name__)[:300]

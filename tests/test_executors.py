@@ -1,0 +1,303 @@
+"""Executors: the flags and their errors, jobs measured by the same method wherever they run, and
+on a local Ray runtime (2 CPUs, one per module): the same cases and statuses as the local
+executor, a worker killed mid-case retried, a driver killed mid-sweep resumed with exactly the
+uninterrupted rows, a bad cluster address refused in seconds."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attention_zoo.cli import main
+from attention_zoo.errors import ConfigError, UnavailableError
+from attention_zoo.executors import (
+    Job,
+    LocalExecutor,
+    RayError,
+    RayExecutor,
+    add_executor_args,
+    executor_from_args,
+    run_job,
+)
+from attention_zoo.executors.ray_cluster import check_address, probe
+from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.runner import CaseResult, MeasureSettings, Metric
+from attention_zoo.presets import load_sweep_preset
+from attention_zoo.store import ResultStore
+from attention_zoo.sweep import SweepGrid, measure_one, run_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = MeasureSettings(metrics=("memory", "predict"), time_budget_s=0.0, min_repeats=1, threads=1)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_executor_args(parser)
+    return parser.parse_args(list(argv))
+
+
+# ---- flags ----------------------------------------------------------------------------------
+
+
+def test_local_is_the_default_and_takes_no_ray_flags() -> None:
+    assert isinstance(executor_from_args(parse()), LocalExecutor)
+    with pytest.raises(ConfigError, match=r"--gpus-per-case applies to --executor ray"):
+        executor_from_args(parse("--gpus-per-case", "1"))
+    with pytest.raises(ConfigError, match=r"--ray-address applies to --executor ray"):
+        executor_from_args(parse("--ray-address", "auto"))
+
+
+def test_missing_ray_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(UnavailableError, match=r'needs Ray.*pip install -e "\.\[ray\]"'):
+        executor_from_args(parse("--executor", "ray"))
+    store = tmp_path / "zoo.sqlite"
+    code = main(["bench", "--target", "attention", "--backends", "full", "--lengths", "64",
+                 "--store", str(store), "--executor", "ray"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and '".[ray]"' in err
+    assert not store.exists()  # refused before anything was stored
+
+
+def test_bad_resource_amounts_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--executor", "ray", "--gpus-per-case", "-1")
+    assert "must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_ray_resources_default_to_the_case() -> None:
+    cpu = Job(key="a", label="a", fn=print, device="cpu", threads=4)
+    gpu = Job(key="b", label="b", fn=print, device="cuda", threads=None)
+    assert RayExecutor().resources(cpu) == (4.0, 0.0)
+    assert RayExecutor().resources(gpu) == (1.0, 1.0)
+    assert RayExecutor(cpus_per_case=2, gpus_per_case=0.5).resources(gpu) == (2.0, 0.5)
+
+
+@pytest.mark.parametrize("address", ["localhost", "ray://nohost", "http://x:1/", "host:port"])
+def test_malformed_address_says_what_works(address: str) -> None:
+    with pytest.raises(RayError, match=r"is not an address; use 'auto'.*'ray://HOST:PORT'"):
+        check_address(address)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_unreachable_address_fails_fast(address: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(RayError, match=r"no Ray cluster answers at .*127\.0\.0\.1:1.*ray start"):
+        probe(check_address(address))
+    assert time.monotonic() - start < 10
+
+
+# ---- the same method everywhere -------------------------------------------------------------
+
+
+def test_every_executor_gets_the_same_measuring_job(tmp_path: Path) -> None:
+    """run_sweep hands any executor measure_one with the sweep's settings: the Ray worker measures
+    exactly as the local process does (warm-up, repeats, medians come from measure_case)."""
+    seen: dict[str, list[Job]] = {}
+
+    class Recording(LocalExecutor):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def run(self, jobs, *, on_start=None):
+            seen[self.name] = list(jobs)
+            return super().run(jobs, on_start=on_start)
+
+    cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
+    settings = MeasureSettings(metrics=("predict",), time_budget_s=0.25, min_repeats=5, threads=1)
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        for name in ("local", "ray"):
+            run_sweep(cases, store, settings=settings, executor=Recording(name), progress=False)
+    assert seen["local"] == seen["ray"]
+    for job in seen["ray"]:
+        assert job.fn is measure_one and job.args[1] == settings and job.threads == 1
+        assert job.kwargs["measure"] is None  # measure_one -> measure_case
+
+
+def test_a_job_that_raises_is_an_error_outcome_with_the_environment() -> None:
+    outcome = run_job(json.loads, ("{",), {}, key="k", device="cpu", threads=3)
+    assert not outcome.ok and outcome.error.startswith("JSONDecodeError")
+    assert outcome.environment.threads == 3 and outcome.environment.host
+
+
+# ---- on a local Ray runtime ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    """One local Ray runtime (2 CPUs) for the module; workers import this checkout and tests/."""
+    ray = pytest.importorskip("ray")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), old]))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield ray
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+def _statuses(store: ResultStore, run_id: str) -> dict[str, str]:
+    return {c["case_key"]: c["status"] for c in store.cases(run_id)}
+
+
+@pytest.mark.slow
+def test_quick_preset_on_ray_gives_the_local_cases_and_statuses(
+    ray_runtime, tmp_path: Path
+) -> None:
+    """The quick preset's grid (at its shorter length, memory and prediction only for time)."""
+    grid = load_sweep_preset("quick").grid
+    cases = [c for c in grid.cases() if c.seq_len == min(grid.seq_lens)]
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        local = run_sweep(cases, store, settings=FAST, progress=False)
+        remote = run_sweep(
+            cases, store, settings=FAST, progress=False, executor=RayExecutor(cpus_per_case=1)
+        )
+        assert _statuses(store, local.run_id) == _statuses(store, remote.run_id)
+        assert set(_statuses(store, local.run_id).values()) >= {"ok"}
+        rows = store.rows(remote.run_id)
+        metrics = {(r["case_key"], r["metric"]) for r in store.rows(local.run_id)}
+    assert {(r["case_key"], r["metric"]) for r in rows} == metrics
+    assert all(json.loads(r["environment"])["threads"] == 1 for r in rows)
+
+
+def _timing_rows(store: ResultStore, run_id: str) -> dict[str, float]:
+    return {r["metric"]: r["value"] for r in store.rows(run_id) if r["metric"]}
+
+
+@pytest.mark.slow
+def test_ray_worker_times_with_warmup_and_repeats_like_local(ray_runtime, tmp_path: Path) -> None:
+    settings = MeasureSettings(metrics=("time",), time_budget_s=0.0, min_repeats=4, threads=1)
+    cases = [BenchCase(target="attention", backend="full", seq_len=64, mode="forward")]
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        local = run_sweep(cases, store, settings=settings, progress=False)
+        remote = run_sweep(cases, store, settings=settings, progress=False, executor=RayExecutor())
+        a, b = _timing_rows(store, local.run_id), _timing_rows(store, remote.run_id)
+    assert set(a) == set(b) >= {"time_median", "time_iqr", "time_min", "time_repeats"}
+    assert a["time_repeats"] == b["time_repeats"] == 4  # budget 0: exactly min_repeats, both
+
+
+def _die_first_time(marker_dir: str, case: BenchCase, settings: MeasureSettings) -> CaseResult:
+    """Kills its worker process on a case's first attempt (a marker file remembers attempts)."""
+    marker = Path(marker_dir) / f"{case.seq_len}.attempts"
+    attempts = int(marker.read_text()) + 1 if marker.exists() else 1
+    marker.write_text(str(attempts))
+    if attempts == 1:
+        os._exit(1)
+    return CaseResult(case=case, status="ok", rows=[Metric("attempts", attempts, "count")])
+
+
+def _always_die(case: BenchCase, settings: MeasureSettings) -> CaseResult:
+    os._exit(1)
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_case_is_retried_then_recorded(ray_runtime, tmp_path: Path) -> None:
+    cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        retried = run_sweep(
+            cases,
+            store,
+            progress=False,
+            measure=functools.partial(_die_first_time, str(tmp_path)),
+            executor=RayExecutor(max_retries=1),
+        )
+        assert [r.status for r in retried.results] == ["ok", "ok"]
+        assert {r.value("attempts") for r in retried.results} == {2.0}  # died once, then ran
+        assert store.run(retried.run_id)["finished_at"] is not None
+        dead = run_sweep(
+            cases[:1],
+            store,
+            progress=False,
+            measure=_always_die,
+            executor=RayExecutor(max_retries=1),
+        )
+        (case,) = store.cases(dead.run_id)
+    assert case["status"] == "error" and "its Ray worker died" in case["error"]
+    assert "1 retry too" in case["error"]
+
+
+KILL_GRID = [
+    "bench", "--target", "attention", "--backends", "full,sdpa", "--lengths", "64,128,256,512",
+    "--metrics", "time", "--budget", "0.5", "--repeats", "1", "--threads", "1", "--no-progress",
+]  # fmt: skip
+
+
+def _stored_cases(path: Path) -> int:
+    try:
+        with sqlite3.connect(path, timeout=5) as db:
+            return db.execute("SELECT count(*) FROM cases").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.slow
+def test_driver_killed_mid_sweep_resumes_to_the_uninterrupted_rows(
+    ray_runtime, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    killed, whole = tmp_path / "killed.sqlite", tmp_path / "whole.sqlite"
+    command = [sys.executable, "-m", "attention_zoo", *KILL_GRID, "--executor", "ray"]
+    driver = subprocess.Popen(
+        [*command, "--store", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: the Ray runtime it starts is cleaned up
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while _stored_cases(killed) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+        driver.send_signal(signal.SIGKILL)  # the driver alone, mid-sweep
+        driver.wait(30)
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)  # the runtime it left behind
+        except ProcessLookupError:
+            pass
+    before = _stored_cases(killed)
+    assert 2 <= before < 8
+    assert main([*KILL_GRID, "--store", str(killed), "--executor", "ray", "--resume"]) == 0
+    assert main([*KILL_GRID, "--store", str(whole)]) == 0
+    capsys.readouterr()
+    with ResultStore(killed) as a, ResultStore(whole) as b:
+        (run,) = a.runs()  # the killed run was continued, not a new one started
+        resumed = [(r["case_key"], r["metric"]) for r in a.rows()]
+        uninterrupted = [(r["case_key"], r["metric"]) for r in b.rows()]
+        assert run["finished_at"] is not None and run["n_cases"] == 8
+    assert len(resumed) == len(set(resumed))  # no row twice
+    assert set(resumed) == set(uninterrupted)  # none lost
+
+
+@pytest.mark.slow
+def test_task_smoke_preset_on_ray_gives_the_local_runs_and_statuses(
+    ray_runtime, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["task", "duplication", "--preset", "smoke", "--max-steps", "10", "--quiet"]
+    argv += ["--threads", "1"]
+    local, remote = tmp_path / "local.sqlite", tmp_path / "ray.sqlite"
+    assert main([*argv, "--store", str(local)]) == 0
+    assert main([*argv, "--store", str(remote), "--executor", "ray"]) == 0
+    out = capsys.readouterr().out
+    assert "[1/1] shared-qk seed 0:" in out
+    with ResultStore(local) as a, ResultStore(remote) as b:
+        expected = {c["case_key"]: c["status"] for c in a.cases()}
+        assert {c["case_key"]: c["status"] for c in b.cases()} == expected
+        metrics = {(r["case_key"], r["metric"]) for r in a.rows()}
+        assert {(r["case_key"], r["metric"]) for r in b.rows()} == metrics
+        assert {json.loads(r["environment"])["threads"] for r in b.rows()} == {1}
