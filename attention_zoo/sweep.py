@@ -267,8 +267,8 @@ def run_sweep(
     address-space limit of memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
     prediction (AUTO: from the memory available where each case runs). measure: replaces
     measure_case (tests inject failures through it). executor: where the cases run (default:
-    this process); whichever it is, only this process writes the store, case by case as each
-    finishes.
+    this process; the caller closes it, `with executor:`); whichever it is, only this process
+    writes the store, case by case as each finishes.
     """
     if not cases:
         raise ConfigError("the sweep has no cases; check the grid's axes")
@@ -329,7 +329,6 @@ def run_sweep(
                 bar.finished(result.status, case.name())
     finally:
         bar.close()
-        executor.close()
     if len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases):
         store.finish_run(run_id)
     return SweepResult(

@@ -27,6 +27,7 @@ from attention_zoo.executors import (
     RayError,
     RayExecutor,
     add_executor_args,
+    executor_argv,
     executor_from_args,
     run_job,
 )
@@ -56,6 +57,13 @@ def test_local_is_the_default_and_takes_no_ray_flags() -> None:
         executor_from_args(parse("--gpus-per-case", "1"))
     with pytest.raises(ConfigError, match=r"--ray-address applies to --executor ray"):
         executor_from_args(parse("--ray-address", "auto"))
+
+
+def test_executor_flags_pass_on_to_a_nested_command() -> None:
+    args = parse("--executor", "ray", "--ray-address", "auto", "--gpus-per-case", "0.5")
+    again = parse(*executor_argv(args))
+    assert vars(again) == vars(args)
+    assert executor_argv(parse()) == ["--executor", "local"]
 
 
 def test_missing_ray_names_the_extra(

@@ -265,10 +265,11 @@ def run(args: argparse.Namespace) -> int:
         where = executor.describe()  # connects: a bad cluster address fails before the store
         store = ResultStore(args.store)
     except ZooError as err:
+        executor.close()
         print(f"zoo bench: {err}", file=sys.stderr)
         return 2
     threads = settings.threads or _torch_threads()
-    with store:
+    with store, executor:
         print(
             f"{len(cases)} cases -> {args.store}; threads={settings.threads or 'torch default'}, "
             f"memory limit {_describe_limit(limit)}; executor {where}",

@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 
 from ..errors import ZooError
-from ..executors import add_executor_args, executor_from_args
+from ..executors import Executor, add_executor_args, executor_from_args
 from ..store import DEFAULT_STORE
 
 EXAMPLE = """examples:
@@ -119,6 +119,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
+    with executor_from_args(args) as executor:
+        return _train_suite(args, store, executor)
+
+
+def _train_suite(args: argparse.Namespace, store: str, executor: Executor):  # -> TaskPreset
     import dataclasses
 
     from ..tasks.driver import train_runs
@@ -126,7 +131,6 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
     from ..tasks.runner import identity, plan_runs, skipped_key
     from ..tasks.suite import load_task_preset
 
-    executor = executor_from_args(args)
     preset = load_task_preset(args.run_spec, args.preset)
     if args.max_steps:
         preset = dataclasses.replace(
@@ -195,11 +199,11 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
             on_done=report,
         )
     if args.cost and runs:
-        _measure_cost(runs, store, args)
+        _measure_cost(runs, store, args, executor)
     return preset
 
 
-def _measure_cost(runs, store: str, args: argparse.Namespace) -> None:
+def _measure_cost(runs, store: str, args: argparse.Namespace, executor: Executor) -> None:
     """Time and peak memory of a training step of each trained model, as bench rows."""
     from ..measure.runner import MeasureSettings
     from ..store import ResultStore
@@ -216,6 +220,7 @@ def _measure_cost(runs, store: str, args: argparse.Namespace) -> None:
             settings=settings,
             progress=not args.quiet,
             meta={"command": " ".join(["zoo", *sys.argv[1:]])},
+            executor=executor,
         )
 
 

@@ -1,8 +1,10 @@
 """Where a sweep's cases run: `local` (this process, the default; nothing to install) or `ray`
 (one Ray task per case on a cluster, or on a Ray runtime started on this machine).
 
-Commands add the same flags with `add_executor_args(parser)` and build the executor with
-`executor_from_args(args)`; `run_sweep(..., executor=...)` and the task driver take it.
+Commands add the same flags with `add_executor_args(parser)`, build the executor with
+`executor_from_args(args)` and hold it open with `with executor:` while `run_sweep(...,
+executor=...)` and the task driver use it; `executor_argv(args)` passes the same flags on to a
+command run from inside another.
 """
 
 from __future__ import annotations
@@ -79,6 +81,17 @@ def executor_from_args(args: argparse.Namespace) -> Executor:
     )
 
 
+def executor_argv(args: argparse.Namespace) -> list[str]:
+    """The executor flags of `args` as command-line words, for a command run from another."""
+    argv = ["--executor", args.executor]
+    for flag in RAY_FLAGS:
+        value = getattr(args, flag, None)
+        if value is not None:
+            text = f"{value:g}" if isinstance(value, float) else str(value)
+            argv += ["--" + flag.replace("_", "-"), text]
+    return argv
+
+
 __all__ = [
     "EXECUTORS",
     "Executor",
@@ -88,6 +101,7 @@ __all__ = [
     "RayError",
     "RayExecutor",
     "add_executor_args",
+    "executor_argv",
     "executor_from_args",
     "run_job",
 ]

@@ -79,6 +79,20 @@ def _environment(device: str, threads: int | None) -> Environment | None:
         return None
 
 
+class ExecutorBase:
+    """Context manager of every executor: `with executor:` releases what it acquired on exit,
+    so several sweeps of one command share one Ray runtime."""
+
+    def close(self) -> None:
+        """Nothing to release by default."""
+
+    def __enter__(self) -> ExecutorBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Executor(Protocol):
     """Runs jobs and yields each outcome as it finishes; the caller writes the store."""
 
@@ -94,6 +108,10 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Release what prepare() acquired (a Ray runtime this executor started)."""
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
     def describe(self) -> str:
         """One line for the command's header: where the jobs run."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from .base import Job, Outcome, run_job
+from .base import ExecutorBase, Job, Outcome, run_job
 
 
-class LocalExecutor:
+class LocalExecutor(ExecutorBase):
     """Runs each job in the driver's process, in order."""
 
     name = "local"
@@ -30,9 +30,6 @@ class LocalExecutor:
                 device=job.device,
                 threads=job.threads,
             )
-
-    def close(self) -> None:
-        """Nothing to release."""
 
     def describe(self) -> str:
         return "local (this process)"

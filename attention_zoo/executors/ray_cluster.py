@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import UnavailableError, ZooError
-from .base import Job, Outcome, run_job
+from .base import ExecutorBase, Job, Outcome, run_job
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def probe(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         ) from None
 
 
-class RayExecutor:
+class RayExecutor(ExecutorBase):
     """Jobs as Ray tasks: on the cluster at `address`, or on a Ray runtime started here with this
     machine's CPUs and GPUs (address None)."""
 
@@ -136,6 +136,7 @@ class RayExecutor:
         return ray
 
     def close(self) -> None:
+        """Shut down the runtime prepare() started or connected (one it found running stays)."""
         if self._ray is not None and self._owned:
             self._ray.shutdown()
         self._ray, self._owned = None, False

@@ -90,7 +90,6 @@ def train_runs(
                     on_done(spec, outcome)
     finally:
         bar.close()
-        executor.close()
 
 
 def _store(spec: RunSpec, outcome: Outcome, results: TaskResults) -> str:
