@@ -167,14 +167,14 @@ def test_case_keeps_the_environment_of_the_worker_that_measured_it(store: Result
     assert rows["driver"]["host"] == ENV.host == json.loads(rows["driver"]["environment"])["host"]
 
 
-def test_store_of_schema_1_is_upgraded_without_loss(tmp_path: Path) -> None:
+def test_store_of_schema_2_is_upgraded_without_loss(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     with ResultStore(path) as s:
         run = s.start_run(environment=ENV)
         s.add_rows(run, "k", CONFIG, [("x", 1, "u"), ("y", 2, "u")])
-    db = sqlite3.connect(path)  # make it a version-1 store: no per-case environment column
+    db = sqlite3.connect(path)  # make it a version-2 store: no per-case environment column
     db.execute("ALTER TABLE cases DROP COLUMN environment")
-    db.execute("PRAGMA user_version = 1")
+    db.execute("PRAGMA user_version = 2")
     db.commit()
     db.close()
     with ResultStore(path) as s:
