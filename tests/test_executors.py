@@ -108,6 +108,30 @@ def test_unreachable_address_fails_fast(address: str) -> None:
     assert time.monotonic() - start < 10
 
 
+def test_bad_address_fails_the_command_fast_before_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray")
+    store = tmp_path / "zoo.sqlite"
+    start = time.monotonic()
+    argv = ["bench", "--target", "attention", "--backends", "full", "--lengths", "64"]
+    argv += ["--store", str(store), "--executor", "ray", "--ray-address", "127.0.0.1:1"]
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and time.monotonic() - start < 15
+    assert len(err.splitlines()) == 1 and "no Ray cluster answers at 127.0.0.1:1" in err
+    assert not store.exists()
+
+
+def test_ray_address_comes_from_the_environment_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert RayExecutor().address == "10.0.0.1:6379"
+    assert RayExecutor(address="auto").address == "auto"
+    monkeypatch.setenv("RAY_ADDRESS", "nowhere")
+    with pytest.raises(RayError, match="'nowhere' is not an address"):
+        RayExecutor()
+
+
 # ---- the same method everywhere -------------------------------------------------------------
 
 

@@ -45,8 +45,8 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
         "--ray-address",
         metavar="ADDRESS",
         help="with --executor ray: 'auto' (the cluster this machine joined with 'ray start'), "
-        "'ray://HOST:PORT' or 'HOST:PORT'; default: start a local Ray runtime with this "
-        "machine's CPUs and GPUs",
+        "'ray://HOST:PORT' or 'HOST:PORT'; default: $RAY_ADDRESS, else a Ray runtime started "
+        "on this machine with its CPUs and GPUs",
     )
     g.add_argument(
         "--gpus-per-case",

@@ -68,8 +68,8 @@ def probe(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 
 
 class RayExecutor(ExecutorBase):
-    """Jobs as Ray tasks: on the cluster at `address`, or on a Ray runtime started here with this
-    machine's CPUs and GPUs (address None)."""
+    """Jobs as Ray tasks: on the cluster at `address` (else $RAY_ADDRESS), or on a Ray runtime
+    started here with this machine's CPUs and GPUs."""
 
     name = "ray"
 
@@ -81,6 +81,7 @@ class RayExecutor(ExecutorBase):
         gpus_per_case: float | None = None,
         max_retries: int = MAX_RETRIES,
     ) -> None:
+        address = address or os.environ.get("RAY_ADDRESS")  # Ray's own way to name a cluster
         self.address = check_address(address) if address else None
         self.cpus_per_case, self.gpus_per_case = cpus_per_case, gpus_per_case
         self.max_retries = max_retries
