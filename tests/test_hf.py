@@ -271,3 +271,25 @@ def test_activations_are_transformers_own() -> None:
         torch.testing.assert_close(
             ACTIVATIONS[name](x), transformers.activations.ACT2FN[name](x), msg=name
         )
+
+
+def test_a_bias_transformers_ignores_is_named() -> None:
+    """transformers 5 builds lm_head.decoder without a bias and never adds lm_head.bias; the loaded
+    model adds it (as trained with transformers 4.x), so a nonzero one is named in a warning."""
+    hf = _hf_model(num_buckets=4)
+    if hf.lm_head.decoder.bias is not None:
+        pytest.skip("this transformers version applies lm_head.bias")
+    with torch.no_grad():
+        hf.lm_head.bias.fill_(0.5)
+    with pytest.warns(HFConversionWarning, match="ignores lm_head.bias"):
+        ours = ReformerLM.from_hf(hf)
+    assert torch.equal(ours.lm_head.bias, hf.lm_head.bias)
+
+
+def test_lm_head_chunks_change_nothing() -> None:
+    cfg = ReformerConfig(**{**BASE, "attn_layers": ("local",), "chunk_size_lm_head": 3})
+    chunked = ReformerLM(cfg).eval()
+    whole = ReformerLM(cfg.replace(chunk_size_lm_head=0)).eval()
+    whole.load_state_dict(chunked.state_dict())
+    ids = torch.randint(0, 11, (2, 13))
+    torch.testing.assert_close(chunked(ids).logits, whole(ids).logits)
