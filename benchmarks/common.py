@@ -1,9 +1,12 @@
 """Shared helpers of the asv suite: the registry-driven parameters and case building with skips.
 
-Sizes can be changed without editing code: ZOO_ASV_LENGTHS="1024,4096", ZOO_ASV_THREADS=2.
-A case a backend cannot run (device, dtype, causality) raises NotImplementedError in setup, which
-asv shows as n/a instead of a failure. Parameters come from the registries and units from the
-metric catalogue, so a new backend, residual variant or metric needs no edit here.
+Everything that changes a result is a benchmark parameter, so asv records it with the result:
+the device ("cpu", "cuda": both always listed, so CPU and GPU series share one grid and a device
+that is absent is n/a), the torch thread count of timed benchmarks (1: a comparison of code must not
+depend on how busy the other cores are), the sequence length, the dtype, the batch. Sizes are fixed
+here, never read from the environment: two runs of one commit measure the same thing.
+A case that cannot run here (device, dtype, causality) or a model that is not importable raises
+NotImplementedError in setup, which asv shows as n/a instead of a failure.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from attention_zoo.attention.spec import default_device, list_backends
+from attention_zoo.attention.spec import list_backends
 from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.measure.cases import BenchCase, Runnable, build_runnable
 from attention_zoo.measure.memory import cuda_peak, profiled_peak
@@ -23,10 +26,13 @@ from attention_zoo.measure.predict import predict_case
 from attention_zoo.measure.timing import synchronize
 from attention_zoo.measure.tracker import tracked_peak
 
-DEVICE = os.environ.get("ZOO_ASV_DEVICE", default_device())
-LENGTHS = [int(x) for x in os.environ.get("ZOO_ASV_LENGTHS", "1024,4096").split(",")]
-THREADS = int(os.environ.get("ZOO_ASV_THREADS", "2"))
+DEVICES = ["cpu", "cuda"]
+THREADS = [1]
+LENGTHS = [1024, 4096]  # the default suite: one chunk multiple and a 4x longer one
+FULL_LENGTHS = [1024, 4096, 16384]  # Scaling: the efficient backends out to long sequences
+PREDICTED_LENGTHS = [*LENGTHS, 65536]  # predictions allocate nothing: long lengths are cheap
 MODES = ["forward", "forward+backward"]
+TARGETS = ["attention", "block"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -41,9 +47,12 @@ def residual_names() -> list[str]:
 
 
 def tracks(metric: str) -> Callable[[F], F]:
-    """Mark an asv track_* method as measuring `metric`: its unit comes from the catalogue."""
+    """Mark an asv track_<metric> method as measuring `metric`: its unit comes from the catalogue
+    (and the gate reads from the catalogue whether the metric is deterministic)."""
 
     def mark(method: F) -> F:
+        if method.__name__ != f"track_{metric}":
+            raise NameError(f"{method.__name__} measures {metric!r}: name it track_{metric}")
         method.metric = metric
         method.unit = METRICS[metric].unit
         return method
@@ -52,9 +61,18 @@ def tracks(metric: str) -> Callable[[F], F]:
 
 
 def setup(*args: Any, **kwargs: Any) -> None:
-    """Run before every benchmark (asv calls a module-level setup): fixed threads and seed."""
-    torch.set_num_threads(THREADS)
+    """Run before every benchmark (asv calls a module-level setup): one thread and a fixed seed;
+    a timed benchmark's `threads` parameter then sets its own count (`use`)."""
+    torch.set_num_threads(1)
     torch.manual_seed(0)
+
+
+def use(device: str, threads: int = 1) -> None:
+    """Select the parameters' device and thread count; NotImplementedError when the device is
+    absent. CUDA is first touched here, after asv's fork, never at import."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise NotImplementedError("no CUDA device here")
+    torch.set_num_threads(threads)
 
 
 def require_backends(*names: str) -> None:
@@ -67,9 +85,10 @@ def require_backends(*names: str) -> None:
 
 
 def case_for(**fields: Any) -> BenchCase:
-    """A BenchCase on DEVICE; NotImplementedError when it cannot run here."""
-    fields.setdefault("device", DEVICE)
+    """A BenchCase (the device is a field); NotImplementedError when it cannot run here (also
+    when an older commit, as the gate's base, lacks one of its backends)."""
     case = BenchCase(**fields)
+    require_backends(*case.backends())
     if reason := case.unsupported():
         raise NotImplementedError(reason)
     return case
@@ -81,6 +100,33 @@ def build(case: BenchCase) -> Runnable:
     runnable.step()
     synchronize(case.device)
     return runnable
+
+
+def build_padded(case: BenchCase, padded_fraction: float = 0.25) -> Runnable:
+    """The attention core of `case` called with a key padding mask: every row but the first has
+    its last `padded_fraction` of tokens marked as padding (a batch of unequal lengths)."""
+    plain = build_runnable(case)
+    core, inputs, device = plain.module, plain.inputs, torch.device(case.device)
+    # build_runnable gives a shared-QK core two tensors (q is k) and the others three.
+    q, k, v = (inputs[0], inputs[0], inputs[1]) if len(inputs) == 2 else inputs
+    mask = torch.ones(case.batch, case.seq_len, dtype=torch.bool, device=device)
+    mask[1:, case.seq_len - int(case.seq_len * padded_fraction) :] = False
+
+    def forward() -> torch.Tensor:
+        return core(q, k, v, key_padding_mask=mask).sum()
+
+    def step() -> None:
+        if case.mode == "forward":
+            with torch.no_grad():
+                forward()
+            return
+        forward().backward()
+        for t in inputs:
+            t.grad = None
+
+    step()
+    synchronize(device)
+    return Runnable(case, core, inputs, step)
 
 
 def run_synced(runnable: Runnable) -> None:
@@ -112,7 +158,7 @@ def _warm_up() -> None:
     """Pay FakeTensorMode's one-time set-up (~1 s) at import, so that asv's forkserver, which
     imports the suite once and forks per benchmark, does not pay it per fork. Only fake tensors
     here: real kernels or the profiler would start threads, and a process forked after that can
-    hang."""
+    hang. ZOO_ASV_NO_WARMUP=1 skips it (tests that only import the suite; no result changes)."""
     if os.environ.get("ZOO_ASV_NO_WARMUP"):
         return
     case = BenchCase(

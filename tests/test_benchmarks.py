@@ -4,13 +4,12 @@ predicted and tracked peak bytes) against the committed baseline file.
 Ratios, never absolute times: the machine may be shared (measured: a second busy process changes
 absolute CPU times by up to 7x), so each comparison times both sides round-robin in the same run.
 `pytest --benchmark-enable tests/test_benchmarks.py` also prints pytest-benchmark's statistics.
-Baselines: ZOO_UPDATE_BASELINES=1 pytest tests/test_benchmarks.py -k baseline rewrites the file
-(or run python benchmarks/scripts/update_baselines.py), then review and commit the diff.
+Baselines: one representative case per backend runs in the quick pass, the rest are slow; after an
+intended change, python benchmarks/scripts/update_baselines.py (it compares time first) rewrites the
+file: review and commit the diff.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -20,6 +19,7 @@ from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.measure.timing import fixed_threads, time_interleaved
 
 BASELINE = baseline.load() if baseline.DEFAULT_PATH.exists() else {"cases": {}}
+SLOW = pytest.mark.slow
 
 
 def interleaved_medians(cases: dict[str, BenchCase], repeats: int = 3) -> dict[str, float]:
@@ -74,11 +74,16 @@ def test_sdpa_beats_naive_full_at_2k(benchmark) -> None:
 # (that the file covers every registered backend and residual: tests/test_coverage.py)
 
 
-@pytest.mark.slow
+QUICK = {case.key() for case in baseline.quick_cases()}
+
+
 @pytest.mark.parametrize(
     "key",
-    sorted(BASELINE["cases"]) or ["<none>"],
-    ids=[BASELINE["cases"][k]["name"] for k in sorted(BASELINE["cases"])] or ["none"],
+    [
+        pytest.param(key, id=BASELINE["cases"][key]["name"], marks=() if key in QUICK else SLOW)
+        for key in sorted(BASELINE["cases"])
+    ]
+    or ["<none>"],
 )
 def test_deterministic_metrics_match_baseline(key: str) -> None:
     entry = BASELINE["cases"].get(key)
@@ -87,22 +92,10 @@ def test_deterministic_metrics_match_baseline(key: str) -> None:
     case = BenchCase.from_dict(entry["case"])
     if reason := baseline.case_available(case):
         pytest.skip(reason)
-    actual = baseline.compute(case)
-    if os.environ.get("ZOO_UPDATE_BASELINES"):
-        pytest.skip(
-            "ZOO_UPDATE_BASELINES set: the file is rewritten at the end of the test run instead"
-        )
-    problems = baseline.compare(entry, actual)
-    assert not problems, (
+    differences = baseline.compare(entry, baseline.compute(case))
+    assert not differences, (
         f"{entry['name']}:\n  "
-        + "\n  ".join(problems)
-        + "\nIf intended: python benchmarks/scripts/update_baselines.py, "
-        "review and commit the diff."
+        + "\n  ".join(d.message() for d in differences)
+        + "\nIf the change meant it: python benchmarks/scripts/update_baselines.py (it compares "
+        "time first), review and commit the diff."
     )
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _maybe_update_baselines():
-    yield
-    if os.environ.get("ZOO_UPDATE_BASELINES"):
-        baseline.generate()

@@ -32,7 +32,11 @@ def _baselined_backends() -> set[str]:
 
 def _asv_backends() -> set[str]:
     bench = _asv("bench_attention")
-    return {name for cls in (bench.Time, bench.Memory, bench.Prediction) for name in cls.params[1]}
+    return {
+        name
+        for cls in (bench.Time, bench.Memory, bench.Prediction)
+        for name in cls.params[cls.param_names.index("backend")]
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +65,9 @@ def test_every_backend_and_residual_is_baselined_and_benchmarked() -> None:
     assert _asv_backends() == set(BACKENDS.names())
     residuals = {c.model["residual"] for c in baseline.baseline_cases() if c.target == "model"}
     assert residuals == set(RESIDUALS.names())
-    assert set(_asv("bench_blocks").ResidualLayers.params[0]) == set(RESIDUALS.names())
+    layers = _asv("bench_blocks").ResidualLayers
+    residuals = layers.params[layers.param_names.index("residual")]
+    assert set(residuals) == set(RESIDUALS.names())
 
 
 def test_committed_baseline_holds_every_case_that_runs_on_cpu() -> None:
@@ -78,7 +84,7 @@ def test_committed_baseline_holds_every_case_that_runs_on_cpu() -> None:
 
 def test_asv_track_units_come_from_the_metric_catalogue() -> None:
     marked = 0
-    for module in ("bench_attention", "bench_blocks"):
+    for module in ("bench_attention", "bench_blocks", "bench_model"):
         for cls in vars(_asv(module)).values():
             for name, method in vars(cls).items() if isinstance(cls, type) else ():
                 if name.startswith("track_") and hasattr(method, "metric"):

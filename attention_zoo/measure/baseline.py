@@ -2,13 +2,15 @@
 
 FLOPs, predicted peak bytes (FakeTensors) and tracked peak bytes (storages counted on CPU) do not
 depend on machine load, so unlike timings they can gate CI exactly: a change that makes a backend
-use more memory or work fails, and so does one that uses less until the baseline is regenerated
-(keeping it tight). Regenerate with `python benchmarks/scripts/update_baselines.py`.
+use more memory or work fails, and so does one that uses less until someone has looked at why and
+regenerated the baseline (keeping it tight). Regenerate with
+`python benchmarks/scripts/update_baselines.py`, which compares time first.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,35 +31,55 @@ DEFAULT_PATH = (
 TOLERANCE = {m.name: m.tolerance for m in baselined()}
 METRICS = tuple(TOLERANCE)
 MODEL_LAYERS = ("local", "lsh")  # the attention of the model cases (one per residual variant)
+# Token counts: one that is not a multiple of any chunk (local's and lsh's default chunks are 64),
+# where padding to whole chunks shows, and multiples of them for the core and the model.
+NOT_CHUNK_MULTIPLE = 1000
+CORE_MULTIPLE, MODEL_MULTIPLE = 2048, 1024
+QUICK_LENGTH = 200  # the quick pass's cases: short (seconds for all backends), not a chunk multiple
 
 
 def baseline_cases() -> list[BenchCase]:
     """Every registered backend's core at 1000 and 2048 tokens (1000 is not a chunk multiple) and
     its SelfAttention block at 1000, forward and forward+backward, plus a 2-layer local/lsh model
-    training step per registered residual variant."""
+    training step per registered residual variant at 1000 and 1024 tokens; and the quick pass's
+    cases (quick_cases)."""
     cases = []
     for backend in BACKENDS.names():
-        for target, n in (("attention", 1000), ("attention", 2048), ("block", 1000)):
+        cases.append(
+            BenchCase(backend=backend, seq_len=QUICK_LENGTH, mode="forward+backward", causal=True)
+        )
+        for target, n in (
+            ("attention", NOT_CHUNK_MULTIPLE),
+            ("attention", CORE_MULTIPLE),
+            ("block", NOT_CHUNK_MULTIPLE),
+        ):
             for mode in ("forward", "forward+backward"):
                 cases.append(
                     BenchCase(target=target, backend=backend, seq_len=n, mode=mode, causal=True)
                 )
     for residual in RESIDUALS.names():
-        cases.append(
-            BenchCase(
-                target="model",
-                backend="+".join(MODEL_LAYERS),
-                seq_len=1024,
-                mode="train-step",
-                model={
-                    "attn_layers": list(MODEL_LAYERS),
-                    "num_hidden_layers": 2,
-                    "residual": residual,
-                    "hidden_dropout_prob": 0.0,
-                },
+        for n in (NOT_CHUNK_MULTIPLE, MODEL_MULTIPLE):
+            cases.append(
+                BenchCase(
+                    target="model",
+                    backend="+".join(MODEL_LAYERS),
+                    seq_len=n,
+                    mode="train-step",
+                    model={
+                        "attn_layers": list(MODEL_LAYERS),
+                        "num_hidden_layers": 2,
+                        "residual": residual,
+                        "hidden_dropout_prob": 0.0,
+                    },
+                )
             )
-        )
     return cases
+
+
+def quick_cases() -> list[BenchCase]:
+    """The quick test pass's part of baseline_cases(): each backend's core, forward+backward, at
+    QUICK_LENGTH tokens (padding to whole chunks and the backward included, in seconds)."""
+    return [c for c in baseline_cases() if c.seq_len == QUICK_LENGTH]
 
 
 def case_available(case: BenchCase) -> str | None:
@@ -84,37 +106,59 @@ def compute(case: BenchCase) -> dict[str, int]:
     return {metric: values[metric] for metric in METRICS}
 
 
-def compare(expected: dict[str, int], actual: dict[str, int]) -> list[str]:
-    """Differences beyond the tolerance, as readable lines (empty: within tolerance)."""
-    problems = []
+@dataclass(frozen=True, kw_only=True)
+class Difference:
+    """One metric of one case off its baseline by more than the tolerance."""
+
+    metric: str
+    baseline: int
+    actual: int
+
+    @property
+    def increase(self) -> bool:
+        return self.actual > self.baseline
+
+    @property
+    def ratio(self) -> float:
+        return self.actual / self.baseline if self.baseline else float("inf")
+
+    def message(self) -> str:
+        numbers = (
+            f"{self.metric}: {self.actual:,} now vs {self.baseline:,} in the baseline "
+            f"({self.ratio:.3f}x, {self.actual - self.baseline:+,})"
+        )
+        if self.increase:
+            return f"{numbers}: MORE than the baseline, a regression unless the change meant it"
+        return (
+            f"{numbers}: LESS than the baseline. Look before regenerating: a drop is a saving only "
+            "if the same work is still done (no mask, gradient, hash round or output lost); check "
+            "the tests and the time (benchmarks/scripts/gate.py --head worktree)"
+        )
+
+
+def compare(expected: dict[str, int], actual: dict[str, int]) -> list[Difference]:
+    """The metrics of `actual` off `expected` by more than their tolerance (empty: all within)."""
+    differences = []
     for metric in METRICS:
         if metric not in expected:
             continue
         want, got = expected[metric], actual[metric]
-        tol = TOLERANCE[metric] * max(want, 1)
-        if abs(got - want) > tol:
-            direction = (
-                "MORE (a regression?)"
-                if got > want
-                else "less (an improvement: regenerate the baseline)"
-            )
-            problems.append(
-                f"{metric}: {got:,} vs baseline {want:,} "
-                f"({(got - want) / max(want, 1):+.2%}), {direction}"
-            )
-    return problems
+        if abs(got - want) > TOLERANCE[metric] * max(want, 1):
+            differences.append(Difference(metric=metric, baseline=want, actual=got))
+    return differences
 
 
 def load(path: Path = DEFAULT_PATH) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
-def generate(path: Path = DEFAULT_PATH) -> dict[str, Any]:
-    """Compute every available baseline case and write the file; returns its content."""
-    entries = {}
-    for case in baseline_cases():
-        if case_available(case) is None:
-            entries[case.key()] = {"case": case.to_dict(), "name": case.name(), **compute(case)}
+def entry(case: BenchCase) -> dict[str, Any]:
+    """A baseline file's record of `case`: the case, its name and its computed metrics."""
+    return {"case": case.to_dict(), "name": case.name(), **compute(case)}
+
+
+def write(entries: dict[str, dict[str, Any]], path: Path = DEFAULT_PATH) -> dict[str, Any]:
+    """Write the baseline file from records keyed by case key; returns its content."""
     data = {
         "about": "Deterministic metrics of attention_zoo.measure.baseline.baseline_cases(); "
         "regenerate with: python benchmarks/scripts/update_baselines.py",

@@ -1,0 +1,57 @@
+"""Regenerate the published asv history: `asv publish` from the stored results into reports/asv/.
+
+    python benchmarks/scripts/publish.py
+
+Results are stored (and committed) in reports/asv-results/ by `asv run` (README, section asv); the
+HTML goes to reports/asv/ (open reports/asv/index.html, or `asv preview`). Each machine is its own
+series, and within one the `device` parameter tells CPU results from CUDA ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gate  # the sibling script: asv configuration and runner
+
+
+def stored_results(results_dir: Path) -> list[Path]:
+    """Result files of every machine (benchmarks.json and machine.json are not results)."""
+    return [
+        p for p in results_dir.glob("*/*.json") if p.name not in ("machine.json", "benchmarks.json")
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", type=Path, default=gate.ROOT / "asv.conf.json", help="asv configuration"
+    )
+    args = parser.parse_args(argv)
+    try:
+        conf = gate.load_asv_config(args.config)
+    except gate.GateError as exc:
+        print(f"publish: error: {exc}", file=sys.stderr)
+        return 2
+    results_dir = gate.ROOT / conf["results_dir"]
+    if not stored_results(results_dir):
+        print(
+            f"publish: error: no stored results in {results_dir}; record some first: "
+            "asv run (README.md, section asv)",
+            file=sys.stderr,
+        )
+        return 2
+    code, _ = gate.asv("publish", "--config", str(args.config))
+    if code != 0:
+        print(f"publish: error: asv publish failed (exit {code}, above)", file=sys.stderr)
+        return 2
+    print(f"publish: wrote {gate.ROOT / conf['html_dir']} from {results_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
