@@ -1,10 +1,18 @@
-"""The regression gate (benchmarks/scripts/gate.py): its verdicts on asv's results."""
+"""The regression gate (benchmarks/scripts/gate.py): its verdicts on asv's results, and end to end
+on planted regressions in a scratch clone: a 1.5x slower local core and a +20% memory increase each
+exit 1 naming the benchmark, an unchanged commit exits 0, a broken asv configuration exits 2."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from attention_zoo.measure import baseline
 
@@ -77,3 +85,145 @@ def test_a_memory_decrease_asks_for_a_look_instead_of_calling_it_an_improvement(
     assert "improvement" not in less.message()
     (more,) = baseline.compare({"tracked_peak_bytes": 1000}, {"tracked_peak_bytes": 1200})
     assert more.increase and "1.200x" in more.message() and "1,200" in more.message()
+
+
+# ---- end to end on a scratch clone -----------------------------------------------------------
+
+SLOWER_LOCAL = """
+
+import time as _time
+
+_plain_attend = LocalAttention.attend
+
+
+def _slower_attend(self, q, k, v, key_padding_mask):
+    start = _time.perf_counter()
+    out = _plain_attend(self, q, k, v, key_padding_mask)
+    _time.sleep(0.5 * (_time.perf_counter() - start))  # planted: every call takes 1.5x as long
+    return out
+
+
+LocalAttention.attend = _slower_attend
+"""
+
+MORE_MEMORY_LOCAL = """
+
+class _Kept(torch.autograd.Function):
+    # planted: a buffer alive from the start of the forward to the end of the backward
+
+    @staticmethod
+    def forward(ctx, q, kept):
+        ctx.kept = kept
+        return q.view_as(q)
+
+    @staticmethod
+    def backward(ctx, grad):
+        del ctx.kept
+        return grad, None
+
+
+_plain_attend = LocalAttention.attend
+
+
+def _hungrier_attend(self, q, k, v, key_padding_mask):
+    kept = torch.empty({extra} // 4, dtype=torch.float32, device=q.device)
+    return _plain_attend(self, _Kept.apply(q, kept), k, v, key_padding_mask)
+
+
+LocalAttention.attend = _hungrier_attend
+"""
+
+
+def sh(*args: str, cwd: Path) -> str:
+    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clone of this repository's HEAD with a scratch branch; commits go there only."""
+    path = tmp_path_factory.mktemp("gate") / "repo"
+    sh("git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(path), cwd=ROOT)
+    sh(
+        "git",
+        "checkout",
+        "--quiet",
+        "-B",
+        "scratch",
+        sh("git", "rev-parse", "HEAD", cwd=ROOT).strip(),
+        cwd=path,
+    )
+    sh("git", "config", "user.email", "gate@test", cwd=path)
+    sh("git", "config", "user.name", "gate test", cwd=path)
+    return path
+
+
+def commit_change(clone: Path, message: str, appended: str = "") -> None:
+    sh("git", "checkout", "--quiet", "-B", "scratch", "HEAD", cwd=clone)
+    if appended:
+        local = clone / "attention_zoo" / "attention" / "local.py"
+        local.write_text(local.read_text() + appended)
+    sh("git", "commit", "--quiet", "--allow-empty", "-am", message, cwd=clone)
+
+
+def run_gate(clone: Path, *args: str) -> subprocess.CompletedProcess:
+    env_dir = ROOT / ".asv" / "env"  # reuse this checkout's asv environment (torch is large)
+    return subprocess.run(
+        [sys.executable, "benchmarks/scripts/gate.py", "--env-dir", str(env_dir), *args],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(clone)},
+    )
+
+
+ROUNDS = ("--rounds", "2")  # the minimum that interleaves: keeps each run to a minute or two
+LOCAL_FORWARD = gate.core_time_regex(["local"]).replace(r"(\+backward)?", "")
+
+
+@pytest.mark.slow
+def test_gate_passes_an_unchanged_commit(clone: Path) -> None:
+    commit_change(clone, "no change")
+    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines", *ROUNDS)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "gate: no regression" in proc.stdout
+
+
+@pytest.mark.slow
+def test_gate_fails_a_planted_slowdown_naming_the_benchmark(clone: Path) -> None:
+    commit_change(clone, "planted slowdown", SLOWER_LOCAL)
+    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines", *ROUNDS)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"time {NAME}" in proc.stdout
+    assert "before" in proc.stdout and "after" in proc.stdout
+    sh("git", "reset", "--quiet", "--hard", "HEAD~1", cwd=clone)
+
+
+@pytest.mark.slow
+def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> None:
+    (case,) = [c for c in baseline.quick_cases() if c.backend == "local"]
+    entry = baseline.load()["cases"][case.key()]
+    extra = entry["tracked_peak_bytes"] // 5
+    commit_change(clone, "planted memory", MORE_MEMORY_LOCAL.format(extra=extra))
+    proc = run_gate(clone, "--base", "HEAD~1", "--fast", "--no-time")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"baseline {case.name()}: tracked_peak_bytes" in proc.stdout
+    assert "1.200x" in proc.stdout or "1.199x" in proc.stdout
+    sh("git", "reset", "--quiet", "--hard", "HEAD~1", cwd=clone)
+
+
+@pytest.mark.slow
+def test_gate_exits_2_on_a_broken_configuration_or_revision(clone: Path) -> None:
+    config = clone / "asv.conf.json"
+    saved = config.read_text()
+    try:
+        config.write_text(saved.replace('"matrix"', '"matrix" "broken"'))
+        proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD)
+        assert proc.returncode == 2 and "not a valid asv configuration" in proc.stderr
+        config.write_text(json.dumps({"version": 1, "repo": "."}))
+        proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD)
+        assert proc.returncode == 2 and "has no 'benchmark_dir'" in proc.stderr
+    finally:
+        config.write_text(saved)
+    proc = run_gate(clone, "--base", "no-such-revision", "--bench", LOCAL_FORWARD)
+    assert proc.returncode == 2 and "no-such-revision" in proc.stderr
+    shutil.rmtree(clone / ".asv" / "gate", ignore_errors=True)
