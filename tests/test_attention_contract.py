@@ -114,6 +114,7 @@ def test_forward_runs_on_meta_device(spec):
         assert out.device.type == "meta" and out.shape == q.shape
 
 
+@pytest.mark.slow  # compiling takes 3-12 s per backend
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_compiles_to_one_graph_with_eager_results(spec):
     """torch.compile(fullgraph=True) traces every backend's forward and backward as one graph (no

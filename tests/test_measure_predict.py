@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from attention_zoo.attention.spec import BACKENDS
+from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.measure.memory import profiled_peak
 from attention_zoo.measure.predict import predict_case, stand_in_device
@@ -53,7 +54,8 @@ def test_prediction_agrees_with_measurement(backend: str, target: str, mode: str
     )  # not a chunk multiple
 
 
-@pytest.mark.parametrize("residual", ["standard", "reversible", "checkpoint"])
+@pytest.mark.slow  # a 2-layer model's training step, measured and predicted: ~2.7 s each
+@pytest.mark.parametrize("residual", RESIDUALS.names())
 def test_model_prediction_agrees_with_measurement(residual: str) -> None:
     layers = [n for n in ("local", "lsh") if n in BACKENDS] or ["sdpa"]
     case = BenchCase(
@@ -113,7 +115,11 @@ def test_full_attention_memory_grows_quadratically() -> None:
     assert fitted_exponent("full", LENGTHS) == pytest.approx(2.0, abs=0.05)
 
 
-@pytest.mark.parametrize("backend", ["local", "lsh", "sdpa"])
+@pytest.mark.parametrize(
+    "backend",
+    # local's segment-by-segment backward is many ops to trace on fake tensors: ~15 s
+    [pytest.param("local", marks=pytest.mark.slow), "lsh", "sdpa"],
+)
 def test_chunked_attention_memory_grows_linearly(backend: str) -> None:
     if backend not in BACKENDS:
         pytest.skip(f"backend {backend!r} is not registered yet")

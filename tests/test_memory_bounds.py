@@ -7,6 +7,7 @@ regression tests, measured with the profiler like every CPU memory number here.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attention_zoo import SelfAttention
@@ -44,6 +45,7 @@ def test_local_backward_holds_inputs_gradients_and_a_bounded_scratch():
     assert forward <= 7, forward
 
 
+@pytest.mark.slow  # three profiled lsh blocks at 4096 tokens: ~3.3 s
 def test_lsh_backward_works_one_hash_round_at_a_time():
     """The backward's working set is one round's, so with 4 or 8 hashes the forward (all rounds
     in one fused pass) is the peak; the forward costs about 5.5 units per round."""

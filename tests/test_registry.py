@@ -161,6 +161,7 @@ def test_cli_list_table_and_json(capsys):
     assert by_name["full"]["available"] is True and by_name["full"]["capabilities"]["exact"] is True
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch: ~2.5 s
 def test_python_dash_m_entry_point():
     out = subprocess.run(
         [sys.executable, "-m", "attention_zoo", "list"], capture_output=True, text=True, check=True
