@@ -160,6 +160,7 @@ def _kept_after_forward(residual: str, layers: int) -> int:
     return mem.net_bytes - out.numel() * out.element_size()
 
 
+@pytest.mark.slow  # six model forwards under the storage tracker: ~3 s
 def test_reversible_keeps_no_per_layer_activations() -> None:
     """Bytes alive after forward (what backward will use): growth per layer, 2 -> 6 layers."""
     growth = {

@@ -182,6 +182,7 @@ def test_seed_reproduces_rotations_and_none_replays_the_global_rng():
     assert not torch.equal(unseeded(qk, qk, v), first)  # the RNG moved on: fresh rotations
 
 
+@pytest.mark.slow  # every kernel x rounds-per-pass x key combination: ~5 s
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 def test_rounds_per_pass_and_kernels_do_not_change_results(causal):
     """Fused vs materialised kernels, all rounds at once vs a few per pass, shared or separate

@@ -44,8 +44,9 @@ def assert_agrees(case: BenchCase) -> None:
     [
         ("attention", "forward"),
         ("attention", "forward+backward"),
-        ("block", "forward+backward"),
-        ("block", "train-step"),
+        # the block around the core adds projections (and AdamW state): 1-4 s per backend
+        pytest.param("block", "forward+backward", marks=pytest.mark.slow),
+        pytest.param("block", "train-step", marks=pytest.mark.slow),
     ],
 )
 def test_prediction_agrees_with_measurement(backend: str, target: str, mode: str) -> None:
@@ -126,6 +127,7 @@ def test_chunked_attention_memory_grows_linearly(backend: str) -> None:
     assert fitted_exponent(backend, LENGTHS) == pytest.approx(1.0, abs=0.1)
 
 
+@pytest.mark.slow  # profiles full and local at three lengths: ~3 s
 def test_measured_exponents_match_on_small_lengths() -> None:
     """The same scaling measured for real (profiler), at lengths CPU can afford."""
     for backend, expected in (("full", 2.0), ("local", 1.0)):

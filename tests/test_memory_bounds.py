@@ -13,6 +13,7 @@ import torch
 from attention_zoo import SelfAttention
 from attention_zoo.measure.memory import profiled_peak
 
+pytestmark = pytest.mark.slow  # profiled blocks at 4096-8192 tokens: 3-8 s each
 HIDDEN = 256
 
 
@@ -45,7 +46,6 @@ def test_local_backward_holds_inputs_gradients_and_a_bounded_scratch():
     assert forward <= 7, forward
 
 
-@pytest.mark.slow  # three profiled lsh blocks at 4096 tokens: ~3.3 s
 def test_lsh_backward_works_one_hash_round_at_a_time():
     """The backward's working set is one round's, so with 4 or 8 hashes the forward (all rounds
     in one fused pass) is the peak; the forward costs about 5.5 units per round."""

@@ -31,8 +31,7 @@ class MetricSpec:
     column: str = ""  # header in the bench table; "" = not a column there
     shown_unit: str = ""  # the unit the report shows it in ("" = the stored unit)...
     scale: float = 1.0  # ...= stored value / scale
-    report: bool = False  # a table per group of cases in the report
-    plot: bool = False  # and a plot
+    report: bool = False  # a column of the report's tables (time and peak memory always are)
     tolerance: float | None = None  # relative tolerance against the baseline; None: not baselined
 
     @property
@@ -52,7 +51,7 @@ _MIB = 2**20
 _CATALOGUE = (
     MetricSpec(name="time_median", unit="s", group="time", deterministic=False,
                label="time (median)", fmt=format_seconds, column="time (median)",
-               shown_unit="ms", scale=1e-3, report=True, plot=True),
+               shown_unit="ms", scale=1e-3, report=True),
     MetricSpec(name="time_iqr", unit="s", group="time", deterministic=False,
                label="time (interquartile range)", fmt=format_seconds, column="IQR"),
     MetricSpec(name="time_min", unit="s", group="time", deterministic=False,
@@ -64,7 +63,7 @@ _CATALOGUE = (
                fmt=format_bytes, shown_unit="MiB", scale=_MIB),
     MetricSpec(name="peak_bytes", unit="bytes", group="memory", deterministic=False,
                label="peak memory above resident (measured)", fmt=format_bytes,
-               column="peak (measured)", shown_unit="MiB", scale=_MIB, report=True, plot=True),
+               column="peak (measured)", shown_unit="MiB", scale=_MIB, report=True),
     MetricSpec(name="peak_total_bytes", unit="bytes", group="memory", deterministic=False,
                label="peak memory including resident (measured)", fmt=format_bytes,
                shown_unit="MiB", scale=_MIB),
@@ -116,10 +115,6 @@ def metric_row(name: str, value: float) -> Metric:
     return Metric(name, value, metric_spec(name).unit)
 
 
-def in_group(group: str) -> list[MetricSpec]:
-    return [m for m in _CATALOGUE if m.group == group]
-
-
 def table_columns() -> list[MetricSpec]:
     """The metrics the bench table shows, in catalogue order."""
     return [m for m in _CATALOGUE if m.column]
@@ -128,10 +123,6 @@ def table_columns() -> list[MetricSpec]:
 def reported() -> list[MetricSpec]:
     """The metrics the report tabulates, in catalogue order."""
     return [m for m in _CATALOGUE if m.report]
-
-
-def plotted() -> list[MetricSpec]:
-    return [m for m in _CATALOGUE if m.plot]
 
 
 def baselined() -> list[MetricSpec]:

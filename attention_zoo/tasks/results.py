@@ -13,12 +13,12 @@ from typing import Any
 
 from ..measure.cases import case_key
 from ..measure.env import Environment
+from ..measure.metrics import metric_spec
 from ..measure.status import OK, SKIPPED
 from ..store import ResultStore
 
 KIND = "task"
 TRAINED = "trained"
-UNITS = {"accuracy": "fraction", "loss": "nats", "steps": "steps", "wall_time_s": "s"}
 _IDENTITY = ("task", "preset", "backend", "length", "seed")
 
 
@@ -34,10 +34,6 @@ def encode_metric(metric: str, evaluation: str) -> str:
 def decode_metric(name: str) -> tuple[str, str]:
     metric, _, evaluation = name.partition("@")
     return metric, evaluation or TRAINED
-
-
-def _unit(metric: str) -> str:
-    return "steps" if metric.startswith("steps") else UNITS.get(metric, "")
 
 
 class TaskResults:
@@ -86,7 +82,8 @@ class TaskResults:
         config = case_config(rows[0], spec_key)
         key = case_key(config)
         values = [
-            (encode_metric(r["metric"], r["eval"]), r["value"], _unit(r["metric"])) for r in rows
+            (encode_metric(r["metric"], r["eval"]), r["value"], metric_spec(r["metric"]).unit)
+            for r in rows
         ]
         stored = {**config, "curves": curves} if curves else config
         return self.store.add_rows(
