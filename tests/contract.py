@@ -2,15 +2,54 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attention_zoo import BackendSpec, build_attention, get_backend
+from attention_zoo import BackendSpec, Capabilities, Case, build_attention, get_backend
+from attention_zoo.attention import list_backends
 
 
-def small_options(spec: BackendSpec) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Variant:
+    """A registered backend with an option set: its defaults, or one of the variants it declares
+    (e.g. lsh with semantics="hf"); capabilities as those options make them."""
+
+    spec: BackendSpec
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def id(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{self.name}[{extra}]" if extra else self.name
+
+    @property
+    def caps(self) -> Capabilities:
+        return self.spec.caps_for(**self.options)
+
+    def unsupported(self, case: Case) -> str | None:
+        return self.spec.unsupported(case)
+
+    def defaults(self) -> dict[str, Any]:
+        return self.spec.defaults()
+
+    def unsupported_reason_cpu(self) -> str | None:
+        return self.spec.unavailable_reason("cpu")
+
+
+def variants() -> list[Variant]:
+    """Every registered backend with its defaults, then with each option set it declares."""
+    specs = list_backends()
+    return [Variant(s) for s in specs] + [Variant(s, dict(o)) for s in specs for o in s.variants]
+
+
+def small_options(spec: BackendSpec | Variant) -> dict[str, Any]:
     """Options that make chunked/hashed mechanisms non-trivial at test lengths, and seed the random
     ones."""
     opts = spec.defaults()
@@ -23,11 +62,11 @@ def small_options(spec: BackendSpec) -> dict[str, Any]:
         chosen["num_buckets"] = 4
     if "seed" in opts:
         chosen["seed"] = 1234
-    return chosen
+    return {**chosen, **getattr(spec, "options", {})}
 
 
 def make_qkv(
-    spec: BackendSpec,
+    spec: BackendSpec | Variant,
     b: int = 2,
     h: int = 3,
     n: int = 37,
@@ -48,18 +87,20 @@ def make_qkv(
     return q, k, v
 
 
-def build(spec: BackendSpec, *, causal: bool, device: str = "cpu", **extra: Any) -> torch.nn.Module:
+def build(
+    spec: BackendSpec | Variant, *, causal: bool, device: str = "cpu", **extra: Any
+) -> torch.nn.Module:
     return build_attention(
         spec.name, causal=causal, device=device, **{**small_options(spec), **extra}
     )
 
 
-def reference_for(spec: BackendSpec) -> str:
+def reference_for(spec: BackendSpec | Variant) -> str:
     """The dense backend an exact backend must equal: shared-qk for shared-QK cores, else full."""
     return "shared-qk" if spec.caps.shared_qk else "full"
 
 
-def reference(spec: BackendSpec, *, causal: bool) -> torch.nn.Module:
+def reference(spec: BackendSpec | Variant, *, causal: bool) -> torch.nn.Module:
     return build_attention(get_backend(reference_for(spec)).name, causal=causal, device="cpu")
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_zoo import Case, SelfAttention, list_backends
+from attention_zoo import Case, SelfAttention
 
-from .contract import build, make_qkv, reference, small_options
+from .contract import build, make_qkv, reference, small_options, variants
 
-SPECS = list_backends()
-IDS = [s.name for s in SPECS]
+SPECS = variants()  # every backend with its defaults and with each option set it declares
+IDS = [s.id for s in SPECS]
 
 
 def _modes(spec) -> list[bool]:
@@ -51,9 +51,10 @@ def test_gradients_reach_every_parameter(spec, causal):
         )
 
 
-@pytest.mark.parametrize(
-    "spec", [s for s in SPECS if s.caps.causal], ids=[s.name for s in SPECS if s.caps.causal]
-)
+CAUSAL = [s for s in SPECS if s.caps.causal and s.caps.exactly_causal]
+
+
+@pytest.mark.parametrize("spec", CAUSAL, ids=[s.id for s in CAUSAL])
 @pytest.mark.parametrize("changed", ["q", "k", "v"])
 def test_causal_backends_are_exactly_causal(spec, changed):
     _skip_unless_runs(spec, causal=True)
@@ -86,7 +87,7 @@ def test_causal_backends_are_exactly_causal(spec, changed):
 EXACT = [s for s in SPECS if s.caps.exact]
 
 
-@pytest.mark.parametrize("spec", EXACT, ids=[s.name for s in EXACT])
+@pytest.mark.parametrize("spec", EXACT, ids=[s.id for s in EXACT])
 @pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
 def test_exact_backends_agree_with_reference(spec, padded):
     for causal in _modes(spec):
@@ -193,7 +194,7 @@ def test_padding_keys_never_change_real_outputs(spec):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("spec", EXACT, ids=[s.name for s in EXACT])
+@pytest.mark.parametrize("spec", EXACT, ids=[s.id for s in EXACT])
 def test_exact_backends_agree_on_cuda(spec):
     for causal in _modes(spec):
         _skip_unless_runs(spec, device="cuda", causal=causal)

@@ -1,5 +1,5 @@
 """`lsh`: multi-round LSH attention equals shared-QK attention under the mask its own buckets and
-chunks define, combined by log-sum-exp; exactly causal by default, while HF-style chunking leaks."""
+chunks define, combined by log-sum-exp; exactly causal (HF semantics: test_hf_semantics.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from .contract import with_grads
 C = 8  # chunk length used by most tests
 
 
-def lsh_allowed(buckets, chunk, before, after, *, causal, hf=False):
+def lsh_allowed(buckets, chunk, before, after, *, causal):
     """(b, h, r, n, n) bool: the pairs one LSH round lets attend, from its buckets (b, h, r, n).
 
     Positions sort by (bucket, position); s is a position's sorted index. Same bucket always;
-    non-causal: key chunk of s within [-before, +after] of the query's; causal (exact): at most
-    chunk * before sorted predecessors; HF-style causal: chunk-aligned window, key not after query.
+    non-causal: key chunk of s within [-before, +after] of the query's; causal: at most
+    chunk * before sorted predecessors.
     """
     n = buckets.shape[-1]
     npad = padded_length(n, chunk)
@@ -34,14 +34,12 @@ def lsh_allowed(buckets, chunk, before, after, *, causal, hf=False):
     ci, cj = si // chunk, sj // chunk
     if not causal:
         return same & (cj >= ci - before) & (cj <= ci + after)
-    if hf:
-        return same & (sj <= si) & (cj >= ci - before)
     return same & (sj <= si) & (sj >= si - before * chunk)
 
 
-def dense_lsh(qk, v, buckets, chunk, before, after, *, causal, hf=False):
+def dense_lsh(qk, v, buckets, chunk, before, after, *, causal):
     """Per-round dense shared-QK attention under `lsh_allowed`, rounds combined by lse weights."""
-    allowed = lsh_allowed(buckets, chunk, before, after, causal=causal, hf=hf)
+    allowed = lsh_allowed(buckets, chunk, before, after, causal=causal)
     out, lse = dense_attention(
         qk[:, :, None],
         unit_keys(qk)[:, :, None],
@@ -67,23 +65,19 @@ def _lsh(causal=False, **options):
     return build_attention("lsh", causal=causal, device="cpu", **opts)
 
 
-MODES = [(False, False), (True, False), (True, True)]
-MODE_IDS = ["bidirectional", "causal-exact", "causal-hf"]
-
-
 @pytest.mark.parametrize("kernel", ["flash", "math"])
-@pytest.mark.parametrize("causal,hf", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("n", [32, 37], ids=["multiple-of-chunk", "not-multiple"])
 @pytest.mark.parametrize("hashes", [1, 3])
-def test_lsh_equals_dense_shared_qk_under_its_bucket_mask(kernel, causal, hf, n, hashes):
+def test_lsh_equals_dense_shared_qk_under_its_bucket_mask(kernel, causal, n, hashes):
     qk, v = _qkv(n=n)
-    attn = _lsh(causal, num_hashes=hashes, num_chunks_after=1, hf_chunking=hf, kernel=kernel)
+    attn = _lsh(causal, num_hashes=hashes, num_chunks_after=1, kernel=kernel)
     buckets = attn.hash(qk)
     assert buckets.shape == (2, 3, hashes, n)
     out, grads = with_grads(lambda x, v: attn(x, x, v), (qk, v))
     after = 0 if causal else 1
     ref, ref_grads = with_grads(
-        lambda x, v: dense_lsh(x, v, buckets, C, 1, after, causal=causal, hf=hf), (qk, v)
+        lambda x, v: dense_lsh(x, v, buckets, C, 1, after, causal=causal), (qk, v)
     )
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     for got, want in zip(grads, ref_grads):
@@ -154,20 +148,15 @@ def _future_changed(attn, qk, v, i):
     return attn(qk2, qk2, v2)[:, :, : i + 1]
 
 
-def test_default_causal_lsh_is_exact_while_hf_chunking_leaks():
+def test_default_causal_lsh_is_exact():
     qk, v = _qkv(b=2, h=2, n=128, dtype=torch.float64)
-    exact, hf = _lsh(True, num_buckets=4), _lsh(True, num_buckets=4, hf_chunking=True)
-    base_exact, base_hf = exact(qk, qk, v), hf(qk, qk, v)
-    leak = 0.0
+    exact = _lsh(True, num_buckets=4)
+    base = exact(qk, qk, v)
     for i in (20, 63, 96):
         # exact up to float64 rounding: a past query's keys may fall into other chunks of the window
         torch.testing.assert_close(
-            _future_changed(exact, qk, v, i), base_exact[:, :, : i + 1], atol=1e-12, rtol=0
+            _future_changed(exact, qk, v, i), base[:, :, : i + 1], atol=1e-12, rtol=0
         )
-        leak = max(
-            leak, (_future_changed(hf, qk, v, i) - base_hf[:, :, : i + 1]).abs().max().item()
-        )
-    assert leak > 1e-2, f"HF-style chunking was expected to leak the future; max change {leak}"
 
 
 def test_seed_reproduces_rotations_and_none_replays_the_global_rng():
@@ -238,11 +227,14 @@ def test_buckets_factorised_and_automatic():
     buckets = _lsh(num_buckets=(4, 6), num_hashes=3).hash(qk)
     assert buckets.shape == (2, 3, 3, 40) and buckets.min() >= 0 and buckets.max() < 24
     assert len(buckets.unique()) > 6  # both factors are used
+    three = _lsh(num_buckets=(2, 4, 2), num_hashes=3).hash(qk)
+    assert three.max() < 16 and len(three.unique()) > 8  # HF takes any number of factors
     assert auto_buckets(16384, 64) == (16, 32)  # 512 > 2 * max(16, 64): factorised, as HF does
     assert auto_buckets(4096, 64) == 128
     assert auto_buckets(40, 8) == 8
-    assert _lsh(num_buckets=None).buckets_for(37) == 8  # from the padded length 40
+    assert _lsh(num_buckets=None).buckets_for(37) == 8  # from the length as given
     assert LSHConfig(num_buckets=[4, 8]).num_buckets == (4, 8)
+    assert LSHConfig(num_buckets=[4]).num_buckets == (4,)
 
 
 def test_runs_on_meta_and_in_the_block():
@@ -261,17 +253,17 @@ def test_runs_on_meta_and_in_the_block():
         ({"num_buckets": 0}, "positive even int"),
         (
             {"num_buckets": (4, 3)},
-            "pair (a, b) of positive even ints giving a*b buckets; got the factorised value (4, 3)",
+            "list of positive even factors (a, b, ...) giving a*b*... buckets; got the factorised "
+            "value (4, 3)",
         ),
-        ({"num_buckets": (4,)}, "got the factorised value (4,)"),
-        ({"num_buckets": (4, 8, 2)}, "got the factorised value (4, 8, 2)"),
+        ({"num_buckets": ()}, "got the factorised value ()"),
         ({"num_buckets": (True, 4)}, "got the factorised value (True, 4)"),
         ({"num_buckets": "64"}, "got str '64'"),
         ({"num_hashes": 0}, "num_hashes must be an int >= 1"),
         ({"seed": -1}, "seed must be an int >= 0"),
         ({"rounds_per_pass": 0}, "rounds_per_pass must be an int >= 1"),
         ({"chunk_length": 0}, "chunk_length must be an int >= 1"),
-        ({"hf_chunking": "yes"}, "hf_chunking must be a bool"),
+        ({"dropout": 1.0}, "dropout must be a float in [0, 1)"),
         ({"kernel": "fast"}, "kernel 'fast' is not one of: auto, flash, math"),
     ],
 )

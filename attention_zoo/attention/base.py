@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..errors import ShapeError
+from ..errors import OptionError, ShapeError
 
 # Large negative scores instead of -inf: a row with every key masked stays finite
 # (HF does the same).
@@ -23,6 +23,23 @@ def mask_value(dtype: torch.dtype) -> float:
 
 def self_mask_value(dtype: torch.dtype) -> float:
     return _SELF_VALUE.get(dtype, -1e5)
+
+
+SEMANTICS = ("exact", "hf")
+
+
+def check_dropout(backend: str, p: object) -> None:
+    """Raise OptionError unless p is an attention-probability dropout rate in [0, 1)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise OptionError(f"{backend} option dropout must be a float in [0, 1), got {p!r}")
+
+
+def check_semantics(backend: str, semantics: object) -> None:
+    if semantics not in SEMANTICS:
+        raise OptionError(
+            f"{backend} semantics {semantics!r} is not one of: {', '.join(SEMANTICS)} "
+            "(hf = as transformers' Reformer computes it)"
+        )
 
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
@@ -71,6 +88,14 @@ class AttentionCore(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         raise NotImplementedError
+
+    @property
+    def dropout_p(self) -> float:
+        """Attention-probability dropout to apply now: the `dropout` option in training, else 0.
+
+        Masks come from the global RNG, so a reversible or checkpointed recomputation that
+        replays the RNG state (see rng.py) draws the same masks."""
+        return float(getattr(self.cfg, "dropout", 0.0)) if self.training else 0.0
 
     def extra_repr(self) -> str:
         return f"causal={self.causal}, {self.cfg}"

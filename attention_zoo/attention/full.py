@@ -7,14 +7,19 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import AttentionCore
+from .base import AttentionCore, check_dropout
 from .kernels.dense import allowed_mask, dense_attention
 from .spec import Capabilities, register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
 class FullConfig:
-    """Full attention takes no options."""
+    """Options of full attention."""
+
+    dropout: float = 0.0  # attention-probability dropout, in training mode only
+
+    def __post_init__(self) -> None:
+        check_dropout("full", self.dropout)
 
 
 @register_attention("full", config=FullConfig, caps=Capabilities())
@@ -26,4 +31,6 @@ class FullAttention(AttentionCore):
         allowed = allowed_mask(
             n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
         )
-        return dense_attention(q, k, v, allowed, scale=1 / math.sqrt(q.shape[-1]))
+        return dense_attention(
+            q, k, v, allowed, scale=1 / math.sqrt(q.shape[-1]), dropout=self.dropout_p
+        )

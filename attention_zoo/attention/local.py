@@ -3,6 +3,13 @@
 The sequence is cut into chunks; each query attends to the keys of its own chunk plus
 `num_chunks_before` previous and `num_chunks_after` following chunks (causally masked by position
 when causal). Any length works: the sequence is padded to whole chunks and padding keys are masked.
+
+`semantics="exact"` (default): neighbour chunks stop at the ends of the sequence, no following
+chunks when causal, and a query that sees no real key outputs zeros.
+`semantics="hf"`: transformers' LocalSelfAttention as it computes: neighbour chunks wrap around
+the sequence (the first chunk's previous chunk is the last), following chunks are kept when causal
+(wrapped ones then lie in the past), a query with no allowed key averages its window uniformly, and
+a sequence no longer than one chunk gets full attention. Still exactly causal.
 """
 
 from __future__ import annotations
@@ -13,9 +20,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import AttentionCore, mask_value
-from .kernels.chunked import check_chunking, math_attention, resolve_kernel
+from .base import AttentionCore, check_dropout, check_semantics, mask_value
+from .kernels.chunked import check_chunking, math_attention, padded_length, resolve_kernel
+from .kernels.circular import CircularPlan, circular_math, empty_rows, window_means
+from .kernels.dense import allowed_mask, dense_attention
 from .kernels.local_fused import LocalFlash, flat, local_masks, local_windows, unflat
+from .kernels.lsh_fused import RoundsFlash
 from .spec import Capabilities, register_attention
 
 
@@ -25,19 +35,24 @@ class LocalConfig:
 
     chunk_length: int = 64  # positions per chunk
     num_chunks_before: int = 1  # previous chunks each query also sees
-    num_chunks_after: int = 0  # following chunks each query also sees (ignored when causal)
-    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math
+    num_chunks_after: int = 0  # following chunks each query also sees (exact: none when causal)
+    semantics: str = "exact"  # exact, or hf (transformers' LocalSelfAttention, windows wrap)
+    dropout: float = 0.0  # attention-probability dropout, in training mode only
+    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math; dropout runs math
 
     def __post_init__(self) -> None:
         check_chunking(
             "local", self.chunk_length, self.num_chunks_before, self.num_chunks_after, self.kernel
         )
+        check_semantics("local", self.semantics)
+        check_dropout("local", self.dropout)
 
 
 @register_attention(
     "local",
     config=LocalConfig,
     caps=Capabilities(exact=False),
+    variants=({"semantics": "hf"},),
 )
 class LocalAttention(AttentionCore):
     """Chunked local attention: own chunk plus neighbour chunks; O(n * chunk) memory."""
@@ -45,6 +60,17 @@ class LocalAttention(AttentionCore):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         b, h, n, d = q.shape
         cfg = self.cfg
+        dropout = self.dropout_p
+        if cfg.semantics == "hf":
+            if n <= cfg.chunk_length:  # HF: the sequence fits one chunk: full attention
+                allowed = allowed_mask(
+                    n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
+                )
+                return dense_attention(q, k, v, allowed, scale=1 / math.sqrt(d), dropout=dropout)
+            # causal with no following chunk and no padding: every wrapped key is in the future,
+            # so HF's pattern is the exact one (whose fused kernel is lighter)
+            if not (self.causal and cfg.num_chunks_after == 0 and key_padding_mask is None):
+                return self._attend_wrapped(q, k, v, key_padding_mask, dropout)
         after = 0 if self.causal else cfg.num_chunks_after  # later chunks are all in the future
         win = local_windows(b, n, cfg.chunk_length, cfg.num_chunks_before, after)
         masks = local_masks(
@@ -57,14 +83,46 @@ class LocalAttention(AttentionCore):
             device=q.device,
         )
         scale = 1 / math.sqrt(d)
-        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash":
+        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout:
             return LocalFlash.apply(q, k, v, win, masks, scale, key_padding_mask is not None)
         npad = win.length // b
         q4 = win.to_blocks(flat(q, npad))
         pad = (0, 0, 0, 0, win.front, win.back)
         k_long = torch.nn.functional.pad(flat(k, npad), pad)
         v_long = torch.nn.functional.pad(flat(v, npad), pad)
-        out4, lse = math_attention(q4, k_long, v_long, win, masks, scale)
+        out4, lse = math_attention(q4, k_long, v_long, win, masks, scale, dropout)
         if key_padding_mask is not None:  # as the flash path: no real key to see -> zeros
             out4 = out4 * (lse > mask_value(q.dtype) / 2).unsqueeze(-1)
         return unflat(out4.transpose(1, 2).reshape(win.length, h, d), b, n)
+
+    def _attend_wrapped(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, dropout: float
+    ) -> Tensor:
+        """HF semantics: windows wrapping around the sequence, as one round of circular chunks."""
+        b, h, n, d = q.shape
+        cfg = self.cfg
+        npad = padded_length(n, cfg.chunk_length)
+        if npad != n:
+            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
+        real = torch.arange(npad, device=q.device) < n
+        if key_padding_mask is not None:
+            real = real & torch.nn.functional.pad(key_padding_mask, (0, npad - n), value=False)
+        plan = CircularPlan(
+            chunk=cfg.chunk_length,
+            before=cfg.num_chunks_before,
+            after=cfg.num_chunks_after,
+            causal=self.causal,
+            groups=[(0, 1)],
+            perm=torch.arange(npad, device=q.device).expand(b, h, 1, npad),
+            key_real=real.expand(b, npad),
+            scale=1 / math.sqrt(d),
+            key_eps=None,
+            self_partial=False,
+        )
+        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout:
+            out = RoundsFlash.apply(q, None if k is q else k, v, plan)
+            if key_padding_mask is not None:  # HF: a query with no allowed key averages its window
+                out = torch.where(empty_rows(plan), window_means(v, plan), out)
+        else:
+            out = circular_math(q, k, v, plan, dropout=dropout)
+        return out[:, :, :n]

@@ -2,27 +2,37 @@
 
 Angular LSH (Andoni et al. 2015) hashes each shared query/key into a bucket; positions are sorted by
 (bucket, position) per round, the sorted sequence is cut into chunks, and each chunk attends to
-itself and its neighbour chunks, only to keys of the same bucket. Rounds are combined by their
-log-sum-exp weights. Causal: each query sees, within its bucket, itself and at most
-chunk_length * num_chunks_before sorted predecessors -- a window no future token can shift (the
-Hugging Face chunk-aligned window, kept as `hf_chunking=True`, leaks the future).
+itself and its neighbour chunks. Rounds are combined by their log-sum-exp weights.
+
+`semantics="exact"` (default): only keys of the same bucket; causal: each query sees, within its
+bucket, itself and at most chunk_length * num_chunks_before sorted predecessors -- a window no
+future token can shift, so exactly causal.
+`semantics="hf"`: transformers' LSHSelfAttention as it computes: no bucket mask, chunk windows that
+wrap around the concatenation of all rounds, HF's key normalisation, masks and self value, its
+rotation draw, and full shared-QK attention when the sequence fits one chunk. Causal masks by
+position, but which past keys share a window depends on later tokens' buckets: not exactly causal.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..errors import OptionError
-from .base import AttentionCore
+from .base import AttentionCore, check_dropout, check_semantics
 from .kernels.chunked import check_chunking, check_int, padded_length, resolve_kernel
-from .kernels.lsh_fused import LSHFlash
+from .kernels.circular import HF_KEY_EPS, CircularPlan, circular_math, hf_keys
+from .kernels.dense import allowed_mask, dense_attention
+from .kernels.lsh_fused import RoundsFlash
 from .kernels.lsh_hashing import (
     Buckets,
     auto_buckets,
     hash_rounds,
+    rotation_width,
     round_groups,
     sort_by_bucket,
     total_buckets,
@@ -38,19 +48,17 @@ class LSHConfig:
     """Options of LSH attention (names as Hugging Face's ReformerConfig where they exist)."""
 
     num_hashes: int = 1  # hash rounds, combined by log-sum-exp weights
-    num_buckets: Buckets | None = (
-        None  # int, factorised pair (a, b) -> a*b buckets, None = automatic
-    )
+    # int, or factors (a, b, ...) -> a*b*... buckets; None: HF's rule from max_length, else from
+    # the sequence length (then a key_padding_mask is refused: padding would change the count)
+    num_buckets: Buckets | None = None
+    max_length: int | None = None  # longest sequence expected (HF: max_position_embeddings)
     chunk_length: int = 64  # positions per chunk of the sorted sequence
-    num_chunks_before: int = (
-        1  # previous chunks attended (causal: the look-back, in positions x chunk)
-    )
-    num_chunks_after: int = 0  # following chunks attended (ignored when causal)
+    num_chunks_before: int = 1  # previous chunks attended (exact causal: the look-back x chunk)
+    num_chunks_after: int = 0  # following chunks attended (exact: ignored when causal)
     seed: int | None = None  # seeds the random rotations; None draws them from torch's global RNG
-    hf_chunking: bool = (
-        False  # causal only: HF's chunk-aligned window (leaks the future; for comparison)
-    )
-    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math
+    semantics: str = "exact"  # exact (exactly causal) or hf (transformers' LSHSelfAttention)
+    dropout: float = 0.0  # attention-probability dropout, in training mode only
+    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math; dropout runs math
     # hash rounds per fused forward pass; None = all at once (the backward always takes one)
     rounds_per_pass: int | None = None
 
@@ -59,41 +67,50 @@ class LSHConfig:
             "lsh", self.chunk_length, self.num_chunks_before, self.num_chunks_after, self.kernel
         )
         check_int("num_hashes", self.num_hashes, minimum=1, backend="lsh")
-        if self.rounds_per_pass is not None:
-            check_int("rounds_per_pass", self.rounds_per_pass, minimum=1, backend="lsh")
-        if self.seed is not None:
-            check_int("seed", self.seed, minimum=0, backend="lsh")
-        if not isinstance(self.hf_chunking, bool):
-            raise OptionError(f"lsh option hf_chunking must be a bool, got {self.hf_chunking!r}")
+        for name, least in (("rounds_per_pass", 1), ("max_length", 1), ("seed", 0)):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), minimum=least, backend="lsh")
+        check_semantics("lsh", self.semantics)
+        check_dropout("lsh", self.dropout)
         object.__setattr__(self, "num_buckets", validate_buckets(self.num_buckets))
+
+    def capabilities(self, caps: Capabilities) -> Capabilities:
+        """HF semantics: causal by position, but the buckets of later tokens move the windows."""
+        if self.semantics == "hf":
+            return dataclasses.replace(caps, exactly_causal=False)
+        return caps
 
 
 @register_attention(
     "lsh",
     config=LSHConfig,
     caps=Capabilities(shared_qk=True, exact=False, deterministic=False),
+    variants=({"semantics": "hf"},),
 )
 class LSHAttention(AttentionCore):
     """Multi-round LSH attention on shared QK; O(n * hashes * chunk) memory, exactly causal."""
 
     def buckets_for(self, n: int) -> Buckets:
-        """The bucket count used at sequence length n (automatic when num_buckets is None)."""
+        """The bucket count at sequence length n: num_buckets, else HF's rule on max_length (or n,
+        as given: never the length padded to whole chunks)."""
         cfg = self.cfg
-        npad = padded_length(n, cfg.chunk_length)
-        return (
-            cfg.num_buckets if cfg.num_buckets is not None else auto_buckets(npad, cfg.chunk_length)
-        )
+        if cfg.num_buckets is not None:
+            return cfg.num_buckets
+        return auto_buckets(cfg.max_length or n, cfg.chunk_length, cfg.max_length)
 
     def rotations(
         self, heads: int, d: int, nb: Buckets, device: torch.device, dtype: torch.dtype
     ) -> Tensor:
-        """Random rotations (h, d, r, k): global RNG unless seeded (RNG replay reproduces them)."""
-        k = nb // 2 if isinstance(nb, int) else (nb[0] + nb[1]) // 2
-        shape = (heads, d, self.cfg.num_hashes, k)
+        """Random rotations (h, d, r, k): global RNG unless seeded (RNG replay reproduces them).
+
+        HF semantics draw as HF does, in the vectors' dtype (the same seed, the same rotations);
+        exact semantics draw float32."""
+        shape = (heads, d, self.cfg.num_hashes, rotation_width(nb))
         gen = None
         if self.cfg.seed is not None and device.type != "meta":
             gen = torch.Generator(device=device).manual_seed(self.cfg.seed)
-        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+        draw = dtype if self.cfg.semantics == "hf" else torch.float32
+        return torch.randn(shape, generator=gen, device=device, dtype=draw).to(dtype)
 
     @torch.no_grad()
     def hash(self, qk: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
@@ -103,8 +120,15 @@ class LSHAttention(AttentionCore):
     def _hash(self, qk: Tensor, n: int, key_padding_mask: Tensor | None) -> Tensor:
         """Buckets (b, h, r, len) of qk (b, h, len, d) whose first n positions are real."""
         b, h, length, d = qk.shape
+        cfg = self.cfg
+        if key_padding_mask is not None and cfg.num_buckets is None and cfg.max_length is None:
+            raise OptionError(
+                "lsh num_buckets=None sizes the buckets from the sequence length, which padding a "
+                "batch changes; with a key_padding_mask give num_buckets, or max_length (the "
+                "longest sequence, as HF's max_position_embeddings)"
+            )
         nb = self.buckets_for(n)
-        r = self.cfg.num_hashes
+        r = cfg.num_hashes
         if nb == 1:
             buckets = qk.new_zeros((b, h, r, length), dtype=torch.long)
         else:
@@ -112,24 +136,27 @@ class LSHAttention(AttentionCore):
             buckets = torch.cat(
                 [
                     hash_rounds(qk.detach(), rot[:, :, s:e], nb)
-                    for s, e in round_groups(r, self.cfg.rounds_per_pass)
+                    for s, e in round_groups(r, cfg.rounds_per_pass)
                 ],
                 dim=2,
             )
-        real = torch.arange(length, device=qk.device) < n
-        if key_padding_mask is not None:
-            real = (
-                real
-                & torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)[
-                    :, None, None
-                ]
-            )
+        real = real_keys(n, length, key_padding_mask, qk.device)[:, None, None]
         return torch.where(real, buckets, total_buckets(nb))  # padding: one extra, last bucket
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        _b, _h, n, _d = q.shape
+        b, _h, n, d = q.shape
         cfg = self.cfg
         c = cfg.chunk_length
+        hf = cfg.semantics == "hf"
+        dropout = self.dropout_p
+        if hf and n <= c:  # HF: the sequence fits one chunk: full shared-QK attention
+            allowed = allowed_mask(
+                n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
+            )
+            keys = hf_keys(k)
+            return dense_attention(
+                q, keys, v, allowed, scale=1.0, penalise_self=True, dropout=dropout
+            )
         npad = padded_length(n, c)
         if npad != n:  # pad to whole chunks; padding hashes to the extra bucket and sorts last
             shared = k is q
@@ -137,19 +164,44 @@ class LSHAttention(AttentionCore):
             k = q if shared else k
         with torch.no_grad():
             perm, sorted_buckets = sort_by_bucket(self._hash(k, n, key_padding_mask))
-        plan = LSHPlan(
-            chunk=c,
-            before=cfg.num_chunks_before,
-            after=0 if self.causal else cfg.num_chunks_after,
-            causal=self.causal,
-            hf=cfg.hf_chunking,
-            groups=round_groups(cfg.num_hashes, cfg.rounds_per_pass),
-            perm=perm,
-            sorted_buckets=sorted_buckets,
-        )
-        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash":
-            # shared QK goes in once (k=None): one tensor as two inputs is an autograd edge case
-            out = LSHFlash.apply(q, None if k is q else k, v, plan)
+        flash = resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout
+        groups = round_groups(cfg.num_hashes, cfg.rounds_per_pass)
+        if hf:
+            plan = CircularPlan(
+                chunk=c,
+                before=cfg.num_chunks_before,
+                after=cfg.num_chunks_after,
+                causal=self.causal,
+                groups=groups,
+                perm=perm,
+                key_real=real_keys(n, npad, key_padding_mask, q.device).expand(b, npad),
+                scale=1.0,
+                key_eps=d * HF_KEY_EPS,
+                self_partial=True,
+            )
+            math_path = functools.partial(circular_math, dropout=dropout)
         else:
-            out = lsh_math(q, k, v, plan)
+            plan = LSHPlan(
+                chunk=c,
+                before=cfg.num_chunks_before,
+                after=0 if self.causal else cfg.num_chunks_after,
+                causal=self.causal,
+                groups=groups,
+                perm=perm,
+                sorted_buckets=sorted_buckets,
+            )
+            math_path = functools.partial(lsh_math, dropout=dropout)
+        if flash:  # shared QK goes in once (k=None): one tensor as two inputs is an edge case
+            out = RoundsFlash.apply(q, None if k is q else k, v, plan)
+        else:
+            out = math_path(q, k, v, plan)
         return out[:, :, :n]
+
+
+def real_keys(n: int, length: int, key_padding_mask: Tensor | None, device) -> Tensor:
+    """(b | 1, length) bool: positions below n that the key_padding_mask (if any) calls real."""
+    real = (torch.arange(length, device=device) < n)[None]
+    if key_padding_mask is not None:
+        padded = torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)
+        real = real & padded
+    return real

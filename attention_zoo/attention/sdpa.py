@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import OptionError
-from .base import AttentionCore
+from .base import AttentionCore, check_dropout
 from .kernels.dense import allowed_mask
 from .spec import Capabilities, register_attention
 
@@ -27,8 +27,10 @@ class SDPAConfig:
     """Options of the SDPA backend."""
 
     kernel: str = "auto"  # force one SDPA kernel: auto, math, flash, efficient, cudnn
+    dropout: float = 0.0  # attention-probability dropout (SDPA's dropout_p), in training only
 
     def __post_init__(self) -> None:
+        check_dropout("sdpa", self.dropout)
         if self.kernel not in KERNELS:
             raise OptionError(f"sdpa kernel {self.kernel!r} is not one of: {', '.join(KERNELS)}")
 
@@ -50,7 +52,12 @@ class SDPAAttention(AttentionCore):
         self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, is_causal: bool
     ) -> Tensor:
         kernel = KERNELS[self.cfg.kernel]
+        p = self.dropout_p
         if kernel is None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal
+            )
         with sdpa_kernel([kernel]):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal
+            )

@@ -10,14 +10,19 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import AttentionCore
+from .base import AttentionCore, check_dropout
 from .kernels.dense import allowed_mask, dense_attention, unit_keys
 from .spec import Capabilities, register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
 class SharedQKConfig:
-    """Shared-QK full attention takes no options."""
+    """Options of shared-QK full attention."""
+
+    dropout: float = 0.0  # attention-probability dropout, in training mode only
+
+    def __post_init__(self) -> None:
+        check_dropout("shared-qk", self.dropout)
 
 
 @register_attention("shared-qk", config=SharedQKConfig, caps=Capabilities(shared_qk=True))
@@ -29,4 +34,6 @@ class SharedQKAttention(AttentionCore):
         allowed = allowed_mask(
             n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
         )
-        return dense_attention(q, unit_keys(k), v, allowed, scale=1.0, penalise_self=True)
+        return dense_attention(
+            q, unit_keys(k), v, allowed, scale=1.0, penalise_self=True, dropout=self.dropout_p
+        )

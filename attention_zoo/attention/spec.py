@@ -22,7 +22,8 @@ ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})
 class Capabilities:
     """Static facts about a backend, so callers can skip a case before building anything."""
 
-    causal: bool = True  # can run as a decoder (exactly causal)
+    causal: bool = True  # can run as a decoder (causal mask)
+    exactly_causal: bool = True  # causal outputs never depend on later tokens
     non_causal: bool = True
     shared_qk: bool = False  # the block must feed the same tensor as q and k
     exact: bool = True  # equals full softmax attention; local and lsh are approximations
@@ -59,6 +60,14 @@ class BackendSpec:
     caps: Capabilities
     description: str
     availability: Callable[[str], str | None] = always_available
+    # option sets the conformance suite also runs (besides the defaults), e.g. a semantics
+    variants: tuple[dict[str, Any], ...] = ()
+
+    def caps_for(self, **options: Any) -> Capabilities:
+        """Capabilities with these options: a config may refine them (`capabilities(caps)`)."""
+        cfg = self.make_config(**options)
+        refine = getattr(cfg, "capabilities", None)
+        return refine(self.caps) if refine is not None else self.caps
 
     def defaults(self) -> dict[str, Any]:
         """Every option with its default value."""
@@ -135,6 +144,7 @@ def register_attention(
     caps: Capabilities = Capabilities(),
     description: str = "",
     availability: Callable[[str], str | None] = always_available,
+    variants: tuple[dict[str, Any], ...] = (),
     replace: bool = False,
 ) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Class decorator: register an attention core under `name` (usable from user code)."""
@@ -152,6 +162,7 @@ def register_attention(
             caps=caps,
             description=summary,
             availability=availability,
+            variants=tuple(variants),
         )
         BACKENDS.add(name, spec, replace=replace)
         cls.spec = spec

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import AttentionCore, mask_value
+from .base import AttentionCore, check_dropout, mask_value
 from .spec import Capabilities, register_attention
 
 
@@ -31,7 +31,12 @@ def xformers_availability(device: str) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class XFormersConfig:
-    """The xformers backend takes no options."""
+    """Options of the xformers backend."""
+
+    dropout: float = 0.0  # attention-probability dropout (xformers' p), in training mode only
+
+    def __post_init__(self) -> None:
+        check_dropout("xformers", self.dropout)
 
 
 @register_attention(
@@ -59,4 +64,5 @@ class XFormersAttention(AttentionCore):
                 future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
                 dense = dense.masked_fill(future, mask_value(q.dtype))
             bias = dense
-        return xops.memory_efficient_attention(q, k, v, attn_bias=bias).transpose(1, 2)
+        out = xops.memory_efficient_attention(q, k, v, attn_bias=bias, p=self.dropout_p)
+        return out.transpose(1, 2)

@@ -207,11 +207,18 @@ def flash_backward_offset(
 
 
 def math_attention(
-    q4: Tensor, k_long: Tensor, v_long: Tensor, win: Windows, masks: MaskFn, scale: float
+    q4: Tensor,
+    k_long: Tensor,
+    v_long: Tensor,
+    win: Windows,
+    masks: MaskFn,
+    scale: float,
+    dropout: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Materialised blocks with plain autograd: (out (B, H, c, d), lse (B, H, c)).
 
-    The reference implementation of the same computation (and the path on CUDA)."""
+    The reference implementation of the same computation (and the path on CUDA, and the one
+    with attention dropout: probabilities zeroed with probability `dropout`, the rest scaled)."""
     scores = torch.cat(
         [
             torch.matmul(q4, win.keys(k_long, o).transpose(-1, -2)) * scale + masks(o)
@@ -221,6 +228,8 @@ def math_attention(
     )  # (B, H, c, n_offsets * c)
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
     probs = torch.exp(scores - lse)
+    if dropout:
+        probs = torch.nn.functional.dropout(probs, dropout)
     c = win.chunk
     out = sum(
         torch.matmul(probs[..., i * c : (i + 1) * c], win.keys(v_long, o))

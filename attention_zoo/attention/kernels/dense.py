@@ -38,11 +38,13 @@ def dense_attention(
     scale: float,
     penalise_self: bool = False,
     return_lse: bool = False,
+    dropout: float = 0.0,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + mask) v on (..., n, d); `allowed` broadcasts to (..., n, n).
 
     penalise_self: a query sees its own key only when no other key is allowed (shared-QK rule).
     return_lse: also return the log-sum-exp of the masked scores, (..., n).
+    dropout: probability of zeroing each attention probability (the rest scaled by 1/(1 - p)).
     """
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (..., n, n)
     if allowed is not None:
@@ -52,5 +54,8 @@ def dense_attention(
         eye = torch.eye(n, dtype=torch.bool, device=scores.device)
         scores = scores.masked_fill(eye, self_mask_value(scores.dtype))
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    out = torch.matmul(torch.exp(scores - lse), v)
+    probs = torch.exp(scores - lse)
+    if dropout:
+        probs = torch.nn.functional.dropout(probs, dropout)
+    out = torch.matmul(probs, v)
     return (out, lse.squeeze(-1)) if return_lse else out

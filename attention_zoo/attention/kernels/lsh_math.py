@@ -7,8 +7,8 @@ from torch import Tensor
 
 from .chunked import math_attention
 from .dense import unit_keys
-from .lsh_fused import EPS, undo_perm
-from .lsh_plan import LSHPlan, with_self
+from .lsh_plan import EPS, LSHPlan, with_self
+from .rows import undo_perm
 
 
 def gather_rows(x: Tensor, perm: Tensor) -> Tensor:
@@ -17,8 +17,9 @@ def gather_rows(x: Tensor, perm: Tensor) -> Tensor:
     return torch.gather(x, 2, perm.reshape(b, h, g * n, 1).expand(b, h, g * n, x.shape[-1]))
 
 
-def lsh_math(q: Tensor, k: Tensor, v: Tensor, plan: LSHPlan) -> Tensor:
-    """The same computation with materialised blocks and plain autograd (CUDA, checks)."""
+def lsh_math(q: Tensor, k: Tensor, v: Tensor, plan: LSHPlan, *, dropout: float = 0.0) -> Tensor:
+    """The same computation with materialised blocks and plain autograd (CUDA, checks, and
+    attention dropout: every probability, a query's own included, dropped with `dropout`)."""
     b, h, npad, d = q.shape
     keys = unit_keys(k, EPS)
     outs, lses = [], []
@@ -30,7 +31,8 @@ def lsh_math(q: Tensor, k: Tensor, v: Tensor, plan: LSHPlan) -> Tensor:
         pad = (0, 0, win.front, win.back)
         k_long = torch.nn.functional.pad(gather_rows(keys, perm).reshape(-1, d), pad)
         v_long = torch.nn.functional.pad(gather_rows(v, perm).reshape(-1, d), pad)
-        out4, lse4 = math_attention(q4, k_long, v_long, win, plan.masks(s, e, win, q.dtype), 1.0)
+        masks = plan.masks(s, e, win, q.dtype)
+        out4, lse4 = math_attention(q4, k_long, v_long, win, masks, 1.0, dropout)
         undo = undo_perm(perm).view(b, h, g * npad)
         outs.append(
             torch.gather(
@@ -41,4 +43,4 @@ def lsh_math(q: Tensor, k: Tensor, v: Tensor, plan: LSHPlan) -> Tensor:
     o_r, lse_r = torch.cat(outs, 2), torch.cat(lses, 2)
     lse = torch.logsumexp(lse_r, dim=2)
     out = (o_r * torch.exp(lse_r - lse.unsqueeze(2)).unsqueeze(-1)).sum(2)  # round weights
-    return with_self(out, lse, v, plan.perm.shape[2])[0]
+    return with_self(out, lse, v, plan.perm.shape[2], dropout=dropout)[0]

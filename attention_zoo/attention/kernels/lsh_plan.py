@@ -15,6 +15,9 @@ from torch import Tensor
 
 from ..base import mask_value, self_mask_value
 from .chunked import Windows, Workspace
+from .rows import RoundPass
+
+EPS = 1e-6  # as dense.unit_keys
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,21 @@ class LSHPlan:
     before: int
     after: int
     causal: bool
-    hf: bool
     groups: list[tuple[int, int]]
     perm: Tensor  # (b, h, r, npad): sorted index -> position
     sorted_buckets: Tensor  # (b, h, r, npad)
+    # what the fused Function reads of every plan: score scale, unit-key epsilon (None: keys as
+    # given), whether the caller's own position is left to a self partial (see `with_self`)
+    scale: float = 1.0
+    key_eps: float | None = EPS
+    self_partial: bool = True
+
+    def make_pass(self, s: int, e: int, shape: tuple[int, ...], ws: Workspace) -> LSHPass:
+        return LSHPass(self, s, e, shape, ws)
+
+    def forward_plan(self) -> LSHPlan:
+        """The plan the fused forward runs: exact causal windows in quarter-chunk query blocks."""
+        return self.regrid(self.forward_block())
 
     def windows(self, rows: int, npad: int, d: int) -> Windows:
         return Windows(
@@ -56,7 +70,7 @@ class LSHPlan:
         (block + chunk * before keys instead of (before + 1) * chunk), and with it the float mask
         the fused kernel needs: at chunk 64, one before, 16-query blocks scan 80 keys, not 128.
         """
-        if not self.causal or self.hf or block == self.chunk:
+        if not self.causal or block == self.chunk:
             return self
         if self.chunk % block:
             raise ValueError(f"query block {block} does not divide chunk {self.chunk}")
@@ -66,7 +80,7 @@ class LSHPlan:
 
     def forward_block(self) -> int:
         """Query block of the fused forward: a quarter chunk (>= 8) when the pattern allows."""
-        if not self.causal or self.hf:
+        if not self.causal:
             return self.chunk
         block = self.chunk // 4
         return block if block >= 8 and self.chunk % 4 == 0 else self.chunk
@@ -75,9 +89,9 @@ class LSHPlan:
 class BucketMasks:
     """Additive masks of LSH windows, per window offset (rows * chunks, 1, c, c) or whole (.., W).
 
-    Keys of another bucket are masked (a missing neighbour chunk carries bucket -1); causal:
-    exact keeps sorted offsets -before*c <= key - query <= 0, HF-style only key <= query (both
-    within the bucket, where sorted order is position order). Self is masked here and added back
+    Keys of another bucket are masked (a missing neighbour chunk carries bucket -1); causal keeps
+    sorted offsets -before*c <= key - query <= 0 (within the bucket, where sorted order is
+    position order). Self is masked here and added back
     as its own partial (see `with_self`). With a workspace, every per-offset mask is written into
     the same buffer (only for kernels that are done with the previous one).
     """
@@ -97,9 +111,7 @@ class BucketMasks:
         mv = torch.tensor(mask_value(self.dtype), dtype=self.dtype, device=delta.device)
         bad = delta == 0
         if plan.causal:
-            bad = bad | (delta > 0)
-            if not plan.hf:
-                bad = bad | (delta < -self.win.front)
+            bad = bad | (delta > 0) | (delta < -self.win.front)
         pattern = torch.zeros(delta.shape, dtype=self.dtype, device=delta.device).masked_fill(
             bad, mv
         )
@@ -128,23 +140,70 @@ class BucketMasks:
         return self._fill(keys, w[None, :] - self.win.front - t[:, None], None, "window_mask")
 
 
+class LSHPass(RoundPass):
+    """A pass of the exact plan: flat windows over (b, h, g) rows, zero chunks at the ends."""
+
+    def __init__(
+        self, plan: LSHPlan, s: int, e: int, shape: tuple[int, ...], ws: Workspace
+    ) -> None:
+        super().__init__(plan.perm, s, e, ws)
+        b, h, npad, d = shape
+        self.win = plan.windows(b * h * self.g, npad, d)
+        self.plan, self.s, self.e = plan, s, e
+
+    def masks(self, dtype: torch.dtype) -> BucketMasks:
+        return self.plan.masks(self.s, self.e, self.win, dtype, self.ws)
+
+    def key_index(self, o: int) -> Tensor:
+        """Flat positions of the keys at window offset o, slot by slot.
+
+        The key block of offset o starts `shift` sorted slots after its query block; an index
+        that wraps around lands on a nonexistent key, whose gradient is exactly 0."""
+        shift = (o - self.win.before) * self.win.chunk
+        return self.positions if shift == 0 else torch.roll(self.positions, -shift)
+
+    def inputs(
+        self, q_rows, k_rows, rk: Tensor, v_rows, shared: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Sorted queries (flat), unit keys and values in long buffers (zero chunks at the ends)."""
+        d = q_rows[0].shape[-1]
+        q_flat = self.sort(q_rows, "q")
+        k_long, k_mid = self.ws.long("k", self.win, (d,), q_flat)
+        rk_sorted = rk.view(-1)[self.positions].unsqueeze(-1)
+        if shared:  # keys are the queries scaled to unit length: no second gather
+            torch.mul(q_flat, rk_sorted, out=k_mid)
+        else:
+            self.sort(k_rows, out=k_mid).mul_(rk_sorted)
+        v_long, v_mid = self.ws.long("v", self.win, (d,), q_flat)
+        self.sort(v_rows, out=v_mid)
+        return q_flat, k_long, v_long
+
+
 def self_lse(dtype: torch.dtype, rounds: int) -> float:
     """Log-weight of a query's own key: once per round, its score replaced by the self penalty."""
     return self_mask_value(dtype) + math.log(rounds)
 
 
 def self_weight(lse: Tensor, dtype: torch.dtype, rounds: int) -> Tensor:
-    return torch.exp(self_lse(dtype, rounds) - lse)
+    """Share of the self partial next to the kernels' log-sum-exp `lse` (without self)."""
+    return torch.sigmoid(self_lse(dtype, rounds) - lse)
 
 
-def with_self(out: Tensor, lse: Tensor, v: Tensor, rounds: int) -> tuple[Tensor, Tensor]:
-    """Fold the self partial (output v, fixed score) into a combined (out, lse).
+def with_self(
+    out: Tensor, lse: Tensor, v: Tensor, rounds: int, *, dropout: float = 0.0
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fold the self partial (output v, fixed score) into a combined (out, lse, self share).
 
     The kernels mask self entirely; adding it back here with its exact replaced score keeps the
     1e5-sized penalty out of the kernels' float arithmetic (where one rounding step is ~0.01) while
-    matching the Reformer rule: self counts only when nothing else is allowed.
+    matching the Reformer rule: self counts only when nothing else is allowed. The shares are
+    sigmoids of the difference, not exponentials of a combined log-sum-exp near -1e5 (whose
+    float32 rounding would scale a query that sees only itself by up to 1 +- 0.004).
     """
     total = torch.logaddexp(lse, torch.full_like(lse, self_lse(v.dtype, rounds)))
-    keep = torch.exp(lse - total).unsqueeze(-1).to(out.dtype)
-    own = self_weight(total, v.dtype, rounds).unsqueeze(-1).to(out.dtype)
-    return out * keep + v * own, total
+    share = self_weight(lse, v.dtype, rounds)
+    keep = (1 - share).unsqueeze(-1).to(out.dtype)
+    own = share.unsqueeze(-1).to(out.dtype)
+    if dropout:  # the self probability is dropped like any other
+        own = torch.nn.functional.dropout(own, dropout)
+    return out * keep + v * own, total, share

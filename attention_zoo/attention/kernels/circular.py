@@ -1,0 +1,255 @@
+"""Chunked attention over windows that wrap around, as transformers' Reformer attends.
+
+Per (batch, head) row, the attended sequence is the concatenation of R orderings of the padded
+positions: R hash rounds sorted by bucket for LSH, the positions in order (R = 1) for local. It is
+cut into chunks; each chunk attends to itself and `before` previous and `after` following chunks,
+wrapping around the concatenation (HF's `_look_adjacent`): a round's first chunk sees the end of
+the previous round, the first round's sees the last round's. Masks depend on positions only: a
+key is allowed when it is real and, causally, not after the query; with `self_partial` a query's
+own position is left to a separate partial with HF's self score (see `lsh_plan.with_self`).
+Rounds combine by their log-sum-exp, as HF sums its rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..base import mask_value, self_mask_value
+from .chunked import Windows, Workspace
+from .rows import RoundPass, undo_perm
+
+
+@dataclass(frozen=True)
+class CircularWindows(Windows):
+    """Windows of `rows` independent (b, h) sequences of `length // rows` slots each; a long
+    buffer holds each row's slots with its wrapped-around neighbour chunks in front and behind."""
+
+    rows: int = 1
+
+    @property
+    def row_length(self) -> int:
+        return self.length // self.rows
+
+    @property
+    def long_length(self) -> int:
+        return self.front + self.row_length + self.back
+
+    def to_blocks(self, flat: Tensor) -> Tensor:
+        """Flat (rows * row_length, d) queries as (rows, chunks, chunk, d) blocks (a view)."""
+        return flat.view(self.rows, -1, self.chunk, flat.shape[-1])
+
+    def keys(self, long: Tensor, o: int) -> Tensor:
+        """The key block of every query chunk at window offset o: a view of `long`."""
+        rows = long.view(self.rows, self.long_length, -1)
+        return self.to_blocks(rows.narrow(1, o * self.chunk, self.row_length))
+
+    def windows(self, long: Tensor, width: int) -> Tensor:
+        """Every query chunk's whole key window (rows, chunks, width, d): overlapping views."""
+        rows = long.view(self.rows, self.long_length, -1)
+        return rows.unfold(1, width, self.chunk).movedim(-1, 2)
+
+
+@dataclass(frozen=True)
+class CircularPlan:
+    """One forward's circular attention pattern, reused by the backward (see `RoundsFlash`)."""
+
+    chunk: int
+    before: int
+    after: int
+    causal: bool
+    groups: list[tuple[int, int]]
+    perm: Tensor  # (b, h, R, npad): slot of each round -> position
+    key_real: Tensor  # (b, npad) bool: positions that are real keys
+    scale: float
+    key_eps: float | None  # keys * (|k|^2 + eps)^-1/2 (HF's shared-QK keys), None: as given
+    self_partial: bool  # shared QK: own position scored apart, HF's self value
+
+    def make_pass(self, s: int, e: int, shape: tuple[int, ...], ws: Workspace) -> CircularPass:
+        return CircularPass(self, s, e, ws)
+
+    def forward_plan(self) -> CircularPlan:
+        return self
+
+    def windows(self, rows: int, slots: int) -> CircularWindows:
+        return CircularWindows(
+            chunk=self.chunk,
+            before=self.before,
+            after=self.after,
+            length=rows * slots,
+            to_heads=lambda x: x,
+            rows=rows,
+        )
+
+    def long_positions(self, s: int, e: int) -> Tensor:
+        """Positions (b * h, long length) of rounds s:e's slots with the wrapped neighbours."""
+        b, h, rounds, npad = self.perm.shape
+        c = self.chunk
+        device = self.perm.device
+        slots = torch.arange(-self.before * c, (e - s) * npad + self.after * c, device=device)
+        return self.perm.reshape(b * h, rounds * npad)[:, (slots + s * npad) % (rounds * npad)]
+
+    def allowed(self, q_pos: Tensor, k_pos: Tensor, k_real: Tensor) -> Tensor:
+        """Which (query, key) pairs the kernel attends, from positions (broadcasting)."""
+        ok = k_real
+        if self.causal:
+            ok = ok & ((k_pos < q_pos) if self.self_partial else (k_pos <= q_pos))
+        elif self.self_partial:
+            ok = ok & (k_pos != q_pos)
+        return ok
+
+
+class CircularMasks:
+    """Additive masks of a pass: whole windows (rows, chunks, c, W) or per offset (.., c, c)."""
+
+    def __init__(self, plan: CircularPlan, p: CircularPass, dtype: torch.dtype) -> None:
+        b, h, _, npad = plan.perm.shape
+        win, c = p.win, plan.chunk
+        self.plan, self.win, self.dtype, self.ws = plan, win, dtype, p.ws
+        self.q_pos = p.perm.reshape(win.rows, -1, c, 1)
+        self.k_pos = p.long_pos  # (rows, long length)
+        real = plan.key_real[:, None].expand(b, h, npad).reshape(b * h, npad)
+        self.k_real = torch.gather(real, 1, self.k_pos)
+
+    def _fill(self, k_pos: Tensor, k_real: Tensor, name: str) -> Tensor:
+        ok = self.plan.allowed(self.q_pos, k_pos.unsqueeze(2), k_real.unsqueeze(2))
+        zero = torch.zeros((), dtype=self.dtype, device=ok.device)
+        low = torch.full((), mask_value(self.dtype), dtype=self.dtype, device=ok.device)
+        return torch.where(ok, zero, low, out=self.ws.get(name, ok.shape, zero))
+
+    def __call__(self, o: int) -> Tensor:
+        """Offset o's block: keys of the chunk `o - before` chunks from the query's."""
+        win = self.win
+        k_pos = self.k_pos.narrow(1, o * win.chunk, win.row_length).view(win.rows, -1, win.chunk)
+        k_real = self.k_real.narrow(1, o * win.chunk, win.row_length).view(k_pos.shape)
+        return self._fill(k_pos, k_real, "mask")
+
+    def window(self) -> Tensor:
+        """Whole windows, for the fused forward's single call."""
+        width, c = self.win.width, self.win.chunk
+        return self._fill(
+            self.k_pos.unfold(1, width, c), self.k_real.unfold(1, width, c), "window_mask"
+        )
+
+
+class CircularPass(RoundPass):
+    """A pass over rounds s:e: queries in slot order, keys and values in long buffers whose
+    ends are the wrapped-around neighbour chunks (gathered, not zero)."""
+
+    def __init__(self, plan: CircularPlan, s: int, e: int, ws: Workspace) -> None:
+        super().__init__(plan.perm, s, e, ws)
+        b, h, _, npad = plan.perm.shape
+        self.plan = plan
+        self.win = plan.windows(b * h, self.g * npad)
+        self.long_pos = plan.long_positions(s, e)
+        offsets = (torch.arange(b * h, device=plan.perm.device) * npad).view(-1, 1)
+        self.long_flat = (self.long_pos + offsets).reshape(-1)
+
+    def masks(self, dtype: torch.dtype) -> CircularMasks:
+        return CircularMasks(self.plan, self, dtype)
+
+    def key_index(self, o: int) -> Tensor:
+        """Flat positions of the keys at window offset o, slot by slot."""
+        win = self.win
+        long = self.long_flat.view(win.rows, win.long_length)
+        return long.narrow(1, o * win.chunk, win.row_length).reshape(-1)
+
+    def inputs(
+        self, q_rows, k_rows, rk: Tensor | None, v_rows, shared: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries in slot order (flat); keys (times rk) and values in long buffers."""
+        d = q_rows[0].shape[-1]
+        q_flat = self.sort(q_rows, "q")
+        shape = (self.win.rows * self.win.long_length, d)
+        k_view, k_index = k_rows
+        k_long = self.ws.get("k", shape, q_flat)
+        torch.index_select(k_view, 0, k_index.reshape(-1)[self.long_flat], out=k_long)
+        if rk is not None:
+            k_long.mul_(rk.view(-1)[self.long_flat].unsqueeze(-1))
+        v_view, v_index = v_rows
+        v_long = self.ws.get("v", shape, q_flat)
+        torch.index_select(v_view, 0, v_index.reshape(-1)[self.long_flat], out=v_long)
+        return q_flat, k_long, v_long
+
+
+def empty_rows(plan: CircularPlan) -> Tensor:
+    """(b, h, R * npad, 1) bool: queries whose whole window holds no allowed key."""
+    b, h, rounds, npad = plan.perm.shape
+    c = plan.chunk
+    width = (plan.before + plan.after + 1) * c
+    long_pos = plan.long_positions(0, rounds)
+    real = plan.key_real[:, None].expand(b, h, npad).reshape(b * h, npad)
+    k_real = torch.gather(real, 1, long_pos).unfold(1, width, c).unsqueeze(2)
+    q_pos = plan.perm.reshape(b * h, -1, c, 1)
+    ok = plan.allowed(q_pos, long_pos.unfold(1, width, c).unsqueeze(2), k_real)
+    return ~ok.any(-1).expand(q_pos.shape[:-1]).reshape(b, h, rounds * npad, 1)
+
+
+def window_means(v: Tensor, plan: CircularPlan) -> Tensor:
+    """(b, h, npad, d): each query's mean value over its window, for one round in position
+    order -- what HF's softmax gives a query whose every key is masked (all scores equal)."""
+    b, h, npad, d = v.shape
+    c, before = plan.chunk, plan.before
+    sums = v.reshape(b, h, npad // c, c, d).sum(3)  # per chunk
+    offsets = range(before + plan.after + 1)  # window offsets: a handful
+    total = sum(torch.roll(sums, before - o, dims=2) for o in offsets)
+    mean = total / (len(offsets) * c)
+    return mean.unsqueeze(3).expand(b, h, npad // c, c, d).reshape(b, h, npad, d)
+
+
+def hf_keys(k: Tensor) -> Tensor:
+    """HF's shared-QK keys (`_len_and_dim_norm`): k / sqrt(mean(k^2) + 1e-6) / sqrt(d)."""
+    d = k.shape[-1]
+    return k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + 1e-6) / math.sqrt(d)
+
+
+HF_KEY_EPS = 1e-6  # hf_keys = k * (|k|^2 + d * HF_KEY_EPS)^-1/2
+
+
+def circular_math(
+    q: Tensor, k: Tensor, v: Tensor, plan: CircularPlan, *, dropout: float = 0.0
+) -> Tensor:
+    """HF's computation itself, materialised (every round's windows at once, plain autograd):
+    the reference, the CUDA path and the path with attention dropout.
+
+    Masked scores are replaced (not offset) by the mask value and, with `self_partial`, a
+    query's own position by the self value, then softmax, dropout, and rounds summed by their
+    log-sum-exp weights, exactly as HF's LSHSelfAttention / LocalSelfAttention.
+    """
+    b, h, rounds, npad = plan.perm.shape
+    d, c = q.shape[-1], plan.chunk
+    keys = hf_keys(k) if plan.key_eps is not None else k
+    win = plan.windows(b * h, rounds * npad)
+    pos = plan.perm.reshape(b * h, rounds * npad)
+    long_pos = plan.long_positions(0, rounds)  # (rows, long length)
+    k_pos = long_pos.unfold(1, win.width, c)  # (rows, chunks, W)
+
+    def rows_of(x: Tensor, index: Tensor) -> Tensor:
+        flat = x.reshape(b * h, npad, d)
+        return torch.gather(flat, 1, index.reshape(b * h, -1, 1).expand(-1, -1, d))
+
+    q4 = rows_of(q, pos).view(b * h, -1, c, d)
+    kw = rows_of(keys, k_pos).view(*k_pos.shape, d)
+    vw = rows_of(v, k_pos).view(*k_pos.shape, d)
+    scores = torch.matmul(q4, kw.transpose(-1, -2)) * plan.scale  # (rows, chunks, c, W)
+    q_pos = pos.view(b * h, -1, c, 1)
+    real = plan.key_real[:, None].expand(b, h, npad).reshape(b * h, npad)
+    k_real = torch.gather(real, 1, k_pos.reshape(b * h, -1)).view(k_pos.shape).unsqueeze(2)
+    hf_plan = dataclasses.replace(plan, self_partial=False)  # HF: mask, then the self value
+    ok = hf_plan.allowed(q_pos, k_pos.unsqueeze(2), k_real)
+    scores = scores.masked_fill(~ok, mask_value(q.dtype))
+    if plan.self_partial:
+        scores = scores.masked_fill(k_pos.unsqueeze(2) == q_pos, self_mask_value(q.dtype))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    probs = torch.exp(scores - lse)
+    if dropout:
+        probs = torch.nn.functional.dropout(probs, dropout)
+    out = torch.matmul(probs, vw).reshape(b, h, rounds * npad, d)
+    undo = undo_perm(plan.perm).view(b, h, rounds * npad)
+    out = torch.gather(out, 2, undo[..., None].expand(-1, -1, -1, d)).view(b, h, rounds, npad, d)
+    lse = torch.gather(lse.reshape(b, h, rounds * npad), 2, undo).view(b, h, rounds, npad)
+    return (out * torch.softmax(lse, dim=2).unsqueeze(-1)).sum(2)
