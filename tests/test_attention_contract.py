@@ -130,10 +130,11 @@ def test_compiles_to_one_graph_with_eager_results(spec):
         q, k, v = make_qkv(spec, n=37)
         options = {"seed": None} if "seed" in spec.defaults() else {}
         attn = build(spec, causal=causal, **options)
-        inputs = (q, v) if spec.caps.shared_qk else (q, k, v)
+        shared = spec.caps.shared_qk
+        inputs = (q, v) if shared else (q, k, v)
 
-        def call(*args, attn=attn):
-            return attn(args[0], args[0], args[1]) if spec.caps.shared_qk else attn(*args)
+        def call(*args, attn=attn, shared=shared):
+            return attn(args[0], args[0], args[1]) if shared else attn(*args)
 
         def seeded(fn):
             return lambda *args: (torch.manual_seed(0), fn(*args))[1]

@@ -71,3 +71,11 @@ def test_checkpointed_recomputation_replays_the_masks(variant):
         grads.append([t.grad for t in leaves if t.grad is not None])
     for got, want in zip(*grads):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+
+
+def test_the_config_passes_attention_dropout_to_every_built_in_backend():
+    from attention_zoo import ReformerConfig
+
+    cfg = ReformerConfig(attention_probs_dropout_prob=0.1, attn_layers=("full", "local", "lsh"))
+    for backend in ("full", "sdpa", "shared-qk", "local", "lsh"):
+        assert cfg.attention_options(backend)["dropout"] == 0.1
