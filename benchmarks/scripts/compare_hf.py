@@ -13,6 +13,7 @@ timed round-robin so machine load hits them alike) and peak memory above residen
     python benchmarks/scripts/compare_hf.py                       # L = 1024, 4096, 16384
     python benchmarks/scripts/compare_hf.py --lengths 1024 --repeats 3 --out results/hf
     python benchmarks/scripts/compare_hf.py --num-hashes 2 --backends lsh,local
+    python benchmarks/scripts/compare_hf.py --semantics exact   # our exact patterns instead
 
 Cases too big or too slow here are printed as "skipped: <reason>", never estimated. Timings are
 only meaningful on an otherwise idle machine (a second busy process on 2 cores distorts ratios by
@@ -58,7 +59,9 @@ class Row:
     reference: str | None = None  # the HF module the ratios divide by
 
 
-def our_options(backend: str, seq_len: int, num_hashes: int) -> dict[str, Any]:
+def our_options(
+    backend: str, seq_len: int, num_hashes: int, semantics: str = "hf"
+) -> dict[str, Any]:
     defaults = next(s for s in list_backends() if s.name == backend).defaults()
     wanted = {
         "chunk_length": CHUNK,
@@ -67,6 +70,7 @@ def our_options(backend: str, seq_len: int, num_hashes: int) -> dict[str, Any]:
         "num_hashes": num_hashes,
         "num_buckets": num_buckets(seq_len),
         "seed": 0,
+        "semantics": semantics,  # hf: the same attention pattern as HF's modules
     }
     return {k: v for k, v in wanted.items() if k in defaults}
 
@@ -115,7 +119,7 @@ class HFBlock(nn.Module):
 
 
 def build_modules(
-    backends: list[str], seq_len: int, num_hashes: int
+    backends: list[str], seq_len: int, num_hashes: int, semantics: str = "hf"
 ) -> tuple[dict[str, nn.Module], list[Row]]:
     modules: dict[str, nn.Module] = {}
     skipped: list[Row] = []
@@ -130,7 +134,7 @@ def build_modules(
             head_size=HEAD_DIM,
             causal=True,
             device="cpu",
-            **our_options(name, seq_len, num_hashes),
+            **our_options(name, seq_len, num_hashes, semantics),
         )
     try:
         modules["HF lsh"] = HFBlock("lsh", seq_len, num_hashes)
@@ -175,7 +179,7 @@ def too_big(
 
 def measure_length(seq_len: int, args: argparse.Namespace) -> list[Row]:
     torch.manual_seed(0)
-    modules, rows = build_modules(args.backends, seq_len, args.num_hashes)
+    modules, rows = build_modules(args.backends, seq_len, args.num_hashes, args.semantics)
     for name in list(modules):
         if reason := too_big(name, seq_len, args.num_hashes, args.memory_limit, args.max_quadratic):
             rows.append(Row(name, seq_len, "skipped", reason))
@@ -288,6 +292,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     p.add_argument(
+        "--semantics",
+        choices=("hf", "exact"),
+        default="hf",
+        help="semantics of our local and lsh: hf computes HF's attention pattern (like with "
+        "like), exact our exactly causal one (default: %(default)s)",
+    )
+    p.add_argument(
         "--max-quadratic",
         type=int,
         default=0,
@@ -322,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"batch 1, {HEADS} heads x {HEAD_DIM}, hidden {HIDDEN}, float32, causal, "
         f"chunk {CHUNK} (1 before, 0 after), "
-        f"lsh {args.num_hashes} hashes, buckets 2L/{CHUNK}, {torch.get_num_threads()} threads, "
+        f"lsh {args.num_hashes} hashes, buckets 2L/{CHUNK}, our semantics {args.semantics}, "
+        f"{torch.get_num_threads()} threads, "
         f"median of {args.repeats} interleaved repeats; memory = profiler peak above resident"
     )
     print(render(rows))
@@ -333,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "num_hashes": args.num_hashes,
+        "semantics": args.semantics,
         "repeats": args.repeats,
         "hidden": HIDDEN,
         "heads": HEADS,
