@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import closing
@@ -23,9 +24,16 @@ from .attention.spec import get_backend, list_backends
 from .errors import ConfigError
 from .executors import Executor, Job, LocalExecutor, Outcome
 from .executors.progress import CaseProgress
-from .measure.cases import MODES, TARGETS, BenchCase
+from .measure.cases import MODES, TARGETS, BenchCase, comparison_key
 from .measure.env import capture
-from .measure.runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
+from .measure.peers import get_peer, is_peer, select_peers
+from .measure.runner import (
+    DEFAULT_SETTINGS,
+    CaseResult,
+    MeasureSettings,
+    measure_case,
+    measure_group,
+)
 from .measure.status import ERROR, OOM
 from .measure.worker import run_isolated
 from .store import ResultStore
@@ -41,6 +49,9 @@ class SweepGrid:
     to pass a list-valued option itself (num_buckets = [32, 64]) wrap it: [[32, 64]].
     models: ReformerConfig field dicts for target "model" (each may carry a "label"); a model
     whose dict sets attn_layers ignores the backends axis.
+    peers: peer families ("hf", "lucid") or peer names ("hf:lsh") measured beside the backends;
+    a family brings the peers of the backends measured. A peer without options of its own takes
+    those of the backend it mirrors, so both sides run with the same settings.
     """
 
     target: str = "block"
@@ -56,6 +67,7 @@ class SweepGrid:
     hidden: int = 256
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: tuple[dict[str, Any], ...] = ()
+    peers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -68,15 +80,18 @@ class SweepGrid:
                 raise ConfigError(f"grid axis {name!r} is empty; give at least one value")
 
     def backend_names(self) -> list[str]:
+        """Our backends (every registered one when none is given), then the peers."""
         names = list(self.backends) or [s.name for s in list_backends()]
         for name in names:
-            get_backend(name)  # UnknownNameError lists the registered backends
-        return names
+            if not is_peer(name):
+                get_backend(name)  # UnknownNameError lists the registered backends
+        return list(dict.fromkeys(names + select_peers(self.peers, names)))
 
     def cases(self) -> list[BenchCase]:
         """Every case of the grid, validated (unknown backends/options raise before any run)."""
         for backend in self.options:
-            get_backend(backend)
+            if not is_peer(backend):
+                get_backend(backend)
         devices = [_resolve_device(d) for d in self.devices]
         variants = self._variants()
         out: list[BenchCase] = []
@@ -125,19 +140,27 @@ class SweepGrid:
                 out.append(("+".join(layers), {}, model, label))
                 continue
             for backend in self.backend_names():
-                for options in expand_options(backend, self.options.get(backend, {})):
+                for options in self._options_of(backend):
                     out.append((backend, options, model, label))
         return out
+
+    def _options_of(self, backend: str) -> list[dict[str, Any]]:
+        if is_peer(backend) and backend not in self.options:
+            spec = get_peer(backend)
+            mirrored = expand_options(spec.mirrors, self.options.get(spec.mirrors, {}))
+            inherited = [spec.inherit(o) for o in mirrored]
+            return list({json.dumps(o, sort_keys=True): o for o in inherited}.values())
+        return expand_options(backend, self.options.get(backend, {}))
 
 
 def expand_options(backend: str, options: dict[str, Any]) -> list[dict[str, Any]]:
     """The product of list-valued options; each combination checked against the backend."""
-    spec = get_backend(backend)
+    make = get_peer(backend).make_options if is_peer(backend) else get_backend(backend).make_config
     keys = list(options)
     axes = [v if isinstance(v, list) else [v] for v in options.values()]
     combos = [dict(zip(keys, values)) for values in itertools.product(*axes)]
     for combo in combos:
-        spec.make_config(**combo)  # OptionError names the options the backend takes
+        make(**combo)  # OptionError names the options the backend takes
     return combos
 
 
@@ -219,6 +242,46 @@ def measure_one(
     return measure_case(case, settings)
 
 
+def measure_together(
+    cases: Sequence[BenchCase],
+    settings: MeasureSettings = DEFAULT_SETTINGS,
+    *,
+    memory_limit_bytes: int | str | None = None,
+) -> list[CaseResult]:
+    """measure_one for cases compared with each other (settings.interleave): measured as one group
+    in the process that runs them, their timing round-robin (measure_group)."""
+    limit = default_memory_limit() if memory_limit_bytes == AUTO else memory_limit_bytes
+    if cases[0].device == "cpu" and limit is not None:
+        settings = _with_limit(settings, int(limit))
+    return measure_group(cases, settings)
+
+
+def _batches(cases: Sequence[BenchCase], *, interleave: bool) -> list[list[BenchCase]]:
+    """Cases measured together: with `interleave`, those compared with each other (same shape,
+    mode, dtype, device; any backend and options), in order of first appearance; else one each."""
+    if not interleave:
+        return [[case] for case in cases]
+    groups: dict[str, list[BenchCase]] = {}
+    for case in cases:
+        groups.setdefault(comparison_key(case.to_dict()), []).append(case)
+    return list(groups.values())
+
+
+def batch_job(cases: Sequence[BenchCase], settings: MeasureSettings, **kwargs: Any) -> Job:
+    """One case: its case_job; several: one job measuring them together (measure_together)."""
+    if len(cases) == 1:
+        return case_job(cases[0], settings, **kwargs)
+    return Job(
+        key=cases[0].key(),
+        label=f"{cases[0].name()} (+{len(cases) - 1} interleaved)",
+        fn=measure_together,
+        args=(tuple(cases), settings),
+        kwargs={"memory_limit_bytes": kwargs.get("memory_limit_bytes")},
+        device=cases[0].device,
+        threads=settings.threads,
+    )
+
+
 def case_job(
     case: BenchCase,
     settings: MeasureSettings,
@@ -268,24 +331,23 @@ def run_sweep(
     prediction (AUTO: from the memory available where each case runs). measure: replaces
     measure_case (tests inject failures through it). executor: where the cases run (default:
     this process; the caller closes it, `with executor:`); whichever it is, only this process
-    writes the store, case by case as each finishes.
+    writes the store, case by case as each finishes. settings.interleave: the cases compared
+    with each other (same shape, mode, dtype, device) are one job, measured together and timed
+    round-robin (not with isolate or measure: one by one then).
     """
     if not cases:
         raise ConfigError("the sweep has no cases; check the grid's axes")
     executor = executor or LocalExecutor()
-    jobs = {
-        c.key(): case_job(
-            c,
-            settings,
-            isolate=isolate,
-            memory_limit_bytes=memory_limit_bytes,
-            timeout_s=timeout_s,
-            measure=measure,
-        )
-        for c in cases
+    job_options = {
+        "isolate": isolate,
+        "memory_limit_bytes": memory_limit_bytes,
+        "timeout_s": timeout_s,
+        "measure": measure,
     }
-    by_key = {c.key(): c for c in cases}
-    executor.prepare(list(jobs.values()))  # a bad cluster fails here, before the store is touched
+    interleave = settings.interleave and not isolate and measure is None
+    batches = _batches(cases, interleave=interleave)
+    # a bad cluster fails here, before the store is touched
+    executor.prepare([batch_job(b, settings, **job_options) for b in batches])
     fingerprint = sweep_fingerprint(cases)
     if run_id is None and resume:
         run_id = store.latest_run(kind="bench", fingerprint=fingerprint)
@@ -306,42 +368,46 @@ def run_sweep(
         },
     )
     done = store.completed_cases(run_id)
-    todo = [jobs[c.key()] for c in cases if c.key() not in done]
-    bar = CaseProgress(len(cases), len(cases) - len(todo), desc="bench", enabled=progress)
+    todo = [rest for b in batches if (rest := [c for c in b if c.key() not in done])]
+    batch_of = {b[0].key(): b for b in todo}
+    left = sum(map(len, todo))
+    bar = CaseProgress(len(cases), len(cases) - left, desc="bench", enabled=progress)
     results: list[CaseResult] = []
     try:
-        with closing(executor.run(todo, on_start=bar.started)) as outcomes:
+        jobs = [batch_job(b, settings, **job_options) for b in todo]
+        with closing(executor.run(jobs, on_start=bar.started)) as outcomes:
             for outcome in outcomes:  # in the order they finish
-                case = by_key[outcome.key]
-                result = _case_result(case, outcome)
-                store.add_rows(
-                    run_id,
-                    outcome.key,
-                    case.to_dict(),
-                    result.rows,
-                    status=result.status,
-                    error=result.error,
-                    environment=outcome.environment,
-                )
-                results.append(result)
-                if result.status in (ERROR, OOM):
-                    log.warning("%s: %s: %s", case.name(), result.status, result.error)
-                bar.finished(result.status, case.name())
+                batch = batch_of[outcome.key]
+                for case, result in zip(batch, _case_results(batch, outcome)):
+                    store.add_rows(
+                        run_id,
+                        case.key(),
+                        case.to_dict(),
+                        result.rows,
+                        status=result.status,
+                        error=result.error,
+                        environment=outcome.environment,
+                    )
+                    results.append(result)
+                    if result.status in (ERROR, OOM):
+                        log.warning("%s: %s: %s", case.name(), result.status, result.error)
+                    bar.finished(result.status, case.name())
     finally:
         bar.close()
     if len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases):
         store.finish_run(run_id)
     return SweepResult(
-        run_id=run_id, results=results, already_done=len(cases) - len(todo), total=len(cases)
+        run_id=run_id, results=results, already_done=len(cases) - left, total=len(cases)
     )
 
 
-def _case_result(case: BenchCase, outcome: Outcome) -> CaseResult:
-    """A job's outcome as a case result: a job that failed outside measure_case (its worker died)
-    is an error, or oom when it ran out of memory."""
+def _case_results(batch: Sequence[BenchCase], outcome: Outcome) -> list[CaseResult]:
+    """A job's outcome as case results: a job that failed outside measure_case (its worker died)
+    is an error for each of its cases, or oom when it ran out of memory."""
     if outcome.ok:
-        return outcome.value
-    return CaseResult(case=case, status=OOM if outcome.oom else ERROR, error=outcome.error)
+        return list(outcome.value) if isinstance(outcome.value, list) else [outcome.value]
+    status = OOM if outcome.oom else ERROR
+    return [CaseResult(case=case, status=status, error=outcome.error) for case in batch]
 
 
 def _guarded(measure: Measure, case: BenchCase, settings: MeasureSettings) -> CaseResult:

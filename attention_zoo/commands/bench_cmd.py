@@ -12,6 +12,8 @@ from ..errors import ZooError
 from ..executors import add_executor_args, executor_from_args
 from ..measure.load import busy_warning, cpu_count, load_average
 from ..measure.metrics import MEASURE_GROUPS
+from ..measure.peers import PEERS
+from ..measure.peers import families as peer_families
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
 from ..measure.units import format_bytes, parse_bytes
@@ -72,6 +74,13 @@ def add_grid_arguments(p: argparse.ArgumentParser) -> None:
         "--backends", type=_csv(), help="comma list of registry names (default: all registered)"
     )
     g.add_argument(
+        "--peers",
+        type=_csv(),
+        help="other libraries' attention measured beside ours by the same harness: families "
+        f"({', '.join(peer_families())}) or peer names ({', '.join(PEERS.names())}); a family "
+        "brings the peers of the backends measured, with their options (target block)",
+    )
+    g.add_argument(
         "--lengths", type=_csv(int), help="comma list of sequence lengths, e.g. 1024,4096"
     )
     g.add_argument("--batch", type=_csv(int), help="comma list of batch sizes")
@@ -103,6 +112,7 @@ def grid_from_args(args: argparse.Namespace) -> tuple[SweepGrid, SweepPreset | N
     for flag, name in (
         ("target", "target"),
         ("backends", "backends"),
+        ("peers", "peers"),
         ("lengths", "seq_lens"),
         ("batch", "batches"),
         ("modes", "modes"),

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from ..attention.spec import Case, build_attention, get_backend
 from ..declarative import checked_dataclass
 from ..errors import ConfigError, UnavailableError
+from .peers import get_peer, is_peer
 
 TARGETS = ("attention", "block", "model")
 MODES = ("forward", "forward+backward", "train-step")
@@ -57,6 +58,8 @@ class BenchCase:
     options: dict[str, Any] = field(default_factory=dict)  # backend options
     model: dict[str, Any] = field(default_factory=dict)  # ReformerConfig fields (target model)
     label: str = ""  # a short name for tables (e.g. the model preset's name); not part of the key
+    peer: str = ""  # a peer backend's package and version ("transformers 5.23.0"); filled in
+    note: str = ""  # what a peer computes differently (filled in); not part of the key
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -74,6 +77,10 @@ class BenchCase:
                 "mode 'train-step' needs parameters to update; an attention core alone has none. "
                 "Use target 'block' or 'model', or mode 'forward+backward'"
             )
+        if is_peer(self.backend):
+            spec = get_peer(self.backend)
+            object.__setattr__(self, "peer", self.peer or spec.provenance())
+            object.__setattr__(self, "note", self.note or spec.note)
 
     # ---- identity and serialisation -------------------------------------------------------
 
@@ -85,9 +92,12 @@ class BenchCase:
         return checked_dataclass(cls, data, where="BenchCase", noun="field")
 
     def key(self) -> str:
-        """Stable identity of what is measured (label excluded): the store's case key."""
+        """Stable identity of what is measured (label and note excluded): the store's case key."""
         data = self.to_dict()
         data.pop("label")
+        data.pop("note")
+        if not data["peer"]:
+            data.pop("peer")  # our own backends keep the keys they had before peers existed
         return case_key(data)
 
     def name(self) -> str:
@@ -128,6 +138,10 @@ class BenchCase:
         """Why this case cannot run on `device` (default: its own), or None."""
         device = device or self.device
         for name in self.backends():
+            if is_peer(name):
+                if reason := get_peer(name).unsupported(self):
+                    return reason
+                continue
             reason = get_backend(name).unsupported(
                 Case(device=torch.device(device).type, dtype=self.dtype, causal=self.causal)
             )
@@ -152,6 +166,17 @@ class BenchCase:
             fields.update(_auto_positions(self.seq_len, self.model.get("hidden_size", self.hidden)))
         fields.update(self.model)
         return ReformerConfig.from_dict(fields)
+
+
+# Fields that name what is compared; every other field must match for two cases to be compared.
+VARIANT_FIELDS = ("backend", "options", "label", "peer", "note")
+
+
+def comparison_key(config: dict[str, Any]) -> str:
+    """What must match for two cases to be compared: everything but the mechanism (JSON text)."""
+    return json.dumps(
+        {k: v for k, v in config.items() if k not in VARIANT_FIELDS}, sort_keys=True, default=str
+    )
 
 
 def case_key(config: dict[str, Any]) -> str:
@@ -275,15 +300,19 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
     from ..blocks.attention import SelfAttention
 
     with _defaults(device, dtype):
-        block = SelfAttention(
-            case.hidden,
-            case.num_heads,
-            case.backend,
-            head_size=case.head_dim,
-            causal=case.causal,
-            device=device.type,
-            **case.options,
-        )
+        if is_peer(case.backend):  # another library's module, built where ours would be
+            spec = get_peer(case.backend)
+            block = spec.build(case, spec.make_options(**case.options))
+        else:
+            block = SelfAttention(
+                case.hidden,
+                case.num_heads,
+                case.backend,
+                head_size=case.head_dim,
+                causal=case.causal,
+                device=device.type,
+                **case.options,
+            )
     x = torch.randn(case.batch, case.seq_len, case.hidden, device=device, dtype=dtype)
     params = list(block.parameters())
     optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None

@@ -12,6 +12,7 @@ import gc
 import logging
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +22,7 @@ from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
 from .status import ERROR, OK, OOM, SKIPPED
-from .timing import fixed_threads, time_call
+from .timing import fixed_threads, time_interleaved
 from .tracker import tracked_peak
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ class MeasureSettings:
     threads: int | None = None  # torch threads while measuring; None: leave as is
     metrics: tuple[str, ...] = MEASURE_GROUPS  # which groups to measure
     memory_limit_bytes: int | None = None  # don't run a case predicted to need more (status oom)
+    # time the cases that differ only in backend/options round-robin (their ratios are the result)
+    interleave: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.metrics) - set(MEASURE_GROUPS))
@@ -97,56 +100,134 @@ DEFAULT_SETTINGS = MeasureSettings()
 
 def measure_case(case: BenchCase, settings: MeasureSettings = DEFAULT_SETTINGS) -> CaseResult:
     """Measure `case`; a failing case is a status (error/oom), only KeyboardInterrupt raises."""
-    start = time.perf_counter()
-    rows: list[Metric] = []
-    notes: list[str] = []
+    return measure_group([case], settings)[0]
 
-    def done(status: str, error: str | None = None) -> CaseResult:
-        text = "; ".join(([error] if error else []) + notes) or None
-        return CaseResult(
-            case=case, status=status, rows=rows, error=text, seconds=time.perf_counter() - start
-        )
 
-    if reason := _unsupported(case):
-        return done(SKIPPED, reason)
+def measure_group(
+    cases: Sequence[BenchCase], settings: MeasureSettings = DEFAULT_SETTINGS
+) -> list[CaseResult]:
+    """Measure cases that are compared with each other (same device): each is predicted, built and
+    its memory measured in turn, then all are timed round-robin (a, b, c, a, b, c, ...) so that a
+    change in the machine's load hits them alike. One case alone is timed exactly as before."""
     with fixed_threads(settings.threads):
+        pending = [_Pending(case) for case in cases]
+        try:
+            for i, p in enumerate(pending):
+                alone = not any(q.runnable is not None for q in pending[:i])
+                p.prepare(settings, alone=alone)
+            live = [p for p in pending if p.runnable is not None]
+            if live and "time" in settings.metrics:
+                _time_round_robin(live, settings)
+            for p in live:
+                p.finish(OK)
+        finally:
+            for p in pending:
+                p.runnable = None
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return [p.result for p in pending if p.result is not None]
+
+
+class _Pending:
+    """One case of a group on its way to a CaseResult."""
+
+    def __init__(self, case: BenchCase) -> None:
+        self.case, self.start = case, time.perf_counter()
+        self.rows: list[Metric] = []
+        self.notes: list[str] = []
+        self.runnable: Runnable | None = None
+        self.result: CaseResult | None = None
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        text = "; ".join(([error] if error else []) + self.notes) or None
+        self.result = CaseResult(
+            case=self.case,
+            status=status,
+            rows=self.rows,
+            error=text,
+            seconds=time.perf_counter() - self.start,
+        )
+        self.runnable = None
+
+    def fail(self, exc: Exception) -> None:
+        log.debug("case %s failed", self.case.name(), exc_info=True)
+        self.finish(OOM if is_oom(exc) else ERROR, describe_error(exc))
+
+    def prepare(self, settings: MeasureSettings, *, alone: bool = True) -> None:
+        """Prediction, memory guard, build, warm-up and memory metrics; finishes the case unless
+        it is left to be timed (then `runnable` is set)."""
+        self.start = time.perf_counter()
+        case = self.case
+        if reason := _unsupported(case):
+            return self.finish(SKIPPED, reason)
         prediction = None
         if {"predict", "flops"} & set(settings.metrics) or settings.memory_limit_bytes:
             try:
                 prediction = predict_case(case)
             except Exception as exc:
-                notes.append(f"prediction failed: {describe_error(exc)}")
+                self.notes.append(f"prediction failed: {describe_error(exc)}")
         if prediction is not None:
             if "predict" in settings.metrics:
-                rows.extend(prediction_rows(prediction))
+                self.rows.extend(prediction_rows(prediction))
             if "flops" in settings.metrics:
-                rows.append(metric_row("flops", prediction.flops))
+                self.rows.append(metric_row("flops", prediction.flops))
             limit = settings.memory_limit_bytes
             if limit is not None and prediction.total_bytes > limit:
-                return done(
+                return self.finish(
                     OOM,
                     f"not run: predicted {prediction.total_bytes / 2**20:.1f} MiB > memory limit "
                     f"{limit / 2**20:.1f} MiB",
                 )
         if not {"time", "memory", "crosscheck"} & set(settings.metrics):
-            return done(OK)
-        runnable = None
+            return self.finish(OK)
         try:
             runnable = build_runnable(case)
             runnable.step()  # warm-up: lazy state (optimizer moments, caches) becomes resident
-            rows.extend(_measure(runnable, settings))
-        except KeyboardInterrupt:
-            raise
+            self.rows.extend(_measure_memory(runnable, settings, alone=alone))
         except Exception as exc:  # any failure is a stored result, never a crash
-            status = OOM if is_oom(exc) else ERROR
-            log.debug("case %s failed", case.name(), exc_info=True)
-            return done(status, describe_error(exc))
-        finally:
-            del runnable
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-    return done(OK)
+            return self.fail(exc)
+        if "time" in settings.metrics:
+            self.runnable = runnable
+        else:
+            self.finish(OK)
+
+
+def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
+    """Time every live case's step interleaved; a case whose step fails leaves the rotation."""
+    failed: dict[int, Exception] = {}
+
+    def guarded(i: int, step: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            if i in failed:
+                return
+            try:
+                step()
+            except Exception as exc:
+                failed[i] = exc
+
+        return run
+
+    fns = {i: guarded(i, p.runnable.step) for i, p in enumerate(live) if p.runnable is not None}
+    stats = time_interleaved(
+        fns,
+        device=live[0].case.device,
+        warmup=max(0, settings.warmup - 1),  # one warm-up already ran
+        repeats=settings.min_repeats,
+        budget_s=settings.time_budget_s,
+        max_repeats=settings.max_repeats,
+    )
+    for i, p in enumerate(live):
+        if i in failed:
+            p.fail(failed[i])
+            continue
+        s = stats[i]
+        p.rows += [
+            metric_row("time_median", s.median),
+            metric_row("time_iqr", s.iqr),
+            metric_row("time_min", s.min),
+            metric_row("time_repeats", s.repeats),
+        ]
 
 
 def _unsupported(case: BenchCase) -> str | None:
@@ -160,7 +241,10 @@ def _unsupported(case: BenchCase) -> str | None:
         return describe_error(exc)
 
 
-def _measure(runnable: Runnable, settings: MeasureSettings) -> list[Metric]:
+def _measure_memory(
+    runnable: Runnable, settings: MeasureSettings, *, alone: bool = True
+) -> list[Metric]:
+    """Measured and cross-check memory of one step (the case has been warmed up)."""
     case, step = runnable.case, runnable.step
     on_cuda = torch.device(case.device).type == "cuda"
     rows: list[Metric] = []
@@ -169,9 +253,12 @@ def _measure(runnable: Runnable, settings: MeasureSettings) -> list[Metric]:
         rows.append(metric_row("resident_bytes", resident))
         if on_cuda:
             _, peak = cuda_peak(step, case.device)
+            # The allocator's total counts every tensor alive, those of the other cases of a group
+            # too: then this case's own resident bytes stand for its part.
+            total = peak.total_peak_bytes if alone else resident + peak.peak_bytes
             rows += [
                 metric_row("peak_bytes", peak.peak_bytes),
-                metric_row("peak_total_bytes", peak.total_peak_bytes),
+                metric_row("peak_total_bytes", total),
             ]
         else:
             _, peak = profiled_peak(step)
@@ -185,19 +272,4 @@ def _measure(runnable: Runnable, settings: MeasureSettings) -> list[Metric]:
         if not on_cuda and rss_supported():
             _, rss = rss_peak(step)
             rows.append(metric_row("rss_peak_bytes", rss.peak_bytes))
-    if "time" in settings.metrics:
-        stats = time_call(
-            step,
-            device=case.device,
-            warmup=max(0, settings.warmup - 1),  # one warm-up already ran
-            budget_s=settings.time_budget_s,
-            min_repeats=settings.min_repeats,
-            max_repeats=settings.max_repeats,
-        )
-        rows += [
-            metric_row("time_median", stats.median),
-            metric_row("time_iqr", stats.iqr),
-            metric_row("time_min", stats.min),
-            metric_row("time_repeats", stats.repeats),
-        ]
     return rows

@@ -8,7 +8,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..labels import case_label, resolve_options
+from .cases import comparison_key
 from .metrics import table_columns
+from .peers import peer_note, reference_backend
 from .status import OK
 
 
@@ -60,14 +62,6 @@ def group_cases(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(cases.values())
 
 
-def _peer_key(config: dict[str, Any]) -> str:
-    """What must match for two cases to be compared: everything but the mechanism."""
-    return json.dumps(
-        {k: v for k, v in config.items() if k not in ("backend", "options", "label")},
-        sort_keys=True,
-    )
-
-
 # The columns that say which case a row is, in every table of cases.
 CASE_HEADERS = ["target", "backend", "L", "batch", "mode", "dtype"]
 
@@ -85,17 +79,16 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
     """One line per case: time, measured and predicted memory, FLOPs, ratios to `reference`.
 
     The reference is the case with the same shape, mode, dtype and device whose backend is
-    `reference` (no options); a ratio is '-' when that case is missing or did not run.
+    `reference` (the one without options, if several); a peer family as reference ('hf') means
+    its peer of each case's mechanism (lsh -> hf:lsh). A ratio is '-' when that case is missing
+    or did not run.
     """
-    peers: dict[str, dict[str, Any]] = {}
-    for c in cases:
-        backend = c["config"].get("backend")
-        if (
-            backend == reference
-            and not resolve_options(backend, c["config"].get("options"))
-            and c["status"] == OK
-        ):
-            peers.setdefault(_peer_key(c["config"]), c)
+    refs: dict[tuple[str, str], dict[str, Any]] = {}
+    for c in sorted(
+        cases, key=lambda c: bool(resolve_options(c["config"].get("backend", ""), c["config"].get("options")))
+    ):
+        if c["status"] == OK:
+            refs.setdefault((c["config"].get("backend", ""), comparison_key(c["config"])), c)
     columns = table_columns()
     varying = _varying(cases)
     headers = [*CASE_HEADERS, *varying, "status", *(m.column for m in columns), "pred/meas"]
@@ -124,7 +117,8 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
             f"{pred / meas:.2f}" if meas and pred is not None else "-",
         ]
         if reference:
-            ref = peers.get(_peer_key(cfg))
+            wanted = reference_backend(reference, cfg.get("backend", ""))
+            ref = refs.get((wanted or "", comparison_key(cfg)))
             rm = ref["metrics"] if ref else {}
             line += [
                 _ratio(m.get("time_median"), rm.get("time_median")),
@@ -143,6 +137,11 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
             f"  {what} ({len(cases_)} case{'s' if len(cases_) > 1 else ''}: {', '.join(cases_[:3])}"
             f"{', ...' if len(cases_) > 3 else ''}): {status}: {error}"
             for (what, status, error), cases_ in notes.items()
+        )
+    peers = {case_label(c["config"]): c["config"] for c in order if c["config"].get("peer")}
+    if peers:
+        out += "\n\npeers (other libraries, measured by the same harness):\n" + "\n".join(
+            f"  {name} [{cfg['peer']}]: {peer_note(cfg)}" for name, cfg in peers.items()
         )
     return out
 

@@ -102,22 +102,35 @@ def time_call(
 
 
 def time_interleaved(
-    fns: dict[str, Callable[[], Any]],
+    fns: dict[Any, Callable[[], Any]],
     *,
     device: str = "cpu",
     warmup: int = 1,
     repeats: int = 5,
-) -> dict[str, TimeStats]:
+    budget_s: float = 0.0,
+    max_repeats: int | None = None,
+) -> dict[Any, TimeStats]:
     """Time several callables round-robin (a, b, c, a, b, c, ...) so slow drift of the machine's
-    load hits all of them alike; used where ratios between them are the result."""
+    load hits all of them alike; used where ratios between them are the result.
+
+    At least `repeats` rounds; more rounds while the time spent is below `budget_s` per callable
+    on average, up to `max_repeats` rounds. One callable alone is timed as `time_call` times it.
+    """
+    max_repeats = max(repeats, max_repeats or repeats)
+    if repeats < 1:
+        raise ValueError(f"need repeats >= 1, got {repeats}")
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     synchronize(device)
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
+    samples: dict[Any, list[float]] = {name: [] for name in fns}
+    spent, rounds = 0.0, 0
+    while rounds < max_repeats and (rounds < repeats or spent < budget_s * len(fns)):
         for name, fn in fns.items():
-            samples[name].append(_time_once(fn, device))
+            dt = _time_once(fn, device)
+            samples[name].append(dt)
+            spent += dt
+        rounds += 1
     return {name: summarize(xs, warmup=warmup, device=device) for name, xs in samples.items()}
 
 
