@@ -6,7 +6,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .commands import bench_cmd, list_cmd, memory_cmd, report_cmd, results_cmd, task_cmd
+from .commands import (
+    bench_cmd,
+    list_cmd,
+    memory_cmd,
+    report_cmd,
+    reproduce_cmd,
+    results_cmd,
+    task_cmd,
+)
 
 # (name, module): each module has `add_parser(subparsers)` and `run(args) -> int`.
 COMMANDS = [
@@ -16,6 +24,7 @@ COMMANDS = [
     ("memory", memory_cmd),
     ("results", results_cmd),
     ("report", report_cmd),
+    ("reproduce", reproduce_cmd),
 ]
 
 
