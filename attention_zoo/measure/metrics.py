@@ -81,6 +81,8 @@ _CATALOGUE = (
     MetricSpec(name="predicted_total_bytes", unit="bytes", group="predict", deterministic=True,
                label="peak memory including resident (predicted)", fmt=format_bytes,
                shown_unit="MiB", scale=_MIB),
+    MetricSpec(name="parameters", unit="count", group="predict", deterministic=True,
+               label="parameters (counted on the meta device)"),
     MetricSpec(name="flops", unit="flop", group="flops", deterministic=True, label="FLOPs",
                fmt=format_gflop, column="GFLOP", shown_unit="GFLOP", scale=1e9, report=True,
                tolerance=0.0),

@@ -545,7 +545,8 @@ def _task_matrices(rows: Any) -> dict[tuple[str, int], tuple[dict, tuple[str, ..
         if train != "full" and not _hashes(train):
             continue
         matrix, refs = out.setdefault((cfg["preset"], int(cfg["length"])), ({}, []))
-        for name, value in case.metrics.items():
+        # "as trained" last: it wins over an evaluation override naming the training attention
+        for name, value in sorted(case.metrics.items(), key=lambda kv: "@" not in kv[0]):
             metric, evaluation = decode_metric(name)
             if metric != "accuracy":
                 continue

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from ..measure.metrics import metric_row
 from ..measure.runner import MeasureSettings
 from ..store import ResultStore
 from ..sweep import SweepResult, default_memory_limit, run_sweep
@@ -105,7 +106,7 @@ def store_parameter_counts(
     run_id = store.start_run(kind=KIND, run_id=run_id, fingerprint=fingerprint, meta=meta)
     for config in configs.values():
         count = count_parameters(config["model"])
-        store.add_rows(run_id, None, config, [("parameters", count, "count")])
+        store.add_rows(run_id, None, config, [metric_row("parameters", count)])
     store.finish_run(run_id)
     return run_id
 
