@@ -220,3 +220,19 @@ def test_reference_family_resolves_to_the_peer_of_the_same_mechanism() -> None:
     assert reference_backend("hf", "lucid:lsh") == "hf:lsh"
     assert reference_backend("hf", "full") is None
     assert reference_backend("full", "lsh") == "full"
+
+
+def test_vs_hf_preset_compares_like_with_like() -> None:
+    from attention_zoo.presets import load_preset
+
+    for name in ("vs-hf", "vs-hf-smoke"):
+        preset = load_preset(name)
+        assert preset.settings.interleave and preset.reference == "hf"
+        groups: dict[str, set[str]] = {}
+        for c in preset.grid.cases():
+            groups.setdefault(comparison_key(c.to_dict()), set()).add(c.backend)
+            if c.backend in PEERS:  # a peer runs with its mirror's settings
+                mirror = PEERS.get(c.backend).mirrors
+                assert c.options == PEERS.get(c.backend).inherit(preset.grid.options[mirror])
+        expected = {"lsh", "local", "hf:lsh", "hf:local", "lucid:lsh"}
+        assert all(backends == expected for backends in groups.values()), groups
