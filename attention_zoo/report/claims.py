@@ -257,17 +257,19 @@ class Line:
 
 def _ratio_at_longest(
     num: Mapping[int, Case], den: Mapping[int, Case]
-) -> tuple[float | None, int | None, str, tuple[str, ...]]:
-    """num/den memory at the longest length where both have a number; its kind and the refs."""
+) -> tuple[float | None, str, tuple[str, ...]]:
+    """num/den memory at the longest length where both have a number, as a ratio, the text
+    showing it (length, measured or predicted, both sizes) and the refs of the two cases."""
     both = []
     for n in sorted(set(num) & set(den)):
         (a, how_a), (b, how_b) = num[n].memory(), den[n].memory()
         if a is not None and b:
             both.append((n, a, b, "measured" if how_a == how_b == "measured" else "predicted"))
     if not both:
-        return None, None, "", ()
+        return None, "no length where both have a number", ()
     n, a, b, how = both[-1]
-    return a / b, n, how, (num[n].ref, den[n].ref)
+    text = f"{a / b:.2f} at L={n} ({how}: {_mib(a)} vs {_mib(b)})"
+    return a / b, text, (num[n].ref, den[n].ref)
 
 
 def _growth(cases: Mapping[int, Case]) -> str:
@@ -299,13 +301,9 @@ def _claim_a(cases: list[Case], size: str) -> list[Line]:
         ("sdpa", "a. ... and than today's fused exact kernel (SDPA, not in the blog)"),
     ):
         ref = _by(roles.get(other, []), "seq_len")
-        ratio, n, how, used = _ratio_at_longest(lsh, ref)
-        ours = (
-            f"{ratio:.2f} at L={n} ({how}: {_mib(lsh[n].memory()[0])} vs "
-            f"{_mib(ref[n].memory()[0])}); {other} {_growth(ref)}, local+lsh {_growth(lsh)}"
-            if ratio is not None
-            else "no length where both have a number"
-        )
+        ratio, ours, used = _ratio_at_longest(lsh, ref)
+        if ratio is not None:
+            ours += f"; {other} {_growth(ref)}, local+lsh {_growth(lsh)}"
         lines.append(
             Line(
                 claim,
@@ -335,13 +333,7 @@ def _claim_b(cases: list[Case], size: str) -> list[Line]:
         published = table[n_pub][1] / table[n_pub][0]
         chunked = _by(roles.get(f"{config}-chunked", []), "seq_len")
         plain = _by(roles.get(f"{config}-unchunked", []), "seq_len")
-        ratio, n, how, used = _ratio_at_longest(chunked, plain)
-        ours = (
-            f"{ratio:.2f} at L={n} ({how}: {_mib(chunked[n].memory()[0])} vs "
-            f"{_mib(plain[n].memory()[0])})"
-            if ratio is not None
-            else "no length where both have a number"
-        )
+        ratio, ours, used = _ratio_at_longest(chunked, plain)
         lines.append(
             Line(
                 claim,
@@ -442,17 +434,14 @@ def _claim_d(cases: list[Case], size: str) -> list[Line]:
     axial = _by(roles.get("axial", []), "seq_len")
     standard = _by(roles.get("standard", []), "seq_len")
     if axial or standard:
-        ratio, n, how, used = _ratio_at_longest(axial, standard)
+        ratio, ours, used = _ratio_at_longest(axial, standard)
         published = pub["axial_mb"] / pub["standard_mb"]
         lines.append(
             Line(
                 "d. axial position embeddings: the memory saving",
                 f"{size}: crime-and-punishment ReformerLM inference, peak memory axial / standard",
                 f"{published:.2f} at batch 8, n 512 ({pub['axial_mb']} vs {pub['standard_mb']} MB)",
-                f"{ratio:.2f} at L={n} ({how}: {_mib(axial[n].memory()[0])} vs "
-                f"{_mib(standard[n].memory()[0])})"
-                if ratio is not None
-                else "no length where both have a number",
+                ours,
                 "saving",
                 ratio,
                 published,
