@@ -9,7 +9,6 @@ carries its package and version (`BenchCase.peer`) and what it computes differen
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+from ..declarative import check_keys, field_names
 from ..errors import OptionError, UnknownNameError
 from ..registry import Registry
 
@@ -55,18 +55,13 @@ class PeerSpec:
         return f"{self.package} {self.version() or '(not installed)'}"
 
     def make_options(self, **options: Any) -> Any:
-        accepted = [f.name for f in dataclasses.fields(self.options)]
-        unknown = sorted(set(options) - set(accepted))
-        if unknown:
-            raise OptionError(
-                f"peer {self.name!r} does not take option(s) {', '.join(map(repr, unknown))}; "
-                f"it takes: {', '.join(accepted)}"
-            )
+        check_keys(options, field_names(self.options), where=f"peer {self.name!r}",
+                   noun="option", error=OptionError)  # fmt: skip
         return self.options(**options)
 
     def inherit(self, options: dict[str, Any]) -> dict[str, Any]:
         """The mirrored backend's options this peer also takes (the rest do not apply to it)."""
-        accepted = {f.name for f in dataclasses.fields(self.options)}
+        accepted = set(field_names(self.options))
         return {k: v for k, v in options.items() if k in accepted}
 
     def unsupported(self, case: BenchCase) -> str | None:
