@@ -7,7 +7,9 @@ tracker.py  live storage bytes under a dispatch mode (cross-check on real device
 predict.py  memory and FLOPs of a case on FakeTensors: any length, any device, nothing allocated
 flops.py    FLOPs from PyTorch's flop formulas (plus the CPU flash-attention kernels)
 cases.py    BenchCase (what is measured) and building it into a runnable step
-runner.py   measure_case: one case -> status + metric rows; worker.py: the same in a subprocess
+runner.py   measure_case: one case -> status + metric rows; measure_group: compared cases timed
+            round-robin; worker.py: one case in a subprocess
+peers.py    other libraries' Reformer attention (transformers, reformer-pytorch) as bench targets
 env.py      git commit, torch version, device name, threads
 """
 
