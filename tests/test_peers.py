@@ -19,7 +19,7 @@ from attention_zoo.measure.peers import (
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.table import comparison_table, group_cases
 from attention_zoo.store import ResultStore
-from attention_zoo.sweep import Grid, run_sweep
+from attention_zoo.sweep import SweepGrid, run_sweep
 
 SMALL = {"hidden": 32, "num_heads": 2, "head_dim": 16, "seq_len": 128}
 OPTIONS = {"chunk_length": 32, "num_hashes": 2, "seed": 0}
@@ -61,7 +61,7 @@ def test_families_bring_the_peers_of_the_backends_measured() -> None:
 
 
 def test_grid_gives_peers_the_options_of_the_backend_they_mirror() -> None:
-    grid = Grid(
+    grid = SweepGrid(
         backends=("lsh",),
         peers=("hf", "lucid"),
         seq_lens=(128,),
@@ -104,12 +104,12 @@ def test_our_case_keys_do_not_change_with_the_peer_fields() -> None:
 
 def test_peer_option_errors_name_what_it_takes() -> None:
     with pytest.raises(OptionError, match=r"peer 'hf:local' does not take option.*'num_hashes'"):
-        Grid(backends=("hf:local",), options={"hf:local": {"num_hashes": 2}}).cases()
+        SweepGrid(backends=("hf:local",), options={"hf:local": {"num_hashes": 2}}).cases()
 
 
 def test_a_missing_package_is_a_skipped_row_never_a_crash(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(PeerSpec, "version", lambda self: None)
-    cases = Grid(
+    cases = SweepGrid(
         backends=("local",),
         peers=("hf", "lucid"),
         seq_lens=(64,),
@@ -192,7 +192,7 @@ def test_interleaved_sweep_times_compared_cases_together(monkeypatch, tmp_path) 
         return real(fns, **kw)
 
     monkeypatch.setattr(runner, "time_interleaved", spy)
-    cases = Grid(
+    cases = SweepGrid(
         backends=("local",),
         peers=("hf",),
         seq_lens=(64, 128),
@@ -223,10 +223,10 @@ def test_reference_family_resolves_to_the_peer_of_the_same_mechanism() -> None:
 
 
 def test_vs_hf_preset_compares_like_with_like() -> None:
-    from attention_zoo.presets import load_preset
+    from attention_zoo.presets import load_sweep_preset
 
     for name in ("vs-hf", "vs-hf-smoke"):
-        preset = load_preset(name)
+        preset = load_sweep_preset(name)
         assert preset.settings.interleave and preset.reference == "hf"
         groups: dict[str, set[str]] = {}
         for c in preset.grid.cases():

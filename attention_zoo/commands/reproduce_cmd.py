@@ -6,9 +6,7 @@ import argparse
 import sys
 
 from ..errors import ZooError
-from ..store import ResultStore
-
-DEFAULT_STORE = "results/zoo.sqlite"
+from ..store import DEFAULT_STORE, ResultStore
 
 EXAMPLE = """examples:
   zoo reproduce reformer                        claims a-e at CPU scale (<= 15 min on 2 cores)

@@ -84,9 +84,11 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
     or did not run.
     """
     refs: dict[tuple[str, str], dict[str, Any]] = {}
-    for c in sorted(
-        cases, key=lambda c: bool(resolve_options(c["config"].get("backend", ""), c["config"].get("options")))
-    ):
+
+    def has_options(c: dict[str, Any]) -> bool:
+        return bool(resolve_options(c["config"].get("backend", ""), c["config"].get("options")))
+
+    for c in sorted(cases, key=has_options):
         if c["status"] == OK:
             refs.setdefault((c["config"].get("backend", ""), comparison_key(c["config"])), c)
     columns = table_columns()

@@ -158,9 +158,9 @@ SETTINGS: dict[str, Sizes] = {
 
 def crime_and_punishment() -> dict[str, Any]:
     """The crime-and-punishment ReformerConfig fields, from the built-in preset of that name."""
-    from ..presets import load_preset
+    from ..presets import load_sweep_preset
 
-    model = dict(load_preset("crime-and-punishment").grid.models[0])
+    model = dict(load_sweep_preset("crime-and-punishment").grid.models[0])
     model.pop("label", None)
     return model
 
