@@ -209,7 +209,7 @@ def test_interleaved_sweep_times_compared_cases_together(monkeypatch, tmp_path) 
     repeats = [r["value"] for r in rows if r["metric"] == "time_repeats"]
     assert repeats == [2.0] * 4
     table = comparison_table(group_cases(rows), reference="hf")
-    assert "time x hf" in table and "hf:local(chunk_length=32) [transformers 5" in table
+    assert "time x hf" in table and "hf:local(chunk_length=32) (peer) [transformers 5" in table
     hf_lines = [line for line in table.splitlines() if line.startswith("block   hf:local")]
     assert len(hf_lines) == 2 and all(line.split()[-2:] == ["1.00x", "-"] for line in hf_lines)
 
