@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import ZooError
+from ..executors import add_executor_args, executor_argv, executor_from_args
 from ..store import DEFAULT_STORE, ResultStore
 
 EXAMPLE = """examples:
@@ -60,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--fresh", action="store_true", help="measure again instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_executor_args(p)
     p.set_defaults(run=run)
 
 
@@ -74,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"zoo reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
     try:
+        executor = executor_from_args(args)
         store = ResultStore(args.store)
     except ZooError as err:
         print(f"zoo reproduce: {err}", file=sys.stderr)
         return 2
-    with store:
+    with store, executor:
         print(f"reproducing the Reformer's claims, size {size}, on {device} -> {args.store}")
         if size == "paper" and device == "cpu":
             print("no CUDA device here: the paper-size memory numbers are predicted (meta device)")
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 fresh=args.fresh,
                 progress=not args.no_progress,
                 meta={"command": " ".join(["zoo", *sys.argv[1:]])},
+                executor=executor,
             )
         except KeyboardInterrupt:
             print(
@@ -111,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         task = ["task", "duplication", "--preset", TASK_PRESETS[size], "--store", args.store]
         task += ["--quiet"] if args.no_progress else []
         task += ["--threads", str(args.threads)] if args.threads else []
+        task += executor_argv(args)
         print("Table 2 (claim f): zoo " + " ".join(task), flush=True)
         if status := zoo(task):
             return status

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from ..executors import Executor
 from ..measure.metrics import metric_row
 from ..measure.runner import MeasureSettings
 from ..store import ResultStore
@@ -42,6 +43,7 @@ def run_reformer(
     fresh: bool = False,
     progress: bool = True,
     meta: dict[str, Any] | None = None,
+    executor: Executor | None = None,
 ) -> Reproduction:
     """Measure claims a-e at `size` into `store`. Paper size on a CPU is predicted on the meta
     device (it would not fit or finish here); CPU cases predicted above 90% of the available
@@ -68,6 +70,7 @@ def run_reformer(
                     memory_limit_bytes=limit,
                     progress=progress,
                     meta=meta,
+                    executor=executor,
                 )
             )
     return Reproduction(
