@@ -1,10 +1,19 @@
-"""The `zoo` command line (also `python -m attention_zoo`). Each subcommand lives in commands/."""
+"""The `zoo` command line (also `python -m attention_zoo`). Each subcommand lives in commands/.
+
+`main` is the one boundary for errors: the project's errors (ZooError, raised by the checks that
+run before any work) and environment problems end as one line on stderr and exit code 2, with a
+traceback only under --debug; Ctrl-C ends with 130 after the command saved what it finished.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sqlite3
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .commands import (
     bench_cmd,
@@ -15,6 +24,8 @@ from .commands import (
     results_cmd,
     task_cmd,
 )
+from .errors import UsageError, ZooError, did_you_mean
+from .plugins import ENTRY_POINT_GROUP, ENV_VAR, load_plugins_for_command
 
 # (name, module): each module has `add_parser(subparsers)` and `run(args) -> int`.
 COMMANDS = [
@@ -27,27 +38,117 @@ COMMANDS = [
     ("reproduce", reproduce_cmd),
 ]
 
+EPILOG = f"""Run 'zoo COMMAND --help' for each command's options and an example.
+
+Plugins: installed packages' '{ENTRY_POINT_GROUP}' entry points, the modules in ${ENV_VAR}
+(comma-separated) and --import MODULE (a module name or a .py file; before or after COMMAND)
+are loaded first, so the backends, tasks and residual variants they register work in every command.
+"""
+
+
+class ZooArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (raised as UsageError, printed by main), with a
+    did-you-mean for a misspelled choice."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{_suggest(message)} (see '{self.prog} --help')", prog=self.prog)
+
+
+def _suggest(message: str) -> str:
+    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if not match:
+        return message
+    choices = [c.strip().strip("'") for c in match.group(2).split(",")]
+    return message + did_you_mean(match.group(1), choices)
+
+
+def add_common_arguments(p: argparse.ArgumentParser, suffix: str = "") -> None:
+    """--import and --debug, accepted before the subcommand and after it."""
+    g = p.add_argument_group("plugins and errors")
+    g.add_argument(
+        "--import",
+        dest="imports" + suffix,
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (a module name or a .py file) so that the backends, tasks and "
+        f"residual variants it registers are available; repeatable; also ${ENV_VAR}",
+    )
+    g.add_argument(
+        "--debug",
+        dest="debug" + suffix,
+        action="store_true",
+        help="show the full traceback of an error instead of one line",
+    )
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ZooArgumentParser(
         prog="zoo",
         description="attention-zoo: compare attention mechanisms on your own hardware.",
-        epilog="Run 'zoo COMMAND --help' for each command's options and an example.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_common_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for _, module in COMMANDS:
+    for name, module in COMMANDS:
         module.add_parser(sub)
+        add_common_arguments(sub.choices[name], suffix="_sub")
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """parse_args, but an unknown flag is named with the closest flag of its subcommand."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = _subparsers(parser).get(getattr(args, "command", None) or "", parser)
+        raise UsageError(_unrecognized(sub, extra), prog=sub.prog)
+    return args
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
+    flag = next((x.split("=", 1)[0] for x in extra if x.startswith("-")), None)
+    if flag is None:
+        return f"unrecognized argument(s): {' '.join(extra)} (see '{parser.prog} --help')"
+    flags = [s for a in parser._actions for s in a.option_strings if a.help != argparse.SUPPRESS]
+    hint = did_you_mean(flag, flags, quote=False)
+    return f"unrecognized argument {flag}{hint or f' (see {parser.prog!r} --help)'}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = "zoo"
     try:
+        parser = build_parser()
+        args = parse(parser, argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        prog = f"zoo {args.command}"
+        load_plugins_for_command([*(args.imports or []), *(args.imports_sub or [])])
         return int(args.run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"{prog}: {exc or 'interrupted'}", file=sys.stderr)
         return 130
+    except (ZooError, OSError, sqlite3.Error) as err:
+        if "--debug" in argv:
+            traceback.print_exc()
+        prog = getattr(err, "prog", None) or prog
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        text = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    elif isinstance(err, sqlite3.Error):
+        text = f"results store: {err}"
+    else:
+        text = str(err)
+    return " ".join(text.split())

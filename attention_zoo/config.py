@@ -288,6 +288,27 @@ class ReformerConfig:
                 ) from None
             except (TypeError, ValueError) as err:
                 raise ConfigError(f"options for backend {backend!r} are invalid: {err}") from None
+        unused = [b for b in self.attn_options if b not in self.attn_layers]
+        if unused:
+            raise ConfigError(
+                f"attn_options has options for {', '.join(map(repr, unused))}, but no layer uses "
+                f"it (attn_layers: {', '.join(self.attn_layers)}); add it to attn_layers or drop "
+                "its options"
+            )
+        self._validate_option_fields()
+
+    def _validate_option_fields(self) -> None:
+        """An HF-named field set away from its default and the same option in attn_options must
+        agree: otherwise one of the two would be silently ignored."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for backend, options in self.attn_options.items():
+            for option, name in HF_BACKEND_OPTIONS.get(backend, {}).items():
+                value = getattr(self, name)
+                if option in options and value != defaults[name] and options[option] != value:
+                    raise ConfigError(
+                        f"{name}={value!r} and attn_options[{backend!r}][{option!r}]="
+                        f"{options[option]!r} disagree; set only one of them"
+                    )
 
 
 def hf_num_buckets(max_positions: int, chunk_length: int) -> int | tuple[int, int]:

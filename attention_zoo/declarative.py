@@ -8,13 +8,12 @@ cases, task configs, sweep presets and task suites.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import ConfigError, ZooError
+from .errors import ConfigError, ZooError, did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,12 +21,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 T = TypeVar("T")
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """' (did you mean 'x'?)' when a choice is close to `word`, else ''."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def field_names(cls: type) -> list[str]:
@@ -52,7 +45,7 @@ def check_keys(
     error: type[ZooError] = ConfigError,
 ) -> None:
     """Raise `error` naming every key not in `accepted`, what is accepted, and the closest match:
-    "<where> does not take <noun>(s) 'x'; it takes: a, b (did you mean 'a'?)"."""
+    "<where> does not take <noun>(s) 'x'; it takes: a, b; did you mean 'a'?"."""
     accepted = list(accepted)
     unknown = sorted(set(keys) - set(accepted), key=str)
     if unknown:

@@ -129,7 +129,9 @@ def translate_config(data: Mapping[str, Any]) -> dict[str, Any]:
     fields.setdefault("lsh_attention_probs_dropout_prob", 0.0)
     fields["attention_probs_dropout_prob"] = 0.0  # only local/lsh layers: their own fields apply
     fields["residual"] = "reversible"
-    options = {b: dict(HF_SEMANTICS) for b in HF_ATTENTION if _takes_semantics(b)}
+    options = {
+        b: dict(HF_SEMANTICS) for b in HF_ATTENTION if b in attn_layers and _takes_semantics(b)
+    }
     missing = [b for b in dict.fromkeys(attn_layers) if not _takes_semantics(b)]
     if missing:
         warnings.warn(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import is_fake
 
 from . import hf_reformer as hf
 from .attention.spec import build_attention, get_backend
@@ -25,8 +26,8 @@ from .blocks.feedforward import ChunkedFeedForward, chunked
 from .blocks.layer import PreNorm, ReformerLayer
 from .blocks.position import AxialPositionEmbedding, TablePositionEmbedding, check_length
 from .blocks.residual import RESIDUALS, StandardResidual
-from .config import ReformerConfig
-from .errors import ConfigError, OptionError, ShapeError
+from .config import HF_BACKEND_OPTIONS, ReformerConfig
+from .errors import ConfigError, InputError, OptionError, ShapeError
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class ReformerModel(nn.Module):
             raise ShapeError(
                 f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}"
             )
+        _check_token_ids(input_ids, self.config.vocab_size)
         b, n = input_ids.shape
         mask = _padding_mask(attention_mask, input_ids.shape)
         if pad := hf_padding(self.config, n):  # as HF: whole chunks, padding masked
@@ -167,7 +169,15 @@ class ReformerModel(nn.Module):
         Cores are rebuilt, projection weights kept; `self.config` is updated to say so. Returns it.
         """
         merged = {**self.config.attn_options.get(backend, {}), **options}
-        config = self.config.replace(attn_options={**self.config.attn_options, backend: merged})
+        # an option with an HF-named field (num_hashes, ...) sets the field too, so they agree
+        fields = {
+            field: options[option]
+            for option, field in HF_BACKEND_OPTIONS.get(backend, {}).items()
+            if option in options
+        }
+        config = self.config.replace(
+            attn_options={**self.config.attn_options, backend: merged}, **fields
+        )
         self._rebuild_cores(
             config, [i for i, b in enumerate(config.layer_backends()) if b == backend]
         )
@@ -205,7 +215,8 @@ class ReformerModel(nn.Module):
                 )
             per_layer[i] = backend
         attn_layers = _shortest_cycle(per_layer)
-        config = self.config.replace(attn_layers=attn_layers)
+        kept = {b: o for b, o in self.config.attn_options.items() if b in attn_layers}
+        config = self.config.replace(attn_layers=attn_layers, attn_options=kept)
         self._rebuild_cores(config, chosen)
         return config
 
@@ -361,6 +372,29 @@ def _to_hf(model: nn.Module, hf_class: type, prefix: str) -> Any:
     converted = hf.state_dict_to_hf(state, backends)
     hf_model.load_state_dict({k[len(prefix) :]: v for k, v in converted.items()})
     return hf_model.train(model.training)
+
+
+def _check_token_ids(input_ids: Tensor, vocab_size: int) -> None:
+    """InputError for ids outside [0, vocab_size): the embedding would fail with an IndexError (CPU)
+    or a device-side assert (CUDA). Skipped where there are no values: compiling, meta and fake
+    tensors (memory prediction)."""
+    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+        raise InputError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
+    if (
+        torch.compiler.is_compiling()
+        or input_ids.device.type == "meta"
+        or is_fake(input_ids)
+        or not input_ids.numel()
+    ):
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if high >= vocab_size:
+        raise InputError(
+            f"input_ids hold token id {high} (the largest), but vocab_size is {vocab_size}: "
+            f"ids must be in 0..{vocab_size - 1}; raise vocab_size or fix the ids"
+        )
+    if low < 0:
+        raise InputError(f"input_ids hold token id {low}; ids must be in 0..{vocab_size - 1}")
 
 
 def _padding_mask(attention_mask: Tensor | None, shape: torch.Size) -> Tensor | None:

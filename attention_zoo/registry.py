@@ -1,4 +1,8 @@
-"""A small typed name -> item registry, shared by attention backends, residuals and tasks."""
+"""A small typed name -> item registry, shared by attention backends, residuals and tasks.
+
+Each entry remembers its origin ("built-in", or the plugin or module that registered it), which
+`zoo list` shows.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._origins: dict[str, str] = {}
 
-    def add(self, name: str, item: T, *, replace: bool = False) -> T:
+    def add(self, name: str, item: T, *, replace: bool = False, origin: str | None = None) -> T:
+        """Register `item`; origin by default "built-in" or "module NAME" (where it is defined)."""
         if not isinstance(name, str) or not name:
             raise ZooError(f"a {self.kind} name must be a non-empty string, got {name!r}")
         if name in self._items and not replace:
@@ -26,11 +32,22 @@ class Registry(Generic[T]):
                 f"or pass replace=True to override it"
             )
         self._items[name] = item
+        self._origins[name] = origin or origin_of(item)
         return item
 
     def remove(self, name: str) -> T:
         self.get(name)
+        self._origins.pop(name, None)
         return self._items.pop(name)
+
+    def origin(self, name: str) -> str:
+        """Where the entry came from: "built-in", "--import mod", "plugin 'x' (dist 1.0)", ..."""
+        self.get(name)
+        return self._origins[name]
+
+    def set_origin(self, name: str, origin: str) -> None:
+        self.get(name)
+        self._origins[name] = origin
 
     def get(self, name: str) -> T:
         try:
@@ -49,3 +66,9 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def origin_of(item: object) -> str:
+    """The origin of an item: "built-in" for attention-zoo's own code, else "module NAME"."""
+    module = getattr(item, "__module__", None) or ""
+    return "built-in" if module.split(".")[0] == "attention_zoo" else f"module {module}"

@@ -10,7 +10,7 @@ API (everything a writer needs; benchmarks and tasks share it):
                         ("steps_to_target", 420, "steps")],
                        status="ok")                                # ok | oom | error | skipped
         store.completed_cases(run_id)                              # -> {case_key, ...} (resume)
-        store.finish_run(run_id)
+        store.finish_run(run_id)                                   # or mark_interrupted(run_id)
         store.rows(run_id=..., metric=...)                         # -> list of dicts
         store.to_dataframe(); store.export_csv("out.csv")
 
@@ -138,17 +138,27 @@ class ResultStore:
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a folder, not a results store file")
         exists = self.path.exists() and self.path.stat().st_size > 0
         if not exists and not create:
+            empty = " (the file is empty)" if self.path.exists() else ""
             raise StoreError(
-                f"no results store at {self.path}; run 'zoo bench' first or pass --store PATH"
+                f"no results store at {self.path}{empty}; run 'zoo bench' first "
+                "or pass --store PATH"
             )
         if not exists:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30)
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot open the results store {self.path} ({err})") from None
         self._db.row_factory = sqlite3.Row
         try:
             self._open(exists)
+        except sqlite3.OperationalError as err:
+            self._db.close()
+            raise StoreError(f"cannot create the results store {self.path} ({err})") from None
         except sqlite3.DatabaseError as err:
             self._db.close()
             raise StoreError(
@@ -277,12 +287,39 @@ class ResultStore:
             )
         return run_id
 
+    def check_writable(self) -> None:
+        """StoreError unless this process can write here (a read-only file or folder, a locked
+        store): checked before a command measures or trains anything."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            # touches page 1, so the rollback journal must be created next to the file
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.OperationalError as err:
+            raise StoreError(
+                f"cannot write to the results store {self.path} ({err}); make it writable or "
+                "pass another --store path"
+            ) from None
+        finally:
+            if self._db.in_transaction:
+                self._db.rollback()
+
     def finish_run(self, run_id: str) -> None:
         """Mark the run finished, with the machine's load average now."""
         with self._db:
             self._db.execute(
                 "UPDATE runs SET finished_at = ?, load_end = ? WHERE run_id = ?",
                 (_now(), load_average(), run_id),
+            )
+
+    def mark_interrupted(self, run_id: str) -> None:
+        """Record that `run_id` stopped on Ctrl-C: what it stored stays, it is not finished."""
+        run = self.run(run_id)
+        if run is None:
+            return
+        meta = {**run["meta"], "interrupted_at": _now()}
+        with self._db:
+            self._db.execute(
+                "UPDATE runs SET meta = ? WHERE run_id = ?", (json.dumps(meta, default=str), run_id)
             )
 
     def add_rows(
@@ -370,6 +407,14 @@ class ResultStore:
             "ORDER BY started_at, rowid"
         )
         return [_run_dict(r) for r in self._db.execute(sql, (kind, kind, fingerprint, fingerprint))]
+
+    def metric_names(self, run_id: str | None = None) -> list[str]:
+        """The metrics stored (in `run_id`, or anywhere), sorted."""
+        rows = self._db.execute(
+            "SELECT DISTINCT metric FROM results WHERE (? IS NULL OR run_id = ?) ORDER BY metric",
+            (run_id, run_id),
+        )
+        return [r[0] for r in rows]
 
     def latest_run(self, **filters: Any) -> str | None:
         runs = self.runs(**filters)
@@ -465,6 +510,13 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
+def run_status(run: dict[str, Any]) -> str:
+    """'finished', 'interrupted' (Ctrl-C; resumable) or 'unfinished' (running, or killed)."""
+    if run["finished_at"]:
+        return "finished"
+    return "interrupted" if run["meta"].get("interrupted_at") else "unfinished"
+
+
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
@@ -472,4 +524,5 @@ __all__ = [
     "Row",
     "StoreError",
     "case_key",
+    "run_status",
 ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .attention.spec import get_backend, list_backends
-from .errors import ConfigError
+from .errors import ConfigError, Interrupted
 from .executors import Executor, Job, LocalExecutor, Outcome
 from .executors.progress import CaseProgress
 from .measure.cases import MODES, TARGETS, BenchCase, comparison_key
@@ -308,6 +308,14 @@ def case_job(
     )
 
 
+class SweepInterrupted(Interrupted):
+    """Ctrl-C during a sweep: the cases measured before are stored, the run marked interrupted."""
+
+    def __init__(self, run_id: str, stored: int) -> None:
+        super().__init__(f"interrupted: {stored} cases stored in run {run_id}")
+        self.run_id, self.stored = run_id, stored
+
+
 def run_sweep(
     cases: Sequence[BenchCase],
     store: ResultStore,
@@ -392,6 +400,10 @@ def run_sweep(
                     if result.status in (ERROR, OOM):
                         log.warning("%s: %s: %s", case.name(), result.status, result.error)
                     bar.finished(result.status, case.name())
+    except KeyboardInterrupt:
+        store.mark_interrupted(run_id)
+        stored = len(store.completed_cases(run_id) & {c.key() for c in cases})
+        raise SweepInterrupted(run_id, stored) from None
     finally:
         bar.close()
     if len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases):

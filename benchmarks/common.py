@@ -25,7 +25,9 @@ from attention_zoo.measure.metrics import METRICS
 from attention_zoo.measure.predict import predict_case
 from attention_zoo.measure.timing import synchronize
 from attention_zoo.measure.tracker import tracked_peak
+from attention_zoo.plugins import load_plugins
 
+load_plugins()  # installed plugins and ZOO_IMPORT modules: their backends are benchmarked too
 DEVICES = ["cpu", "cuda"]
 THREADS = [1]
 LENGTHS = [1024, 4096]  # the default suite: one chunk multiple and a 4x longer one

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attention_zoo.plugins import load_plugins
+
 torch.set_num_threads(min(2, torch.get_num_threads()))
+# Installed plugins and ZOO_IMPORT modules join the registry-driven suites (the conformance suite
+# of a user's own backend: ZOO_IMPORT=my_module python -m pytest tests/test_attention_contract.py).
+load_plugins()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

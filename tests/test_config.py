@@ -140,13 +140,24 @@ def test_standard_positions_need_no_axial_consistency() -> None:
 
 def test_hf_named_fields_reach_lsh_and_attn_options_win() -> None:
     need("lsh")
-    cfg = tiny_config(
-        attn_layers=["lsh"], num_hashes=3, hash_seed=7, attn_options={"lsh": {"num_hashes": 5}}
+    cfg = tiny_config(  # num_hashes at its default: attn_options decides
+        attn_layers=["lsh"], num_hashes=1, hash_seed=7, attn_options={"lsh": {"num_hashes": 5}}
     )
     opts = cfg.attention_options("lsh")
     assert opts["num_hashes"] == 5 and opts["seed"] == 7 and opts["chunk_length"] == 4
     core = ReformerLM(cfg).reformer.layers[0].attention.core
     assert core.cfg.num_hashes == 5 and core.cfg.seed == 7
+    # a field set away from its default and attn_options disagreeing: one would be ignored
+    with pytest.raises(
+        ConfigError, match=r"num_hashes=3 and attn_options\['lsh'\]\['num_hashes'\]=5"
+    ):
+        tiny_config(attn_layers=["lsh"], num_hashes=3, attn_options={"lsh": {"num_hashes": 5}})
+    assert tiny_config(attn_layers=["lsh"], num_hashes=5, attn_options={"lsh": {"num_hashes": 5}})
+
+
+def test_options_for_a_backend_no_layer_uses_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"options for 'sdpa', but no layer uses it"):
+        tiny_config(attn_layers=["full"], attn_options={"sdpa": {"kernel": "math"}})
 
 
 @dataclass(frozen=True, kw_only=True)

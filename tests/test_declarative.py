@@ -25,7 +25,7 @@ def test_unknown_key_names_the_accepted_ones_and_the_closest() -> None:
     with pytest.raises(
         OptionError,
         match=r"^x.toml \[s\] does not take key\(s\) 'budget', 'zzz'; it takes: seq_lens, "
-        r"budget_s \(did you mean 'budget_s'\?\)$",
+        r"budget_s; did you mean 'budget_s'\?$",
     ):
         checked_dataclass(
             _Settings,

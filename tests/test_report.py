@@ -153,7 +153,7 @@ def test_report_of_an_empty_store_says_which_command_fills_each_section(tmp_path
     path = tmp_path / "empty.sqlite"
     ResultStore(path).close()
     assert zoo_main(["report", "--store", str(path)]) == 1
-    assert "zoo bench --preset quick" in capsys.readouterr().out
+    assert "zoo bench --preset quick" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -274,14 +274,34 @@ def test_resume_of_complete_run_measures_nothing(tmp_path: Path) -> None:
     assert fresh.run_id != first.run_id and len(fresh.results) == 2  # without --resume: a new run
 
 
-def test_progress_bar_shows_current_case(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_progress_bar_shows_current_case_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("attention_zoo.progress._is_terminal", lambda stream: True)
     cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
     with ResultStore(tmp_path / "zoo.sqlite") as store:
         run_sweep(cases, store, measure=fake_measure, progress=True)
     err = capsys.readouterr().err
     assert "2/2" in err and "attention:full L=128" in err
+
+
+def test_progress_in_a_log_is_plain_lines_without_carriage_returns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attention_zoo import progress
+
+    cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        run_sweep(cases, store, measure=fake_measure, progress=True)
+    assert capsys.readouterr().err == ""  # a short sweep in a log: no progress lines at all
+    bar = progress.progress(3, desc="bench", unit="cases", every_s=0.0)
+    for name in ("a", "b", "c"):
+        bar.set_postfix_str(name)
+        bar.update(1)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.splitlines()[-1].startswith("bench: 3/3 cases, ")
+    assert err.splitlines()[-1].endswith("(c)")
 
 
 # ---- subprocess isolation -------------------------------------------------------------------

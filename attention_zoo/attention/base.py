@@ -59,6 +59,11 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) 
         )
     if not (q.dtype == k.dtype == v.dtype):
         raise ShapeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.dtype.is_floating_point:
+        raise ShapeError(
+            f"q, k and v must have a floating-point dtype (float32, float64, bfloat16, float16), "
+            f"got {q.dtype}"
+        )
     if key_padding_mask is not None:
         b, _, n, _ = q.shape
         if key_padding_mask.shape != (b, n) or key_padding_mask.dtype != torch.bool:

@@ -12,7 +12,7 @@ from torch import nn
 
 from ..declarative import check_keys, field_names
 from ..errors import OptionError, UnavailableError
-from ..registry import Registry
+from ..registry import Registry, origin_of
 
 ALL_DTYPES = frozenset({"float32", "float64", "bfloat16", "float16"})
 ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})
@@ -164,7 +164,7 @@ def register_attention(
             availability=availability,
             variants=tuple(variants),
         )
-        BACKENDS.add(name, spec, replace=replace)
+        BACKENDS.add(name, spec, replace=replace, origin=origin_of(cls))
         cls.spec = spec
         return cls
 

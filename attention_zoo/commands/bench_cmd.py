@@ -8,18 +8,31 @@ import json
 import sys
 from typing import Any
 
-from ..errors import ZooError
+from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
+from ..measure.cases import DTYPES, MODES
 from ..measure.load import busy_warning, cpu_count, load_average
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS
 from ..measure.peers import families as peer_families
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
-from ..measure.units import format_bytes, parse_bytes
+from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
-from ..store import DEFAULT_STORE, ResultStore
-from ..sweep import AUTO, SweepGrid, default_memory_limit, run_sweep
+from ..store import DEFAULT_STORE
+from ..sweep import AUTO, SweepGrid, SweepInterrupted, default_memory_limit, run_sweep
+from .validate import (
+    check_device,
+    choices,
+    integer,
+    integers,
+    names,
+    number,
+    open_store_for_writing,
+    reject_together,
+    require,
+    size,
+)
 
 EXAMPLE = """examples:
   zoo bench --preset quick
@@ -41,18 +54,6 @@ Built-in presets: %(presets)s (or a path to a .toml file).
 """
 
 
-def _csv(kind: type = str):
-    def parse(text: str) -> list:
-        try:
-            return [kind(x.strip()) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
-            ) from None
-
-    return parse
-
-
 def _bool_list(text: str) -> list[bool]:
     table = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
     try:
@@ -71,30 +72,34 @@ def add_grid_arguments(p: argparse.ArgumentParser) -> None:
         help="attention core alone, SelfAttention block, or ReformerLM (default: block)",
     )
     g.add_argument(
-        "--backends", type=_csv(), help="comma list of registry names (default: all registered)"
+        "--backends", type=names, help="comma list of registry names (default: all registered)"
     )
     g.add_argument(
         "--peers",
-        type=_csv(),
+        type=names,
         help="other libraries' attention measured beside ours by the same harness: families "
         f"({', '.join(peer_families())}) or peer names ({', '.join(PEERS.names())}); a family "
         "brings the peers of the backends measured, with their options (target block)",
     )
     g.add_argument(
-        "--lengths", type=_csv(int), help="comma list of sequence lengths, e.g. 1024,4096"
+        "--lengths", type=integers(1), help="comma list of sequence lengths, e.g. 1024,4096"
     )
-    g.add_argument("--batch", type=_csv(int), help="comma list of batch sizes")
+    g.add_argument("--batch", type=integers(1), help="comma list of batch sizes")
+    g.add_argument("--modes", type=choices(MODES, "mode"), help=f"comma list of {', '.join(MODES)}")
     g.add_argument(
-        "--modes", type=_csv(), help="comma list of forward, forward+backward, train-step"
+        "--dtypes", type=choices(DTYPES, "dtype"), help=f"comma list of {', '.join(DTYPES)}"
     )
     g.add_argument(
-        "--dtypes", type=_csv(), help="comma list of float32, bfloat16, float16, float64"
+        "--devices",
+        "--device",
+        dest="devices",
+        type=names,
+        help="comma list of cpu, cuda, cuda:N, auto (= cuda if present, else cpu)",
     )
-    g.add_argument("--devices", type=_csv(), help="comma list of cpu, cuda, auto")
     g.add_argument("--causal", type=_bool_list, help="true, false or true,false (default: true)")
-    g.add_argument("--heads", type=int, help="attention heads (default 4)")
-    g.add_argument("--head-dim", type=int, help="size of each head (default 64)")
-    g.add_argument("--hidden", type=int, help="block/model hidden size (default 256)")
+    g.add_argument("--heads", type=integer(1), help="attention heads (default 4)")
+    g.add_argument("--head-dim", type=integer(1), help="size of each head (default 64)")
+    g.add_argument("--hidden", type=integer(1), help="block/model hidden size (default 256)")
     g.add_argument(
         "--option",
         action="append",
@@ -104,8 +109,11 @@ def add_grid_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def grid_from_args(args: argparse.Namespace) -> tuple[SweepGrid, SweepPreset | None]:
-    """The preset's grid (or the default one) with every given flag applied on top."""
+def grid_from_args(
+    args: argparse.Namespace, *, devices_present: bool
+) -> tuple[SweepGrid, SweepPreset | None]:
+    """The preset's grid (or the default one) with every given flag applied on top; its devices
+    checked (devices_present: they must exist here, not only be valid names)."""
     preset = load_sweep_preset(args.preset) if args.preset else None
     base = preset.grid if preset else SweepGrid()
     changes: dict[str, Any] = {}
@@ -132,12 +140,17 @@ def grid_from_args(args: argparse.Namespace) -> tuple[SweepGrid, SweepPreset | N
             backend, name, values = _parse_option(text)
             options.setdefault(backend, {})[name] = values if len(values) > 1 else values[0]
         changes["options"] = options
-    return dataclasses.replace(base, **changes), preset
+    grid = dataclasses.replace(base, **changes)
+    for device in grid.devices:
+        check_device(
+            device, flag="--devices", present=devices_present, allow=("cpu", "cuda", "auto")
+        )
+    return grid, preset
 
 
 def _parse_option(text: str) -> tuple[str, str, list[Any]]:
     if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise ZooError(
+        raise UsageError(
             f"--option {text!r}: write BACKEND.NAME=VALUE, "
             "e.g. lsh.num_hashes=4 or lsh.num_hashes=1,4"
         )
@@ -177,20 +190,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_grid_arguments(p)
     m = p.add_argument_group("measurement")
-    m.add_argument("--budget", type=float, help="seconds of timed repeats per case (after warm-up)")
-    m.add_argument("--repeats", type=int, help="minimum timed repeats per case (default 3)")
+    m.add_argument(
+        "--budget",
+        type=number(minimum=0),
+        help="seconds of timed repeats per case after warm-up (0: only --repeats)",
+    )
+    m.add_argument("--repeats", type=integer(1), help="minimum timed repeats per case (default 3)")
     m.add_argument(
         "--threads",
-        type=int,
+        type=integer(1),
         help="torch threads, fixed and recorded (default: the preset's, else torch's)",
     )
     m.add_argument(
         "--metrics",
-        type=_csv(),
+        type=choices(MEASURE_GROUPS, "metric group"),
         help=f"comma list of groups to measure: {', '.join(MEASURE_GROUPS)}",
     )
     m.add_argument(
         "--memory-limit",
+        type=memory_limit,
         default="auto",
         help="CPU guard: a case predicted to need more is stored as oom and not run; with "
         "--isolate also the subprocess's address-space limit. 'auto' = 90%% of available "
@@ -198,16 +216,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     m.add_argument("--isolate", action="store_true", help="run each case in its own subprocess")
     m.add_argument(
-        "--timeout", type=float, help="with --isolate: seconds before a case is killed (error)"
+        "--timeout",
+        type=number(above=0),
+        help="with --isolate: seconds before a case is killed (stored as error)",
     )
     s = p.add_argument_group("store and output")
     s.add_argument(
-        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
+        "--store",
+        help=f"SQLite results file; its folder must exist (default: {DEFAULT_STORE}, "
+        "folder created)",
     )
     s.add_argument(
         "--run-id", help="name of the run; an existing one is continued (its cases skipped)"
     )
-    s.add_argument("--resume", action="store_true", help="continue the latest run of the same grid")
+    s.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the latest run of the same grid (an interrupted one)",
+    )
     s.add_argument(
         "--reference",
         help="backend the table's ratios divide by (default: the preset's, else full)",
@@ -234,12 +260,30 @@ def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> 
 
 
 def memory_limit(text: str) -> int | str | None:
-    """Bytes, None, or AUTO: 90% of the memory available where each case runs, when it starts."""
+    """--memory-limit: bytes (a size > 0), None for 'none', or AUTO: 90% of the memory available
+    where each case runs, when it starts."""
     if text == "none":
         return None
     if text == "auto":
         return AUTO
-    return parse_bytes(text)
+    return size(text)
+
+
+def check_reference(reference: str | None, cases: list) -> None:
+    """An explicit --reference must be a backend (or peer family) of the grid, else every ratio
+    would be '-'."""
+    if reference is None:
+        return
+    benched = sorted({c.backend for c in cases})
+    families = sorted({b.split(":", 1)[0] for b in benched if ":" in b})
+    if reference in benched or reference in families:
+        return
+    raise UsageError(
+        f"--reference {reference!r} is not among the benchmarked backends ({', '.join(benched)})"
+        + (f" or peer families ({', '.join(families)})" if families else "")
+        + "; add it to --backends or pick one of them"
+        + did_you_mean(reference, benched + families)
+    )
 
 
 def _torch_threads() -> int:
@@ -256,15 +300,19 @@ def _describe_limit(limit: int | str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        grid, preset = grid_from_args(args)
-        settings = settings_from_args(args, preset)
-        cases = grid.cases()
-        limit = memory_limit(args.memory_limit)
-        executor = executor_from_args(args)
-    except (ZooError, ValueError) as err:
-        print(f"zoo bench: {err}", file=sys.stderr)
-        return 2
+    require(args, "timeout", "isolate", "only a case in its own process can be stopped")
+    reject_together(
+        args,
+        "resume",
+        "run_id",
+        "--resume continues the latest run of the same grid, --run-id the run it names",
+    )
+    grid, preset = grid_from_args(args, devices_present=True)
+    settings = settings_from_args(args, preset)
+    cases = grid.cases()
+    check_reference(args.reference, cases)
+    limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
+    executor = executor_from_args(args)
     reference = args.reference or (preset.reference if preset else None) or "full"
     if args.dry_run:
         for c in cases:
@@ -273,15 +321,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         where = executor.describe()  # connects: a bad cluster address fails before the store
-        store = ResultStore(args.store)
-    except ZooError as err:
+        store = open_store_for_writing(args.store, DEFAULT_STORE)
+    except BaseException:
         executor.close()
-        print(f"zoo bench: {err}", file=sys.stderr)
-        return 2
+        raise
     threads = settings.threads or _torch_threads()
     with store, executor:
         print(
-            f"{len(cases)} cases -> {args.store}; threads={settings.threads or 'torch default'}, "
+            f"{len(cases)} cases -> {store.path}; threads={settings.threads or 'torch default'}, "
             f"memory limit {_describe_limit(limit)}; executor {where}",
             file=sys.stderr,
         )
@@ -301,16 +348,12 @@ def run(args: argparse.Namespace) -> int:
                 meta={"command": " ".join(sys.argv), "preset": preset.source if preset else None},
                 executor=executor,
             )
-        except ZooError as err:
-            print(f"zoo bench: {err}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print(
-                "\ninterrupted: every finished case is stored; rerun the same command with "
-                "--resume to measure only the missing ones",
-                file=sys.stderr,
-            )
-            return 130
+        except SweepInterrupted as stop:
+            raise Interrupted(
+                f"interrupted: {stop.stored} of {len(cases)} cases are stored in run "
+                f"{stop.run_id} (marked interrupted); rerun the same command with --resume "
+                f"(or --run-id {stop.run_id}) to measure only the missing ones"
+            ) from None
         if warning := busy_warning(load_average(), cpu_count(), threads, at_end=True):
             print(f"zoo bench: {warning}", file=sys.stderr)
         wanted = {c.key() for c in cases}
@@ -320,6 +363,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"\nrun {result.run_id}: {counts}"
             + (f"; {result.already_done} already stored (resumed)" if result.already_done else "")
-            + f"; see 'zoo results --store {args.store} --run {result.run_id}'"
+            + f"; see 'zoo results --store {store.path} --run-id {result.run_id}'"
         )
     return 0

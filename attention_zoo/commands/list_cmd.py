@@ -1,45 +1,69 @@
-"""`zoo list`: the registered attention backends, their capabilities, options and availability."""
+"""`zoo list`: the registered attention backends (capabilities, options, availability, origin),
+tasks and residual variants."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from ..attention.spec import default_device, list_backends
+from ..attention.spec import BACKENDS, default_device
+from ..blocks.residual import RESIDUALS
 from ..measure.table import format_table
+from ..registry import Registry
+from ..tasks import TASKS
+from .validate import check_device
 
 EXAMPLE = """examples:
   zoo list                 table of backends, availability on the default device
   zoo list --device cuda   availability if run on CUDA
-  zoo list --json          the same as JSON
+  zoo list --json          the backends as JSON
+  zoo list --import mine   with the backends, tasks and residual variants module `mine` registers
+
+The origin column says where each entry comes from: built-in, an installed plugin (entry point
+'attention_zoo.plugins'), ZOO_IMPORT or --import.
 """
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "list",
-        help="list attention backends",
-        description="List the registered attention backends: capabilities, options, availability.",
+        help="list attention backends, tasks and residual variants, with their origin",
+        description="List the registered attention backends (capabilities, options, availability, "
+        "origin), tasks and residual variants.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--device",
-        default=None,
-        help="device to check availability for (default: %(default)s = cuda if present, else cpu)",
+        "--devices",
+        dest="device",
+        help="device to check availability for: cpu, cuda, cuda:N or meta "
+        "(default: cuda if present, else cpu)",
     )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
-    rows = [spec.describe(device) for spec in list_backends()]
+    check_device(device, flag="--device", present=False, allow=("cpu", "cuda", "meta"))
+    rows = [{**spec.describe(device), "origin": BACKENDS.origin(spec.name)} for spec in BACKENDS]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(backends_table(rows))
+    print()
+    print(_others("tasks", TASKS))
+    print(_others("residual variants", RESIDUALS))
     return 0
+
+
+def _others(what: str, registry: Registry) -> str:
+    """'tasks: duplication, associative-recall (built-in); mine (--import my_tasks)'."""
+    by_origin: dict[str, list[str]] = {}
+    for name in registry.names():
+        by_origin.setdefault(registry.origin(name), []).append(name)
+    return f"{what}: " + "; ".join(f"{', '.join(n)} ({o})" for o, n in by_origin.items())
 
 
 def _flag(value: bool) -> str:
@@ -54,6 +78,7 @@ def backends_table(rows: list[dict]) -> str:
         "exact",
         "deterministic",
         f"available ({rows[0]['device'] if rows else ''})",
+        "origin",
         "options",
     ]
     table = []
@@ -69,6 +94,7 @@ def backends_table(rows: list[dict]) -> str:
                 _flag(caps["exact"]),
                 _flag(caps["deterministic"]),
                 avail,
+                r["origin"],
                 options,
             ]
         )

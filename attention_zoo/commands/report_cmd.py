@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ZooError
+from ..errors import UsageError, did_you_mean
 from ..store import DEFAULT_STORE, ResultStore
+from .validate import check_output_file, check_output_folder
+
+DEFAULT_OUT = "results/report"
 
 EXAMPLE = """examples:
   zoo report                                  every configuration in results/zoo.sqlite (its
@@ -36,7 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
     )
-    p.add_argument("--out", default="results/report", help="output folder (default: %(default)s)")
+    p.add_argument(
+        "--out",
+        help=f"output folder, created if missing; its parent must exist (default: {DEFAULT_OUT})",
+    )
     p.add_argument(
         "--run-id",
         help="report only this run (default: every run, the latest of each configuration)",
@@ -71,22 +77,23 @@ def run(args: argparse.Namespace) -> int:
     from ..report import build_report
     from ..report.index import write_index
 
-    try:
-        with ResultStore(args.store, create=False) as store:
-            if args.run_id and store.run(args.run_id) is None:
-                known = ", ".join(r["run_id"] for r in store.runs()[-5:]) or "none"
-                print(
-                    f"zoo report: no run {args.run_id!r} in {args.store} (latest: {known})",
-                    file=sys.stderr,
-                )
-                return 2
-            df = store.to_dataframe(args.run_id)
-            runs = store.runs()
-    except ZooError as err:
-        print(f"zoo report: {err}", file=sys.stderr)
-        return 2
+    args.out = str(check_output_folder(args.out or DEFAULT_OUT, "--out", default=args.out is None))
+    if args.index:
+        check_output_file(args.index, "--index")
+    with ResultStore(args.store, create=False) as store:
+        if args.run_id and store.run(args.run_id) is None:
+            known = [r["run_id"] for r in store.runs()]
+            raise UsageError(
+                f"no run {args.run_id!r} in {args.store}; latest runs: "
+                f"{', '.join(known[-5:]) or '(none)'}" + did_you_mean(args.run_id, known)
+            )
+        df = store.to_dataframe(args.run_id)
+        runs = store.runs()
     if not len(df):
-        print(f"nothing stored in {args.store}; run 'zoo bench --preset quick' first")
+        print(
+            f"zoo report: nothing stored in {args.store}; run 'zoo bench --preset quick' first",
+            file=sys.stderr,
+        )
         return 1
     files = build_report(
         df, args.out, runs=runs, reference=args.reference, title=args.title, command=_command(args)

@@ -6,16 +6,17 @@ import argparse
 import json
 import sys
 
-from ..errors import ZooError
+from ..errors import UsageError, did_you_mean
 from ..measure.table import comparison_table, format_table, group_cases
-from ..store import DEFAULT_STORE, ResultStore
+from ..store import DEFAULT_STORE, ResultStore, run_status
+from .validate import DeprecatedAlias, check_output_file, reject_together
 
 EXAMPLE = """examples:
   zoo results                              the latest run as a comparison table
   zoo results --runs                       every run: id, kind, commit, device, threads, cases
-  zoo results --run all --format csv -o all.csv
-                                           every row of every run as CSV (one row per metric)
-  zoo results --run 20250101-120000-ab12cd --format json --metric peak_bytes
+  zoo results --format csv -o all.csv      every row of every run as CSV (one row per metric)
+  zoo results --run-id latest --format csv only the latest run
+  zoo results --run-id 20250101-120000-ab12cd --format json --metric peak_bytes
 
 Each row carries run id, git commit, torch version, device name, threads and the case config
 (JSON). In Python: ResultStore(path).to_dataframe() gives the same rows as a pandas DataFrame.
@@ -34,31 +35,45 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
     )
     p.add_argument(
-        "--run", dest="run_id", default="latest", help="run id, 'latest' (default) or 'all'"
+        "--run-id",
+        help="a run id, 'latest' or 'all' (default: the latest run for the table, every run "
+        "for csv/json)",
     )
+    p.add_argument("--run", dest="run_id", action=DeprecatedAlias, new="--run-id")
     p.add_argument("--runs", action="store_true", help="list the runs instead of their results")
     p.add_argument(
         "--format", choices=["table", "csv", "json"], default="table", help="output format"
     )
     p.add_argument("--metric", help="only rows of this metric (csv/json)")
-    p.add_argument(
-        "--reference", default="full", help="backend the table's ratios divide by (default: full)"
-    )
+    p.add_argument("--reference", help="backend the table's ratios divide by (default: full)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.set_defaults(run=run)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Flags that conflict or would do nothing, refused before the store is opened."""
+    for flag in ("run_id", "metric", "reference"):
+        reject_together(args, "runs", flag, "--runs lists every run as a table")
+    if args.runs and args.format != "table":
+        raise UsageError("--runs lists the runs as a table; --format applies to result rows")
+    if args.metric is not None and args.format == "table":
+        raise UsageError(
+            "--metric selects rows for csv/json; the table shows every metric "
+            "(add --format csv or --format json)"
+        )
+    if args.reference is not None and args.format != "table":
+        raise UsageError("--reference sets the table's ratios; csv/json rows have none")
+    if args.output is not None:
+        check_output_file(args.output, "--output")
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        store = ResultStore(args.store, create=False)
-    except ZooError as err:
-        print(f"zoo results: {err}", file=sys.stderr)
-        return 2
-    with store:
+    check_flags(args)
+    with ResultStore(args.store, create=False) as store:
         if args.runs:
             text = _runs_table(store)
         else:
-            wanted = args.run_id
+            wanted = args.run_id or ("latest" if args.format == "table" else "all")
             run_id = (
                 None if wanted == "all" else store.latest_run() if wanted == "latest" else wanted
             )
@@ -70,11 +85,18 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             if run_id is not None and store.run(run_id) is None:
                 known = ", ".join(r["run_id"] for r in store.runs()[-5:]) or "(none)"
-                print(
-                    f"zoo results: no run {run_id!r} in {args.store}; latest runs: {known}",
-                    file=sys.stderr,
+                raise UsageError(
+                    f"no run {run_id!r} in {args.store}; latest runs: {known}"
+                    + did_you_mean(run_id, [r["run_id"] for r in store.runs()])
                 )
-                return 2
+            if args.metric is not None and args.metric not in store.metric_names(run_id):
+                known = store.metric_names(run_id)
+                raise UsageError(
+                    f"no metric {args.metric!r} stored"
+                    + (f" in run {run_id}" if run_id else "")
+                    + f"; metrics: {', '.join(known) or '(none)'}"
+                    + did_you_mean(args.metric, known)
+                )
             text = _render(store, run_id, args)
     if args.output:
         with open(args.output, "w", newline="") as f:
@@ -102,7 +124,14 @@ def _render(store: ResultStore, run_id: str | None, args: argparse.Namespace) ->
         return json.dumps([{**r, "config": json.loads(r["config"])} for r in rows], indent=2)
     cases = group_cases(rows)
     if all("seq_len" in c["config"] and "backend" in c["config"] for c in cases):
-        return comparison_table(cases, reference=args.reference)
+        reference = args.reference or "full"
+        benched = sorted({c["config"]["backend"] for c in cases})
+        if args.reference is not None and reference not in benched:
+            raise UsageError(
+                f"--reference {reference!r}: no case of that backend in this run; backends: "
+                f"{', '.join(benched)}" + did_you_mean(reference, benched)
+            )
+        return comparison_table(cases, reference=reference)
     # Rows from other writers (e.g. tasks): one line per metric.
     return format_table(
         ["run", "case", "status", "metric", "value", "unit", "config"],
@@ -129,7 +158,7 @@ def _num(v: float | None) -> str:
 def _runs_table(store: ResultStore) -> str:
     runs = store.runs()
     return format_table(
-        ["run", "kind", "git commit", "torch", "device", "threads", "cases", "finished"],
+        ["run", "kind", "git commit", "torch", "device", "threads", "cases", "status"],
         [
             [
                 r["run_id"],
@@ -139,7 +168,7 @@ def _runs_table(store: ResultStore) -> str:
                 r["device_name"][:32],
                 r["threads"],
                 r["n_cases"],
-                "yes" if r["finished_at"] else "no",
+                run_status(r),
             ]
             for r in runs
         ],

@@ -9,9 +9,18 @@ from collections import defaultdict
 
 import torch
 
-from ..errors import ZooError
+from ..errors import Interrupted, UsageError, ZooError
 from ..executors import Executor, add_executor_args, executor_from_args
 from ..store import DEFAULT_STORE
+from .validate import (
+    check_device,
+    given,
+    integer,
+    integers,
+    names,
+    reject_together,
+    store_path,
+)
 
 EXAMPLE = """examples:
   zoo task duplication --preset cpu --table2       Table 2 of the Reformer paper, on this CPU
@@ -30,19 +39,6 @@ unless --force. Judge variants by steps; wall time depends on what else the mach
 """
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "task",
@@ -58,26 +54,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="cpu", help="preset of the suite (default: %(default)s)")
     p.add_argument(
         "--backends",
-        type=_names,
+        type=names,
         help="attention mixes to train, comma-separated ('local+lsh' = alternating layers)",
     )
-    p.add_argument("--seeds", type=_ints, help="run seeds, comma-separated")
+    p.add_argument("--seeds", type=integers(0), help="run seeds, comma-separated")
     p.add_argument(
-        "--train-hashes", type=_ints, help="num_hashes for lsh while training, e.g. 4,2,1"
+        "--train-hashes", type=integers(1), help="num_hashes for lsh while training, e.g. 4,2,1"
     )
     p.add_argument(
-        "--eval-hashes", type=_ints, help="num_hashes at evaluation, e.g. 8,4,2,1 (empty: '')"
+        "--eval-hashes",
+        type=integers(1, allow_empty=True),
+        help="num_hashes at evaluation, e.g. 8,4,2,1 (empty: '')",
     )
-    p.add_argument("--max-steps", type=int, help="override the preset's step cap")
-    p.add_argument("--device", default="cpu", help="device to train on (default: %(default)s)")
+    p.add_argument("--max-steps", type=integer(1), help="override the preset's step cap")
+    p.add_argument(
+        "--device",
+        "--devices",
+        dest="device",
+        help="device to train on: cpu, cuda or cuda:N (default: cpu)",
+    )
     p.add_argument(
         "--threads",
-        type=int,
+        type=integer(1),
         help="torch intra-op threads (default: torch's choice; "
         "on a busy machine 1 is often fastest for these small models)",
     )
     p.add_argument(
-        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
+        "--store",
+        help=f"SQLite results file; its folder must exist (default: {DEFAULT_STORE})",
     )
     p.add_argument("--table2", action="store_true", help="print the Table 2 matrix from the store")
     p.add_argument("--force", action="store_true", help="train again even if the store has the run")
@@ -93,18 +97,44 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+TRAINING_FLAGS = (
+    "backends",
+    "seeds",
+    "train_hashes",
+    "eval_hashes",
+    "max_steps",
+    "device",
+    "threads",
+    "force",
+    "cost",
+    "quiet",
+)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Flags that conflict or would do nothing, refused before anything is loaded or trained."""
+    if args.list:
+        if args.run_spec is not None:
+            raise UsageError("--list takes no RUN_SPEC: it lists every task and its presets")
+        for flag in ("table2", *TRAINING_FLAGS):
+            reject_together(args, "list", flag, "--list only lists the tasks and their presets")
+    elif args.run_spec is None:
+        for flag in TRAINING_FLAGS:
+            if given(args, flag):
+                raise UsageError(
+                    f"--{flag.replace('_', '-')} needs a RUN_SPEC (a task name or suite file) "
+                    "to train; --table2 alone only prints stored results"
+                )
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except ZooError as err:
-        print(f"zoo task: error: {err}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     from ..tasks.base import TASKS
 
-    store = args.store
+    check_flags(args)
+    if args.device is not None:
+        check_device(args.device, flag="--device", present=True)
+    args.device = args.device or "cpu"
+    store = str(store_path(args.store, DEFAULT_STORE))
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.list or (args.run_spec is None and not args.table2):
@@ -189,15 +219,24 @@ def _train_suite(args: argparse.Namespace, store: str, executor: Executor):  # -
                 flush=True,
             )
 
-        train_runs(
-            todo,
-            results,
-            executor,
-            device=args.device,
-            threads=args.threads,
-            progress=not args.quiet,
-            on_done=report,
-        )
+        try:
+            train_runs(
+                todo,
+                results,
+                executor,
+                device=args.device,
+                threads=args.threads,
+                progress=not args.quiet,
+                on_done=report,
+            )
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"interrupted: {finished} of {len(todo)} training run(s) finished and stored in "
+                f"{store} (run marked interrupted); rerun the same command to train only the "
+                "missing ones"
+                if finished
+                else "interrupted before any training run finished; nothing new was stored"
+            ) from None
     if args.cost and runs:
         _measure_cost(runs, store, args, executor)
     return preset

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..measure.status import ERROR, OOM
+from ..progress import progress
 from .base import Job
 
 FAILED = (ERROR, OOM)
@@ -15,16 +16,8 @@ class CaseProgress:
     """A bar over cases; a no-op when disabled."""
 
     def __init__(self, total: int, initial: int, *, desc: str, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar: Any = tqdm(
-            total=total,
-            initial=initial,
-            unit="case",
-            desc=desc,
-            disable=not enabled,
-            dynamic_ncols=True,
-        )
+        # a tqdm bar on a terminal, a plain line now and then in a log
+        self.bar: Any = progress(total, initial=initial, unit="cases", desc=desc, enabled=enabled)
         self.failed = 0
         self.current = ""
 

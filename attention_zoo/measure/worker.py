@@ -17,6 +17,7 @@ import subprocess
 import sys
 from typing import Any
 
+from ..plugins import child_environment
 from .cases import BenchCase
 from .metrics import Metric
 from .runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
@@ -82,6 +83,7 @@ def run_isolated(
             capture_output=True,
             text=True,
             timeout=timeout_s,
+            env=child_environment(),
         )
     except subprocess.TimeoutExpired:
         return CaseResult(
@@ -112,6 +114,9 @@ def run_isolated(
 
 
 def main() -> int:
+    from ..plugins import load_plugins
+
+    load_plugins()  # the parent's plugins, named in ZOO_IMPORT by child_environment()
     payload = json.loads(sys.stdin.read())
     if payload.get("rlimit_bytes"):
         limit_address_space(int(payload["rlimit_bytes"]))

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..declarative import check_keys, checked_dataclass, parse_toml, table
-from ..errors import ConfigError
+from ..errors import ConfigError, did_you_mean
 from ..measure.runner import MeasureSettings
 from ..sweep import SweepGrid
 
@@ -69,6 +69,7 @@ def load_sweep_preset(name_or_path: str | Path) -> SweepPreset:
                 f"unknown preset {str(name_or_path)!r}; "
                 f"built-in presets: {', '.join(builtin_presets())} "
                 f"(or give a path to a .toml file)"
+                + did_you_mean(str(name_or_path), builtin_presets())
             )
         text, source, name = (
             resource.read_text(),

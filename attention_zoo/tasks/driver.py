@@ -12,6 +12,7 @@ from ..executors import Executor, Job, Outcome
 from ..executors.progress import CaseProgress
 from ..measure.cases import case_key
 from ..measure.status import ERROR, OK, OOM
+from ..progress import progress
 from .results import TaskResults, case_config
 from .runner import RunSpec, identity, outcome_rows, train_job
 
@@ -31,10 +32,10 @@ class StepProgress:
         self.acc = float("nan")
 
     def __call__(self, step: int, info: dict[str, float]) -> None:
-        if self.bar is None:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=self.total, desc=self.desc, disable=not self.enabled, leave=False)
+        if self.bar is None:  # a tqdm bar on a terminal, a plain line now and then in a log
+            self.bar = progress(
+                self.total, desc=self.desc, unit="steps", enabled=self.enabled, leave=False
+            )
         self.acc = info.get("accuracy", self.acc)
         self.bar.update(step - self.bar.n)
         if step % 10 == 0 or "accuracy" in info:

@@ -15,7 +15,7 @@ from ..measure.cases import case_key
 from ..measure.env import Environment
 from ..measure.metrics import metric_spec
 from ..measure.status import OK, SKIPPED
-from ..store import ResultStore
+from ..store import ResultStore, StoreError
 
 KIND = "task"
 TRAINED = "trained"
@@ -43,15 +43,24 @@ class TaskResults:
         self, path: str | Path, *, meta: dict[str, Any] | None = None, device: str = "cpu"
     ) -> None:
         self.store = ResultStore(path)
+        try:
+            self.store.check_writable()  # before any model is trained
+        except StoreError:
+            self.store.close()
+            raise
         self.meta, self.device = meta or {}, device
         self._run_id: str | None = None
 
     def __enter__(self) -> TaskResults:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """The run is finished when the block ends normally, marked interrupted on Ctrl-C."""
         if self._run_id is not None:
-            self.store.finish_run(self._run_id)
+            if exc_type is None:
+                self.store.finish_run(self._run_id)
+            elif issubclass(exc_type, KeyboardInterrupt):
+                self.store.mark_interrupted(self._run_id)
         self.store.close()
 
     @property

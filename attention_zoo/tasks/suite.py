@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config import ReformerConfig
 from ..declarative import check_keys, checked_dataclass, field_names, load_toml
-from ..errors import ConfigError
+from ..errors import ConfigError, did_you_mean
 from .base import TaskConfig, get_task, make_task
 from .trainer import TrainConfig
 
@@ -117,7 +117,10 @@ def load_task_preset(spec: str, preset: str) -> TaskPreset:
     path, data = load_suite(spec)
     presets = data["presets"]
     if preset not in presets:
-        raise ConfigError(f"{path}: no preset {preset!r}; presets: {', '.join(presets)}")
+        raise ConfigError(
+            f"{path}: no preset {preset!r}; presets: {', '.join(presets)}"
+            + did_you_mean(preset, presets)
+        )
     raw = _merge(data.get("defaults", {}), presets[preset])
     where = f"{path} preset {preset!r}"
     check_keys(raw, (*SECTIONS, "description"), where=where, noun="table")

@@ -1,0 +1,260 @@
+"""Checks the `zoo` subcommands share, all run before any work starts: argparse types for numbers
+and lists, devices, the results store and output paths, and flags that conflict or do nothing.
+Each failure is a one-line message saying what is wrong and what would work."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UnavailableError, UsageError, did_you_mean
+from ..store import StoreError
+
+# ---- argparse types: each raises ArgumentTypeError, which the parser turns into one line --------
+
+
+def integer(minimum: int = 1) -> Callable[[str], int]:
+    """An int >= minimum, e.g. `type=integer(1)` for --repeats."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(*, above: float | None = None, minimum: float | None = None) -> Callable[[str], float]:
+    """A float > above (or >= minimum), e.g. `type=number(above=0)` for --timeout."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if above is not None and value <= above:
+            raise argparse.ArgumentTypeError(f"must be a number > {above:g}, got {value:g}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a number >= {minimum:g}, got {value:g}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def integers(minimum: int = 1, *, allow_empty: bool = False) -> Callable[[str], list[int]]:
+    """A comma list of ints >= minimum, e.g. `--lengths 1024,4096`."""
+    one = integer(minimum)
+
+    def parse(text: str) -> list[int]:
+        values = [one(x.strip()) for x in text.split(",") if x.strip()]
+        if not values and not allow_empty:
+            raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}")
+        return values
+
+    parse.__name__ = "integers"
+    return parse
+
+
+def names(text: str) -> list[str]:
+    """A comma list of names; empty items are dropped."""
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected a comma list of names, got {text!r}")
+    return values
+
+
+def size(text: str) -> int:
+    """A memory size > 0: 8GiB, 8GB, 512MiB, or a bare number of GiB."""
+    from ..measure.units import parse_bytes
+
+    try:
+        value = parse_bytes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a size > 0 such as 8GiB, got {text!r}")
+    return value
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag: stores into the new flag's dest and prints a note once."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kw)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"{parser.prog}: note: {option_string} is deprecated; use {self.new}", file=sys.stderr
+        )
+        setattr(namespace, self.dest, values)
+
+
+# ---- devices ------------------------------------------------------------------------------------
+
+DEVICE_FORM = re.compile(r"^(cpu|meta|auto|cuda(:\d+)?)$")
+
+
+def check_device(
+    device: str, *, flag: str, present: bool, allow: Iterable[str] = ("cpu", "cuda")
+) -> str:
+    """`device` if it names one of `allow` ('cuda' covers cuda:N); present: it must exist here."""
+    allowed = list(allow)
+    kind = device.split(":", 1)[0]
+    if not DEVICE_FORM.match(device) or kind not in allowed:
+        forms = ", ".join(a + (", cuda:N" if a == "cuda" else "") for a in allowed)
+        raise UsageError(f"{flag} {device!r}: unknown device; use {forms}")
+    if present and kind == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            why = (
+                "this torch build has no CUDA"
+                if torch.version.cuda is None
+                else "no CUDA device is visible"
+            )
+            raise UnavailableError(
+                f"{flag} {device}: CUDA is not available here ({why}, torch {torch.__version__}); "
+                f"use {flag} cpu"
+            )
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise UnavailableError(
+                f"{flag} {device}: there are {torch.cuda.device_count()} CUDA device(s) here "
+                f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            )
+    return device
+
+
+# ---- flags that conflict or do nothing ---------------------------------------------------------
+
+
+def given(args: argparse.Namespace, dest: str) -> bool:
+    """True when the flag with this dest was set on the command line (defaults are None/False)."""
+    value = getattr(args, dest, None)
+    return value is not None and value is not False and value != []
+
+
+def reject_together(args: argparse.Namespace, a: str, b: str, reason: str) -> None:
+    """UsageError when both flags (dests a and b) are given."""
+    if given(args, a) and given(args, b):
+        raise UsageError(f"{_flag(a)} and {_flag(b)} cannot be combined: {reason}")
+
+
+def require(args: argparse.Namespace, flag: str, needs: str, reason: str) -> None:
+    """UsageError when `flag` is given without `needs`."""
+    if given(args, flag) and not given(args, needs):
+        raise UsageError(f"{_flag(flag)} needs {_flag(needs)}: {reason}")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+# ---- the results store and output paths ----------------------------------------------------------
+
+
+def store_path(path: str | None, default: str) -> Path:
+    """The store a command writes to. The default's folder is created; a given path's folder must
+    exist (a mistyped folder is an error, not a new folder)."""
+    if path is None:
+        return Path(default)
+    out = Path(path)
+    if out.exists() and out.is_dir():
+        raise StoreError(f"--store {path} is a folder; give a file such as {out / 'zoo.sqlite'}")
+    _require_folder(out.parent, f"--store {path}")
+    return out
+
+
+def open_store_for_writing(path: str | None, default: str) -> Any:
+    """A ResultStore this process can write to, checked before anything is measured or trained."""
+    from ..store import ResultStore
+
+    store = ResultStore(store_path(path, default))
+    try:
+        store.check_writable()
+    except StoreError:
+        store.close()
+        raise
+    return store
+
+
+def check_output_file(path: str, flag: str) -> Path:
+    """A file the command may (over)write: its folder exists and takes new files."""
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file name such as {out / 'out.csv'}")
+    _require_folder(out.parent, f"{flag} {path}")
+    _probe_writable(out.parent, f"{flag} {path}")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UsageError(f"{flag} {path}: the file is not writable")
+    return out
+
+
+def check_output_folder(path: str, flag: str, *, default: bool) -> Path:
+    """A folder the command writes into: created if missing (its parent must exist unless this is
+    the default), refused if it is a file or does not take new files."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag} {path} is a file; give a folder (it will be created)")
+    if not out.exists():
+        if not default:
+            _require_folder(out.parent, f"{flag} {path}")
+        probe = next((p for p in [out, *out.parents] if p.exists()), Path.cwd())
+    else:
+        probe = out
+    _probe_writable(probe, f"{flag} {path}")
+    return out
+
+
+def _require_folder(folder: Path, what: str) -> None:
+    folder = folder if str(folder) else Path(".")
+    if folder.is_dir():
+        return
+    parent = folder.parent if folder.parent.is_dir() else None
+    siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent else []
+    raise UsageError(
+        f"{what}: folder {folder} does not exist; create it first or fix the path"
+        + did_you_mean(folder.name, siblings)
+    )
+
+
+def _probe_writable(folder: Path, what: str) -> None:
+    """Create and delete a file in `folder` (os.access says yes to root, even where it cannot)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise UsageError(f"{what}: cannot write in {folder} ({err.strerror})") from None
+
+
+def choices(allowed: Iterable[str], what: str) -> Callable[[str], list[str]]:
+    """A comma list whose items are each one of `allowed` (did-you-mean for a misspelled one)."""
+    options = list(allowed)
+
+    def parse(text: str) -> list[str]:
+        values = names(text)
+        for value in values:
+            if value not in options:
+                raise argparse.ArgumentTypeError(
+                    f"unknown {what} {value!r}; {what}s: {', '.join(options)}"
+                    + did_you_mean(value, options)
+                )
+        return values
+
+    parse.__name__ = what
+    return parse

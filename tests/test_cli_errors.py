@@ -1,0 +1,354 @@
+"""Every bad input to `zoo` is one line on stderr and exit code 2: no traceback, nothing changed on
+disk (no store created, no run row, no model trained); Ctrl-C keeps what was finished."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_zoo.cli import main
+from attention_zoo.store import ResultStore, run_status
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
+
+# (id, argv, a piece of the message). Placeholders: {store} a store with one run, {empty} a 0-byte
+# file, {garbage} a file that is not a store, {ro_store} a read-only store, {ro_dir} a read-only
+# folder, {file} an existing plain file, {bad_toml} a preset that is not valid TOML.
+BAD_INPUTS: list[tuple[str, list[str], str]] = [
+    # the results store: missing, empty, garbage, read-only, mistyped folder
+    ("report-no-store", ["report"], "no results store at results/zoo.sqlite"),
+    ("report-empty-store", ["report", "--store", "{empty}"], "(the file is empty)"),
+    ("report-garbage-store", ["report", "--store", "{garbage}"], "not an attention-zoo results"),
+    ("results-empty-store", ["results", "--store", "{empty}"], "(the file is empty)"),
+    ("results-garbage-store", ["results", "--store", "{garbage}"], "not an attention-zoo results"),
+    ("results-no-store", ["results", "--store", "none.sqlite"], "no results store at none.sqlite"),
+    (
+        "bench-read-only-store",
+        ["bench", "--backends", "full", "--lengths", "64", "--store", "{ro_store}"],
+        "cannot write to the results store",
+    ),
+    (
+        "task-read-only-store",
+        ["task", "duplication", "--preset", "smoke", "--store", "{ro_store}"],
+        "cannot write to the results store",
+    ),
+    (
+        "bench-store-in-mistyped-folder",
+        ["bench", "--backends", "full", "--store", "reslts/zoo.sqlite"],
+        "folder reslts does not exist; create it first or fix the path; did you mean 'results'?",
+    ),
+    (
+        "task-store-in-mistyped-folder",
+        ["task", "duplication", "--preset", "smoke", "--store", "nowhere/zoo.sqlite"],
+        "folder nowhere does not exist",
+    ),
+    ("bench-store-is-a-folder", ["bench", "--store", "results"], "is a folder"),
+    # devices
+    ("bench-devices-cuda", ["bench", "--devices", "cuda"], "CUDA is not available here"),
+    ("bench-device-alias-cuda", ["bench", "--device", "cuda"], "CUDA is not available here"),
+    ("bench-devices-tpu", ["bench", "--devices", "tpu"], "'tpu': unknown device; use cpu, cuda"),
+    ("list-device-tpu", ["list", "--device", "tpu"], "'tpu': unknown device"),
+    ("task-device-cuda", ["task", "duplication", "--device", "cuda"], "CUDA is not available"),
+    ("memory-devices-tpu", ["memory", "--devices", "tpu"], "unknown device"),
+    # numeric flags
+    ("bench-threads-0", ["bench", "--threads", "0"], "--threads: must be an integer >= 1, got 0"),
+    ("bench-repeats-0", ["bench", "--repeats", "0"], "--repeats: must be an integer >= 1"),
+    ("bench-timeout-negative", ["bench", "--isolate", "--timeout", "-5"], "must be a number > 0"),
+    ("bench-budget-negative", ["bench", "--budget", "-1"], "--budget: must be a number >= 0"),
+    ("bench-budget-nan", ["bench", "--budget", "nan"], "expected a finite number"),
+    ("bench-lengths-0", ["bench", "--lengths", "1024,0"], "must be an integer >= 1, got 0"),
+    ("bench-lengths-text", ["bench", "--lengths", "1k"], "expected an integer, got '1k'"),
+    ("bench-batch-0", ["bench", "--batch", "0"], "--batch: must be an integer >= 1"),
+    ("bench-heads-0", ["bench", "--heads", "0"], "--heads: must be an integer >= 1"),
+    ("bench-memory-limit-0", ["bench", "--memory-limit", "0"], "must be a size > 0"),
+    ("bench-memory-limit-text", ["bench", "--memory-limit", "lots"], "--memory-limit"),
+    ("memory-fits-0", ["memory", "--fits", "0"], "--fits: must be a size > 0"),
+    ("task-max-steps-0", ["task", "duplication", "--max-steps", "0"], "must be an integer >= 1"),
+    ("task-threads-0", ["task", "duplication", "--threads", "0"], "must be an integer >= 1"),
+    ("task-seeds-negative", ["task", "duplication", "--seeds", "-1"], "must be an integer >= 0"),
+    ("task-train-hashes-0", ["task", "duplication", "--train-hashes", "0"], "integer >= 1"),
+    # names: did you mean
+    ("bench-misspelled-flag", ["bench", "--lenghts", "1024"], "did you mean --lengths?"),
+    ("memory-misspelled-flag", ["memory", "--fit", "8GiB", "--fitz", "1"], "did you mean --fits?"),
+    ("misspelled-command", ["bnech"], "invalid choice: 'bnech'"),
+    ("bench-unknown-backend", ["bench", "--backends", "full,flsh"], "did you mean 'lsh'?"),
+    ("bench-unknown-option", ["bench", "--option", "sdpa.kernal=math"], "did you mean 'kernel'?"),
+    ("bench-option-no-dot", ["bench", "--option", "num_hashes=4"], "write BACKEND.NAME=VALUE"),
+    ("bench-unknown-preset", ["bench", "--preset", "quik"], "did you mean 'quick'?"),
+    ("bench-missing-preset-file", ["bench", "--preset", "nope.toml"], "does not exist"),
+    ("bench-bad-toml-preset", ["bench", "--preset", "{bad_toml}"], "is not valid TOML"),
+    ("bench-unknown-mode", ["bench", "--modes", "forwad"], "did you mean 'forward'?"),
+    ("bench-unknown-dtype", ["bench", "--dtypes", "float3"], "unknown dtype 'float3'"),
+    ("bench-unknown-metric-group", ["bench", "--metrics", "tme"], "did you mean 'time'?"),
+    ("bench-unknown-target", ["bench", "--target", "blok"], "did you mean 'block'?"),
+    ("bench-unknown-reference", ["bench", "--reference", "fulll"], "did you mean 'full'?"),
+    (
+        "bench-ray-flag-without-ray",
+        ["bench", "--ray-address", "auto"],
+        "--ray-address applies to --executor ray",
+    ),
+    (
+        "bench-reference-not-benched",
+        ["bench", "--backends", "full,sdpa", "--reference", "lsh"],
+        "not among the benchmarked backends (full, sdpa)",
+    ),
+    ("task-unknown-task", ["task", "duplicaton"], "did you mean 'duplication'?"),
+    ("task-unknown-preset", ["task", "duplication", "--preset", "smok"], "did you mean 'smoke'?"),
+    ("task-unknown-backend", ["task", "duplication", "--backends", "lcal"], "did you mean"),
+    ("results-format-typo", ["results", "--format", "cvs"], "did you mean 'csv'?"),
+    (
+        "results-unknown-metric",
+        ["results", "--store", "{store}", "--format", "csv", "--metric", "nosuch"],
+        "no metric 'nosuch' stored; metrics: flops, peak_bytes",
+    ),
+    ("results-unknown-run", ["results", "--store", "{store}", "--run-id", "x"], "no run 'x'"),
+    ("report-unknown-run", ["report", "--store", "{store}", "--run-id", "x"], "no run 'x'"),
+    (
+        "results-unknown-reference",
+        ["results", "--store", "{store}", "--reference", "sdpa"],
+        "no case of that backend in this run; backends: full",
+    ),
+    ("import-missing-module", ["list", "--import", "no_such_zoo_plugin"], "No module named"),
+    ("import-missing-file", ["--import", "nope/mine.py", "list"], "no file nope/mine.py"),
+    # flags that conflict or do nothing
+    ("bench-timeout-without-isolate", ["bench", "--timeout", "5"], "--timeout needs --isolate"),
+    (
+        "bench-resume-with-run-id",
+        ["bench", "--resume", "--run-id", "x"],
+        "--resume and --run-id cannot be combined",
+    ),
+    (
+        "results-runs-with-format-csv",
+        ["results", "--store", "{store}", "--runs", "--format", "csv"],
+        "--runs lists the runs as a table",
+    ),
+    (
+        "results-runs-with-run-id",
+        ["results", "--runs", "--run-id", "x"],
+        "--runs and --run-id cannot be combined",
+    ),
+    (
+        "results-metric-with-table",
+        ["results", "--store", "{store}", "--metric", "flops"],
+        "--metric selects rows for csv/json",
+    ),
+    ("task-list-with-table2", ["task", "--list", "--table2"], "--list and --table2 cannot be"),
+    ("task-list-with-run-spec", ["task", "duplication", "--list"], "--list takes no RUN_SPEC"),
+    ("task-table2-with-force", ["task", "--table2", "--force"], "--force needs a RUN_SPEC"),
+    ("report-all-with-run-id", ["report", "--all", "--run-id", "x"], "not allowed with argument"),
+    # output paths
+    (
+        "results-output-missing-folder",
+        ["results", "--store", "{store}", "-o", "/missing/dir/x.csv"],
+        "folder /missing/dir does not exist",
+    ),
+    (
+        "results-output-read-only-folder",
+        ["results", "--store", "{store}", "-o", "{ro_dir}/x.csv"],
+        "cannot write in",
+    ),
+    ("results-output-is-a-folder", ["results", "--store", "{store}", "-o", "."], "is a folder"),
+    ("report-out-is-a-file", ["report", "--store", "{store}", "--out", "{file}"], "is a file"),
+    (
+        "report-out-read-only",
+        ["report", "--store", "{store}", "--out", "{ro_dir}/report"],
+        "cannot write in",
+    ),
+    ("report-out-missing-parent", ["report", "--out", "nowhere/report"], "does not exist"),
+]
+CUDA_CASES = {"bench-devices-cuda", "bench-device-alias-cuda", "task-device-cuda"}
+
+
+def _read_only(path: Path) -> Callable[[], None] | None:
+    """Make `path` read-only even for root (chattr +i); returns the undo, or None if impossible."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        return lambda: path.chmod(mode)
+    if shutil.which("chattr") is None:
+        return None
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        return None
+    return lambda: subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def make_fixtures(root: Path) -> tuple[dict[str, str], list[Callable[[], None]]]:
+    """The files the placeholders stand for, under `root`; returns them and the undo actions."""
+    store = root / "store.sqlite"
+    with ResultStore(store) as s:
+        run = s.start_run(kind="bench")
+        config = {"target": "attention", "backend": "full", "seq_len": 64, "mode": "forward"}
+        s.add_rows(run, None, config, [("flops", 1.0, "flop"), ("peak_bytes", 2.0, "bytes")])
+        s.finish_run(run)
+    (root / "results").mkdir()
+    (root / "empty.sqlite").write_bytes(b"")
+    (root / "garbage.sqlite").write_text("not a database\n" * 100)
+    (root / "file.txt").write_text("a plain file\n")
+    (root / "bad.toml").write_text("[grid]\nseq_lens = [1024\n")
+    shutil.copy(store, root / "ro_store.sqlite")
+    (root / "ro_dir").mkdir()
+    undo = [u for u in (_read_only(root / "ro_store.sqlite"), _read_only(root / "ro_dir")) if u]
+    names = {
+        "store": "store.sqlite",
+        "empty": "empty.sqlite",
+        "garbage": "garbage.sqlite",
+        "file": "file.txt",
+        "bad_toml": "bad.toml",
+        "ro_store": "ro_store.sqlite",
+        "ro_dir": "ro_dir",
+    }
+    return {k: str(root / v) for k, v in names.items()}, undo
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every file and folder under root with its bytes: 'unchanged' means no new store, no run row,
+    no created folder."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, dict]]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ZOO_IMPORT", raising=False)
+    paths, undo = make_fixtures(tmp_path)
+    paths["read_only_ok"] = len(undo) == 2
+    yield tmp_path, paths
+    for u in undo:
+        u()
+
+
+def run_zoo(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS]
+)
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(
+    request: pytest.FixtureRequest,
+    workdir: tuple[Path, dict],
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    root, paths = workdir
+    case = request.node.callspec.id
+    if case in CUDA_CASES and torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    if "{ro_" in " ".join(argv) and not paths["read_only_ok"]:
+        pytest.skip("cannot make a file read-only here (root without chattr)")
+    argv = [a.format(**paths) for a in argv]
+    before = snapshot(root)
+    code, out, err = run_zoo(argv, capsys)
+    assert code == 2, (out, err)
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and message in err, err
+    assert err.startswith("zoo"), err
+    assert snapshot(root) == before
+
+
+def test_debug_shows_the_traceback(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_zoo(["report", "--debug"], capsys)
+    assert code == 2 and "Traceback" in err and err.splitlines()[-1].startswith("zoo report: error")
+    code, _, err = run_zoo(["--debug", "report"], capsys)
+    assert code == 2 and "Traceback" in err
+
+
+def test_deprecated_run_flag_still_works_with_a_note(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, paths = workdir
+    code, out, err = run_zoo(["results", "--store", paths["store"], "--run", "latest"], capsys)
+    assert code == 0 and "full" in out
+    assert err.strip() == "zoo results: note: --run is deprecated; use --run-id"
+
+
+def test_results_csv_exports_every_run_by_default(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, paths = workdir
+    with ResultStore(paths["store"]) as store:
+        run = store.start_run(kind="bench")
+        store.add_rows(run, None, {"backend": "sdpa", "seq_len": 64}, [("flops", 3.0, "flop")])
+    code, out, _ = run_zoo(["results", "--store", paths["store"], "--format", "csv"], capsys)
+    assert code == 0 and len(out.strip().splitlines()) == 1 + 3  # header + rows of both runs
+    code, out, _ = run_zoo(
+        ["results", "--store", paths["store"], "--format", "csv", "--run-id", "latest"], capsys
+    )
+    assert code == 0 and len(out.strip().splitlines()) == 1 + 1
+
+
+FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
+
+
+def test_ctrl_c_in_bench_keeps_finished_cases_and_marks_the_run(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attention_zoo.sweep as sweep
+
+    real, calls = sweep.measure_case, []
+
+    def measure_then_ctrl_c(case, settings):
+        calls.append(case)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(case, settings)
+
+    monkeypatch.setattr(sweep, "measure_case", measure_then_ctrl_c)
+    argv = ["bench", "--target", "attention", "--backends", "full", "--lengths", "32,64"]
+    argv += ["--metrics", "flops", "--store", "zoo.sqlite", *FAST]
+    code, _, err = run_zoo(argv, capsys)
+    last = err.splitlines()[-1]  # after the "2 cases -> zoo.sqlite ..." header
+    assert code == 130 and "Traceback" not in err and last.startswith("zoo bench: interrupted: ")
+    assert "1 of 2 cases are stored" in last and "--resume" in last and "marked interrupted" in last
+    with ResultStore("zoo.sqlite") as store:
+        (run,) = store.runs()
+        assert run_status(run) == "interrupted" and run["n_cases"] == 1
+    monkeypatch.setattr(sweep, "measure_case", real)
+    code, out, err = run_zoo([*argv, "--resume"], capsys)
+    assert code == 0 and "1 already stored (resumed)" in out, err
+    with ResultStore("zoo.sqlite") as store:
+        (run,) = store.runs()
+        assert run_status(run) == "finished" and run["n_cases"] == 2
+
+
+def test_ctrl_c_in_task_keeps_finished_runs_and_marks_the_run(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first training run finishes (a stand-in outcome), Ctrl-C hits the second."""
+    import attention_zoo.tasks.runner as runner
+    from attention_zoo.tasks.trainer import TrainResult
+
+    calls = []
+
+    def train_then_ctrl_c(spec, *, device="cpu", on_step=None):
+        calls.append(spec)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        result = TrainResult(
+            steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
+            stopped="max_steps", wall_time_s=0.0,
+        )  # fmt: skip
+        return runner.RunOutcome(spec=spec, result=result, evals={})
+
+    monkeypatch.setattr(runner, "run_one", train_then_ctrl_c)
+    argv = ["task", "duplication", "--preset", "smoke", "--backends", "full", "--seeds", "0,1"]
+    code, _, err = run_zoo([*argv, "--eval-hashes", "", "--quiet"], capsys)
+    assert code == 130 and len(err.splitlines()) == 1, err
+    assert "1 training run(s) finished and stored" in err and "rerun the same command" in err
+    with ResultStore("results/zoo.sqlite") as store:
+        (run,) = store.runs(kind="task")
+        assert run_status(run) == "interrupted" and run["n_cases"] == 1
