@@ -118,7 +118,7 @@ def _unrecognized(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
         return f"unrecognized argument(s): {' '.join(extra)} (see '{parser.prog} --help')"
     flags = [s for a in parser._actions for s in a.option_strings if a.help != argparse.SUPPRESS]
     hint = did_you_mean(flag, flags, quote=False)
-    return f"unrecognized argument {flag}{hint or f' (see {parser.prog!r} --help)'}"
+    return f"unrecognized argument {flag}" + (hint or f" (see '{parser.prog} --help')")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

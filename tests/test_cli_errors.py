@@ -141,7 +141,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("task-list-with-table2", ["task", "--list", "--table2"], "--list and --table2 cannot be"),
     ("task-list-with-run-spec", ["task", "duplication", "--list"], "--list takes no RUN_SPEC"),
     ("task-table2-with-force", ["task", "--table2", "--force"], "--force needs a RUN_SPEC"),
-    ("report-all-with-run-id", ["report", "--all", "--run-id", "x"], "not allowed with argument"),
+    ("report-unknown-flag", ["report", "--all"], "unrecognized argument --all (see 'zoo report"),
     # output paths
     (
         "results-output-missing-folder",
@@ -161,6 +161,11 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
         "cannot write in",
     ),
     ("report-out-missing-parent", ["report", "--out", "nowhere/report"], "does not exist"),
+    (
+        "report-index-missing-folder",
+        ["report", "--store", "{store}", "--index", "nowhere/README.md"],
+        "--index nowhere/README.md: folder nowhere does not exist",
+    ),
 ]
 CUDA_CASES = {"bench-devices-cuda", "bench-device-alias-cuda", "task-device-cuda"}
 
@@ -348,7 +353,7 @@ def test_ctrl_c_in_task_keeps_finished_runs_and_marks_the_run(
     argv = ["task", "duplication", "--preset", "smoke", "--backends", "full", "--seeds", "0,1"]
     code, _, err = run_zoo([*argv, "--eval-hashes", "", "--quiet"], capsys)
     assert code == 130 and len(err.splitlines()) == 1, err
-    assert "1 training run(s) finished and stored" in err and "rerun the same command" in err
+    assert "1 of 2 training run(s) finished and stored" in err and "rerun the same command" in err
     with ResultStore("results/zoo.sqlite") as store:
         (run,) = store.runs(kind="task")
         assert run_status(run) == "interrupted" and run["n_cases"] == 1

@@ -98,7 +98,7 @@ def test_malformed_preset_says_where() -> None:
     with pytest.raises(
         ConfigError,
         match=r"^p.toml does not take top-level key\(s\) 'grdi'; it takes: description, grid, "
-        r"measure \(did you mean 'grid'\?\)$",
+        r"measure; did you mean 'grid'\?$",
     ):
         parse_sweep_preset("[grdi]\n", source="p.toml")
     with pytest.raises(
