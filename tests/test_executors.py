@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from attention_zoo.cli import main
-from attention_zoo.errors import ConfigError, UnavailableError
+from attention_zoo.errors import UnavailableError, UsageError
 from attention_zoo.executors import (
     Job,
     LocalExecutor,
@@ -53,9 +53,9 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_local_is_the_default_and_takes_no_ray_flags() -> None:
     assert isinstance(executor_from_args(parse()), LocalExecutor)
-    with pytest.raises(ConfigError, match=r"--gpus-per-case applies to --executor ray"):
+    with pytest.raises(UsageError, match=r"--gpus-per-case applies to --executor ray"):
         executor_from_args(parse("--gpus-per-case", "1"))
-    with pytest.raises(ConfigError, match=r"--ray-address applies to --executor ray"):
+    with pytest.raises(UsageError, match=r"--ray-address applies to --executor ray"):
         executor_from_args(parse("--ray-address", "auto"))
 
 
@@ -333,3 +333,51 @@ def test_task_smoke_preset_on_ray_gives_the_local_runs_and_statuses(
         metrics = {(r["case_key"], r["metric"]) for r in a.rows()}
         assert {(r["case_key"], r["metric"]) for r in b.rows()} == metrics
         assert {json.loads(r["environment"])["threads"] for r in b.rows()} == {1}
+
+
+PLUGIN = """
+from dataclasses import dataclass
+
+from attention_zoo import AttentionCore, register_attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions:
+    '''No options.'''
+
+
+@register_attention("test-plugin-full", config=NoOptions)
+class PluginFull(AttentionCore):
+    '''Softmax attention from a plugin file.'''
+
+    def attend(self, q, k, v, key_padding_mask):
+        import torch
+
+        return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, -1) @ v
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_backend_runs_on_ray_workers(
+    ray_runtime, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--import registers the backend in the driver; each Ray worker loads the same plugin."""
+    plugin = tmp_path / "my_plugin.py"
+    plugin.write_text(PLUGIN)
+    store = tmp_path / "zoo.sqlite"
+    argv = ["bench", "--import", str(plugin), "--target", "attention"]
+    argv += ["--backends", "test-plugin-full", "--lengths", "64", "--metrics", "memory"]
+    from attention_zoo.attention.spec import BACKENDS
+    from attention_zoo.plugins import PLUGINS
+
+    before = {id(r): set(r.names()) for r in (BACKENDS, PLUGINS)}
+    try:
+        assert main([*argv, "--store", str(store), "--executor", "ray", "--no-progress"]) == 0
+    finally:  # nothing the plugin registered stays for other tests
+        for registry in (BACKENDS, PLUGINS):
+            for name in set(registry.names()) - before[id(registry)]:
+                registry.remove(name)
+    capsys.readouterr()
+    with ResultStore(store) as s:
+        ((status, error),) = [(c["status"], c["error"]) for c in s.cases()]
+    assert status == "ok", error

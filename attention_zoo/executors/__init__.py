@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
+from ..errors import UsageError
 from .base import Executor, Job, Outcome, run_job
 from .local import LocalExecutor
 from .ray_cluster import INSTALL_HINT, RayError, RayExecutor, import_ray
@@ -69,10 +69,10 @@ def executor_from_args(args: argparse.Namespace) -> Executor:
         given = [f for f in RAY_FLAGS if getattr(args, f, None) is not None]
         if given:
             flag = "--" + given[0].replace("_", "-")
-            raise ConfigError(f"{flag} applies to --executor ray; add --executor ray or drop it")
+            raise UsageError(f"{flag} applies to --executor ray; add --executor ray or drop it")
         return LocalExecutor()
     if args.cpus_per_case == 0:
-        raise ConfigError("--cpus-per-case must be > 0 (a Ray task holds at least part of a CPU)")
+        raise UsageError("--cpus-per-case must be > 0 (a Ray task holds at least part of a CPU)")
     import_ray()
     return RayExecutor(
         address=args.ray_address,

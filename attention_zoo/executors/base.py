@@ -53,11 +53,17 @@ def run_job(
     key: str,
     device: str,
     threads: int | None,
+    plugins: Sequence[str] = (),
 ) -> Outcome:
     """Run one job here and describe it: an exception becomes an error outcome (never raised), and
-    the environment is captured in this process, so a row names the machine that measured it."""
+    the environment is captured in this process, so a row names the machine that measured it.
+    plugins: the driver's plugin modules, loaded first in a fresh process (a Ray worker)."""
     from ..measure.runner import describe_error, is_oom
 
+    if plugins:
+        failed = _load_plugins(plugins)
+        if failed:
+            return Outcome(key=key, error=failed, environment=_environment(device, threads))
     try:
         value = fn(*args, **kwargs)
     except KeyboardInterrupt:
@@ -70,6 +76,21 @@ def run_job(
             environment=_environment(device, threads),
         )
     return Outcome(key=key, value=value, environment=_environment(device, threads))
+
+
+def _load_plugins(plugins: Sequence[str]) -> str | None:
+    """Load the driver's plugins here (once per process); the first failure's message, if any."""
+    from ..plugins import load_plugins
+
+    failures = load_plugins(plugins, report=False)
+    return f"on this worker: {failures[0].message()}" if failures else None
+
+
+def plugin_targets() -> list[str]:
+    """The plugins this process loaded that another process can import again (for its workers)."""
+    from ..plugins import ENV_VAR, child_environment, split_targets
+
+    return split_targets(child_environment().get(ENV_VAR, ""))
 
 
 def _environment(device: str, threads: int | None) -> Environment | None:

@@ -13,7 +13,7 @@ FAILED = (ERROR, OOM)
 
 
 class CaseProgress:
-    """A bar over cases; a no-op when disabled."""
+    """A bar over cases (plain lines when stderr is not a terminal); a no-op when disabled."""
 
     def __init__(self, total: int, initial: int, *, desc: str, enabled: bool) -> None:
         # a tqdm bar on a terminal, a plain line now and then in a log

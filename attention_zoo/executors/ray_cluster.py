@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import UnavailableError, ZooError
-from .base import ExecutorBase, Job, Outcome, run_job
+from .base import ExecutorBase, Job, Outcome, plugin_targets, run_job
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,7 @@ class RayExecutor(ExecutorBase):
         caller stops early (Ctrl-C, an error while storing)."""
         ray = self._connect()
         task = ray.remote(run_job)
+        plugins = plugin_targets()  # a backend a plugin registers is known on every worker
         by_ref: dict[Any, Job] = {}
         for job in jobs:
             cpus, gpus = self.resources(job)
@@ -177,6 +178,7 @@ class RayExecutor(ExecutorBase):
                 key=job.key,
                 device=job.device,
                 threads=job.threads,
+                plugins=plugins,
             )
             by_ref[ref] = job
         pending = list(by_ref)
