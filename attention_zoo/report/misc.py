@@ -94,10 +94,21 @@ def _date(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if ts else "-"
 
 
+def _busy_per_run(cases: Any) -> dict[str, bool | None]:
+    """run_id -> busy when any of its shown cases was busy (None: no load recorded)."""
+    out: dict[str, bool | None] = {}
+    for run_id, busy in zip(cases["run_id"], cases["busy"]) if not cases.empty else ():
+        if busy is not None and busy == busy:  # NaN: no load recorded
+            out[run_id] = bool(out.get(run_id)) or bool(busy)
+        else:
+            out.setdefault(run_id, None)
+    return out
+
+
 def provenance(ctx: Context) -> list[Any]:
     used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
     runs = [r for r in ctx.runs if r["run_id"] in used]
-    busy = ctx.cases.groupby("run_id")["busy"].first().to_dict() if not ctx.cases.empty else {}
+    busy = _busy_per_run(ctx.cases)
     rows = []
     for r in runs:
 
