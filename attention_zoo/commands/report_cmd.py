@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from ..errors import UsageError, did_you_mean
+from ..errors import UnavailableError, UsageError, did_you_mean
 from ..store import DEFAULT_STORE, ResultStore
 from .validate import check_output_file, check_output_folder
 
@@ -73,10 +74,25 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+REPORT_MODULES = ("pandas", "seaborn", "matplotlib")  # what the report extra installs
+
+
+def require_report_extra() -> None:
+    """Fail in one line, before anything is read, when the report's packages are missing."""
+    for name in REPORT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise UnavailableError(
+                f"zoo report needs the report extra ({name} is missing): pip install -e '.[report]'"
+            ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..report import build_report
     from ..report.index import write_index
 
+    require_report_extra()
     args.out = str(check_output_folder(args.out or DEFAULT_OUT, "--out", default=args.out is None))
     if args.index:
         check_output_file(args.index, "--index")
