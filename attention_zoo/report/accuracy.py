@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..measure.metrics import METRICS
 from . import paper
 from .analysis import join_tasks_costs, pareto_front
 from .context import Context, empty_section
 from .cost import header
 from .document import Heading, Image, Para, Table
-from .plots import heatmaps, pareto_plot
+from .plots import axis_label, heatmaps, pareto_plot
 
 TASK_COMMAND = "zoo task duplication --preset cpu --table2"
 COST_COMMAND = "zoo task duplication --preset cpu --cost"
@@ -76,17 +77,18 @@ def accuracy_cost(ctx: Context) -> list[Any]:
         cost = [m["time_median"] for m in part["cost_metrics"]]
         acc = [m["accuracy"] for m in part["metrics"]]
         front = pareto_front(cost, acc, maximize=True)
+        step_time = axis_label("time_median", "time per training step")
         points = part.assign(
             label=[f"{b} s{s}" for b, s in zip(part["backend"], part["seed"])],
             **{
-                "time per training step [ms]": [c * 1e3 for c in cost],
+                step_time: [c / METRICS["time_median"].scale for c in cost],
                 "accuracy [%]": [a * 100 for a in acc],
             },
         )
         path = pareto_plot(
             points,
             front,
-            "time per training step [ms]",
+            step_time,
             "accuracy [%]",
             f"{task} / {preset}",
             ctx.out_dir / f"pareto-{task}-{preset}.png",

@@ -7,7 +7,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from ..measure.metrics import METRICS, plotted
+
 DPI = 100
+
+
+def axis_label(metric: str, label: str = "") -> str:
+    """`label [unit]` of a catalogued metric, in the unit the report shows it in."""
+    spec = METRICS[metric]
+    return f"{label or spec.label} [{spec.display_unit}]"
 
 
 def _pyplot() -> Any:
@@ -31,10 +39,7 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
     import seaborn as sns
 
     plt = _pyplot()
-    panels = [
-        ("time_median", "median time [ms]", 1e3),
-        ("peak_bytes", "peak memory above resident [MiB]", 1 / 2**20),
-    ]
+    panels = [(m.name, axis_label(m.name), m.scale) for m in plotted()]
     data = []
     for _, r in ok.iterrows():
         for metric, _, scale in panels:
@@ -45,8 +50,8 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
                         "panel": metric,
                         "variant": r["variant"],
                         "L": r["seq_len"],
-                        "y": r["metrics"][metric] * scale,
-                        "iqr": iqr * scale if iqr is not None else None,
+                        "y": r["metrics"][metric] / scale,
+                        "iqr": iqr / scale if iqr is not None else None,
                     }
                 )
     if not data:
