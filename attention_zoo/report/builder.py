@@ -46,14 +46,22 @@ def select(df: Any, runs: list[dict[str, Any]] | None) -> Context:
         bench, earlier = latest_per_identity(bench)
     tasks = task_frame(cases)
     if not cases.empty:
-        shown_bench = set(zip(bench["run_id"], bench["case_key"])) if not bench.empty else set()
+        # the rows the sections print from, and the latest row of each case without an ok run
+        shown = {
+            (r, c, "bench") for r, c in zip(bench.get("run_id", ()), bench.get("case_key", ()))
+        }
+        shown |= {
+            (r, c, "task") for r, c in zip(tasks.get("run_id", ()), tasks.get("case_key", ()))
+        }
+        with_numbers = {(c, k) for _, c, k in shown}
         others = cases[cases["kind"] != "bench"]
         others, _ = latest_per_identity(others.assign(identity=others["case_key"]))
-        keep = [
-            (r, c) in shown_bench
-            or (k != "bench" and (r, c) in set(zip(others["run_id"], others["case_key"])))
-            for r, c, k in zip(cases["run_id"], cases["case_key"], cases["kind"])
-        ]
+        shown |= {
+            (r, c, k)
+            for r, c, k in zip(others["run_id"], others["case_key"], others["kind"])
+            if (c, k) not in with_numbers
+        }
+        keep = [t in shown for t in zip(cases["run_id"], cases["case_key"], cases["kind"])]
         cases = cases[keep]
     return Context(
         cases=cases,
