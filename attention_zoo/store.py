@@ -219,9 +219,13 @@ class ResultStore:
             ) from None
 
     def _migrate(self, version: int) -> None:
-        """Bring a store of an older schema version up to this one, in one transaction."""
+        """Bring a store of an older schema version up to this one, in one transaction.
+
+        The write lock is taken first and the version read again under it, so a concurrent
+        opener that migrated meanwhile leaves nothing to do."""
         try:
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in filter(str.strip, MIGRATIONS[v].split(";")):
                     self._db.execute(statement)
