@@ -28,6 +28,7 @@ from .peers import get_peer, is_peer
 
 TARGETS = ("attention", "block", "model")
 MODES = ("forward", "forward+backward", "train-step")
+MODEL_CASE_LAYERS = 6  # layers of a model case whose model does not set num_hidden_layers
 DTYPES = {
     "float32": torch.float32,
     "float64": torch.float64,
@@ -162,6 +163,11 @@ class BenchCase:
         }
         if self.options:
             fields["attn_options"] = {self.backend: dict(self.options)}
+        if "num_hidden_layers" not in self.model:  # a fixed depth, whatever attn_layers lists
+            layers = self.model.get("attn_layers", ())
+            fields["num_hidden_layers"] = max(
+                MODEL_CASE_LAYERS, 1 if isinstance(layers, str) else len(layers)
+            )
         if not {"axial_pos_embds", "axial_pos_shape", "max_position_embeddings"} & set(self.model):
             fields.update(_auto_positions(self.seq_len, self.model.get("hidden_size", self.hidden)))
         fields.update(self.model)
