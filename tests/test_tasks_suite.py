@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attention_zoo.cli import main
+from attention_zoo.config import ReformerConfig
 from attention_zoo.errors import ConfigError, UnknownNameError
 from attention_zoo.store import ResultStore
 from attention_zoo.tasks.results import TaskResults, load_rows
@@ -226,3 +227,13 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "no stored task runs" in capsys.readouterr().out
     assert main(["task", "--list"]) == 0
     assert "duplication: presets smoke, cpu, paper" in capsys.readouterr().out
+
+
+def test_a_mix_gets_at_least_one_layer_per_backend(suite: Path) -> None:
+    preset = load_task_preset(str(suite), "tiny")  # num_hidden_layers = 1
+    runs, _ = plan_runs(preset, backends=["local+lsh", "shared-qk"], train_hashes=[2], device="cpu")
+    depth = {r.variant.label: r.model_fields()["num_hidden_layers"] for r in runs}
+    assert set(depth.values()) == {1, 2} and depth["shared-qk"] == 1
+    for run in runs:  # the configuration the run trains is valid
+        config = ReformerConfig.from_dict(run.model_fields())
+        assert config.num_hidden_layers == len(run.variant.attn_layers)

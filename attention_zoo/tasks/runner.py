@@ -77,6 +77,10 @@ class RunSpec:
         )
         if self.variant.num_hashes is not None:
             fields["num_hashes"] = self.variant.num_hashes
+        # a mix of n backends has at least n layers (one of each)
+        fields["num_hidden_layers"] = max(
+            fields.get("num_hidden_layers") or 0, len(self.variant.attn_layers)
+        )
         return fields
 
     def eval_hash_seed(self) -> int:
