@@ -135,28 +135,69 @@ def test_ray_address_comes_from_the_environment_too(monkeypatch: pytest.MonkeyPa
 # ---- the same method everywhere -------------------------------------------------------------
 
 
-def test_every_executor_gets_the_same_measuring_job(tmp_path: Path) -> None:
-    """run_sweep hands any executor measure_one with the sweep's settings: the Ray worker measures
-    exactly as the local process does (warm-up, repeats, medians come from measure_case)."""
-    seen: dict[str, list[Job]] = {}
+class _Ref:
+    """An object ref: hashable, holding the outcome of a job already run."""
+
+    def __init__(self, outcome) -> None:
+        self.outcome = outcome
+
+
+class _FakeRay:
+    """Ray's API as RayExecutor.run uses it, recording every submission and running it here."""
+
+    exceptions = None
+
+    def __init__(self) -> None:
+        self.submitted: list[dict] = []
+
+    def remote(self, fn):
+        fake = self
+
+        class Task:
+            def options(self, **options):
+                def remote(*args, **kwargs):
+                    fake.submitted.append({"task": fn, "options": options, "args": args, **kwargs})
+                    return _Ref(fn(*args, **kwargs))
+
+                return type("Submit", (), {"remote": staticmethod(remote)})()
+
+        return Task()
+
+    def wait(self, pending, num_returns=1):
+        return pending[:num_returns], pending[num_returns:]
+
+    def get(self, ref):
+        return ref.outcome
+
+
+def test_every_executor_gets_the_same_measuring_job(tmp_path: Path, monkeypatch) -> None:
+    """The local executor and RayExecutor's real submission get measure_one with the sweep's
+    settings: the Ray worker measures exactly as the local process does (warm-up, repeats,
+    medians come from measure_case)."""
+    local_jobs: list[Job] = []
 
     class Recording(LocalExecutor):
-        def __init__(self, name: str) -> None:
-            self.name = name
-
         def run(self, jobs, *, on_start=None):
-            seen[self.name] = list(jobs)
+            local_jobs.extend(jobs)
             return super().run(jobs, on_start=on_start)
 
+    fake = _FakeRay()
+    ray_executor = RayExecutor()
+    monkeypatch.setattr(ray_executor, "_connect", lambda: fake)
+    monkeypatch.setattr(ray_executor, "prepare", lambda jobs: None)
     cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
     settings = MeasureSettings(metrics=("predict",), time_budget_s=0.25, min_repeats=5, threads=1)
-    with ResultStore(tmp_path / "zoo.sqlite") as store:
-        for name in ("local", "ray"):
-            run_sweep(cases, store, settings=settings, executor=Recording(name), progress=False)
-    assert seen["local"] == seen["ray"]
-    for job in seen["ray"]:
+    for name, executor in (("local", Recording()), ("ray", ray_executor)):
+        with ResultStore(tmp_path / f"{name}.sqlite") as store:
+            run_sweep(cases, store, settings=settings, executor=executor, progress=False)
+    assert len(local_jobs) == len(fake.submitted) == 2
+    for job, sent in zip(local_jobs, fake.submitted):
         assert job.fn is measure_one and job.args[1] == settings and job.threads == 1
         assert job.kwargs["measure"] is None  # measure_one -> measure_case
+        assert sent["task"] is run_job
+        assert sent["args"] == (job.fn, job.args, job.kwargs)
+        assert (sent["key"], sent["device"], sent["threads"]) == (job.key, job.device, job.threads)
+        assert sent["options"]["num_cpus"] == job.threads
 
 
 def test_a_job_that_raises_is_an_error_outcome_with_the_environment() -> None:
