@@ -7,9 +7,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from ..measure.metrics import METRICS, plotted
+from ..measure.metrics import METRICS
 
 DPI = 100
+SCALING_METRICS = ("time_median", "peak_bytes")  # the scaling plot's panels
 
 
 def axis_label(metric: str, label: str = "") -> str:
@@ -39,7 +40,7 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
     import seaborn as sns
 
     plt = _pyplot()
-    panels = [(m.name, axis_label(m.name), m.scale) for m in plotted()]
+    panels = [(m, axis_label(m), METRICS[m].scale) for m in SCALING_METRICS]
     data = []
     for _, r in ok.iterrows():
         for metric, _, scale in panels:
