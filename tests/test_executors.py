@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -31,7 +32,7 @@ from attention_zoo.executors import (
     executor_from_args,
     run_job,
 )
-from attention_zoo.executors.ray_cluster import check_address, probe
+from attention_zoo.executors.ray_cluster import TIMING_SLOT, check_address, probe
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import CaseResult, MeasureSettings, Metric
 from attention_zoo.presets import load_sweep_preset
@@ -198,6 +199,18 @@ def test_every_executor_gets_the_same_measuring_job(tmp_path: Path, monkeypatch)
         assert sent["args"] == (job.fn, job.args, job.kwargs)
         assert (sent["key"], sent["device"], sent["threads"]) == (job.key, job.device, job.threads)
         assert sent["options"]["num_cpus"] == job.threads
+        assert sent["options"]["resources"] == {TIMING_SLOT: 1}  # one CPU case per node at once
+
+
+def test_a_cluster_without_timing_slots_is_refused_for_cpu_cases(monkeypatch) -> None:
+    fake = _FakeRay()
+    fake.nodes = lambda: [{"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
+    executor = RayExecutor()
+    monkeypatch.setattr(executor, "_connect", lambda: fake)
+    job = Job(key="k", label="k", fn=json.loads, device="cpu", threads=1)
+    with pytest.raises(RayError, match=re.escape("""--resources '{"zoo_timing_slot": 1}'""")):
+        executor.prepare([job])
+    executor.prepare([Job(key="g", label="g", fn=json.loads, device="cuda", threads=1)])
 
 
 def test_a_job_that_raises_is_an_error_outcome_with_the_environment() -> None:
@@ -215,7 +228,13 @@ def ray_runtime():
     ray = pytest.importorskip("ray")
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), old]))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(
+        num_cpus=2,
+        resources={TIMING_SLOT: 1},
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+    )
     yield ray
     ray.shutdown()
     if old is None:

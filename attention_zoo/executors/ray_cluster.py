@@ -7,6 +7,7 @@ Ray is optional (`pip install -e ".[ray]"`); without it this module's executor s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -21,6 +22,10 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = 'pip install -e ".[ray]"'
 MAX_RETRIES = 2  # a job whose worker dies runs at most 1 + MAX_RETRIES times
 CONNECT_TIMEOUT_S = 5.0
+# A custom Ray resource, 1 per node: a CPU case reserves it, so no two CPU cases (whose timings
+# would share the node's cores) run on one node at once. Nodes of a cluster are started with it.
+TIMING_SLOT = "zoo_timing_slot"
+NODE_RESOURCES = json.dumps({TIMING_SLOT: 1})
 
 
 class RayError(ZooError):
@@ -100,11 +105,21 @@ class RayExecutor(ExecutorBase):
             gpus = 1 if job.device.startswith("cuda") else 0
         return float(cpus), float(gpus)
 
+    def slots(self, job: Job) -> dict[str, float]:
+        """The custom resources a job reserves: a CPU case takes its node's one timing slot."""
+        return {} if job.device.startswith("cuda") else {TIMING_SLOT: 1.0}
+
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def prepare(self, jobs: Sequence[Job]) -> None:
         ray = self._connect()
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        if any(self.slots(j) for j in jobs) and not any(n.get(TIMING_SLOT) for n in nodes):
+            raise RayError(
+                f"no node of the Ray cluster has the {TIMING_SLOT} resource that a CPU case "
+                "reserves (one CPU case per node at a time, so timings do not share cores); "
+                f"start each node with 'ray start ... --resources '{NODE_RESOURCES}''"
+            )
         for cpus, gpus in sorted({self.resources(j) for j in jobs}):
             if not any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
                 have = ", ".join(f"{n.get('CPU', 0):g} CPU/{n.get('GPU', 0):g} GPU" for n in nodes)
@@ -123,7 +138,11 @@ class RayExecutor(ExecutorBase):
                 probe(self.address)
             kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
             if not self.address:
-                kwargs.update(num_cpus=os.cpu_count(), include_dashboard=False)
+                kwargs.update(
+                    num_cpus=os.cpu_count(),
+                    include_dashboard=False,
+                    resources={TIMING_SLOT: 1},
+                )
             try:
                 ray.init(address=self.address, **kwargs)
             except (ConnectionError, RuntimeError, ValueError, TimeoutError) as err:
@@ -168,6 +187,7 @@ class RayExecutor(ExecutorBase):
             ref = task.options(
                 num_cpus=cpus,
                 num_gpus=gpus,
+                resources=self.slots(job),
                 max_retries=self.max_retries,
                 retry_exceptions=False,
                 name=job.label,
