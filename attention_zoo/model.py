@@ -355,8 +355,9 @@ def _from_hf(cls: type, source: Any, config: Any, device: Any, prefix: str) -> A
     state = {prefix + k: v for k, v in state.items()}
     ours = hf.state_dict_from_hf(state, our_config.layer_backends())
     reference = next(t for t in ours.values() if t.is_floating_point())
-    model = cls(our_config, device=device or reference.device)
-    model.to(device=reference.device, dtype=reference.dtype)
+    target = torch.device(device) if device is not None else reference.device
+    model = cls(our_config, device=target)
+    model.to(device=target, dtype=reference.dtype)
     model.load_state_dict({k[len(prefix) :]: v for k, v in ours.items()} if prefix else ours)
     return model.train(training)
 

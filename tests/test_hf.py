@@ -143,6 +143,11 @@ def test_from_a_saved_folder_and_a_state_dict(tmp_path) -> None:
         _quiet_from_hf(tmp_path)  # no config.json there either: weights are looked for first
 
 
+def test_from_hf_puts_the_model_on_the_device_asked_for() -> None:
+    ours = _quiet_from_hf(_hf_model(num_buckets=4), device="meta")
+    assert {p.device.type for p in ours.parameters()} == {"meta"}
+
+
 def test_mismatched_weights_are_refused() -> None:
     hf = _hf_model(num_buckets=4)
     state = hf.state_dict()
