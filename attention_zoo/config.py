@@ -146,14 +146,14 @@ class ReformerConfig:
         options = {
             opt: getattr(self, name) for opt, name in HF_BACKEND_OPTIONS.get(backend, {}).items()
         }
-        if backend == "lsh" and options["num_buckets"] is None:
-            options["num_buckets"] = hf_num_buckets(
-                self.max_position_embeddings, self.lsh_attn_chunk_length
-            )
         accepted = get_backend(backend).defaults()
         if ATTENTION_DROPOUT_OPTION in accepted:
             options[ATTENTION_DROPOUT_OPTION] = self.attention_dropout(backend)
         options.update(self.attn_options.get(backend, {}))
+        if backend == "lsh" and options["num_buckets"] is None:  # sized for the chunk used
+            options["num_buckets"] = hf_num_buckets(
+                self.max_position_embeddings, options["chunk_length"]
+            )
         return options
 
     def attention_dropout(self, backend: str) -> float:

@@ -268,6 +268,16 @@ def test_auto_buckets_equal_hf_rule(max_positions: int, chunk: int) -> None:
     assert (list(ours) if isinstance(ours, tuple) else ours) == expected
 
 
+def test_auto_buckets_follow_the_chunk_length_in_attn_options() -> None:
+    cfg = ReformerConfig(
+        attn_layers=("lsh",),
+        max_position_embeddings=4096,
+        attn_options={"lsh": {"chunk_length": 32}},
+    )
+    assert cfg.attention_options("lsh")["num_buckets"] == hf_num_buckets(4096, 32) == (16, 16)
+    assert hf_num_buckets(4096, cfg.lsh_attn_chunk_length) == 128
+
+
 def test_activations_are_transformers_own() -> None:
     hf_names = set(transformers.activations.ACT2CLS) - {"prelu", "xielu"}  # learned parameters
     assert hf_names <= set(ACTIVATIONS)
