@@ -352,7 +352,7 @@ def _from_hf(cls: type, source: Any, config: Any, device: Any, prefix: str) -> A
             hf.HFConversionWarning,
             stacklevel=3,
         )
-    state = {prefix + k: v for k, v in state.items()}
+    state = _with_prefix(state, prefix)
     ours = hf.state_dict_from_hf(state, our_config.layer_backends())
     reference = next(t for t in ours.values() if t.is_floating_point())
     target = torch.device(device) if device is not None else reference.device
@@ -360,6 +360,22 @@ def _from_hf(cls: type, source: Any, config: Any, device: Any, prefix: str) -> A
     model.to(device=target, dtype=reference.dtype)
     model.load_state_dict({k[len(prefix) :]: v for k, v in ours.items()} if prefix else ours)
     return model.train(training)
+
+
+def _with_prefix(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """HF names under `prefix` ("reformer." for the encoder); a state dict already under it (an HF
+    model with an LM head) keeps its names, its lm_head.* weights dropped with a warning."""
+    if not prefix or not any(k.startswith(prefix) for k in state):
+        return {prefix + k: v for k, v in state.items()}
+    head = sorted(k for k in state if k.startswith("lm_head."))
+    if head:
+        warnings.warn(
+            f"ReformerModel.from_hf ignores the LM head's weights ({', '.join(head)}); "
+            "ReformerLM.from_hf loads them",
+            hf.HFConversionWarning,
+            stacklevel=4,
+        )
+    return {k: v for k, v in state.items() if not k.startswith("lm_head.")}
 
 
 def _to_hf(model: nn.Module, hf_class: type, prefix: str) -> Any:

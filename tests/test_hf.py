@@ -173,6 +173,13 @@ def test_encoder_from_hf_reformer_model() -> None:
     )
 
 
+def test_encoder_from_the_state_dict_of_a_model_with_lm_head() -> None:
+    hf = _hf_model(num_buckets=4)
+    with pytest.warns(HFConversionWarning, match=r"ignores the LM head's weights \(lm_head\."):
+        ours = ReformerModel.from_hf(hf.state_dict(), config=hf.config)
+    _assert_same_state(ours.state_dict(), _quiet_from_hf(hf).reformer.state_dict())
+
+
 # ---- config fields -------------------------------------------------------------------------------
 
 
