@@ -155,19 +155,25 @@ def test_smoke_reproduction_end_to_end_resumes_after_an_interruption(
     from attention_zoo import sweep
 
     path = str(tmp_path / "zoo.sqlite")
-    real, measured = sweep.measure_group, []
+    real_group, real_case, measured = sweep.measure_group, sweep.measure_case, []
 
     def interrupted(batch, settings):
         if len(measured) == 5:
             raise KeyboardInterrupt
         measured.extend(c.key() for c in batch)
-        return real(batch, settings)
+        return real_group(batch, settings)
 
+    # Cases are measured one by one (measure_case) or, when interleaved, as groups (measure_group).
     monkeypatch.setattr(sweep, "measure_group", interrupted)
+    monkeypatch.setattr(
+        sweep, "measure_case", lambda case, settings: interrupted([case], settings)[0]
+    )
     assert (
         zoo(["reproduce", "reformer", "--preset", "smoke", "--store", path, "--no-progress"]) == 130
     )
-    monkeypatch.setattr(sweep, "measure_group", real)
+    assert len(measured) == 5
+    monkeypatch.setattr(sweep, "measure_group", real_group)
+    monkeypatch.setattr(sweep, "measure_case", real_case)
     assert (
         zoo(["reproduce", "reformer", "--preset", "smoke", "--store", path, "--no-progress"]) == 0
     )
