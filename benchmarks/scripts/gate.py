@@ -376,13 +376,16 @@ def calibrate(args: argparse.Namespace, conf_path: Path, head: str) -> int:
             # alternate which copy is "base": commit order cannot bias the result
             base, new = (twin, head) if i % 2 else (head, twin)
             result = compare(conf_path, args.machine, base, new, args.bench, args.rounds, 1e9)
+            run_worst = (0.0, "")
             for m in result.rows:
                 if m.kind != "time" or m.base is None or m.head is None:
                     continue
                 if is_na(m.base) or is_na(m.head) or not m.base:
                     continue
-                ratio = m.head / m.base
-                worst[m.benchmark] = max(worst.get(m.benchmark, 0.0), ratio, 1 / ratio)
+                ratio = max(m.head / m.base, m.base / m.head)
+                worst[m.benchmark] = max(worst.get(m.benchmark, 0.0), ratio)
+                run_worst = max(run_worst, (ratio, m.benchmark))
+            say(f"calibration run {i + 1}: largest ratio {run_worst[0]:.3f}x ({run_worst[1]})")
     if not worst:
         raise GateError("no time benchmark produced a result in the calibration runs")
     print(f"\nlargest ratio between identical commits in {args.calibrate} runs (either way):")
