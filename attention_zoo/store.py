@@ -17,7 +17,7 @@ API (everything a writer needs; benchmarks and tasks share it):
 Every row carries run id, git commit, torch version, device name, thread count, host and the full
 case config as JSON; `environment` holds the whole environment of the process that measured the
 case (a Ray worker on another machine records its own, see measure/env.py); every run the
-machine's load average when it started and finished (and the core count), so timings taken on a
+machine's load (cores busy) when it started and finished (and the core count), so timings taken on a
 busy machine can be told apart. A case written again in the same run replaces its earlier rows
 (no duplicates). A file that is not a store of this schema raises StoreError saying what it is;
 nothing is changed. A store of an older schema version is upgraded in place (MIGRATIONS:
@@ -39,7 +39,7 @@ from typing import IO, Any
 from .errors import ZooError
 from .measure.cases import case_key
 from .measure.env import Environment, capture
-from .measure.load import cpu_count, load_average
+from .measure.load import cpu_count, machine_load
 from .measure.status import OK, STATUSES
 
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
@@ -75,7 +75,7 @@ CREATE TABLE runs (
     device_name TEXT NOT NULL,
     threads INTEGER NOT NULL,
     meta TEXT NOT NULL,              -- JSON: command line, settings, python, host
-    load_start REAL,                 -- 1-minute load average when the run started (v2)
+    load_start REAL,                 -- cores busy when the run started (measure.load) (v2)
     load_end REAL,                   -- ... when it finished (v2)
     cpu_count INTEGER                -- cores the run could use (v2)
 );
@@ -285,7 +285,7 @@ class ResultStore:
                     env.device_name,
                     env.threads,
                     json.dumps(meta, default=str),
-                    load_average(),
+                    machine_load(),
                     cpu_count(),
                 ),
             )
@@ -308,11 +308,11 @@ class ResultStore:
                 self._db.rollback()
 
     def finish_run(self, run_id: str) -> None:
-        """Mark the run finished, with the machine's load average now."""
+        """Mark the run finished, with the machine's load now."""
         with self._db:
             self._db.execute(
                 "UPDATE runs SET finished_at = ?, load_end = ? WHERE run_id = ?",
-                (_now(), load_average(), run_id),
+                (_now(), machine_load(), run_id),
             )
 
     def mark_interrupted(self, run_id: str) -> None:

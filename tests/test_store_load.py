@@ -4,7 +4,11 @@ previous schema are upgraded in place without losing a row."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -62,7 +66,7 @@ def test_a_v1_store_is_upgraded_in_place_and_keeps_every_row(tmp_path):
 
 def test_runs_record_the_load_at_start_and_end(tmp_path, monkeypatch):
     loads = iter([0.25, 3.5])
-    monkeypatch.setattr("attention_zoo.store.load_average", lambda: next(loads))
+    monkeypatch.setattr("attention_zoo.store.machine_load", lambda: next(loads))
     with ResultStore(tmp_path / "s.sqlite") as store:
         run = store.start_run(kind="bench")
         store.finish_run(run)
@@ -83,15 +87,36 @@ def test_busy_rules_and_the_warning_say_what_was_seen():
     assert load.busy_warning(None, 2, 2) == ""
 
 
+def test_machine_load_is_the_busy_share_of_the_cpu_counters(monkeypatch):
+    samples = iter([(100, 1000), (150, 1100)])  # 50 of 100 jiffies busy: half of every core
+    monkeypatch.setattr(load, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(load.os, "cpu_count", lambda: 4)
+    assert load.machine_load(sample_s=0) == 2.0
+
+
+def test_machine_load_sees_another_process_spinning():
+    if load._cpu_times() is None:
+        pytest.skip("no /proc/stat here: the load average is used instead")
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 3: pass"
+    proc = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.5)  # the interpreter is up and spinning
+        busy = load.machine_load(sample_s=0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert busy is not None and 0.7 <= busy <= (os.cpu_count() or 1) + 0.01, busy
+
+
 @pytest.mark.slow
 def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("attention_zoo.commands.bench_cmd.load_average", lambda: 9.0)
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.machine_load", lambda: 9.0)
     store = tmp_path / "s.sqlite"
     argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
             "--threads", "1", "--store", str(store), "--no-progress"]  # fmt: skip
     assert zoo_main(argv) == 0
     err = capsys.readouterr().err
-    assert "the machine is busy: the load average is 9.00" in err
+    assert "the machine is busy: the load is 9.00" in err
     with ResultStore(store) as s:
         assert json.loads(s.rows()[0]["config"])["seq_len"] == 16
 
@@ -99,7 +124,7 @@ def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("load_value", [0.0])
 def test_zoo_bench_is_quiet_on_an_idle_machine(tmp_path, monkeypatch, capsys, load_value):
-    monkeypatch.setattr("attention_zoo.commands.bench_cmd.load_average", lambda: load_value)
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.machine_load", lambda: load_value)
     argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
             "--threads", "1", "--store", str(tmp_path / "s.sqlite"), "--no-progress"]  # fmt: skip
     assert zoo_main(argv) == 0

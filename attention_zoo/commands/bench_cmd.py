@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
 from ..measure.cases import DTYPES, MODES
-from ..measure.load import busy_warning, cpu_count, load_average
+from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS
 from ..measure.peers import families as peer_families
@@ -332,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
             f"memory limit {_describe_limit(limit)}; executor {where}",
             file=sys.stderr,
         )
-        if warning := busy_warning(load_average(), cpu_count(), threads):
+        if warning := busy_warning(machine_load(), cpu_count(), threads):
             print(f"zoo bench: {warning}", file=sys.stderr)
         try:
             result = run_sweep(
@@ -354,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{stop.run_id} (marked interrupted); rerun the same command with --resume "
                 f"(or --run-id {stop.run_id}) to measure only the missing ones"
             ) from None
-        if warning := busy_warning(load_average(), cpu_count(), threads, at_end=True):
+        if warning := busy_warning(machine_load(), cpu_count(), threads, at_end=True):
             print(f"zoo bench: {warning}", file=sys.stderr)
         wanted = {c.key() for c in cases}
         rows = [r for r in store.rows(result.run_id) if r["case_key"] in wanted]

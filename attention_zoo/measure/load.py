@@ -1,23 +1,44 @@
 """Machine load around a run: recorded with every run, warned about, and marked in reports.
 
 Timings are only comparable on an idle machine: another process competing for the cores inflated
-ratios up to 100x here with tight IQRs, so the load is sampled when a run starts and ends.
-A run is busy at its start when the 1-minute load average leaves fewer free cores than the run's
-threads (load > cores - threads + SLACK), and at its end when the load exceeds the cores
-(load > cores + SLACK; the run's own threads are part of that load).
+ratios up to 100x here with tight IQRs, so the load is sampled when a run starts and ends, while
+the run's own threads are not working: the cores busy over a short sample of the kernel's CPU
+counters (Linux), else the 1-minute load average (which also holds the tail of whatever ran
+just before, this run's own previous work included). A run is busy when that load leaves fewer
+free cores than its threads (load > cores - threads + SLACK) at its start; at its end when the
+load exceeds the cores (load > cores + SLACK: a load average there includes the run's own threads).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
-SLACK = (
-    0.5  # load above the free cores tolerated: short-lived noise, a shell, the load average's tail
-)
+SLACK = 0.5  # load above the free cores tolerated: short-lived noise, a shell, sampling
+SAMPLE_S = 0.25  # seconds the CPU counters are sampled over
 
 
-def load_average() -> float | None:
-    """The 1-minute load average, or None where the system does not report one."""
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def machine_load(sample_s: float = SAMPLE_S) -> float | None:
+    """Cores busy now (all processes): the CPU counters over `sample_s` seconds; else the
+    1-minute load average; None where the system reports neither."""
+    before = _cpu_times()
+    if before is not None:
+        time.sleep(sample_s)
+        after = _cpu_times()
+        if after is not None and after[1] > before[1]:
+            share = (after[0] - before[0]) / (after[1] - before[1])
+            return round(share * (os.cpu_count() or 1), 2)
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
@@ -47,13 +68,13 @@ def busy_warning(load: float | None, cores: int, threads: int, *, at_end: bool =
     if at_end:
         if not busy_at_end(load, cores):
             return ""
-        seen = f"the load average was {load:.2f} at the end of the run on {cores} cores"
+        seen = f"the load was {load:.2f} at the end of the run on {cores} cores"
     else:
         if not busy_at_start(load, cores, threads):
             return ""
         free = max(cores - load, 0)
         seen = (
-            f"the load average is {load:.2f} on {cores} cores, leaving about {free:.1f} free "
+            f"the load is {load:.2f} on {cores} cores, leaving about {free:.1f} free "
             f"for this run's {threads} thread{'s' if threads != 1 else ''}"
         )
     return (
