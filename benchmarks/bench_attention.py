@@ -21,6 +21,7 @@ from .common import (
     case_for,
     flops,
     measured_peak,
+    padding_options,
     predicted,
     run_synced,
     tracked,
@@ -179,8 +180,11 @@ class PaddingMask:
 
     def setup(self, device: str, threads: int, backend: str, mode: str) -> None:
         use(device, threads)
+        options = padding_options(backend, 1024)
         self.runnable = build_padded(
-            case_for(device=device, backend=backend, seq_len=1024, batch=2, mode=mode)
+            case_for(
+                device=device, backend=backend, seq_len=1024, batch=2, mode=mode, options=options
+            )
         )
 
     def time_step(self, *_: object) -> None:

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from attention_zoo.attention.spec import list_backends
+from attention_zoo.attention.spec import get_backend, list_backends
 from attention_zoo.blocks.residual import RESIDUALS
+from attention_zoo.declarative import field_names
 from attention_zoo.measure.cases import BenchCase, Runnable, build_runnable
 from attention_zoo.measure.memory import cuda_peak, profiled_peak
 from attention_zoo.measure.metrics import METRICS
@@ -102,6 +103,14 @@ def build(case: BenchCase) -> Runnable:
     runnable.step()
     synchronize(case.device)
     return runnable
+
+
+def padding_options(backend: str, seq_len: int) -> dict[str, Any]:
+    """Options a backend needs before it takes a key padding mask: a fixed `max_length` where
+    its sizes would otherwise follow the sequence length (LSH's bucket count)."""
+    return (
+        {"max_length": seq_len} if "max_length" in field_names(get_backend(backend).config) else {}
+    )
 
 
 def build_padded(case: BenchCase, padded_fraction: float = 0.25) -> Runnable:

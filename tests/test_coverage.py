@@ -112,3 +112,14 @@ def test_report_shows_every_backend_of_the_store(tmp_path: Path) -> None:
     text = build_report(frame, tmp_path / "report").markdown.read_text()
     for name in BACKENDS.names():
         assert f"`{name}`" in text, f"backend {name} missing from the report"
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS.names()))
+def test_the_padding_mask_benchmark_runs_every_backend_that_can_run_here(backend):
+    bench = _asv("bench_attention").PaddingMask()
+    try:
+        bench.setup("cpu", 1, backend, "forward+backward")
+    except NotImplementedError as skip:  # asv's skip: shown as n/a
+        pytest.skip(str(skip))
+    bench.time_step()
+    assert bench.track_peak_bytes() > 0

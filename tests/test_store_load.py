@@ -8,7 +8,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -97,10 +96,10 @@ def test_machine_load_is_the_busy_share_of_the_cpu_counters(monkeypatch):
 def test_machine_load_sees_another_process_spinning():
     if load._cpu_times() is None:
         pytest.skip("no /proc/stat here: the load average is used instead")
-    spin = "import time\nt = time.time()\nwhile time.time() - t < 3: pass"
-    proc = subprocess.Popen([sys.executable, "-c", spin])
+    spin = "import time\nprint('up', flush=True)\nt = time.time()\nwhile time.time() < t + 5: pass"
+    proc = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)  # the interpreter is up and spinning
+        assert proc.stdout.readline().strip() == "up"  # up and spinning from here
         busy = load.machine_load(sample_s=0.5)
     finally:
         proc.kill()
