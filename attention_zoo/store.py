@@ -39,7 +39,7 @@ from typing import IO, Any
 from .errors import ZooError
 from .measure.cases import case_key
 from .measure.env import Environment, capture
-from .measure.load import cpu_count, machine_load
+from .measure.load import cpu_count, load_kind, machine_load
 from .measure.status import OK, STATUSES
 
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
@@ -269,7 +269,7 @@ class ResultStore:
         if self.run(run_id) is not None:
             return run_id
         env = environment or capture(device)
-        meta = {"python": env.python, "host": env.host, **(meta or {})}
+        meta = {"python": env.python, "host": env.host, "load": load_kind(), **(meta or {})}
         with self._db:
             self._db.execute(
                 "INSERT INTO runs (run_id, kind, fingerprint, started_at, finished_at, git_commit, "

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from attention_zoo import AttentionCore, Capabilities, register_attention
 from attention_zoo.attention.spec import BACKENDS
@@ -114,12 +115,23 @@ def test_report_shows_every_backend_of_the_store(tmp_path: Path) -> None:
         assert f"`{name}`" in text, f"backend {name} missing from the report"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", sorted(BACKENDS.names()))
 def test_the_padding_mask_benchmark_runs_every_backend_that_can_run_here(backend):
     bench = _asv("bench_attention").PaddingMask()
+    threads = torch.get_num_threads()  # the benchmark's setup fixes its own thread count
     try:
         bench.setup("cpu", 1, backend, "forward+backward")
+        bench.time_step()
+        assert bench.track_peak_bytes() > 0
     except NotImplementedError as skip:  # asv's skip: shown as n/a
         pytest.skip(str(skip))
-    bench.time_step()
-    assert bench.track_peak_bytes() > 0
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_padding_options_skip_a_backend_this_commit_lacks():
+    common = _asv("common")
+    assert common.padding_options("no-such-backend", 1024) == {}
+    assert common.padding_options("lsh", 1024) == {"max_length": 1024}
+    assert common.padding_options("full", 1024) == {}

@@ -71,6 +71,7 @@ def test_runs_record_the_load_at_start_and_end(tmp_path, monkeypatch):
         store.finish_run(run)
         info = store.run(run)
     assert (info["load_start"], info["load_end"]) == (0.25, 3.5)
+    assert info["meta"]["load"] == load.load_kind()  # the report picks the end rule by it
     assert info["cpu_count"] == load.cpu_count()
 
 
@@ -78,7 +79,12 @@ def test_busy_rules_and_the_warning_say_what_was_seen():
     assert not load.busy_at_start(0.4, cores=2, threads=2)
     assert load.busy_at_start(0.6, cores=2, threads=2)
     assert not load.busy_at_start(2.4, cores=8, threads=2)
-    assert load.busy_at_end(2.6, cores=2) and not load.busy_at_end(2.4, cores=2)
+    assert load.busy_at_end(2.6, 2, 2, sampled=False) and not load.busy_at_end(
+        2.4, 2, 2, sampled=False
+    )
+    assert load.busy_at_end(0.6, 2, 2, sampled=True) and not load.busy_at_end(
+        0.4, 2, 2, sampled=True
+    )
     assert load.busy_warning(0.1, 2, 2) == ""
     text = load.busy_warning(3.0, 2, 2)
     assert "3.00 on 2 cores" in text and "2 threads" in text and "inflated" in text

@@ -3,10 +3,11 @@
 Timings are only comparable on an idle machine: another process competing for the cores inflated
 ratios up to 100x here with tight IQRs, so the load is sampled when a run starts and ends, while
 the run's own threads are not working: the cores busy over a short sample of the kernel's CPU
-counters (Linux), else the 1-minute load average (which also holds the tail of whatever ran
-just before, this run's own previous work included). A run is busy when that load leaves fewer
-free cores than its threads (load > cores - threads + SLACK) at its start; at its end when the
-load exceeds the cores (load > cores + SLACK: a load average there includes the run's own threads).
+counters (Linux; the run's meta says `"load": "sampled"`), else the 1-minute load average (which
+also holds the tail of whatever ran just before, this run's own work included). A run is busy
+when the load leaves fewer free cores than its threads (load > cores - threads + SLACK), at its
+start, and at its end for a sampled load; a load average at the end includes the run's own
+threads, so there the rule is load > cores + SLACK.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 
 SLACK = 0.5  # load above the free cores tolerated: short-lived noise, a shell, sampling
 SAMPLE_S = 0.25  # seconds the CPU counters are sampled over
+SAMPLED = "sampled"  # a run's meta["load"] when its loads come from the CPU counters
 
 
 def _cpu_times() -> tuple[int, int] | None:
@@ -27,6 +29,11 @@ def _cpu_times() -> tuple[int, int] | None:
         return None
     idle = fields[3] + fields[4]  # idle, iowait
     return sum(fields) - idle, sum(fields)
+
+
+def load_kind() -> str:
+    """How `machine_load` measures here: SAMPLED, or "load-average"."""
+    return SAMPLED if _cpu_times() is not None else "load-average"
 
 
 def machine_load(sample_s: float = SAMPLE_S) -> float | None:
@@ -57,8 +64,9 @@ def busy_at_start(load: float, cores: int, threads: int) -> bool:
     return load > cores - threads + SLACK
 
 
-def busy_at_end(load: float, cores: int) -> bool:
-    return load > cores + SLACK
+def busy_at_end(load: float, cores: int, threads: int, *, sampled: bool) -> bool:
+    """A sampled load excludes the run's own (finished) threads; a load average includes them."""
+    return busy_at_start(load, cores, threads) if sampled else load > cores + SLACK
 
 
 def busy_warning(load: float | None, cores: int, threads: int, *, at_end: bool = False) -> str:
@@ -66,7 +74,7 @@ def busy_warning(load: float | None, cores: int, threads: int, *, at_end: bool =
     if load is None:
         return ""
     if at_end:
-        if not busy_at_end(load, cores):
+        if not busy_at_end(load, cores, threads, sampled=load_kind() == SAMPLED):
             return ""
         seen = f"the load was {load:.2f} at the end of the run on {cores} cores"
     else:

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from ..labels import case_label, is_peer, resolve_options
-from ..measure.load import busy_at_end, busy_at_start
+from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
 
 SELECTION_RULE = (
@@ -64,7 +64,15 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
         if cpu_count and (load_start is not None or load_end is not None):
             busy = bool(
                 (load_start is not None and busy_at_start(load_start, cpu_count, case["threads"]))
-                or (load_end is not None and busy_at_end(load_end, cpu_count))
+                or (
+                    load_end is not None
+                    and busy_at_end(
+                        load_end,
+                        cpu_count,
+                        case["threads"],
+                        sampled=(run.get("meta") or {}).get("load") == SAMPLED,
+                    )
+                )
             )
         out.append(
             {

@@ -141,10 +141,11 @@ def provenance(ctx: Context) -> list[Any]:
         Heading(1, "Provenance"),
         Para(f"Report built `{_date(time.time())}`. Selection: {SELECTION_RULE}."),
         Para(
-            "Busy rule: a run is marked busy when the load (cores busy over a short sample of the "
-            "CPU counters; where there are none, the one-minute load average) at its start "
-            f"exceeded `cores - threads + {SLACK}` (fewer free cores than its threads), or at "
-            f"its end exceeded `cores + {SLACK}` (a load average includes its own threads); its "
+            "Busy rule: a run is marked busy when the load at its start exceeded "
+            f"`cores - threads + {SLACK}` (fewer free cores than its threads), or at its end "
+            "exceeded the same (a load sampled from the CPU counters, which excludes the run's "
+            f"finished threads) or `cores + {SLACK}` (a one-minute load average, which includes "
+            "them); its "
             "timings carry the † mark. Memory and FLOPs do not depend on load."
         ),
     ]
