@@ -233,11 +233,11 @@ def state_dict_from_hf(
 ) -> dict[str, Tensor]:
     """HF ReformerModelWithLMHead state dict -> ReformerLM state dict (same tensors, renamed)."""
     hf_state = dict(hf_state)
-    decoder_bias = hf_state.pop(
-        "lm_head.decoder.bias", None
-    )  # transformers 4.x: tied to lm_head.bias
+    # The head's bias is the decoder's where it has one (transformers 4.x: tied to lm_head.bias;
+    # 5.24 on: applied, lm_head.bias left unused), else lm_head.bias.
+    decoder_bias = hf_state.pop("lm_head.decoder.bias", None)
     if decoder_bias is not None:
-        hf_state.setdefault("lm_head.bias", decoder_bias)
+        hf_state["lm_head.bias"] = decoder_bias
     ours: dict[str, Tensor] = {}
     projections: dict[int, dict[str, Tensor]] = {}
     unexpected = []

@@ -387,6 +387,8 @@ def _to_hf(model: nn.Module, hf_class: type, prefix: str) -> Any:
     hf_model.to(device=reference.device, dtype=reference.dtype)
     state = {prefix + k: v for k, v in model.state_dict().items()}
     converted = hf.state_dict_to_hf(state, backends)
+    if "lm_head.bias" in converted and "lm_head.decoder.bias" in hf_model.state_dict():
+        converted["lm_head.decoder.bias"] = converted["lm_head.bias"]  # the bias it applies
     hf_model.load_state_dict({k[len(prefix) :]: v for k, v in converted.items()})
     return hf_model.train(model.training)
 

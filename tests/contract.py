@@ -109,5 +109,6 @@ def with_grads(fn: Any, tensors: list[Tensor], seed: int = 5) -> tuple[Tensor, l
     leaves = [t.detach().clone().requires_grad_() for t in tensors]
     out = fn(*leaves)
     weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    weight = weight.to(out.device)
     (out * weight).sum().backward()
     return out.detach(), [t.grad for t in leaves]

@@ -106,6 +106,19 @@ ENCODER_CASES = [
 ]
 
 
+TOLERANCE = {  # max relative error (max-norm) per quantity
+    torch.float32: {"streams": 1e-5, "logits": 1e-5, "hidden": 1e-5, "loss": 1e-5, "grads": 1e-5},
+    # HF computes its loss in float32 whatever the model's dtype: 1e-6 there
+    torch.float64: {
+        "streams": 1e-10,
+        "logits": 1e-10,
+        "hidden": 1e-10,
+        "loss": 1e-6,
+        "grads": 1e-10,
+    },
+}
+
+
 def hf_semantics_missing(case: ParityCase) -> str | None:
     """Why this case cannot match HF yet: a core without semantics='hf' where HF's differs."""
     cfg = {**BASE, **case.hf}
@@ -175,7 +188,8 @@ def _outputs(
             return _lm_loss(out.logits, labels)
         return (out.last_hidden_state * probe[:, : ids.shape[1]]).sum()
 
-    ids, mask, labels = _inputs(case, _train_length(cfg), seed=1)
+    device = next(model.parameters()).device
+    ids, mask, labels = (t.to(device) for t in _inputs(case, _train_length(cfg), seed=1))
     model.train().zero_grad()
     loss_of(ids, mask, labels).backward()
     grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
@@ -187,7 +201,7 @@ def _outputs(
         ]
         named = state_dict_from_hf({prefix + k: v for k, v in grads.items()}, backends)
         grads = {k.removeprefix(prefix): v for k, v in named.items()}
-    ids, mask, labels = _inputs(case, case.eval_length, seed=2)
+    ids, mask, labels = (t.to(device) for t in _inputs(case, case.eval_length, seed=2))
     real = mask.bool()
     with torch.no_grad():
         out = model.eval()(ids, attention_mask=mask, **({"labels": labels} if lm else {}))
@@ -215,8 +229,11 @@ def _errors(ours: dict, reference: dict) -> dict[str, float]:
     return errors
 
 
-def compare(case: ParityCase, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Relative errors of ReformerLM.from_hf(hf) against the HF model itself, at `dtype`.
+def compare(
+    case: ParityCase, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> dict[str, Any]:
+    """Relative errors of ReformerLM.from_hf(hf) against the HF model itself, at `dtype`, both on
+    `device`.
 
     Training mode first (HF sizes num_buckets=None from its first batch, ours from
     max_position_embeddings: the same when that batch is full length, as HF's axial training
@@ -237,10 +254,10 @@ def compare(case: ParityCase, dtype: torch.dtype = torch.float32) -> dict[str, A
     hf = (ReformerModelWithLMHead if lm else HFModel)(HFConfig(**cfg))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HFConversionWarning)
-        ours = (ReformerLM if lm else ReformerModel).from_hf(hf).to(dtype)
-    probe = torch.randn(2, 64, 2 * cfg["hidden_size"], dtype=dtype)  # encoder cases' loss
+        ours = (ReformerLM if lm else ReformerModel).from_hf(hf).to(device, dtype)
+    probe = torch.randn(2, 64, 2 * cfg["hidden_size"], dtype=dtype).to(device)  # encoders' loss
     errors: dict[str, Any] = _errors(
-        _outputs(ours, case, probe), _outputs(hf.to(dtype), case, probe)
+        _outputs(ours, case, probe), _outputs(hf.to(device, dtype), case, probe)
     )
     errors["grad_params"] = len([p for p in hf.parameters() if p.grad is not None])
     return errors

@@ -14,7 +14,15 @@ from attention_zoo.blocks.feedforward import ACTIVATIONS
 from attention_zoo.config import hf_num_buckets
 from attention_zoo.hf_reformer import SAME_FIELDS, HFConversionWarning
 
-from .hf_parity import BASE, CASES, ENCODER_CASES, ParityCase, compare, hf_semantics_missing
+from .hf_parity import (
+    BASE,
+    CASES,
+    ENCODER_CASES,
+    TOLERANCE,
+    ParityCase,
+    compare,
+    hf_semantics_missing,
+)
 
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed: the HF parity tests need it"
@@ -58,17 +66,6 @@ def _assert_same_state(a: dict, b: dict) -> None:
 
 # ---- parity --------------------------------------------------------------------------------------
 
-TOLERANCE = {  # max relative error (max-norm) per quantity
-    torch.float32: {"streams": 1e-5, "logits": 1e-5, "hidden": 1e-5, "loss": 1e-5, "grads": 1e-5},
-    # HF computes its loss in float32 whatever the model's dtype: 1e-6 there
-    torch.float64: {
-        "streams": 1e-10,
-        "logits": 1e-10,
-        "hidden": 1e-10,
-        "loss": 1e-6,
-        "grads": 1e-10,
-    },
-}
 # float32 with several hash rounds: a query whose window holds only itself (its duplicate from the
 # previous round included) gets its value times 1 +- 4e-3 from HF, which rounds the -1e5
 # self-mask logits (float32 ulp 0.008 there); ours returns the value itself. float64 agrees.
@@ -300,12 +297,28 @@ def test_a_bias_transformers_ignores_is_named() -> None:
     model adds it (as trained with transformers 4.x), so a nonzero one is named in a warning."""
     hf = _hf_model(num_buckets=4)
     if hf.lm_head.decoder.bias is not None:
-        pytest.skip("this transformers version applies lm_head.bias")
+        pytest.skip("this transformers version's decoder has a bias of its own")
     with torch.no_grad():
         hf.lm_head.bias.fill_(0.5)
     with pytest.warns(HFConversionWarning, match="ignores lm_head.bias"):
         ours = ReformerLM.from_hf(hf)
     assert torch.equal(ours.lm_head.bias, hf.lm_head.bias)
+
+
+def test_the_decoder_bias_is_the_one_applied() -> None:
+    """transformers 5.24 on applies lm_head.decoder.bias and leaves lm_head.bias unused: the
+    loaded model takes the decoder's, gives HF's logits, and to_hf puts it back."""
+    hf = _hf_model(attn_layers=["local"]).eval()  # no random rotations: logits comparable
+    if hf.lm_head.decoder.bias is None:
+        pytest.skip("this transformers version's decoder has no bias")
+    with torch.no_grad():
+        hf.lm_head.decoder.bias.copy_(torch.randn_like(hf.lm_head.decoder.bias))
+        hf.lm_head.bias.fill_(0.5)
+    ours = _quiet_from_hf(hf).eval()
+    assert torch.equal(ours.lm_head.bias, hf.lm_head.decoder.bias)
+    ids = torch.randint(0, BASE["vocab_size"], (1, 16))
+    torch.testing.assert_close(ours(ids).logits, hf(ids).logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(ours.to_hf().lm_head.decoder.bias, hf.lm_head.decoder.bias)
 
 
 def test_lm_head_chunks_change_nothing() -> None:

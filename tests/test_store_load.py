@@ -116,6 +116,7 @@ def test_machine_load_sees_another_process_spinning():
 @pytest.mark.slow
 def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("attention_zoo.commands.bench_cmd.machine_load", lambda: 9.0)
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.cpu_count", lambda: 2)
     store = tmp_path / "s.sqlite"
     argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
             "--threads", "1", "--store", str(store), "--no-progress"]  # fmt: skip

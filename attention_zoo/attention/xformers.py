@@ -21,12 +21,31 @@ def _import_error() -> str | None:
     return None
 
 
+@functools.cache
+def _kernel_error() -> str | None:
+    """One tiny call: a build made for another torch imports, then has no CUDA kernel to run."""
+    import xformers
+    import xformers.ops as xops
+
+    x = torch.zeros(1, 8, 1, 64, device="cuda", dtype=torch.float16)
+    try:
+        xops.memory_efficient_attention(x, x, x)
+    except Exception as exc:
+        lines = [line.strip() for line in str(exc).splitlines()]
+        detail = next((line for line in lines if "buil" in line), lines[0] if lines else "")
+        return (
+            f"xformers {xformers.__version__} has no working CUDA kernel with torch "
+            f"{torch.__version__} ({detail}); install the xformers build made for this torch"
+        )
+    return None
+
+
 def xformers_availability(device: str) -> str | None:
     if device != "cuda":
         return f"xformers kernels need CUDA; asked to run on {device!r}"
     if not torch.cuda.is_available():
         return "xformers kernels need CUDA, and no CUDA device is visible"
-    return _import_error()
+    return _import_error() or _kernel_error()
 
 
 @dataclass(frozen=True, kw_only=True)

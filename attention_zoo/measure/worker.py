@@ -17,6 +17,8 @@ import subprocess
 import sys
 from typing import Any
 
+import torch
+
 from ..plugins import child_environment
 from .cases import BenchCase
 from .metrics import Metric
@@ -69,12 +71,19 @@ def run_isolated(
     rlimit_bytes: int | None = None,
     timeout_s: float | None = None,
 ) -> CaseResult:
-    """Measure `case` in a subprocess; a crash, kill or timeout is a result, never an exception."""
+    """Measure `case` in a subprocess; a crash, kill or timeout is a result, never an exception.
+
+    The address-space limit guards host memory: a CPU case's worker sees no GPU (CUDA's start-up
+    maps far more address space than any limit allows), and a CUDA case runs without the limit."""
+    on_cuda = torch.device(case.device).type == "cuda"
     payload = {
         "case": case.to_dict(),
         "settings": _settings_to_dict(settings),
-        "rlimit_bytes": rlimit_bytes,
+        "rlimit_bytes": None if on_cuda else rlimit_bytes,
     }
+    env = child_environment()
+    if not on_cuda:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "attention_zoo.measure.worker"],
@@ -83,7 +92,7 @@ def run_isolated(
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            env=child_environment(),
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return CaseResult(
