@@ -90,7 +90,7 @@ SETTINGS: dict[str, Sizes] = {
         ffn_lengths=(1024, 2048, 4096),
         ffn_batch=8,
         ffn_chunk=64,
-        residual_model={  # bert-base-uncased's shape, full attention
+        residual_model={  # bert-base-uncased's shape, full attention; causal: measured as an LM
             "vocab_size": 30522,
             "hidden_size": 768,
             "num_attention_heads": 12,
@@ -98,7 +98,7 @@ SETTINGS: dict[str, Sizes] = {
             "feed_forward_size": 3072,
             "attn_layers": ["full"],
             "hidden_act": "gelu",
-            "is_decoder": False,
+            "is_decoder": True,
             "hidden_dropout_prob": 0.0,
         },
         residual_layers=(4, 8, 12),
