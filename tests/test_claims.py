@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attention_zoo.cli import main as zoo
-from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.report import claims
 from attention_zoo.report.claims import (
     COLUMNS,
@@ -20,6 +20,7 @@ from attention_zoo.report.claims import (
     monotone_score,
     verdict,
 )
+from attention_zoo.reproduce.reformer import SIZES, experiments
 from attention_zoo.store import ResultStore
 
 MIB = 2**20
@@ -192,3 +193,13 @@ def test_smoke_reproduction_end_to_end_resumes_after_an_interruption(
     measured_claims = table[table["verdict"] != NOT_MEASURED]["claim"].str[0]
     assert set(measured_claims) == set("abcdef")
     assert "The Reformer's claims, reproduced" in out and "rules:" in out
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_every_case_of_every_size_builds(size: str) -> None:
+    """Built on the meta device as CUDA would run it: a size measured only on a GPU (paper) fails
+    here, not after a GPU has been found."""
+    cases = [case for exp in experiments(size, device="cuda") for case in exp.cases]
+    assert cases
+    for case in cases:
+        build_runnable(case, device="meta")
