@@ -39,7 +39,7 @@ from typing import IO, Any
 from .errors import ZooError
 from .measure.cases import case_key
 from .measure.env import Environment, capture
-from .measure.load import cpu_count, load_kind, machine_load
+from .measure.load import Load, cpu_count, machine_load
 from .measure.status import OK, STATUSES
 
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
@@ -262,14 +262,17 @@ class ResultStore:
         environment: Environment | None = None,
         device: str = "cpu",
         meta: dict[str, Any] | None = None,
+        load: Load | None = None,
     ) -> str:
         """Register a run; returns its id. The environment (git commit, torch, device, threads) is
-        captured now for `device` unless given; an existing run_id is reused (resume)."""
+        captured now for `device` unless given, and so is the machine's load (a caller that
+        already sampled it, to warn, passes its sample); an existing run_id is reused (resume)."""
         run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         if self.run(run_id) is not None:
             return run_id
         env = environment or capture(device)
-        meta = {"python": env.python, "host": env.host, "load": load_kind(), **(meta or {})}
+        load = load or machine_load()
+        meta = {"python": env.python, "host": env.host, "load": load.kind, **(meta or {})}
         with self._db:
             self._db.execute(
                 "INSERT INTO runs (run_id, kind, fingerprint, started_at, finished_at, git_commit, "
@@ -285,7 +288,7 @@ class ResultStore:
                     env.device_name,
                     env.threads,
                     json.dumps(meta, default=str),
-                    machine_load(),
+                    load.cores_busy,
                     cpu_count(),
                 ),
             )
@@ -307,13 +310,15 @@ class ResultStore:
             if self._db.in_transaction:
                 self._db.rollback()
 
-    def finish_run(self, run_id: str) -> None:
-        """Mark the run finished, with the machine's load now."""
+    def finish_run(self, run_id: str) -> Load:
+        """Mark the run finished, with the machine's load now; returns that load."""
+        load = machine_load()
         with self._db:
             self._db.execute(
                 "UPDATE runs SET finished_at = ?, load_end = ? WHERE run_id = ?",
-                (_now(), machine_load(), run_id),
+                (_now(), load.cores_busy, run_id),
             )
+        return load
 
     def mark_interrupted(self, run_id: str) -> None:
         """Record that `run_id` stopped on Ctrl-C: what it stored stays, it is not finished."""

@@ -26,6 +26,7 @@ from .executors import Executor, Job, LocalExecutor, Outcome
 from .executors.progress import CaseProgress
 from .measure.cases import MODES, TARGETS, BenchCase, comparison_key
 from .measure.env import capture
+from .measure.load import Load
 from .measure.peers import get_peer, is_peer, select_peers
 from .measure.runner import (
     DEFAULT_SETTINGS,
@@ -202,6 +203,7 @@ class SweepResult:
     results: list[CaseResult]  # the cases measured now
     already_done: int  # cases found in the store and skipped (resume)
     total: int
+    load_end: Load | None = None  # the machine's load when the run finished (None: not finished)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -330,6 +332,7 @@ def run_sweep(
     measure: Measure | None = None,
     meta: dict[str, Any] | None = None,
     executor: Executor | None = None,
+    load_start: Load | None = None,
 ) -> SweepResult:
     """Measure `cases` into `store`, one committed case at a time; returns what ran now.
 
@@ -341,7 +344,8 @@ def run_sweep(
     this process; the caller closes it, `with executor:`); whichever it is, only this process
     writes the store, case by case as each finishes. settings.interleave: the cases compared
     with each other (same shape, mode, dtype, device) are one job, measured together and timed
-    round-robin (not with isolate or measure: one by one then).
+    round-robin (not with isolate or measure: one by one then). load_start: the machine's load
+    the caller sampled just before (recorded as the run's start; default: sampled here).
     """
     if not cases:
         raise ConfigError("the sweep has no cases; check the grid's axes")
@@ -374,6 +378,7 @@ def run_sweep(
             "executor": executor.name,
             **(meta or {}),
         },
+        load=load_start,
     )
     done = store.completed_cases(run_id)
     todo = [rest for b in batches if (rest := [c for c in b if c.key() not in done])]
@@ -406,10 +411,15 @@ def run_sweep(
         raise SweepInterrupted(run_id, stored) from None
     finally:
         bar.close()
+    load_end = None
     if len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases):
-        store.finish_run(run_id)
+        load_end = store.finish_run(run_id)
     return SweepResult(
-        run_id=run_id, results=results, already_done=len(cases) - left, total=len(cases)
+        run_id=run_id,
+        results=results,
+        already_done=len(cases) - left,
+        total=len(cases),
+        load_end=load_end,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attention_zoo.measure import load
 from attention_zoo.plugins import load_plugins
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -25,3 +26,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _idle_cpu_counters(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run samples the machine's load at its start and end (SAMPLE_S each); in tests the
+    counters read as idle at once, unless a test is marked real_load."""
+    if "real_load" in request.keywords:
+        return
+    ticks = iter(range(0, 10**12, 100))
+    monkeypatch.setattr(load, "SAMPLE_S", 0.0)
+    monkeypatch.setattr(load, "_cpu_times", lambda: (0, next(ticks)))

@@ -64,14 +64,17 @@ def test_a_v1_store_is_upgraded_in_place_and_keeps_every_row(tmp_path):
 
 
 def test_runs_record_the_load_at_start_and_end(tmp_path, monkeypatch):
-    loads = iter([0.25, 3.5])
+    loads = iter([load.Load(0.25, load.LOAD_AVERAGE), load.Load(3.5, load.LOAD_AVERAGE)])
     monkeypatch.setattr("attention_zoo.store.machine_load", lambda: next(loads))
     with ResultStore(tmp_path / "s.sqlite") as store:
         run = store.start_run(kind="bench")
-        store.finish_run(run)
+        assert store.finish_run(run) == load.Load(3.5, load.LOAD_AVERAGE)  # what it recorded
         info = store.run(run)
+        given = store.start_run(kind="bench", load=load.Load(1.5, load.SAMPLED))  # not resampled
+        assert store.run(given)["load_start"] == 1.5
+        assert store.run(given)["meta"]["load"] == load.SAMPLED
     assert (info["load_start"], info["load_end"]) == (0.25, 3.5)
-    assert info["meta"]["load"] == load.load_kind()  # the report picks the end rule by it
+    assert info["meta"]["load"] == load.LOAD_AVERAGE  # the report picks the end rule by it
     assert info["cpu_count"] == load.cpu_count()
 
 
@@ -85,20 +88,28 @@ def test_busy_rules_and_the_warning_say_what_was_seen():
     assert load.busy_at_end(0.6, 2, 2, sampled=True) and not load.busy_at_end(
         0.4, 2, 2, sampled=True
     )
-    assert load.busy_warning(0.1, 2, 2) == ""
-    text = load.busy_warning(3.0, 2, 2)
+    sampled, average = (
+        (lambda x: load.Load(x, load.SAMPLED)),
+        (lambda x: load.Load(x, load.LOAD_AVERAGE)),
+    )
+    assert load.busy_warning(sampled(0.1), 2, 2) == ""
+    text = load.busy_warning(sampled(3.0), 2, 2)
     assert "3.00 on 2 cores" in text and "2 threads" in text and "inflated" in text
-    assert "at the end of the run" in load.busy_warning(5.0, 2, 2, at_end=True)
-    assert load.busy_warning(None, 2, 2) == ""
+    assert "at the end of the run" in load.busy_warning(sampled(5.0), 2, 2, at_end=True)
+    # the end rule follows how the load was measured: a load average includes the run's threads
+    assert load.busy_warning(sampled(1.0), 2, 2, at_end=True)
+    assert load.busy_warning(average(1.0), 2, 2, at_end=True) == ""
+    assert load.busy_warning(average(None), 2, 2) == ""
 
 
 def test_machine_load_is_the_busy_share_of_the_cpu_counters(monkeypatch):
     samples = iter([(100, 1000), (150, 1100)])  # 50 of 100 jiffies busy: half of every core
     monkeypatch.setattr(load, "_cpu_times", lambda: next(samples))
     monkeypatch.setattr(load.os, "cpu_count", lambda: 4)
-    assert load.machine_load(sample_s=0) == 2.0
+    assert load.machine_load(sample_s=0) == load.Load(2.0, load.SAMPLED)
 
 
+@pytest.mark.real_load
 def test_machine_load_sees_another_process_spinning():
     if load._cpu_times() is None:
         pytest.skip("no /proc/stat here: the load average is used instead")
@@ -106,7 +117,7 @@ def test_machine_load_sees_another_process_spinning():
     proc = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "up"  # up and spinning from here
-        busy = load.machine_load(sample_s=0.5)
+        busy = load.machine_load(sample_s=0.5).cores_busy
     finally:
         proc.kill()
         proc.wait()
@@ -115,7 +126,8 @@ def test_machine_load_sees_another_process_spinning():
 
 @pytest.mark.slow
 def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("attention_zoo.commands.bench_cmd.machine_load", lambda: 9.0)
+    busy = load.Load(9.0, load.SAMPLED)
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.machine_load", lambda: busy)
     monkeypatch.setattr("attention_zoo.commands.bench_cmd.cpu_count", lambda: 2)
     store = tmp_path / "s.sqlite"
     argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
@@ -125,12 +137,35 @@ def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
     assert "the machine is busy: the load is 9.00" in err
     with ResultStore(store) as s:
         assert json.loads(s.rows()[0]["config"])["seq_len"] == 16
+        assert s.runs()[0]["load_start"] == 9.0  # the sample it warned about is the one stored
+
+
+def test_zoo_bench_samples_the_load_once_at_each_end_of_its_run(tmp_path, monkeypatch, capsys):
+    taken = []
+
+    def sample(sample_s=None):
+        taken.append(sample_s)
+        return load.Load(5.0, load.SAMPLED)  # busy both times
+
+    for where in ("attention_zoo.commands.bench_cmd", "attention_zoo.store"):
+        monkeypatch.setattr(f"{where}.machine_load", sample)
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.cpu_count", lambda: 2)
+    argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
+            "--threads", "1", "--store", str(tmp_path / "s.sqlite"), "--no-progress"]  # fmt: skip
+    assert zoo_main(argv) == 0
+    err = capsys.readouterr().err
+    assert len(taken) == 2  # start and end, each warned about and stored from one sample
+    assert "the load is 5.00" in err and "5.00 at the end of the run" in err
+    with ResultStore(tmp_path / "s.sqlite") as s:
+        (run,) = s.runs()
+    assert (run["load_start"], run["load_end"]) == (5.0, 5.0)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("load_value", [0.0])
 def test_zoo_bench_is_quiet_on_an_idle_machine(tmp_path, monkeypatch, capsys, load_value):
-    monkeypatch.setattr("attention_zoo.commands.bench_cmd.machine_load", lambda: load_value)
+    idle = load.Load(load_value, load.SAMPLED)
+    monkeypatch.setattr("attention_zoo.commands.bench_cmd.machine_load", lambda: idle)
     argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
             "--threads", "1", "--store", str(tmp_path / "s.sqlite"), "--no-progress"]  # fmt: skip
     assert zoo_main(argv) == 0

@@ -332,7 +332,8 @@ def run(args: argparse.Namespace) -> int:
             f"memory limit {_describe_limit(limit)}; executor {where}",
             file=sys.stderr,
         )
-        if warning := busy_warning(machine_load(), cpu_count(), threads):
+        load_start = machine_load()  # one sample: warned about here, recorded with the run
+        if warning := busy_warning(load_start, cpu_count(), threads):
             print(f"zoo bench: {warning}", file=sys.stderr)
         try:
             result = run_sweep(
@@ -347,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 meta={"command": " ".join(sys.argv), "preset": preset.source if preset else None},
                 executor=executor,
+                load_start=load_start,
             )
         except SweepInterrupted as stop:
             raise Interrupted(
@@ -354,7 +356,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{stop.run_id} (marked interrupted); rerun the same command with --resume "
                 f"(or --run-id {stop.run_id}) to measure only the missing ones"
             ) from None
-        if warning := busy_warning(machine_load(), cpu_count(), threads, at_end=True):
+        if result.load_end and (
+            warning := busy_warning(result.load_end, cpu_count(), threads, at_end=True)
+        ):
             print(f"zoo bench: {warning}", file=sys.stderr)
         wanted = {c.key() for c in cases}
         rows = [r for r in store.rows(result.run_id) if r["case_key"] in wanted]

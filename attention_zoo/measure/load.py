@@ -14,10 +14,20 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 SLACK = 0.5  # load above the free cores tolerated: short-lived noise, a shell, sampling
 SAMPLE_S = 0.25  # seconds the CPU counters are sampled over
 SAMPLED = "sampled"  # a run's meta["load"] when its loads come from the CPU counters
+LOAD_AVERAGE = "load-average"  # ... when they are 1-minute load averages
+
+
+@dataclass(frozen=True)
+class Load:
+    """The machine's load at one moment: cores busy (None: unknown) and how it was measured."""
+
+    cores_busy: float | None
+    kind: str  # SAMPLED or LOAD_AVERAGE
 
 
 def _cpu_times() -> tuple[int, int] | None:
@@ -31,25 +41,20 @@ def _cpu_times() -> tuple[int, int] | None:
     return sum(fields) - idle, sum(fields)
 
 
-def load_kind() -> str:
-    """How `machine_load` measures here: SAMPLED, or "load-average"."""
-    return SAMPLED if _cpu_times() is not None else "load-average"
-
-
-def machine_load(sample_s: float = SAMPLE_S) -> float | None:
-    """Cores busy now (all processes): the CPU counters over `sample_s` seconds; else the
-    1-minute load average; None where the system reports neither."""
+def machine_load(sample_s: float | None = None) -> Load:
+    """Cores busy now (all processes): the CPU counters over `sample_s` seconds (default
+    SAMPLE_S); else the 1-minute load average; unknown where the system reports neither."""
     before = _cpu_times()
     if before is not None:
-        time.sleep(sample_s)
+        time.sleep(SAMPLE_S if sample_s is None else sample_s)
         after = _cpu_times()
         if after is not None and after[1] > before[1]:
             share = (after[0] - before[0]) / (after[1] - before[1])
-            return round(share * (os.cpu_count() or 1), 2)
+            return Load(round(share * (os.cpu_count() or 1), 2), SAMPLED)
     try:
-        return os.getloadavg()[0]
+        return Load(os.getloadavg()[0], LOAD_AVERAGE)
     except (OSError, AttributeError):
-        return None
+        return Load(None, LOAD_AVERAGE)
 
 
 def cpu_count() -> int:
@@ -69,12 +74,13 @@ def busy_at_end(load: float, cores: int, threads: int, *, sampled: bool) -> bool
     return busy_at_start(load, cores, threads) if sampled else load > cores + SLACK
 
 
-def busy_warning(load: float | None, cores: int, threads: int, *, at_end: bool = False) -> str:
+def busy_warning(sample: Load, cores: int, threads: int, *, at_end: bool = False) -> str:
     """A warning saying what was seen and why it matters, or '' when the machine looks idle."""
+    load = sample.cores_busy
     if load is None:
         return ""
     if at_end:
-        if not busy_at_end(load, cores, threads, sampled=load_kind() == SAMPLED):
+        if not busy_at_end(load, cores, threads, sampled=sample.kind == SAMPLED):
             return ""
         seen = f"the load was {load:.2f} at the end of the run on {cores} cores"
     else:
