@@ -60,6 +60,22 @@ def _inputs(n, dtype, masked):
     return x, mask, torch.randn(B, n, H * D, generator=g, dtype=dtype)
 
 
+def _run_both(module, core, project, n, dtype, masked):
+    """HF's module and our core (on HF's own projections, `project(x)` -> q, k, v) on the same
+    input, each backward from the same weighted sum; rotations drawn from the same global RNG
+    state where unseeded: (out, ref, input grad, HF's input grad, mask, (q, k, v))."""
+    x, mask, weight = _inputs(n, dtype, masked)
+    x_hf, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch.manual_seed(1)
+    ref = _hf_run(module, x_hf, mask, n)
+    (ref * weight).sum().backward()
+    qkv = project(x_ours)
+    torch.manual_seed(1)
+    out = _merge(core(*qkv, key_padding_mask=mask))
+    (out * weight).sum().backward()
+    return out, ref, x_ours.grad, x_hf.grad, mask, qkv
+
+
 def _compare_lsh(dtype, kernel, causal, n, hashes, buckets, masked, before, after, seed):
     torch.manual_seed(0)
     module = reformer.LSHSelfAttention(
@@ -86,16 +102,13 @@ def _compare_lsh(dtype, kernel, causal, n, hashes, buckets, masked, before, afte
         num_buckets=buckets,
         seed=seed,
     )
-    x, mask, weight = _inputs(n, dtype, masked)
-    x_hf, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
-    torch.manual_seed(1)  # unseeded: both draw their rotations from the same global RNG state
-    ref = _hf_run(module, x_hf, mask, n)
-    (ref * weight).sum().backward()
-    qk, v = _split(module.query_key(x_ours)), _split(module.value(x_ours))
-    torch.manual_seed(1)
-    out = _merge(ours(qk, qk, v, key_padding_mask=mask))
-    (out * weight).sum().backward()
-    return out, ref, _merge(v), x_ours.grad, x_hf.grad
+
+    def project(x):
+        qk = _split(module.query_key(x))
+        return qk, qk, _split(module.value(x))
+
+    out, ref, grad, ref_grad, _, (_, _, v) = _run_both(module, ours, project, n, dtype, masked)
+    return out, ref, _merge(v), grad, ref_grad
 
 
 LSH_CASES = [
@@ -169,14 +182,11 @@ def _compare_local(dtype, kernel, causal, n, masked, before, after):
         num_chunks_before=before,
         num_chunks_after=after,
     )
-    x, mask, weight = _inputs(n, dtype, masked)
-    x_hf, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ref = _hf_run(module, x_hf, mask, n)
-    (ref * weight).sum().backward()
-    q, k, v = (_split(p(x_ours)) for p in (module.query, module.key, module.value))
-    out = _merge(ours(q, k, v, key_padding_mask=mask))
-    (out * weight).sum().backward()
-    return out, ref, x_ours.grad, x_hf.grad, mask
+
+    def project(x):
+        return tuple(_split(p(x)) for p in (module.query, module.key, module.value))
+
+    return _run_both(module, ours, project, n, dtype, masked)[:5]
 
 
 LOCAL_CASES = list(
