@@ -108,6 +108,26 @@ def test_rss_peak_sees_a_large_allocation() -> None:
     assert 0.9 * size <= rss.peak_bytes <= 1.5 * size
 
 
+@pytest.mark.skipif(not rss_supported(), reason="needs /proc/self/clear_refs (Linux)")
+def test_rss_peak_is_not_hidden_by_earlier_garbage_freed_while_it_runs() -> None:
+    import gc
+
+    size = 64 * 2**20
+
+    class Cycle:  # unreachable, freed only by a collection
+        def __init__(self) -> None:
+            self.me, self.t = self, torch.ones(size // 2)
+
+    gc.disable()
+    try:
+        for _ in range(3):
+            Cycle()
+        _, rss = rss_peak(lambda: (gc.collect(), torch.ones(size // 4).sum()))
+    finally:
+        gc.enable()
+    assert 0.9 * size <= rss.peak_bytes <= 1.5 * size
+
+
 def test_flops_of_matmul_and_cpu_flash_attention() -> None:
     a, b = torch.randn(M, K), torch.randn(K, N)
     assert count_flops(lambda: a @ b)[1] == 2 * M * K * N

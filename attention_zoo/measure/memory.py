@@ -10,6 +10,7 @@ CUDA, measured: `cuda_peak` reads the caching allocator's peak statistics, reset
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from collections.abc import Callable
@@ -112,7 +113,9 @@ def rss_peak(fn: Callable[[], Any]) -> tuple[Any, RssPeak]:
 
     Known bias: malloc keeps freed blocks and reuses them, so this is off by 0.4x-1.9x of the
     profiler's number with the default glibc malloc; much closer with MALLOC_MMAP_THRESHOLD_=65536.
+    Earlier garbage is collected first: freed during fn, it would hide fn's own growth.
     """
+    gc.collect()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     before = _status_kib("VmRSS")
