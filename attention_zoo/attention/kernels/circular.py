@@ -93,6 +93,30 @@ class CircularPlan:
         slots = torch.arange(-self.before * c, (e - s) * npad + self.after * c, device=device)
         return self.perm.reshape(b * h, rounds * npad)[:, (slots + s * npad) % (rounds * npad)]
 
+    def self_scale(self, dtype: torch.dtype) -> Tensor:
+        """(b, h, npad): what HF returns, in units of its value, for a query that sees only its
+        own position in every round (the self partial's weight where it is the only one).
+
+        HF replaces the score of every copy of the query's own position in its window (one per
+        round whose chunks the window reaches) by the self value, -1e5, and sums rounds by their
+        log-sum-exp. In float32 those log-sum-exps round (one step is 0.008 at 1e5), so such a
+        query gets its value times 1 +- 4e-3, not once; this is that factor, computed with HF's
+        operations in `dtype` (1 within rounding in float64, 1 exactly with one copy in one round).
+        """
+        rounds, npad = self.perm.shape[2:]
+        total = rounds * npad // self.chunk  # chunks in the concatenation of the rounds
+        width = self.before + self.after + 1  # chunks in a window
+        chunk = (undo_perm(self.perm) // self.chunk).to(torch.int32)  # (b, h, R, npad)
+        # window offset of the position's chunk in round r' from its chunk in round r, mod total:
+        # how many of the window's chunks are that chunk (more than one once windows wrap twice)
+        offset = (chunk.unsqueeze(2) - chunk.unsqueeze(3) + self.before) % total  # (b,h,R,R',n)
+        copies = ((width - 1 - offset) // total + 1).clamp(min=0).sum(3).to(dtype)  # (b,h,R,n)
+        value = torch.full((), self_mask_value(dtype), dtype=dtype, device=self.perm.device)
+        logits = value + torch.log(copies)  # HF's log-sum-exp of k self scores and masked ones
+        per_round = copies * torch.exp(value - logits)
+        weights = torch.exp(logits - torch.logsumexp(logits, dim=2, keepdim=True))
+        return (per_round * weights).sum(2)
+
     def allowed(self, q_pos: Tensor, k_pos: Tensor, k_real: Tensor) -> Tensor:
         """Which (query, key) pairs the kernel attends, from positions (broadcasting)."""
         ok = k_real
@@ -252,4 +276,5 @@ def circular_math(
     undo = undo_perm(plan.perm).view(b, h, rounds * npad)
     out = torch.gather(out, 2, undo[..., None].expand(-1, -1, -1, d)).view(b, h, rounds, npad, d)
     lse = torch.gather(lse.reshape(b, h, rounds * npad), 2, undo).view(b, h, rounds, npad)
-    return (out * torch.softmax(lse, dim=2).unsqueeze(-1)).sum(2)
+    weights = torch.exp(lse - torch.logsumexp(lse, dim=2, keepdim=True))  # HF's, not softmax
+    return (out * weights.unsqueeze(-1)).sum(2)

@@ -54,16 +54,16 @@ class RoundsFlash(Function):
                 out.mul_(torch.exp(lse - new).unsqueeze(-1).to(out.dtype))
                 out.add_(o_g.mul_(torch.exp(lse_g - new).unsqueeze(-1).to(out.dtype)))
                 lse = new
-        share = None  # of the self partial, per query
+        own = None  # weight of each query's own value
         if plan.self_partial:
-            out, lse, share = with_self(out, lse, v, rounds)
-        ctx.save_for_backward(q, k, v, rk, out, lse, share)
+            out, lse, own = with_self(out, lse, v, rounds, scale=plan.self_scale(v.dtype))
+        ctx.save_for_backward(q, k, v, rk, out, lse, own)
         ctx.plan, ctx.shared = plan, shared
         return out
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        q, k, v, rk, out, lse, share = ctx.saved_tensors
+        q, k, v, rk, out, lse, own = ctx.saved_tensors
         plan = ctx.plan
         b, h, npad, d = q.shape
         rows, ws = (row_view(q), row_view(k), row_view(v)), Workspace()
@@ -88,8 +88,8 @@ class RoundsFlash(Function):
             del q4, q_flat, k_long, v_long, g4, out4
             ws.clear()
         dq, dkeys, dv = (t.view(b, h, npad, d) for t in (dq, dkeys, dv))
-        if share is not None:
-            dv += share.unsqueeze(-1).to(dv.dtype) * grad
+        if own is not None:
+            dv += own.unsqueeze(-1).to(dv.dtype) * grad
         dk = dkeys
         if rk is not None:  # keys = k * rk with rk = (|k|^2 + eps)^-1/2
             dk = rk * dkeys - rk.pow(3) * (k * dkeys).sum(-1, keepdim=True) * k

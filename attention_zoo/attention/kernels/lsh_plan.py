@@ -61,6 +61,10 @@ class LSHPlan:
         rows, npad = sb.shape[0] * sb.shape[1] * sb.shape[2], sb.shape[-1]
         return BucketMasks(self, win, sb.reshape(rows, npad), dtype, ws)
 
+    def self_scale(self, dtype: torch.dtype) -> None:
+        """A query that sees only itself gets exactly its value (see `CircularPlan.self_scale`)."""
+        return None
+
     def regrid(self, block: int) -> LSHPlan:
         """The same attention pattern with query blocks of `block` positions (exact causal only).
 
@@ -190,20 +194,28 @@ def self_weight(lse: Tensor, dtype: torch.dtype, rounds: int) -> Tensor:
 
 
 def with_self(
-    out: Tensor, lse: Tensor, v: Tensor, rounds: int, *, dropout: float = 0.0
+    out: Tensor,
+    lse: Tensor,
+    v: Tensor,
+    rounds: int,
+    *,
+    dropout: float = 0.0,
+    scale: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Fold the self partial (output v, fixed score) into a combined (out, lse, self share).
+    """Fold the self partial (output v, fixed score) into a combined (out, lse, weight of v).
 
     The kernels mask self entirely; adding it back here with its exact replaced score keeps the
     1e5-sized penalty out of the kernels' float arithmetic (where one rounding step is ~0.01) while
     matching the Reformer rule: self counts only when nothing else is allowed. The shares are
     sigmoids of the difference, not exponentials of a combined log-sum-exp near -1e5 (whose
-    float32 rounding would scale a query that sees only itself by up to 1 +- 0.004).
+    float32 rounding would scale a query that sees only itself by up to 1 +- 0.004). `scale`
+    (b, h, n) multiplies v's weight: HF's rounding, where that is the semantics asked for.
     """
     total = torch.logaddexp(lse, torch.full_like(lse, self_lse(v.dtype, rounds)))
     share = self_weight(lse, v.dtype, rounds)
     keep = (1 - share).unsqueeze(-1).to(out.dtype)
-    own = share.unsqueeze(-1).to(out.dtype)
+    weight = share if scale is None else share * scale
+    own = weight.unsqueeze(-1).to(out.dtype)
     if dropout:  # the self probability is dropped like any other
         own = torch.nn.functional.dropout(own, dropout)
-    return out * keep + v * own, total, share
+    return out * keep + v * own, total, weight
