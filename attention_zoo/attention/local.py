@@ -67,9 +67,12 @@ class LocalAttention(AttentionCore):
                     n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
                 )
                 return dense_attention(q, k, v, allowed, scale=1 / math.sqrt(d), dropout=dropout)
-            # causal with no following chunk and no padding: every wrapped key is in the future,
-            # so HF's pattern is the exact one (whose fused kernel is lighter)
-            if not (self.causal and cfg.num_chunks_after == 0 and key_padding_mask is None):
+            # causal with no following chunk, no padding and fewer previous chunks than the
+            # sequence has: every wrapped key is in the future and none is there twice, so HF's
+            # pattern is the exact one (whose fused kernel is lighter)
+            chunks = padded_length(n, cfg.chunk_length) // cfg.chunk_length
+            exact = self.causal and cfg.num_chunks_after == 0 and key_padding_mask is None
+            if not (exact and cfg.num_chunks_before < chunks):
                 return self._attend_wrapped(q, k, v, key_padding_mask, dropout)
         after = 0 if self.causal else cfg.num_chunks_after  # later chunks are all in the future
         win = local_windows(b, n, cfg.chunk_length, cfg.num_chunks_before, after)
@@ -119,7 +122,8 @@ class LocalAttention(AttentionCore):
             key_eps=None,
             self_partial=False,
         )
-        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout:
+        flash = resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout
+        if flash and plan.consecutive:  # else HF's clamped offsets: materialised
             out = RoundsFlash.apply(q, None if k is q else k, v, plan)
             if key_padding_mask is not None:  # HF: a query with no allowed key averages its window
                 out = torch.where(empty_rows(plan), window_means(v, plan), out)

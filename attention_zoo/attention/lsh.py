@@ -182,6 +182,7 @@ class LSHAttention(AttentionCore):
                 self_partial=True,
             )
             math_path = functools.partial(circular_math, dropout=dropout)
+            flash = flash and plan.consecutive  # else HF's clamped offsets: materialised
         else:
             plan = LSHPlan(
                 chunk=c,

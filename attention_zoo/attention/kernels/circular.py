@@ -4,7 +4,8 @@ Per (batch, head) row, the attended sequence is the concatenation of R orderings
 positions: R hash rounds sorted by bucket for LSH, the positions in order (R = 1) for local. It is
 cut into chunks; each chunk attends to itself and `before` previous and `after` following chunks,
 wrapping around the concatenation (HF's `_look_adjacent`): a round's first chunk sees the end of
-the previous round, the first round's sees the last round's. Masks depend on positions only: a
+the previous round, the first round's sees the last round's; an offset beyond the whole
+concatenation is the chunk itself (HF's slices clamp). Masks depend on positions only: a
 key is allowed when it is real and, causally, not after the query; with `self_partial` a query's
 own position is left to a separate partial with HF's self score (see `lsh_plan.with_self`).
 Rounds combine by their log-sum-exp, as HF sums its rounds.
@@ -85,6 +86,34 @@ class CircularPlan:
             rows=rows,
         )
 
+    @property
+    def total_chunks(self) -> int:
+        """Chunks in the concatenation of all rounds."""
+        rounds, npad = self.perm.shape[2:]
+        return rounds * npad // self.chunk
+
+    def shifts(self) -> list[int]:
+        """The chunk each window offset reaches, relative to the query's, as HF's `_look_adjacent`
+        concatenates them: i chunks for |i| <= the concatenation's chunks, else the query's own
+        chunk (its slices `[i:]`, `[:i]` clamp to the whole concatenation)."""
+        total = self.total_chunks
+        return [i if abs(i) <= total else 0 for i in range(-self.before, self.after + 1)]
+
+    @property
+    def consecutive(self) -> bool:
+        """Every window is consecutive chunks (mod the concatenation): what the fused kernel's
+        long buffers hold. Not so when an offset reaches past the whole concatenation."""
+        return max(self.before, self.after) <= self.total_chunks
+
+    def window_positions(self) -> Tensor:
+        """(b * h, chunks, W): the position of every key slot of every query chunk's window."""
+        b, h = self.perm.shape[:2]
+        total, device = self.total_chunks, self.perm.device
+        shifts = torch.tensor(self.shifts(), device=device)
+        chunks = (torch.arange(total, device=device)[:, None] + shifts) % total  # (total, nw)
+        positions = self.perm.reshape(b * h, total, self.chunk)
+        return positions[:, chunks].reshape(b * h, total, -1)
+
     def long_positions(self, s: int, e: int) -> Tensor:
         """Positions (b * h, long length) of rounds s:e's slots with the wrapped neighbours."""
         b, h, rounds, npad = self.perm.shape
@@ -93,24 +122,30 @@ class CircularPlan:
         slots = torch.arange(-self.before * c, (e - s) * npad + self.after * c, device=device)
         return self.perm.reshape(b * h, rounds * npad)[:, (slots + s * npad) % (rounds * npad)]
 
+    def self_copies(self) -> Tensor:
+        """(b, h, R, npad) int: how often each position's own slot is in its window, per round
+        (the windows' chunks of every round, its own round's included)."""
+        total = self.total_chunks
+        counts = [0] * total  # how many of a window's chunks are d chunks after the query's
+        for shift in self.shifts():
+            counts[shift % total] += 1
+        per_offset = torch.tensor(counts, dtype=torch.int32, device=self.perm.device)
+        chunk = (undo_perm(self.perm) // self.chunk).to(torch.int32)  # (b, h, R, npad)
+        offset = (chunk.unsqueeze(2) - chunk.unsqueeze(3)) % total  # (b, h, R, R', npad)
+        return per_offset[offset].sum(3)
+
     def self_scale(self, dtype: torch.dtype) -> Tensor:
         """(b, h, npad): what HF returns, in units of its value, for a query that sees only its
         own position in every round (the self partial's weight where it is the only one).
 
-        HF replaces the score of every copy of the query's own position in its window (one per
-        round whose chunks the window reaches) by the self value, -1e5, and sums rounds by their
-        log-sum-exp. In float32 those log-sum-exps round (one step is 0.008 at 1e5), so such a
-        query gets its value times 1 +- 4e-3, not once; this is that factor, computed with HF's
-        operations in `dtype` (1 within rounding in float64, 1 exactly with one copy in one round).
+        HF replaces the score of every copy of the query's own position in its window by the self
+        value and sums rounds by their log-sum-exp, in the vectors' dtype: in float32 (self value
+        -1e5, one step 0.008 there) such a query gets its value times 1 +- 4e-3, in float64 once
+        within rounding; in float16 (-1e3, steps of 0.5) and bfloat16 (-1e5 is -99840, steps of
+        512: once per copy, summed over rounds) far from once. This is that factor, computed with
+        HF's operations in `dtype`.
         """
-        rounds, npad = self.perm.shape[2:]
-        total = rounds * npad // self.chunk  # chunks in the concatenation of the rounds
-        width = self.before + self.after + 1  # chunks in a window
-        chunk = (undo_perm(self.perm) // self.chunk).to(torch.int32)  # (b, h, R, npad)
-        # window offset of the position's chunk in round r' from its chunk in round r, mod total:
-        # how many of the window's chunks are that chunk (more than one once windows wrap twice)
-        offset = (chunk.unsqueeze(2) - chunk.unsqueeze(3) + self.before) % total  # (b,h,R,R',n)
-        copies = ((width - 1 - offset) // total + 1).clamp(min=0).sum(3).to(dtype)  # (b,h,R,n)
+        copies = self.self_copies().to(dtype)
         value = torch.full((), self_mask_value(dtype), dtype=dtype, device=self.perm.device)
         logits = value + torch.log(copies)  # HF's log-sum-exp of k self scores and masked ones
         per_round = copies * torch.exp(value - logits)
@@ -203,25 +238,28 @@ class CircularPass(RoundPass):
 def empty_rows(plan: CircularPlan) -> Tensor:
     """(b, h, R * npad, 1) bool: queries whose whole window holds no allowed key."""
     b, h, rounds, npad = plan.perm.shape
-    c = plan.chunk
-    width = (plan.before + plan.after + 1) * c
-    long_pos = plan.long_positions(0, rounds)
-    real = plan.key_real[:, None].expand(b, h, npad).reshape(b * h, npad)
-    k_real = torch.gather(real, 1, long_pos).unfold(1, width, c).unsqueeze(2)
-    q_pos = plan.perm.reshape(b * h, -1, c, 1)
-    ok = plan.allowed(q_pos, long_pos.unfold(1, width, c).unsqueeze(2), k_real)
+    k_pos = plan.window_positions()  # (rows, chunks, W)
+    k_real = _key_real(plan, k_pos).unsqueeze(2)
+    q_pos = plan.perm.reshape(b * h, -1, plan.chunk, 1)
+    ok = plan.allowed(q_pos, k_pos.unsqueeze(2), k_real)
     return ~ok.any(-1).expand(q_pos.shape[:-1]).reshape(b, h, rounds * npad, 1)
+
+
+def _key_real(plan: CircularPlan, k_pos: Tensor) -> Tensor:
+    """Whether the key at each of k_pos's (b * h, ...) positions is real."""
+    b, h, _, npad = plan.perm.shape
+    real = plan.key_real[:, None].expand(b, h, npad).reshape(b * h, npad)
+    return torch.gather(real, 1, k_pos.reshape(b * h, -1)).view(k_pos.shape)
 
 
 def window_means(v: Tensor, plan: CircularPlan) -> Tensor:
     """(b, h, npad, d): each query's mean value over its window, for one round in position
     order -- what HF's softmax gives a query whose every key is masked (all scores equal)."""
     b, h, npad, d = v.shape
-    c, before = plan.chunk, plan.before
+    c, shifts = plan.chunk, plan.shifts()
     sums = v.reshape(b, h, npad // c, c, d).sum(3)  # per chunk
-    offsets = range(before + plan.after + 1)  # window offsets: a handful
-    total = sum(torch.roll(sums, before - o, dims=2) for o in offsets)
-    mean = total / (len(offsets) * c)
+    total = sum(torch.roll(sums, -shift, dims=2) for shift in shifts)  # a handful of offsets
+    mean = total / (len(shifts) * c)
     return mean.unsqueeze(3).expand(b, h, npad // c, c, d).reshape(b, h, npad, d)
 
 
@@ -247,10 +285,8 @@ def circular_math(
     b, h, rounds, npad = plan.perm.shape
     d, c = q.shape[-1], plan.chunk
     keys = hf_keys(k) if plan.key_eps is not None else k
-    win = plan.windows(b * h, rounds * npad)
     pos = plan.perm.reshape(b * h, rounds * npad)
-    long_pos = plan.long_positions(0, rounds)  # (rows, long length)
-    k_pos = long_pos.unfold(1, win.width, c)  # (rows, chunks, W)
+    k_pos = plan.window_positions()  # (rows, chunks, W)
 
     def rows_of(x: Tensor, index: Tensor) -> Tensor:
         flat = x.reshape(b * h, npad, d)
@@ -261,8 +297,7 @@ def circular_math(
     vw = rows_of(v, k_pos).view(*k_pos.shape, d)
     scores = torch.matmul(q4, kw.transpose(-1, -2)) * plan.scale  # (rows, chunks, c, W)
     q_pos = pos.view(b * h, -1, c, 1)
-    real = plan.key_real[:, None].expand(b, h, npad).reshape(b * h, npad)
-    k_real = torch.gather(real, 1, k_pos.reshape(b * h, -1)).view(k_pos.shape).unsqueeze(2)
+    k_real = _key_real(plan, k_pos).unsqueeze(2)
     hf_plan = dataclasses.replace(plan, self_partial=False)  # HF: mask, then the self value
     ok = hf_plan.allowed(q_pos, k_pos.unsqueeze(2), k_real)
     scores = scores.masked_fill(~ok, mask_value(q.dtype))

@@ -184,7 +184,9 @@ class LSHPass(RoundPass):
 
 
 def self_lse(dtype: torch.dtype, rounds: int) -> float:
-    """Log-weight of a query's own key: once per round, its score replaced by the self penalty."""
+    """Log-weight of a query's own key: once per round, its score replaced by the self penalty.
+    (HF's windows may hold more copies; the share it gives is 0 or 1 all the same, and
+    `CircularPlan.self_scale` gives HF's weight where it is 1.)"""
     return self_mask_value(dtype) + math.log(rounds)
 
 
@@ -208,8 +210,9 @@ def with_self(
     1e5-sized penalty out of the kernels' float arithmetic (where one rounding step is ~0.01) while
     matching the Reformer rule: self counts only when nothing else is allowed. The shares are
     sigmoids of the difference, not exponentials of a combined log-sum-exp near -1e5 (whose
-    float32 rounding would scale a query that sees only itself by up to 1 +- 0.004). `scale`
-    (b, h, n) multiplies v's weight: HF's rounding, where that is the semantics asked for.
+    float32 rounding would scale a query that sees only itself by up to 1 +- 0.004), unless
+    `scale` (b, h, n) brings that rounding back: HF semantics reproduce HF's result. The weight
+    of v returned is before dropout.
     """
     total = torch.logaddexp(lse, torch.full_like(lse, self_lse(v.dtype, rounds)))
     share = self_weight(lse, v.dtype, rounds)
