@@ -266,12 +266,20 @@ class ResultStore:
     ) -> str:
         """Register a run; returns its id. The environment (git commit, torch, device, threads) is
         captured now for `device` unless given, and so is the machine's load (a caller that
-        already sampled it, to warn, passes its sample); an existing run_id is reused (resume)."""
+        already sampled it, to warn, passes its sample); an existing run_id is reused (resume),
+        its start load raised to this one's if higher: busy if any of its sessions started so."""
         run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        if self.run(run_id) is not None:
+        load = load if load is not None else machine_load()
+        run = self.run(run_id)
+        if run is not None:
+            starts = [x for x in (run["load_start"], load.cores_busy) if x is not None]
+            with self._db:
+                self._db.execute(
+                    "UPDATE runs SET load_start = ? WHERE run_id = ?",
+                    (max(starts) if starts else None, run_id),
+                )
             return run_id
         env = environment or capture(device)
-        load = load or machine_load()
         meta = {"python": env.python, "host": env.host, "load": load.kind, **(meta or {})}
         with self._db:
             self._db.execute(
@@ -311,12 +319,15 @@ class ResultStore:
                 self._db.rollback()
 
     def finish_run(self, run_id: str) -> Load:
-        """Mark the run finished, with the machine's load now; returns that load."""
+        """Mark the run finished, with the machine's load now and how it was measured (meta's
+        "load": the report's end-of-run rule depends on it); returns that load."""
         load = machine_load()
+        run = self.run(run_id)
+        meta = {**(run["meta"] if run else {}), "load": load.kind}
         with self._db:
             self._db.execute(
-                "UPDATE runs SET finished_at = ?, load_end = ? WHERE run_id = ?",
-                (_now(), load.cores_busy, run_id),
+                "UPDATE runs SET finished_at = ?, load_end = ?, meta = ? WHERE run_id = ?",
+                (_now(), load.cores_busy, json.dumps(meta, default=str), run_id),
             )
         return load
 

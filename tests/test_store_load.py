@@ -73,6 +73,17 @@ def test_runs_record_the_load_at_start_and_end(tmp_path, monkeypatch):
         given = store.start_run(kind="bench", load=load.Load(1.5, load.SAMPLED))  # not resampled
         assert store.run(given)["load_start"] == 1.5
         assert store.run(given)["meta"]["load"] == load.SAMPLED
+        # resumed: busy if any session started busy; the end's kind picks the report's end rule
+        store.start_run(run_id=given, load=load.Load(0.5, load.SAMPLED))
+        assert store.run(given)["load_start"] == 1.5
+        store.start_run(run_id=given, load=load.Load(2.5, load.SAMPLED))
+        assert store.run(given)["load_start"] == 2.5
+        monkeypatch.setattr(
+            "attention_zoo.store.machine_load", lambda: load.Load(0.75, load.LOAD_AVERAGE)
+        )
+        store.finish_run(given)
+        assert store.run(given)["meta"]["load"] == load.LOAD_AVERAGE
+        assert store.run(given)["load_end"] == 0.75
     assert (info["load_start"], info["load_end"]) == (0.25, 3.5)
     assert info["meta"]["load"] == load.LOAD_AVERAGE  # the report picks the end rule by it
     assert info["cpu_count"] == load.cpu_count()

@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{stop.run_id} (marked interrupted); rerun the same command with --resume "
                 f"(or --run-id {stop.run_id}) to measure only the missing ones"
             ) from None
-        if result.load_end and (
+        if result.load_end is not None and (
             warning := busy_warning(result.load_end, cpu_count(), threads, at_end=True)
         ):
             print(f"zoo bench: {warning}", file=sys.stderr)
