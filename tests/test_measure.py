@@ -116,7 +116,7 @@ def test_rss_peak_is_not_hidden_by_earlier_garbage_freed_while_it_runs() -> None
 
     class Cycle:  # unreachable, freed only by a collection
         def __init__(self) -> None:
-            self.me, self.t = self, torch.ones(size // 2)
+            self.me, self.t = self, torch.ones(size // 4)  # 64 MiB each
 
     gc.disable()
     try:
