@@ -266,11 +266,14 @@ class ResultStore:
     ) -> str:
         """Register a run; returns its id. The environment (git commit, torch, device, threads) is
         captured now for `device` unless given, and so is the machine's load (a caller that
-        already sampled it, to warn, passes its sample); an existing run_id is reused (resume),
-        its start load raised to this one's if higher: busy if any of its sessions started so."""
+        already sampled it, to warn, passes its sample); an existing run_id is reused (resume):
+        an unfinished one's start load is raised to this one's if higher (busy if any of its
+        sessions started so), a finished one is left as it is."""
         run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        load = load if load is not None else machine_load()
         run = self.run(run_id)
+        if run is not None and run["finished_at"] is not None:
+            return run_id
+        load = load if load is not None else machine_load()
         if run is not None:
             starts = [x for x in (run["load_start"], load.cores_busy) if x is not None]
             with self._db:

@@ -381,6 +381,7 @@ def run_sweep(
         load=load_start,
     )
     done = store.completed_cases(run_id)
+    finished = store.run(run_id)["finished_at"] is not None  # resumed with nothing left to do
     todo = [rest for b in batches if (rest := [c for c in b if c.key() not in done])]
     batch_of = {b[0].key(): b for b in todo}
     left = sum(map(len, todo))
@@ -412,7 +413,8 @@ def run_sweep(
     finally:
         bar.close()
     load_end = None
-    if len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases):
+    complete = len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases)
+    if complete and (todo or not finished):  # a finished run that measured nothing keeps its end
         load_end = store.finish_run(run_id)
     return SweepResult(
         run_id=run_id,

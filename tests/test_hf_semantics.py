@@ -11,6 +11,7 @@ import torch
 
 from attention_zoo import OptionError, build_attention
 from attention_zoo.attention.kernels.lsh_hashing import auto_buckets
+from attention_zoo.attention.kernels.rows import undo_perm
 
 reformer = pytest.importorskip(
     "transformers.models.reformer.modeling_reformer", reason="transformers is not installed"
@@ -208,8 +209,6 @@ def test_windows_and_self_copies_are_hfs_look_adjacent(rounds):
         assert torch.equal(plan.window_positions(), hf.reshape(2, -1, hf.shape[-1]))
         q_pos = perm.reshape(2, -1, C, 1)
         copies = (plan.window_positions().unsqueeze(2) == q_pos).sum(-1)  # per slot
-        from attention_zoo.attention.kernels.rows import undo_perm
-
         slot = undo_perm(perm).reshape(2, -1)  # (rows, R * npad): position p of round r's slot
         expected = torch.gather(copies.reshape(2, -1), 1, slot).view(1, 2, rounds, npad)
         assert torch.equal(plan.self_copies().long(), expected), (before, after)

@@ -84,6 +84,8 @@ def test_runs_record_the_load_at_start_and_end(tmp_path, monkeypatch):
         store.finish_run(given)
         assert store.run(given)["meta"]["load"] == load.LOAD_AVERAGE
         assert store.run(given)["load_end"] == 0.75
+        store.start_run(run_id=given, load=load.Load(9.0, load.SAMPLED))  # finished: unchanged
+        assert store.run(given)["load_start"] == 2.5
     assert (info["load_start"], info["load_end"]) == (0.25, 3.5)
     assert info["meta"]["load"] == load.LOAD_AVERAGE  # the report picks the end rule by it
     assert info["cpu_count"] == load.cpu_count()

@@ -268,9 +268,12 @@ def test_resume_of_complete_run_measures_nothing(tmp_path: Path) -> None:
     cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
     with ResultStore(tmp_path / "zoo.sqlite") as store:
         first = run_sweep(cases, store, measure=fake_measure, progress=False)
+        before = store.run(first.run_id)
         again = run_sweep(cases, store, measure=fake_measure, resume=True, progress=False)
+        after = store.run(first.run_id)  # nothing measured: the run's times and loads unchanged
         fresh = run_sweep(cases, store, measure=fake_measure, progress=False)
     assert again.run_id == first.run_id and again.results == [] and again.already_done == 2
+    assert again.load_end is None and after == before
     assert fresh.run_id != first.run_id and len(fresh.results) == 2  # without --resume: a new run
 
 
