@@ -228,3 +228,26 @@ def test_claims_section_renders_the_claims_module_table(tmp_path, monkeypatch):
                        f"`{len(df) - 1} rows`"]]  # fmt: skip
     recorded = {e["text"] for e in json.loads(files.numbers.read_text()) if e["source"] == "claims"}
     assert {"0.23x", "0.31x", "within 2x"} <= recorded
+
+
+def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(tmp_path):
+    """`--reference hf`: lsh rows divide by hf:lsh, local rows by hf:local (as `zoo bench
+    --reference hf` does), each at its own length."""
+    times = {"lsh": 0.2, "hf:lsh": 0.8, "local": 0.3, "hf:local": 0.4}  # seconds at L=1024
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run = store.start_run(kind="bench", device="cpu")
+        for backend, t in times.items():
+            for n in (1024, 2048):
+                rows = [("time_median", t * n / 1024, "s"), ("peak_bytes", 1000 * t, "bytes")]
+                store.add_rows(run, None, block_case(backend, n).to_dict(), rows)
+        store.finish_run(run)
+        files = build_report(store.to_dataframe(), tmp_path / "rep", runs=store.runs(),
+                             reference="hf")  # fmt: skip
+    text = files.markdown.read_text()
+    assert "`hf`'s module of the same mechanism (e.g. `hf:lsh` for `lsh`)" in text
+    rows = {(r[0], r[1].split("(")[0].strip("` ")): r for r in _table(text, "### ", "L | variant")}
+    for n in ("1024", "2048"):
+        assert rows[(n, "lsh")][4] == "0.250x" and rows[(n, "lsh")][6] == "0.250x"
+        assert rows[(n, "local")][4] == "0.750x" and rows[(n, "local")][6] == "0.750x"
+        assert rows[(n, "hf:lsh")][4] == "1.00x"
+    assert "no ratios" not in text.split("## Scaling")[0]

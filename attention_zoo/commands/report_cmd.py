@@ -51,7 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--reference",
         default="sdpa",
-        help="variant the headline's ratios divide by (default: %(default)s)",
+        help="variant the headline's ratios divide by, or a peer family (hf: each variant by "
+        "Hugging Face's module of the same mechanism) (default: %(default)s)",
     )
     p.add_argument("--title", default="attention-zoo comparison", help="report title")
     p.add_argument(

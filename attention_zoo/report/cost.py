@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..measure.metrics import METRICS, reported
+from ..measure.peers import families, reference_backend
 from .context import BUSY_MARK, Context, empty_section
 from .document import Heading, Image, Para, Table
 from .plots import scaling_plot
@@ -32,9 +33,17 @@ def settings(ctx: Context) -> list[tuple[str, Any]]:
     return list(ctx.bench.groupby("setting", sort=True))
 
 
-def _reference_row(part: Any, seq_len: int, reference: str) -> Any:
-    refs = part[(part["label"] == reference) & (part["seq_len"] == seq_len)]
-    refs = refs[refs["status"] == "ok"]
+def _references(part: Any, backend: str, reference: str) -> Any:
+    """The rows `backend`'s rows divide by: the variant labelled `reference`, or for a peer
+    family ('hf') that family's peer of the same mechanism (lsh -> hf:lsh)."""
+    if reference in families():
+        return part[part["backend"] == (reference_backend(reference, backend) or "")]
+    return part[part["label"] == reference]
+
+
+def _reference_row(part: Any, seq_len: int, reference: str, backend: str = "") -> Any:
+    refs = _references(part, backend, reference)
+    refs = refs[(refs["seq_len"] == seq_len) & (refs["status"] == "ok")]
     return None if refs.empty else refs.iloc[-1]
 
 
@@ -51,12 +60,17 @@ def headline(ctx: Context) -> list[Any]:
     if not groups:
         return empty_section("Headline", QUICK)
     ref = ctx.reference
+    to = (
+        f"`{ref}`'s module of the same mechanism (e.g. `{reference_backend(ref, 'lsh')}` for `lsh`)"
+        if ref in families()
+        else f"`{ref}`"
+    )
     blocks: list[Any] = [
         Heading(1, "Headline"),
         Para(
             f"Per setting and length: the fastest and the leanest variant, then every variant's "
             f"median time (with its interquartile range) and peak memory, each also as a ratio to "
-            f"`{ref}` at the same setting and length (ratio = variant / `{ref}`; smaller is "
+            f"{to} at the same setting and length (ratio = variant / reference; smaller is "
             f"better). {BUSY_MARK} marks a time measured while the machine was busy."
         ),
     ]
@@ -87,15 +101,12 @@ def headline(ctx: Context) -> list[Any]:
             )
         if best_rows:
             blocks.append(Table(["L", "fastest", time_header, "leanest", memory_header], best_rows))
-        if (
-            _reference_row(part, int(part["seq_len"].max()), ref) is None
-            and not (part["label"] == ref).any()
-        ):
+        if not any(len(_references(part, b, ref)) for b in part["backend"].unique()):
             blocks.append(Para(f"No `{ref}` case in this setting: no ratios."))
         rows = []
         extra = [m for m in extra_metrics() if any(m in x for x in part["metrics"])]
         for _, row in part.sort_values(["seq_len", "variant"]).iterrows():
-            r = _reference_row(part, row["seq_len"], ref)
+            r = _reference_row(part, row["seq_len"], ref, row["backend"])
             rows.append(
                 [
                     ctx.config(row, "seq_len"),
