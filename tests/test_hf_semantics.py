@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attention_zoo import OptionError, build_attention
+from attention_zoo.attention.kernels.circular import CircularPlan
 from attention_zoo.attention.kernels.lsh_hashing import auto_buckets
 from attention_zoo.attention.kernels.rows import undo_perm
 
@@ -181,8 +182,6 @@ def test_lsh_equals_hf_in_16_bits(kernel, dtype):
 
 
 def _plan(perm, before, after):
-    from attention_zoo.attention.kernels.circular import CircularPlan
-
     b, _, _, npad = perm.shape
     real = torch.ones(b, npad, dtype=torch.bool)
     return CircularPlan(chunk=C, before=before, after=after, causal=False, groups=[(0, 1)],

@@ -103,7 +103,7 @@ class CircularPlan:
     def consecutive(self) -> bool:
         """Every window is consecutive chunks (mod the concatenation): what the fused kernel's
         long buffers hold. Not so when an offset reaches past the whole concatenation."""
-        return max(self.before, self.after) <= self.total_chunks
+        return self.shifts() == list(range(-self.before, self.after + 1))
 
     def window_positions(self) -> Tensor:
         """(b * h, chunks, W): the position of every key slot of every query chunk's window."""
