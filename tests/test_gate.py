@@ -1,6 +1,7 @@
 """The regression gate (benchmarks/scripts/gate.py): its verdicts on asv's results, and end to end
 on planted regressions in a scratch clone: a 1.5x slower local core and a +20% memory increase each
-exit 1 naming the benchmark, an unchanged commit exits 0, a broken asv configuration exits 2."""
+exit 1 naming the benchmark, an unchanged commit exits 0, a broken asv configuration or a crashing
+baseline check exits 2."""
 
 from __future__ import annotations
 
@@ -99,7 +100,9 @@ _plain_attend = LocalAttention.attend
 def _slower_attend(self, q, k, v, key_padding_mask):
     start = _time.perf_counter()
     out = _plain_attend(self, q, k, v, key_padding_mask)
-    _time.sleep(0.5 * (_time.perf_counter() - start))  # planted: every call takes 1.5x as long
+    until = _time.perf_counter() + 0.5 * (_time.perf_counter() - start)
+    while _time.perf_counter() < until:  # planted: every call takes 1.5x as long, busy all along
+        pass
     return out
 
 
@@ -140,7 +143,8 @@ def sh(*args: str, cwd: Path) -> str:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A clone of this repository's HEAD with a scratch branch; commits go there only."""
+    """A clone of this repository's HEAD (tagged `start`) with a scratch branch; commits go there
+    only, each on top of `start`, so that no test sees another's planted change."""
     path = tmp_path_factory.mktemp("gate") / "repo"
     sh("git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(path), cwd=ROOT)
     sh(
@@ -154,11 +158,13 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     sh("git", "config", "user.email", "gate@test", cwd=path)
     sh("git", "config", "user.name", "gate test", cwd=path)
+    sh("git", "tag", "start", cwd=path)
     return path
 
 
 def commit_change(clone: Path, message: str, appended: str = "") -> None:
-    sh("git", "checkout", "--quiet", "-B", "scratch", "HEAD", cwd=clone)
+    """One commit on top of `start` (HEAD~1 is then `start`), appending `appended` to local.py."""
+    sh("git", "checkout", "--quiet", "--force", "-B", "scratch", "start", cwd=clone)
     if appended:
         local = clone / "attention_zoo" / "attention" / "local.py"
         local.write_text(local.read_text() + appended)
@@ -176,14 +182,13 @@ def run_gate(clone: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-ROUNDS = ("--rounds", "2")  # the minimum that interleaves: keeps each run to a minute or two
 LOCAL_FORWARD = gate.core_time_regex(["local"]).replace(r"(\+backward)?", "")
 
 
 @pytest.mark.slow
 def test_gate_passes_an_unchanged_commit(clone: Path) -> None:
     commit_change(clone, "no change")
-    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines", *ROUNDS)
+    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "gate: no regression" in proc.stdout
 
@@ -191,11 +196,10 @@ def test_gate_passes_an_unchanged_commit(clone: Path) -> None:
 @pytest.mark.slow
 def test_gate_fails_a_planted_slowdown_naming_the_benchmark(clone: Path) -> None:
     commit_change(clone, "planted slowdown", SLOWER_LOCAL)
-    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines", *ROUNDS)
+    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"time {NAME}" in proc.stdout
-    assert "before" in proc.stdout and "after" in proc.stdout
-    sh("git", "reset", "--quiet", "--hard", "HEAD~1", cwd=clone)
+    assert "before" in proc.stdout and "after" in proc.stdout and "re-measured" in proc.stdout
 
 
 @pytest.mark.slow
@@ -208,7 +212,15 @@ def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> No
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"baseline {case.name()}: tracked_peak_bytes" in proc.stdout
     assert "1.200x" in proc.stdout or "1.199x" in proc.stdout
-    sh("git", "reset", "--quiet", "--hard", "HEAD~1", cwd=clone)
+
+
+@pytest.mark.slow
+def test_gate_exits_2_showing_the_error_when_the_baseline_check_crashes(clone: Path) -> None:
+    commit_change(clone, "planted crash", '\nraise RuntimeError("planted: local is broken")\n')
+    proc = run_gate(clone, "--base", "HEAD~1", "--fast", "--no-time")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "the baseline check failed" in proc.stderr
+    assert "RuntimeError: planted: local is broken" in proc.stderr
 
 
 @pytest.mark.slow
