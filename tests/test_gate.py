@@ -143,8 +143,8 @@ def sh(*args: str, cwd: Path) -> str:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A clone of this repository's HEAD (tagged `start`) with a scratch branch; commits go there
-    only, each on top of `start`, so that no test sees another's planted change."""
+    """A clone of this repository's HEAD (tagged `gate-start`) with a scratch branch; commits go
+    there only, each on top of `gate-start`, so that no test sees another's planted change."""
     path = tmp_path_factory.mktemp("gate") / "repo"
     sh("git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(path), cwd=ROOT)
     sh(
@@ -158,13 +158,13 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     sh("git", "config", "user.email", "gate@test", cwd=path)
     sh("git", "config", "user.name", "gate test", cwd=path)
-    sh("git", "tag", "start", cwd=path)
+    sh("git", "tag", "--force", "gate-start", cwd=path)
     return path
 
 
 def commit_change(clone: Path, message: str, appended: str = "") -> None:
-    """One commit on top of `start` (HEAD~1 is then `start`), appending `appended` to local.py."""
-    sh("git", "checkout", "--quiet", "--force", "-B", "scratch", "start", cwd=clone)
+    """One commit on top of `gate-start` (its HEAD~1), appending `appended` to local.py."""
+    sh("git", "checkout", "--quiet", "--force", "-B", "scratch", "gate-start", cwd=clone)
     if appended:
         local = clone / "attention_zoo" / "attention" / "local.py"
         local.write_text(local.read_text() + appended)
