@@ -35,7 +35,8 @@ from .measure.runner import (
     measure_case,
     measure_group,
 )
-from .measure.status import ERROR, OOM
+from .measure.status import ERROR, INVALID, OOM
+from .measure.trust import timing_marks
 from .measure.worker import run_isolated
 from .store import ResultStore
 
@@ -365,12 +366,13 @@ def run_sweep(
         run_id = store.latest_run(kind="bench", fingerprint=fingerprint)
         if run_id:
             log.info("resuming run %s", run_id)
+    environment = capture(cases[0].device, settings.threads)
     run_id = store.start_run(
         kind="bench",
         run_id=run_id,
         fingerprint=fingerprint,
         device=cases[0].device,
-        environment=capture(cases[0].device, settings.threads),
+        environment=environment,
         meta={
             "settings": _settings_meta(settings),
             "isolate": isolate,
@@ -403,8 +405,9 @@ def run_sweep(
                         environment=outcome.environment,
                     )
                     results.append(result)
-                    if result.status in (ERROR, OOM):
+                    if result.status in (ERROR, OOM, INVALID):
                         log.warning("%s: %s: %s", case.name(), result.status, result.error)
+                    _warn_marks(case, result, environment.threads)
                     bar.finished(result.status, case.name())
     except KeyboardInterrupt:
         store.mark_interrupted(run_id)
@@ -423,6 +426,13 @@ def run_sweep(
         total=len(cases),
         load_end=load_end,
     )
+
+
+def _warn_marks(case: BenchCase, result: CaseResult, threads: int) -> None:
+    """One line per time set aside (unstable, or taken on a busy machine), with what was seen."""
+    metrics = {r[0]: r[1] for r in result.rows}
+    for mark in timing_marks(metrics, threads):
+        log.warning("%s: time marked %s", case.name(), mark.reason)
 
 
 def _case_results(batch: Sequence[BenchCase], outcome: Outcome) -> list[CaseResult]:

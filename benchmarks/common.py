@@ -124,8 +124,11 @@ def build_padded(case: BenchCase, padded_fraction: float = 0.25) -> Runnable:
     mask = torch.ones(case.batch, case.seq_len, dtype=torch.bool, device=device)
     mask[1:, case.seq_len - int(case.seq_len * padded_fraction) :] = False
 
+    def output() -> torch.Tensor:
+        return core(q, k, v, key_padding_mask=mask)
+
     def forward() -> torch.Tensor:
-        return core(q, k, v, key_padding_mask=mask).sum()
+        return output().sum()
 
     def step() -> None:
         if case.mode == "forward":
@@ -138,7 +141,7 @@ def build_padded(case: BenchCase, padded_fraction: float = 0.25) -> Runnable:
 
     step()
     synchronize(device)
-    return Runnable(case, core, inputs, step)
+    return Runnable(case, core, inputs, step, output)
 
 
 def run_synced(runnable: Runnable) -> None:

@@ -1,6 +1,6 @@
 """A synthetic results store with known answers for the report tests: exact power laws, a crossover
-at a known length, an OOM case, a busy run, task runs with cost rows of the same model, and
-residual / feed-forward variants."""
+at a known length, an OOM case, times set aside (a busy run's, an unstable one), task runs with
+cost rows of the same model, and residual / feed-forward variants."""
 
 from __future__ import annotations
 
@@ -141,15 +141,34 @@ def _variant_runs(store: ResultStore) -> None:
     store.finish_run(run)
 
 
+SET_ASIDE_LENGTH = 512  # times off every law: a report that ranked or fitted them would show it
+
+
+def _set_aside_runs(store: ResultStore) -> str:
+    """`full` at SET_ASIDE_LENGTH in a run to be marked busy (its id is returned), and `sdpa` there
+    with repeats that disagreed (IQR as large as the median) in an idle run."""
+    runs = {}
+    for backend, iqr_share in (("full", 0.05), ("sdpa", 1.0)):
+        run = runs[backend] = store.start_run(kind="bench", device="cpu")
+        t = 1.0  # seconds: far off every law at this length
+        rows = [("time_median", t, "s"), ("time_iqr", t * iqr_share, "s"), ("time_min", t, "s")]
+        rows.append(("peak_bytes", 10.0, "bytes"))  # the leanest there: memory is never set aside
+        case = block_case(backend, SET_ASIDE_LENGTH, options=LAWS[backend][0])
+        store.add_rows(run, None, case.to_dict(), rows)
+        store.finish_run(run)
+    return runs["full"]
+
+
 def make_store(path: Path, *, busy: bool = False) -> Path:
-    """The synthetic store at `path`; busy: the bench run's load at start far above the cores."""
+    """The synthetic store at `path`, every run idle on 2 cores whatever this machine's load is
+    (module-scoped fixtures build it before the tests' idle CPU counters are patched in); busy:
+    with times set aside (_set_aside_runs), one run's load at start far above its cores."""
     with ResultStore(path) as store:
-        run = _bench_run(store)
-        if busy:
-            store._db.execute(
-                "UPDATE runs SET load_start = 40.0, cpu_count = 2 WHERE run_id = ?", (run,)
-            )
-            store._db.commit()
+        _bench_run(store)
+        busy_run = _set_aside_runs(store) if busy else None
         _task_runs(store)
         _variant_runs(store)
+        store._db.execute("UPDATE runs SET load_start = 0.0, load_end = 0.0, cpu_count = 2")
+        store._db.execute("UPDATE runs SET load_start = 40.0 WHERE run_id = ?", (busy_run,))
+        store._db.commit()
     return path

@@ -1,5 +1,6 @@
 """The report: stored numbers in the right cells, one label per configuration, one row per
-configuration (latest run, stated), every distinguishing parameter shown, busy timings marked,
+configuration (latest run, stated), every distinguishing parameter shown, busy and unstable
+timings marked and never ranked, fitted or divided,
 empty sections saying which command fills them, and the command line around it."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from attention_zoo.report import build_report
 from attention_zoo.report.index import write_index
 from attention_zoo.store import ResultStore
 
-from .report_fixtures import LSH_BEATS_SDPA_FROM, block_case, make_store
+from .report_fixtures import LSH_BEATS_SDPA_FROM, SET_ASIDE_LENGTH, block_case, make_store
 
 
 def _table(text: str, heading: str, header: str) -> list[list[str]]:
@@ -49,14 +50,20 @@ def built(tmp_path_factory):
 def test_headline_cells_hold_stored_numbers_ratios_and_statuses(built):
     _, text = built
     rows = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant")}
-    # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms (busy run: marked), IQR 1/20 of it
-    assert rows[("1024", "`full`")][2:5] == ["1.05†", "0.0524", "2.00x"]
+    # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms, IQR 1/20 of it
+    assert rows[("1024", "`full`")][2:5] == ["1.05", "0.0524", "2.00x"]
+    # set aside: shown with their marks, in no ratio; memory is never set aside
+    at = str(SET_ASIDE_LENGTH)
+    assert rows[(at, "`full`")][2:7] == ["1,000†", "50.0", "-", "0.00000954", "1.00x"]
+    assert rows[(at, "`sdpa`")][2:5] == ["1,000‡", "1,000", "-"]
     assert rows[("4096", "`full`")][2:7] == ["OOM", "OOM", "-", "OOM", "-"]
     assert rows[("256", "`sdpa`")][4] == "1.00x"
     # lsh with num_hashes=1 (the default) is plain `lsh`: one label per configuration
     assert ("1024", "`lsh`") in rows and not any("num_hashes=1" in k[1] for k in rows)
-    fastest = {r[0]: r[1] for r in _table(text, FORWARD, "L | fastest")}
-    assert fastest["4096"] == "`lsh`"
+    fastest = {r[0]: r[1:] for r in _table(text, FORWARD, "L | fastest")}
+    assert fastest["4096"][0] == "`lsh`"
+    assert fastest[at][:2] == ["-", "-"] and fastest[at][2] in ("`full`", "`sdpa`")
+    assert "2 of 18 times set aside (1 taken while the machine was busy, †; 1 unstable" in text
 
 
 @pytest.mark.slow
@@ -103,7 +110,7 @@ def test_missing_provenance_claims_and_the_same_content_in_html(built):
     assert any(r[8] == "40.00" and r[10] == "yes" for r in provenance)
     assert "## Claims" in text
     html = files.html.read_text()
-    assert '<td class="num">1.05†</td>' in html and "data:image/png;base64," in html
+    assert '<td class="num">1,000†</td>' in html and "data:image/png;base64," in html
     assert files.csv.read_text().count("\n") > 20
 
 

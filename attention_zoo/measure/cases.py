@@ -209,12 +209,14 @@ def _auto_positions(seq_len: int, hidden: int) -> dict[str, Any]:
 
 @dataclass
 class Runnable:
-    """A built case: `step()` runs one call of the case's mode and returns nothing."""
+    """A built case: `step()` runs one call of the case's mode and returns nothing; `output()`
+    one forward returning what the target returns (its contract is checked in validate.py)."""
 
     case: BenchCase
     module: nn.Module | None
     inputs: tuple[Tensor, ...]
     step: Callable[[], None]
+    output: Callable[[], Tensor]
     optimizer: torch.optim.Optimizer | None = None
 
     def resident_bytes(self) -> int:
@@ -296,10 +298,13 @@ def _build_attention(case: BenchCase, device: torch.device, dtype: torch.dtype) 
     )
     q, k, v = (inputs[0], inputs[0], inputs[1]) if spec.caps.shared_qk else inputs
 
-    def forward() -> Tensor:
-        return core(q, k, v).sum()
+    def output() -> Tensor:
+        return core(q, k, v)
 
-    return Runnable(case, core, inputs, _make_step(case, forward, list(inputs)))
+    def forward() -> Tensor:
+        return output().sum()
+
+    return Runnable(case, core, inputs, _make_step(case, forward, list(inputs)), output)
 
 
 def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
@@ -326,7 +331,8 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
     def forward() -> Tensor:
         return block(x).sum()
 
-    return Runnable(case, block, (x,), _make_step(case, forward, params, optimizer), optimizer)
+    step = _make_step(case, forward, params, optimizer)
+    return Runnable(case, block, (x,), step, lambda: block(x), optimizer)
 
 
 def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
@@ -345,4 +351,5 @@ def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
         out = model(ids, labels=None if case.mode == "forward" else ids)
         return out.logits if out.loss is None else out.loss
 
-    return Runnable(case, model, (ids,), _make_step(case, forward, params, optimizer), optimizer)
+    step = _make_step(case, forward, params, optimizer)
+    return Runnable(case, model, (ids,), step, lambda: model(ids).logits, optimizer)

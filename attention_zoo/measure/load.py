@@ -7,7 +7,9 @@ counters (Linux; the run's meta says `"load": "sampled"`), else the 1-minute loa
 also holds the tail of whatever ran just before, this run's own work included). A run is busy
 when the load leaves fewer free cores than its threads (load > cores - threads + SLACK), at its
 start, and at its end for a sampled load; a load average at the end includes the run's own
-threads, so there the rule is load > cores + SLACK.
+threads, so there the rule is load > cores + SLACK. Every case's timing is bracketed by two
+`CpuReading`s too (read outside the timed calls, so they cost the case nothing): the load of the
+other processes during it, this process's own CPU time subtracted (measure/trust.py).
 """
 
 from __future__ import annotations
@@ -55,6 +57,43 @@ def machine_load(sample_s: float | None = None) -> Load:
         return Load(os.getloadavg()[0], LOAD_AVERAGE)
     except (OSError, AttributeError):
         return Load(None, LOAD_AVERAGE)
+
+
+# Below this many seconds between two readings the counters' 10 ms ticks make the load coarser
+# than SLACK (on 2 cores: 20 ticks, +-0.1 core each for the machine and for this process).
+MIN_WINDOW_S = 0.1
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """The CPU counters at one moment: all CPUs' busy and total jiffies, this process's CPU
+    seconds (all its threads), and the wall clock."""
+
+    busy: int
+    total: int
+    own_s: float
+    wall_s: float
+
+
+def read_cpu() -> CpuReading | None:
+    """The counters now (two small reads, no sleep); None where the system has no /proc/stat."""
+    times = _cpu_times()
+    if times is None:
+        return None
+    own = os.times()
+    return CpuReading(times[0], times[1], own.user + own.system, time.perf_counter())
+
+
+def others_load(before: CpuReading | None, after: CpuReading | None) -> float | None:
+    """Cores kept busy by other processes between two readings: the busy share of all CPUs times
+    the cores, less this process's CPU seconds per wall second; None when unknown or too short."""
+    if before is None or after is None:
+        return None
+    wall, total = after.wall_s - before.wall_s, after.total - before.total
+    if wall < MIN_WINDOW_S or total <= 0:
+        return None
+    machine = (after.busy - before.busy) / total * (os.cpu_count() or 1)
+    return round(max(0.0, machine - (after.own_s - before.own_s) / wall), 2)
 
 
 def cpu_count() -> int:

@@ -21,9 +21,11 @@ from .cases import BenchCase, Runnable, build_runnable
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
-from .status import ERROR, OK, OOM, SKIPPED
-from .timing import fixed_threads, time_interleaved
+from .status import ERROR, INVALID, OK, OOM, SKIPPED
+from .timing import fixed_threads
 from .tracker import tracked_peak
+from .trust import time_until_stable, timing_marks
+from .validate import check_case
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ class CaseResult:
     """The outcome of one case: status, metric rows (maybe partial), error text."""
 
     case: BenchCase
-    status: str  # ok, oom, error, skipped
+    status: str  # ok, oom, error, skipped, invalid
     rows: list[Metric] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
@@ -183,6 +185,10 @@ class _Pending:
             return self.finish(OK)
         try:
             runnable = build_runnable(case)
+            invalid, note = check_case(runnable)
+            self.notes += [note] if note else []
+            if invalid:
+                return self.finish(INVALID, invalid)
             runnable.step()  # warm-up: lazy state (optimizer moments, caches) becomes resident
             self.rows.extend(_measure_memory(runnable, settings, alone=alone))
         except Exception as exc:  # any failure is a stored result, never a crash
@@ -209,25 +215,32 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         return run
 
     fns = {i: guarded(i, p.runnable.step) for i, p in enumerate(live) if p.runnable is not None}
-    stats = time_interleaved(
+    timed = time_until_stable(
         fns,
         device=live[0].case.device,
         warmup=max(0, settings.warmup - 1),  # one warm-up already ran
         repeats=settings.min_repeats,
         budget_s=settings.time_budget_s,
         max_repeats=settings.max_repeats,
+        dropped=failed.__contains__,
     )
     for i, p in enumerate(live):
         if i in failed:
             p.fail(failed[i])
             continue
-        s = stats[i]
-        p.rows += [
-            metric_row("time_median", s.median),
-            metric_row("time_iqr", s.iqr),
-            metric_row("time_min", s.min),
-            metric_row("time_repeats", s.repeats),
+        t = timed[i]
+        rows = [
+            metric_row("time_median", t.stats.median),
+            metric_row("time_iqr", t.stats.iqr),
+            metric_row("time_min", t.stats.min),
+            metric_row("time_repeats", t.stats.repeats),
+            metric_row("time_attempts", t.attempts),
         ]
+        if t.free_cores is not None:
+            rows.append(metric_row("free_cores", t.free_cores))
+        p.rows += rows
+        marks = timing_marks({r.metric: r.value for r in rows}, t.stats.threads)
+        p.notes += [m.reason for m in marks]
 
 
 def _unsupported(case: BenchCase) -> str | None:

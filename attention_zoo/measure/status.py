@@ -1,6 +1,7 @@
 """The outcome of a measured case or a task run, as stored and as shown in tables."""
 
 OK, OOM, ERROR, SKIPPED = "ok", "oom", "error", "skipped"
-STATUSES = (OK, OOM, ERROR, SKIPPED)
+INVALID = "invalid"  # it ran, but its output broke the contract (shape, dtype, NaN, wrong values)
+STATUSES = (OK, OOM, ERROR, SKIPPED, INVALID)
 # How a case without a number is shown in a table cell.
-STATUS_TEXT = {OK: "ok", OOM: "OOM", ERROR: "error", SKIPPED: "n/a"}
+STATUS_TEXT = {OK: "ok", OOM: "OOM", ERROR: "error", SKIPPED: "n/a", INVALID: "invalid"}

@@ -12,6 +12,7 @@ from .cases import comparison_key
 from .metrics import table_columns
 from .peers import peer_note, reference_backend
 from .status import OK
+from .trust import timing_marks
 
 
 def format_table(
@@ -110,6 +111,8 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
     for c in order:
         cfg, m = c["config"], c["metrics"]
         status = c["status"] if c["status"] == OK else c["status"].upper()
+        if c["status"] == OK and c.get("threads"):  # a time set aside says why in the notes
+            status += "".join(f" ({mark.kind})" for mark in timing_marks(m, int(c["threads"])))
         meas, pred = m.get("peak_bytes"), m.get("predicted_peak_bytes")
         line = [
             *case_cells(cfg),

@@ -11,7 +11,9 @@ from ..measure.status import OK, STATUS_TEXT
 from .document import Heading, Para
 from .ledger import Ledger, Ref
 
-BUSY_MARK = "†"  # a timing from a run whose machine was busy
+BUSY_MARK = "†"  # a timing taken while the machine was busy
+UNSTABLE_MARK = "‡"  # a timing whose repeats disagreed (measure/trust.py)
+TIME = "time_median"
 
 
 @dataclass
@@ -31,14 +33,39 @@ class Context:
     def ref(self, row: Any, what: str) -> Ref:
         return [row["run_id"], row["case_key"], what]
 
-    def metric(self, row: Any, metric: str, kind: str = "", *, mark_busy: bool = False) -> str:
+    def metric(self, row: Any, metric: str, kind: str = "", *, mark_time: bool = False) -> str:
         """A stored metric of a case through the ledger (shown as the metric catalogue says), or
-        its status when it has none."""
+        its status when it has none; mark_time: with the marks of a time set aside."""
         value = row["metrics"].get(metric)
         if value is None:
             return STATUS_TEXT.get(row["status"], "-") if row["status"] != OK else "-"
         text = self.ledger.value(kind or metric, value, self.ref(row, metric))
-        return text + BUSY_MARK if mark_busy and row.get("busy") else text
+        if mark_time:
+            text += (BUSY_MARK if flag(row, "busy") else "") + (
+                UNSTABLE_MARK if flag(row, "unstable") else ""
+            )
+        return text
+
+    def set_aside(self) -> str:
+        """How many shown times are set aside and why ('' when none)."""
+        if self.bench.empty:
+            return ""
+        timed = [r for _, r in self.bench.iterrows() if r["status"] == OK and TIME in r["metrics"]]
+        busy = [r for r in timed if flag(r, "busy")]
+        unstable = [r for r in timed if flag(r, "unstable")]
+        aside = [r for r in timed if not trusted(r, TIME)]
+        if not aside:
+            return ""
+
+        def count(rows: list[Any]) -> str:
+            return self.ledger.derive("count", "count", [self.input(r, TIME) for r in rows])[1]
+
+        return (
+            f"{count(aside)} of {count(timed)} times set aside ({count(busy)} taken while the "
+            f"machine was busy, {BUSY_MARK}; {count(unstable)} unstable, {UNSTABLE_MARK}: repeats "
+            "that still disagreed after being timed again): shown, but never named fastest, "
+            "never in a time ratio, an exponent or a crossover."
+        )
 
     def config(self, row: Any, path: str, kind: str = "length") -> str:
         from .ledger import config_value
@@ -48,6 +75,20 @@ class Context:
 
     def input(self, row: Any, metric: str) -> tuple[Ref, dict[str, Any], float]:
         return (self.ref(row, metric), row["config"], row["metrics"][metric])
+
+
+def trusted(row: Any, metric: str) -> bool:
+    """Whether a case's `metric` may be ranked, fitted or divided: a number of a case that ran
+    (status ok); a time only when neither busy nor unstable. Memory and FLOPs ignore the load."""
+    if row["status"] != OK or metric not in row["metrics"]:
+        return False
+    return metric != TIME or not (flag(row, "busy") or flag(row, "unstable"))
+
+
+def flag(row: Any, name: str) -> bool:
+    """A row's yes/no column; missing, None and NaN (pandas' unknown) read as no."""
+    value = row.get(name)
+    return value is not None and value == value and bool(value)
 
 
 def empty_section(title: str, command: str) -> list[Any]:

@@ -8,12 +8,12 @@ from typing import Any
 
 from ..measure.metrics import METRICS, reported
 from ..measure.peers import families, reference_backend
-from .context import BUSY_MARK, Context, empty_section
+from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, trusted
 from .document import Heading, Image, Para, Table
 from .plots import scaling_plot
 
 QUICK = "zoo bench --preset quick"
-TIME, MEMORY = "time_median", "peak_bytes"
+MEMORY = "peak_bytes"
 
 
 def header(metric: str, short: str = "") -> str:
@@ -48,7 +48,7 @@ def _reference_row(part: Any, seq_len: int, reference: str, backend: str = "") -
 
 
 def _ratio(ctx: Context, row: Any, ref: Any, metric: str) -> str:
-    if ref is None or metric not in row["metrics"] or metric not in ref["metrics"]:
+    if ref is None or not trusted(row, metric) or not trusted(ref, metric):
         return "-"
     if not ref["metrics"][metric]:
         return "-"
@@ -71,16 +71,19 @@ def headline(ctx: Context) -> list[Any]:
             f"Per setting and length: the fastest and the leanest variant, then every variant's "
             f"median time (with its interquartile range) and peak memory, each also as a ratio to "
             f"{to} at the same setting and length (ratio = variant / reference; smaller is "
-            f"better). {BUSY_MARK} marks a time measured while the machine was busy."
+            f"better). {BUSY_MARK} marks a time measured while the machine was busy, "
+            f"{UNSTABLE_MARK} one whose repeats disagreed."
         ),
     ]
+    if aside := ctx.set_aside():
+        blocks.append(Para(aside))
     for setting, part in groups:
         blocks.append(Heading(2, f"`{setting}`"))
         ok = part[part["status"] == "ok"]
         best_rows = []
         time_header, memory_header = header(TIME, "time"), header(MEMORY, "peak memory")
         for _, at_n in ok.groupby("seq_len", sort=True):
-            timed = at_n[[TIME in m for m in at_n["metrics"]]]
+            timed = at_n[[trusted(r, TIME) for _, r in at_n.iterrows()]]
             sized = at_n[[MEMORY in m for m in at_n["metrics"]]]
             fast = (
                 timed.loc[timed["metrics"].map(lambda m: m[TIME]).idxmin()] if len(timed) else None
@@ -94,7 +97,7 @@ def headline(ctx: Context) -> list[Any]:
                 [
                     ctx.config(at_n.iloc[0], "seq_len"),
                     f"`{fast['variant']}`" if fast is not None else "-",
-                    ctx.metric(fast, TIME, mark_busy=True) if fast is not None else "-",
+                    ctx.metric(fast, TIME) if fast is not None else "-",
                     f"`{lean['variant']}`" if lean is not None else "-",
                     ctx.metric(lean, MEMORY) if lean is not None else "-",
                 ]
@@ -111,7 +114,7 @@ def headline(ctx: Context) -> list[Any]:
                 [
                     ctx.config(row, "seq_len"),
                     f"`{row['variant']}`",
-                    ctx.metric(row, TIME, mark_busy=True),
+                    ctx.metric(row, TIME, mark_time=True),
                     ctx.metric(row, "time_iqr", TIME),  # in the median's unit
                     _ratio(ctx, row, r, TIME),
                     ctx.metric(row, MEMORY),
@@ -146,9 +149,12 @@ def scaling(ctx: Context) -> list[Any]:
             "of the time). The exponent is the slope of a least-squares line through the log-log "
             "points (time ∝ L^exponent); the crossover tables say from which length the row's "
             "variant is below the column's, interpolated log-log between the two measured lengths "
-            "around the crossing — or that it is not within the measured range."
+            "around the crossing — or that it is not within the measured range. Times set aside "
+            "(busy or unstable) are plotted but never fitted or crossed."
         ),
     ]
+    if aside := ctx.set_aside():
+        blocks.append(Para(aside))
     for index, (setting, part) in enumerate(groups):
         blocks.append(Heading(2, f"`{setting}`"))
         ok = part[part["status"] == "ok"]
@@ -173,7 +179,7 @@ def scaling(ctx: Context) -> list[Any]:
 
 
 def _exponent(ctx: Context, part: Any, metric: str) -> str:
-    rows = [r for _, r in part.iterrows() if metric in r["metrics"] and r["metrics"][metric] > 0]
+    rows = [r for _, r in part.iterrows() if trusted(r, metric) and r["metrics"][metric] > 0]
     if len({r["seq_len"] for r in rows}) < 2:
         return "-"
     return ctx.ledger.derive("exponent", "exponent", [ctx.input(r, metric) for r in rows])[1]
@@ -183,7 +189,7 @@ def _crossovers(ctx: Context, ok: Any, metric: str) -> Table | None:
     from .analysis import crossover
 
     series = {
-        v: {r["seq_len"]: r for _, r in p.iterrows() if metric in r["metrics"]}
+        v: {r["seq_len"]: r for _, r in p.iterrows() if trusted(r, metric)}
         for v, p in ok.groupby("variant", sort=True)
     }
     series = {v: s for v, s in series.items() if len(s) >= 2}

@@ -3,7 +3,8 @@
 Selection rule (stated in every report): for each configuration — every case parameter with options
 resolved against their defaults, plus the device name and thread count — the latest stored run is
 shown; earlier runs of the same configuration are counted, not averaged. Timings from a run whose
-machine load was above the busy threshold at its start or end are marked.
+machine load was above the busy threshold at its start or end, or taken while other processes left
+too few cores free, or whose repeats disagreed (measure/trust.py), are marked and set aside.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from ..labels import case_label, is_peer, resolve_options
 from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
+from ..measure.trust import BUSY, UNSTABLE, timing_marks
 
 SELECTION_RULE = (
     "one row per configuration (every case parameter, options resolved against their defaults, "
@@ -42,7 +44,9 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
 
     Columns: measure.table.group_cases' (run_id, case_key, status, error, config, metrics,
     device_name, threads, git_commit, torch_version, created_at), kind (bench|task|other), and the
-    run's kind, start, load_start, load_end, cpu_count and busy flag."""
+    run's kind, start, load_start, load_end, cpu_count, the busy flag (the run's load at its ends,
+    or the cores left free while the case was timed; None: no load recorded), the unstable flag
+    and the marks' reasons."""
     import pandas as pd
 
     records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
@@ -74,6 +78,10 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
                     )
                 )
             )
+        marks = timing_marks(case["metrics"], case["threads"])
+        kinds = {m.kind for m in marks}
+        if BUSY in kinds or (busy is None and "free_cores" in case["metrics"]):
+            busy = bool(busy) or BUSY in kinds
         out.append(
             {
                 **case,
@@ -83,6 +91,8 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
                 "load_end": load_end,
                 "cpu_count": cpu_count,
                 "busy": busy,
+                "unstable": UNSTABLE in kinds,
+                "marks": [m.reason for m in marks],
             }
         )
     frame = pd.DataFrame(out)

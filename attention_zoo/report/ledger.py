@@ -3,7 +3,7 @@
 A reference names a stored value: `[run_id, case_key, what]`, where `what` is a metric name, a
 case config field (`config.seq_len`, `config.model.num_hidden_layers`) or a run field
 (`run.load_start`, case_key ""). A number is either one referenced value, or derived by a named
-formula from referenced values (ratio, exponent fit, crossover, mean, slope), or a published
+formula from referenced values (ratio, exponent fit, crossover, mean, slope, count), or a published
 constant. The ledger is written beside the report (numbers.json); the traceability test fetches
 every reference from the store and checks that it gives the printed text.
 """
@@ -98,6 +98,7 @@ FORMULAS: dict[str, Callable[[Sequence[Input], dict[str, Any]], float]] = {
     "crossover": _crossover_length,
     "mean": lambda i, p: statistics.fmean(v for _, v in i),
     "slope": lambda i, p: linear_slope(*_points(i, p["x"])),
+    "count": lambda i, p: len(i),  # how many of the referenced values (e.g. times set aside)
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .context import Context, empty_section
+from .context import TIME, Context, empty_section, trusted
 from .cost import header
 from .document import Heading, Para, Table
 
@@ -86,11 +86,7 @@ def _residual_table(ctx: Context, models: Any) -> Table | None:
             top = max(by_residual[name], key=lambda r: int(_model(r, LAYERS, 0)))
             ref = standard.get(int(_model(top, LAYERS, 0)))
             price = "-"
-            if (
-                ref is not None
-                and "time_median" in top["metrics"]
-                and "time_median" in ref["metrics"]
-            ):
+            if ref is not None and trusted(top, TIME) and trusted(ref, TIME):
                 price = ctx.ledger.derive(
                     "ratio", "ratio", [ctx.input(top, "time_median"), ctx.input(ref, "time_median")]
                 )[1]
@@ -138,8 +134,8 @@ def _chunk_table(ctx: Context, models: Any) -> Table | None:
                 f"`{r['label']}`",
                 ctx.config(r, f"config.model.{key}", "count"),
             ]
-            for metric in ("peak_bytes", "time_median"):
-                if metric in r["metrics"] and base["metrics"].get(metric):
+            for metric in ("peak_bytes", TIME):
+                if trusted(r, metric) and trusted(base, metric) and base["metrics"][metric]:
                     cells.append(
                         ctx.ledger.derive(
                             "ratio", "ratio", [ctx.input(r, metric), ctx.input(base, metric)]

@@ -1,0 +1,150 @@
+"""Check a built case's output before any of its numbers is stored: the contract's shape and dtype,
+finite values from finite inputs, and for an exact backend agreement with its dense reference at a
+small size. A case that fails is stored as `invalid`, never as a time to rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..attention.spec import Case, build_attention, get_backend
+from .cases import DTYPES, BenchCase, Runnable
+from .peers import is_peer
+
+# The reference check's size: small enough to cost nothing, long enough that chunked kernels pad
+# (48 is no multiple of their chunk lengths) and several blocks of a kernel are compared.
+CHECK_SHAPE = (1, 2, 48)  # (b, h, n); d is the case's head_dim
+# |out - ref| <= tol + tol * |ref| per dtype: float64 leaves only summation order (~1e-15); the
+# others allow a few units of their rounding at this length.
+TOLERANCE = {"float64": 1e-6, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+CHECK_DTYPES = ("float64", "float32")  # the most exact dtype the backend runs, else the case's
+
+
+def reference_backend_for(shared_qk: bool) -> str:
+    """The dense backend an exact backend must equal: shared-qk for shared-QK cores, else full."""
+    return "shared-qk" if shared_qk else "full"
+
+
+def expected_output(case: BenchCase) -> tuple[tuple[int, ...], torch.dtype]:
+    """The shape and dtype a case's forward must return: (b, h, n, d) like q for an attention
+    core, (b, n, hidden) for a block, (b, n, vocab) logits for a model; the case's dtype."""
+    if case.target == "attention":
+        shape: tuple[int, ...] = (case.batch, case.num_heads, case.seq_len, case.head_dim)
+    elif case.target == "block":
+        shape = (case.batch, case.seq_len, case.hidden)
+    else:
+        shape = (case.batch, case.seq_len, case.reformer_config().vocab_size)
+    return shape, DTYPES[case.dtype]
+
+
+def invalid_output(runnable: Runnable) -> str | None:
+    """Why the case's output breaks the contract, or None: one forward on the case's inputs."""
+    case = runnable.case
+    with torch.no_grad():
+        out = runnable.output()
+    shape, dtype = expected_output(case)
+    if not isinstance(out, Tensor):
+        return f"the {case.target} returned {type(out).__name__}, not a tensor"
+    if tuple(out.shape) != shape:
+        return (
+            f"the {case.target} returned shape {tuple(out.shape)}, the contract says {shape} "
+            f"({_shape_names(case)})"
+        )
+    if out.dtype != dtype:
+        return f"the {case.target} returned dtype {out.dtype} for {case.dtype} inputs"
+    inputs_finite = all(
+        bool(t.isfinite().all()) for t in runnable.inputs if t.dtype.is_floating_point
+    )
+    if inputs_finite and not bool(out.isfinite().all()):
+        bad = int((~out.isfinite()).sum())
+        return f"{bad} of {out.numel()} output values are NaN or infinite (the inputs were finite)"
+    return None
+
+
+def _shape_names(case: BenchCase) -> str:
+    return {
+        "attention": "batch, heads, length, head_dim, like q",
+        "block": "batch, length, hidden",
+        "model": "batch, length, vocab_size",
+    }[case.target]
+
+
+def disagreement(case: BenchCase) -> str | None:
+    """Why an exact backend of the case does not equal its dense reference at CHECK_SHAPE, or
+    None (approximate backends and peers are not compared; fidelity is measured elsewhere)."""
+    for name, options in _cores(case):
+        spec = get_backend(name)
+        caps = spec.caps_for(**options)
+        reference = reference_backend_for(caps.shared_qk)
+        if not caps.exact or name == reference:
+            continue
+        dtype = _check_dtype(name, case)
+        if dtype is None:
+            continue
+        got, want = (
+            _core_output(n, opts, case, dtype, caps.shared_qk)
+            for n, opts in ((name, options), (reference, {}))
+        )
+        tol = TOLERANCE[dtype]
+        if got.shape != want.shape:
+            return f"exact backend {name!r} returned shape {tuple(got.shape)} at a small size"
+        err = (got - want).abs()
+        if not bool((err <= tol + tol * want.abs()).all()):
+            return (
+                f"exact backend {name!r} disagrees with {reference!r} at n={CHECK_SHAPE[2]} "
+                f"({dtype}): max |difference| {err.max().item():.3g}, tolerance {tol:g}"
+            )
+    return None
+
+
+def _cores(case: BenchCase) -> list[tuple[str, dict[str, Any]]]:
+    """Our registered cores the case runs, each with the options it runs them with."""
+    per_layer = case.model.get("attn_options", {}) if case.target == "model" else {}
+    out = []
+    for name in case.backends():
+        if is_peer(name):
+            continue
+        options = {**per_layer.get(name, {}), **(case.options if name == case.backend else {})}
+        out.append((name, options))
+    return out
+
+
+def _check_dtype(name: str, case: BenchCase) -> str | None:
+    """The dtype of the reference check: the most exact one both cores run on the case's device."""
+    device = torch.device(case.device).type
+    for dtype in (*CHECK_DTYPES, case.dtype):
+        probe = Case(device=device, dtype=dtype, causal=case.causal)
+        if not get_backend(name).unsupported(probe):
+            return dtype
+    return None
+
+
+def _core_output(
+    name: str, options: dict[str, Any], case: BenchCase, dtype: str, shared_qk: bool
+) -> Tensor:
+    """The core's output at CHECK_SHAPE on seeded inputs (the same for every core), in float64."""
+    b, h, n = CHECK_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, case.head_dim, generator=generator) for _ in range(3))
+    if shared_qk:
+        k = q
+    core = build_attention(
+        name, causal=case.causal, device=torch.device(case.device).type, **options
+    )
+    core = core.to(device=case.device, dtype=DTYPES[dtype]).eval()
+    with torch.no_grad():
+        qkv = (t.to(device=case.device, dtype=DTYPES[dtype]) for t in (q, k, v))
+        return core(*qkv).double().cpu()
+
+
+def check_case(runnable: Runnable) -> tuple[str | None, str | None]:
+    """(why the case is invalid or None, a note when the reference check could not run)."""
+    if reason := invalid_output(runnable):
+        return reason, None
+    try:
+        return disagreement(runnable.case), None
+    except Exception as exc:  # the small size failed where the case's own size ran: say so
+        return None, f"reference check not run: {type(exc).__name__}: {exc}"
