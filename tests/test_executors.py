@@ -413,7 +413,12 @@ class PluginFull(AttentionCore):
     def attend(self, q, k, v, key_padding_mask):
         import torch
 
-        return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, -1) @ v
+        scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+        if self.causal:  # exact means exact: the runner compares it with full attention
+            n = q.shape[-2]
+            later = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(later, float("-inf"))
+        return torch.softmax(scores, -1) @ v
 """
 
 

@@ -1,0 +1,260 @@
+"""Only trustworthy numbers are ranked: a plugin whose output breaks the contract is stored
+`invalid` with its reason and never ranked; a time whose repeats disagree is timed again, then
+marked unstable; a time taken while other processes kept the cores busy is marked and warned
+about; a steady time on an idle machine carries no mark."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attention_zoo.measure import load, trust
+from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.runner import MeasureSettings, measure_case
+from attention_zoo.measure.status import INVALID, OK
+from attention_zoo.plugins import import_target
+from attention_zoo.store import ResultStore
+from attention_zoo.sweep import run_sweep
+
+from .test_plugins import clean_registries, run  # noqa: F401 (a fixture)
+
+MODULE = "zoo_broken_plugin"
+PLUGIN_SOURCE = '''
+"""Attentions for the trust tests: four break the contract, two sleep (steadily, or not)."""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from attention_zoo import AttentionCore, Capabilities, register_attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions:
+    """No options."""
+
+
+def softmax_attention(q, k, v, causal, scale=True):
+    scores = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale else 1.0)
+    if causal:
+        n = q.shape[-2]
+        later = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(later, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+APPROXIMATE = Capabilities(exact=False)
+
+
+@register_attention("broken-shape", config=NoOptions, caps=APPROXIMATE)
+class BrokenShape(AttentionCore):
+    """Drops the last token."""
+
+    def attend(self, q, k, v, key_padding_mask):
+        return softmax_attention(q, k, v, self.causal)[:, :, :-1]
+
+
+@register_attention("broken-nan", config=NoOptions, caps=APPROXIMATE)
+class BrokenNaN(AttentionCore):
+    """All NaN."""
+
+    def attend(self, q, k, v, key_padding_mask):
+        return torch.full_like(q, float("nan"))
+
+
+@register_attention("broken-dtype", config=NoOptions, caps=APPROXIMATE)
+class BrokenDtype(AttentionCore):
+    """Returns float64 whatever it is given."""
+
+    def attend(self, q, k, v, key_padding_mask):
+        return softmax_attention(q, k, v, self.causal).double()
+
+
+@register_attention("broken-exact", config=NoOptions)
+class BrokenExact(AttentionCore):
+    """Claims to be exact, forgets the 1/sqrt(d) scale."""
+
+    def attend(self, q, k, v, key_padding_mask):
+        return softmax_attention(q, k, v, self.causal, scale=False)
+
+
+class Sleeper(AttentionCore):
+    """Exact attention, then a sleep of SLEEPS_S[call % len(SLEEPS_S)] seconds."""
+
+    SLEEPS_S = (0.01,)
+
+    def attend(self, q, k, v, key_padding_mask):
+        self.calls = getattr(self, "calls", -1) + 1
+        time.sleep(self.SLEEPS_S[self.calls % len(self.SLEEPS_S)])
+        return softmax_attention(q, k, v, self.causal)
+
+
+@register_attention("steady", config=NoOptions)
+class Steady(Sleeper):
+    """10 ms every call."""
+
+
+@register_attention("zigzag", config=NoOptions)
+class Zigzag(Sleeper):
+    """1 ms, 12 ms, 1 ms, 12 ms, ...: a median no repeat is near."""
+
+    SLEEPS_S = (0.001, 0.012)
+'''
+BROKEN = {
+    "broken-shape": "returned shape (1, 2, 31, 16), the contract says (1, 2, 32, 16)",
+    "broken-nan": "1024 of 1024 output values are NaN or infinite (the inputs were finite)",
+    "broken-dtype": "returned dtype torch.float64 for float32 inputs",
+    "broken-exact": "exact backend 'broken-exact' disagrees with 'full' at n=48 (float64)",
+}
+FAST = MeasureSettings(
+    time_budget_s=0.0, min_repeats=1, max_repeats=1, threads=1, metrics=("time",)
+)
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None) -> Path:  # noqa: F811
+    path = tmp_path / f"{MODULE}.py"
+    path.write_text(PLUGIN_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    import_target(MODULE)
+    return path
+
+
+def _case(backend: str, **changes) -> BenchCase:
+    fields = dict(target="attention", backend=backend, seq_len=32, num_heads=2, head_dim=16)
+    return BenchCase(**{**fields, **changes})
+
+
+def test_a_broken_output_is_stored_invalid_with_its_reason(plugin: Path) -> None:
+    for backend, reason in BROKEN.items():
+        result = measure_case(_case(backend), FAST)
+        assert (result.status, backend) == (INVALID, backend)
+        assert reason in result.error
+        assert result.value("time_median") is None and result.value("peak_bytes") is None
+    # a NaN core inside a block: the block's output is checked too
+    block = measure_case(_case("broken-nan", target="block", hidden=32), FAST)
+    assert block.status == INVALID and "NaN or infinite" in block.error
+    # the honest ones pass: exact and right, and a non-causal case of the same wrong one fails
+    assert measure_case(_case("full"), FAST).status == OK
+    assert measure_case(_case("broken-exact", causal=False), FAST).status == INVALID
+
+
+@pytest.mark.slow
+def test_invalid_cases_are_shown_like_oom_and_never_ranked(
+    plugin: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("pandas")
+    backends = ",".join([*BROKEN, "full"])
+    code, out, err = run(
+        capsys, "--import", MODULE, "bench", "--target", "attention", "--backends", backends,
+        "--lengths", "32", "--metrics", "time,memory", "--store", "zoo.sqlite",
+        "--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("attention ")}
+    assert all(" INVALID " in rows[b] for b in BROKEN) and " ok " in rows["full"]
+    warned = [r.getMessage() for r in caplog.records]  # one line each
+    assert any(
+        "broken-nan L=32 b=1 forward float32 cpu: invalid: 8192 of 8192" in w for w in warned
+    )
+    with ResultStore("zoo.sqlite") as store:
+        cases = {c["config"]["backend"]: c for c in store.cases()}
+    assert {b: cases[b]["status"] for b in cases} == {**dict.fromkeys(BROKEN, INVALID), "full": OK}
+    assert "disagrees with 'full'" in cases["broken-exact"]["error"]
+    code, _, err = run(capsys, "report", "--store", "zoo.sqlite", "--out", "report")
+    assert code == 0, err
+    text = Path("report/report.md").read_text()
+    headline = text.split("# Headline")[1].split("# Scaling")[0]
+    best = next(line for line in headline.splitlines() if line.startswith("| 32 |"))
+    assert best.count("`full`") == 2 and "broken" not in best  # fastest and leanest
+    missing = text.split("# Cases without numbers")[1].split("\n# ")[0]
+    for backend in BROKEN:
+        (line,) = [x for x in missing.splitlines() if f"`{backend}`" in x]
+        assert "| invalid |" in line
+
+
+def _timed(budget_s: float = 0.0) -> MeasureSettings:
+    repeats = 1 if budget_s else 6
+    return MeasureSettings(
+        time_budget_s=budget_s, min_repeats=repeats, max_repeats=max(repeats, 100),
+        threads=1, metrics=("time",),
+    )  # fmt: skip
+
+
+def test_an_unstable_time_is_measured_again_then_marked(plugin: Path) -> None:
+    result = measure_case(_case("zigzag"), _timed())
+    assert result.status == OK
+    assert result.value("time_attempts") == 1 + trust.RETIMES
+    assert f"unstable after {1 + trust.RETIMES} timings: IQR" in result.error
+    median, iqr = result.value("time_median"), result.value("time_iqr")
+    assert iqr > trust.UNSTABLE_IQR * median  # the stored numbers carry the reason
+    assert [m.kind for m in trust.timing_marks(_metrics(result), 1)] == [trust.UNSTABLE]
+
+
+def _metrics(result) -> dict[str, float]:
+    return {r.metric: r.value for r in result.rows}
+
+
+def test_a_steady_time_on_an_idle_machine_carries_no_mark(plugin: Path) -> None:
+    result = measure_case(_case("steady"), _timed(budget_s=0.15))
+    assert (result.status, result.error) == (OK, None)
+    assert result.value("time_attempts") == 1
+    assert result.value("free_cores") >= 1  # the tests' CPU counters read idle
+    assert trust.timing_marks(_metrics(result), 1) == []
+
+
+def test_a_case_timed_while_the_cores_were_busy_is_marked_and_warned_about(
+    plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    """The CPU counters say every core was busy while the case slept: other processes'."""
+    ticks = iter(range(0, 10**12, 100))
+
+    def all_busy() -> tuple[int, int]:
+        t = next(ticks)
+        return t, t
+
+    monkeypatch.setattr(load, "_cpu_times", all_busy)
+    monkeypatch.setattr(load.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(trust, "cpu_count", lambda: 2)
+    store = ResultStore(tmp_path / "s.sqlite")
+    with store, caplog.at_level(logging.WARNING, logger="attention_zoo.sweep"):
+        result = run_sweep([_case("steady")], store, settings=_timed(budget_s=0.15), progress=False)
+        (row,) = store.cases()
+    (stored,) = result.results
+    assert stored.status == OK and stored.value("free_cores") < 0.5
+    assert "busy: other processes left 0.0" in row["error"]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "steady" in warning and "time marked busy: other processes left 0.0" in warning
+    assert "cores free while it was timed, for its 1 thread" in warning
+
+
+@pytest.mark.slow
+@pytest.mark.real_load
+def test_a_case_timed_beside_spinning_processes_is_marked_busy(plugin: Path) -> None:
+    if load._cpu_times() is None:
+        pytest.skip("no /proc/stat here: the load of a case cannot be read")
+    cores = load.cpu_count()
+    # three spinners a core: this process's one thread gets about a quarter of a core, the others
+    # keep all but that busy, well past the busy rule (free < threads - SLACK)
+    spin = "import time\nprint('up', flush=True)\nt = time.time()\nwhile time.time() < t + 20: pass"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+        for _ in range(3 * (os.cpu_count() or cores))
+    ]
+    try:
+        assert all(p.stdout.readline().strip() == "up" for p in procs)
+        case = _case("full", seq_len=256, head_dim=64)
+        result = measure_case(case, _timed(budget_s=0.5))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert result.status == OK and result.value("free_cores") < 1 - load.SLACK, result.rows
+    assert "busy: other processes left" in result.error
