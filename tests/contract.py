@@ -10,6 +10,7 @@ from torch import Tensor
 
 from attention_zoo import BackendSpec, Capabilities, Case, build_attention, get_backend
 from attention_zoo.attention import list_backends
+from attention_zoo.measure.validate import reference_backend_for
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,8 @@ def build(
 
 
 def reference_for(spec: BackendSpec | Variant) -> str:
-    """The dense backend an exact backend must equal: shared-qk for shared-QK cores, else full."""
-    return "shared-qk" if spec.caps.shared_qk else "full"
+    """The dense backend an exact backend must equal (the runner checks every case against it)."""
+    return reference_backend_for(spec.caps.shared_qk)
 
 
 def reference(spec: BackendSpec | Variant, *, causal: bool) -> torch.nn.Module:

@@ -185,11 +185,12 @@ class _Pending:
             return self.finish(OK)
         try:
             runnable = build_runnable(case)
-            invalid, note = check_case(runnable)
+            invalid, note = check_case(runnable)  # one forward on the case's own inputs
             self.notes += [note] if note else []
             if invalid:
                 return self.finish(INVALID, invalid)
-            runnable.step()  # warm-up: lazy state (optimizer moments, caches) becomes resident
+            if case.mode != "forward":  # a forward's warm-up is the check's forward
+                runnable.step()  # warm-up: lazy state (optimizer moments, caches) becomes resident
             self.rows.extend(_measure_memory(runnable, settings, alone=alone))
         except Exception as exc:  # any failure is a stored result, never a crash
             return self.fail(exc)
