@@ -258,3 +258,44 @@ def test_a_case_timed_beside_spinning_processes_is_marked_busy(plugin: Path) -> 
             p.wait()
     assert result.status == OK and result.value("free_cores") < 1 - load.SLACK, result.rows
     assert "busy: other processes left" in result.error
+
+
+def test_the_load_of_others_is_the_machines_less_this_process(monkeypatch) -> None:
+    monkeypatch.setattr(load.os, "cpu_count", lambda: 4)
+    before = load.CpuReading(busy=1000, total=4000, own_s=10.0, wall_s=100.0)
+    # 1 s later: 300 of 400 jiffies busy (3 cores), 1.5 of them this process's own threads
+    after = load.CpuReading(busy=1300, total=4400, own_s=11.5, wall_s=101.0)
+    assert load.others_load(before, after) == 1.5
+    assert load.others_load(before, None) is None  # no counters: unknown, never idle
+    short = load.CpuReading(busy=1001, total=4004, own_s=10.0, wall_s=100.01)
+    assert load.others_load(before, short) is None  # too short to read (MIN_WINDOW_S)
+
+
+def test_the_marks_follow_from_the_stored_numbers() -> None:
+    steady = {"time_median": 1.0, "time_iqr": 0.05, "time_min": 0.9, "free_cores": 1.6}
+    assert trust.timing_marks(steady, threads=2) == []
+    assert [m.kind for m in trust.timing_marks(steady, threads=3)] == [trust.BUSY]
+    wide = {**steady, "time_iqr": 0.3, "time_attempts": 3}
+    (mark,) = trust.timing_marks(wide, threads=1)
+    assert mark.reason == "unstable after 3 timings: IQR 30% of the median (above 25%)"
+    low = {**steady, "time_min": 0.4}
+    assert "minimum 40% of the median" in trust.timing_marks(low, threads=1)[0].reason
+    assert trust.timing_marks({"free_cores": 0.0}, threads=1) == []  # no time, nothing to mark
+
+
+def test_the_report_sets_aside_a_case_timed_busy(tmp_path: Path) -> None:
+    pytest.importorskip("pandas")
+    from attention_zoo.report.context import trusted
+    from attention_zoo.report.frame import case_frame
+
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run = store.start_run(kind="bench")
+        for backend, free in (("full", 0.0), ("sdpa", 2.0)):
+            rows = [("time_median", 1.0, "s"), ("time_iqr", 0.0, "s"), ("time_min", 1.0, "s")]
+            rows.append(("free_cores", free, "cores"))
+            store.add_rows(run, None, _case(backend).to_dict(), rows)
+        store.finish_run(run)
+        frame = case_frame(store.rows(), store.runs())
+    busy = {r["config"]["backend"]: r["busy"] for _, r in frame.iterrows()}
+    assert busy == {"full": True, "sdpa": False}  # the run's ends were idle (tests' counters)
+    assert [trusted(r, "time_median") for _, r in frame.iterrows()] == [False, True]
