@@ -299,3 +299,16 @@ def test_the_report_sets_aside_a_case_timed_busy(tmp_path: Path) -> None:
     busy = {r["config"]["backend"]: r["busy"] for _, r in frame.iterrows()}
     assert busy == {"full": True, "sdpa": False}  # the run's ends were idle (tests' counters)
     assert [trusted(r, "time_median") for _, r in frame.iterrows()] == [False, True]
+
+
+def test_a_time_set_aside_is_on_no_pareto_front() -> None:
+    pytest.importorskip("pandas")
+    from attention_zoo.report.accuracy import _front_of_trusted
+
+    def row(**flags) -> dict:
+        return {"status": OK, "metrics": {"time_median": 1.0}, **flags}
+
+    rows = [row(busy=True), row(), row(unstable=True), row()]
+    # the busy one is cheapest and the best: ranked, it would hide both trusted points
+    front = _front_of_trusted(rows, cost=[0.1, 1.0, 0.2, 2.0], acc=[0.99, 0.8, 0.95, 0.9])
+    assert front == [False, True, False, True]

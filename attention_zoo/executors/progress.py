@@ -1,15 +1,16 @@
 """The driver's progress over a sweep's cases, whichever executor runs them: finished of total with
-an ETA, how many failed (error or oom), and the case running (local) or last finished (ray)."""
+an ETA, how many failed (error, oom or invalid), and the case running (local) or last finished
+(ray)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..measure.status import ERROR, OOM
+from ..measure.status import ERROR, INVALID, OOM
 from ..progress import progress
 from .base import Job
 
-FAILED = (ERROR, OOM)
+FAILED = (ERROR, OOM, INVALID)
 
 
 class CaseProgress:

@@ -9,7 +9,7 @@ from typing import Any
 from ..measure.metrics import METRICS
 from . import paper
 from .analysis import join_tasks_costs, pareto_front
-from .context import Context, empty_section
+from .context import Context, empty_section, trusted
 from .cost import header
 from .document import Heading, Image, Para, Table
 from .plots import axis_label, heatmaps, pareto_plot
@@ -21,6 +21,15 @@ TRAIN_STEP = "train-step"
 
 def _steps_metric(metrics: dict[str, float]) -> str | None:
     return next((m for m in sorted(metrics) if m.startswith("steps_to_") and "@" not in m), None)
+
+
+def _front_of_trusted(cost_rows: list[Any], cost: list[float], acc: list[float]) -> list[bool]:
+    """The Pareto front among the points whose time may be ranked; a set-aside time is on none."""
+    ok = [trusted(row, "time_median") for row in cost_rows]
+    front = iter(
+        pareto_front([c for c, t in zip(cost, ok) if t], [a for a, t in zip(acc, ok) if t])
+    )
+    return [next(front) if t else False for t in ok]
 
 
 def accuracy_cost(ctx: Context) -> list[Any]:
@@ -36,7 +45,8 @@ def accuracy_cost(ctx: Context) -> list[Any]:
             & (bench["status"] == "ok")
             & (bench["model_key"] != "")
         ]
-    cost_cols = costs[["model_key", "seq_len", "batch", "run_id", "case_key", "metrics", "config"]]
+    columns = ["model_key", "seq_len", "batch", "run_id", "case_key", "metrics", "config"]
+    cost_cols = costs[[*columns, "busy", "unstable"]]
     cost_cols = cost_cols.rename(
         columns={
             "seq_len": "length",
@@ -44,6 +54,8 @@ def accuracy_cost(ctx: Context) -> list[Any]:
             "case_key": "cost_case",
             "metrics": "cost_metrics",
             "config": "cost_config",
+            "busy": "cost_busy",
+            "unstable": "cost_unstable",
         }
     )
     joined = join_tasks_costs(tasks, cost_cols, on=("model_key", "length", "batch"))
@@ -54,7 +66,7 @@ def accuracy_cost(ctx: Context) -> list[Any]:
             "beside the measured median time and peak memory of one training step of the same "
             "model configuration at the task's length and batch (bench target `model`, mode "
             "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
-            "is marked."
+            "is marked; a time set aside (busy †, unstable ‡) is on no front."
         ),
     ]
     if joined.empty:
@@ -76,7 +88,12 @@ def accuracy_cost(ctx: Context) -> list[Any]:
             continue
         cost = [m["time_median"] for m in part["cost_metrics"]]
         acc = [m["accuracy"] for m in part["metrics"]]
-        front = pareto_front(cost, acc, maximize=True)
+        cost_rows = [
+            {"run_id": r["cost_run"], "case_key": r["cost_case"], "metrics": r["cost_metrics"]}
+            | {"status": "ok", "busy": r["cost_busy"], "unstable": r["cost_unstable"]}
+            for _, r in part.iterrows()
+        ]
+        front = _front_of_trusted(cost_rows, cost, acc)
         step_time = axis_label("time_median", "time per training step")
         points = part.assign(
             label=[f"{b} s{s}" for b, s in zip(part["backend"], part["seed"])],
@@ -95,13 +112,7 @@ def accuracy_cost(ctx: Context) -> list[Any]:
         )
         ctx.plots.append(path)
         rows = []
-        for (_, r), on in zip(part.iterrows(), front):
-            cost_row = {
-                "run_id": r["cost_run"],
-                "case_key": r["cost_case"],
-                "metrics": r["cost_metrics"],
-                "status": "ok",
-            }
+        for (_, r), on, cost_row in zip(part.iterrows(), front, cost_rows):
             steps = _steps_metric(r["metrics"])
             rows.append(
                 [
@@ -109,7 +120,7 @@ def accuracy_cost(ctx: Context) -> list[Any]:
                     f"`seed={r['seed']}`",
                     ctx.metric(r, "accuracy", "fraction"),
                     ctx.metric(r, steps, "count") if steps else "-",
-                    ctx.metric(cost_row, "time_median"),
+                    ctx.metric(cost_row, "time_median", mark_time=True),
                     ctx.metric(cost_row, "peak_bytes"),
                     "yes" if on else "",
                 ]
