@@ -1,4 +1,6 @@
 """Measure one case: prediction and FLOPs (fake tensors), measured memory, cross-checks, time.
+The output is checked before anything is measured (validate.py: a broken one is `invalid`), and a
+time whose repeats disagree is timed again, then marked with the load seen (trust.py).
 
 One stored row per metric of measure/metrics.py (absent when not measured). Memory notes:
 peak_bytes is the measured peak above resident (CPU torch.profiler, CUDA allocator peak stats);
