@@ -268,7 +268,7 @@ class ReformerConfig:
         for backend in dict.fromkeys(self.attn_layers):
             spec = get_backend(backend)
             if self.is_decoder and not spec.caps.causal:
-                raise ConfigError(f"{causal_error(backend)} (is_decoder=True)")
+                raise ConfigError(f"{causal_error(backend)} (is_decoder=True asks for causal)")
             if not self.is_decoder and not spec.caps.non_causal:
                 raise ConfigError(f"backend {backend!r} only runs causally; set is_decoder=True")
             dropout = self.attention_dropout(backend)
