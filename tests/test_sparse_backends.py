@@ -132,7 +132,7 @@ def test_bidirectional_only_backends_refuse_causal_in_one_line_naming_what_works
         assert "\n" not in message and "cannot run causally" in message
         assert "causal=False" in message and "sliding-window, bigbird" in message
         assert "test-bidirectional, " not in message  # it names only those that can
-        with pytest.raises(ConfigError, match="causal backend: full, sdpa.*is_decoder=True"):
+        with pytest.raises(ConfigError, match=r"causal backend: full, sdpa.*is_decoder=True"):
             ReformerConfig(attn_layers=["test-bidirectional"], is_decoder=True)
     finally:
         BACKENDS.remove("test-bidirectional")
