@@ -136,3 +136,26 @@ def test_bidirectional_only_backends_refuse_causal_in_one_line_naming_what_works
             ReformerConfig(attn_layers=["test-bidirectional"], is_decoder=True)
     finally:
         BACKENDS.remove("test-bidirectional")
+
+
+@pytest.mark.parametrize("name", ["sliding-window", "bigbird"])
+def test_the_sdpa_path_off_cpu_kernels_equals_the_pattern(monkeypatch, name):
+    """The path taken on CUDA and with dropout (every block at once through SDPA), batch 2 with
+    padding, in float64: the pattern's dense masked softmax, and dropout only in training."""
+    from attention_zoo.attention import sliding_window
+    from attention_zoo.attention.kernels import block_sparse
+    from attention_zoo.attention.kernels.dense import dense_attention
+
+    options = {"window": 8, "global_tokens": 3} if name == "sliding-window" else SMALL_BIGBIRD
+    for module in (sliding_window, block_sparse):
+        monkeypatch.setattr(module, "resolve_kernel", lambda *args: "math")
+    mask = torch.ones(2, 45, dtype=torch.bool)
+    mask[0, 30:] = False
+    q, k, v = (torch.randn(2, 3, 45, 16, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        attn = build_attention(name, causal=causal, device="cpu", dropout=0.5, **options).eval()
+        allowed = attn.pattern(45)[None, None] & mask[:, None, None, :]
+        ref = dense_attention(q, k, v, allowed, scale=0.25)
+        torch.testing.assert_close(attn(q, k, v, key_padding_mask=mask), ref, rtol=0, atol=1e-10)
+        dropped = attn.train()(q, k, v, key_padding_mask=mask)
+        assert torch.isfinite(dropped).all() and not torch.allclose(dropped, ref)

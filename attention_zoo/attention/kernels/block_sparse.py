@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd import Function
 
 from ..base import MaskMod, mask_value
+from .chunked import resolve_kernel
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,112 @@ def _additive(ok: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.where(ok, zero, torch.full((), mask_value(dtype), dtype=dtype, device=ok.device))
 
 
+# Query blocks are attended a segment at a time (forward and backward), so the gathered keys and
+# values of only 1/SEGMENTS of the blocks exist at once; each segment is one vectorised call.
+SEGMENTS = 16
+
+
+def _segments(nb: int) -> list[tuple[int, int]]:
+    step = -(-nb // min(SEGMENTS, nb))
+    return [(s, min(s + step, nb)) for s in range(0, nb, step)]
+
+
+class _Blocks:
+    """One call's geometry: padded (b, h, npad, d) tensors, gathered a segment at a time."""
+
+    def __init__(
+        self, layout: BlockLayout, mod: MaskMod, real: Tensor, shape: tuple[int, ...]
+    ) -> None:
+        self.layout, self.mod, self.real = layout, mod, real  # real: (npad,) or (b, npad)
+        self.b, self.h, self.npad, self.d = shape
+        self.c = layout.block
+        self.slots = layout.blocks.shape[1]
+
+    def key_positions(self, s: int, e: int) -> Tensor:
+        """(e - s, 1, K c): the positions of the keys gathered for query blocks s:e."""
+        c, device = self.c, self.layout.blocks.device
+        return (self.layout.blocks[s:e, :, None] * c + torch.arange(c, device=device)).view(
+            e - s, 1, -1
+        )
+
+    def rows(self, s: int, e: int) -> Tensor:
+        """Rows of a flat (b * h * npad, d) tensor holding those keys, in (b, e-s, h, K c) order."""
+        b, h, device = self.b, self.h, self.layout.blocks.device
+        base = torch.arange(b * h, device=device).view(b, 1, h, 1) * self.npad
+        return (base + self.key_positions(s, e)[None]).reshape(-1)
+
+    def mask(self, s: int, e: int, dtype: torch.dtype) -> Tensor:
+        """Additive mask (b (e - s) | e - s, 1, c, K c) of query blocks s:e."""
+        c, kpos = self.c, self.key_positions(s, e)
+        qpos = torch.arange(s * c, e * c, device=kpos.device).view(e - s, c, 1)
+        used = self.layout.used[s:e].repeat_interleave(c, dim=1)[:, None, :]
+        ok = self.mod(qpos, kpos) & used & self.real[..., kpos]  # (b|1, e - s, c, K c)
+        ok = ok.expand(self.b, e - s, c, kpos.shape[-1]).reshape(-1, 1, c, kpos.shape[-1])
+        return _additive(ok, dtype)
+
+    def queries(self, x: Tensor, s: int, e: int) -> Tensor:
+        """Query blocks s:e of a padded (b, h, npad, d) tensor as (b (e - s), h, c, d)."""
+        part = x[:, :, s * self.c : e * self.c].reshape(self.b, self.h, e - s, self.c, -1)
+        return part.transpose(1, 2).reshape(-1, self.h, self.c, part.shape[-1])
+
+    def gather(self, flat: Tensor, s: int, e: int) -> Tensor:
+        """Keys (or values) of query blocks s:e: (b (e - s), h, K c, d), one copy."""
+        picked = torch.index_select(flat, 0, self.rows(s, e))
+        return picked.view(-1, self.h, self.slots * self.c, self.d)
+
+    def put(self, dst: Tensor, blocks: Tensor, s: int, e: int) -> None:
+        """dst (b, h, npad, d)[query blocks s:e] = blocks (b (e - s), h, c, ...)."""
+        b, h, c = self.b, self.h, self.c
+        view = dst[:, :, s * c : e * c].view(b, h, e - s, c, *dst.shape[3:])
+        view.copy_(blocks.view(b, e - s, h, c, *blocks.shape[3:]).transpose(1, 2))
+
+
+def _flat(x: Tensor) -> Tensor:
+    b, h, n, d = x.shape
+    return x.reshape(b * h * n, d)
+
+
+class BlockSparseFlash(Function):
+    """Gathered key blocks through PyTorch's fused CPU kernel, a segment of query blocks at a time;
+    the backward regathers each segment (saving q, k, v, the output and the log-sum-exp only)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, geo, scale):  # type: ignore[override]
+        out = torch.empty_like(q)
+        lse = q.new_empty(q.shape[:3], dtype=torch.float32 if q.dtype.itemsize < 4 else q.dtype)
+        k_flat, v_flat = _flat(k), _flat(v)
+        for s, e in _segments(geo.layout.blocks.shape[0]):
+            o, m = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                geo.queries(q, s, e), geo.gather(k_flat, s, e), geo.gather(v_flat, s, e),
+                0.0, False, attn_mask=geo.mask(s, e, q.dtype), scale=scale,
+            )  # fmt: skip
+            geo.put(out, o, s, e)
+            geo.put(lse, m.to(lse.dtype), s, e)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.geo, ctx.scale = geo, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        q, k, v, out, lse = ctx.saved_tensors
+        geo = ctx.geo
+        dq = torch.empty_like(q)
+        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+        k_flat, v_flat, dk_flat, dv_flat = (_flat(t) for t in (k, v, dk, dv))
+        for s, e in _segments(geo.layout.blocks.shape[0]):
+            dq_s, dk_s, dv_s = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                geo.queries(g, s, e), geo.queries(q, s, e), geo.gather(k_flat, s, e),
+                geo.gather(v_flat, s, e), geo.queries(out, s, e),
+                geo.queries(lse.unsqueeze(-1), s, e).squeeze(-1), 0.0, False,
+                attn_mask=geo.mask(s, e, q.dtype), scale=ctx.scale,
+            )  # fmt: skip
+            geo.put(dq, dq_s, s, e)
+            rows = geo.rows(s, e)
+            dk_flat.index_add_(0, rows, dk_s.reshape(-1, dk_s.shape[-1]))
+            dv_flat.index_add_(0, rows, dv_s.reshape(-1, dv_s.shape[-1]))
+        return dq, dk, dv, None, None
+
+
 def block_sparse_attention(
     q: Tensor,
     k: Tensor,
@@ -60,28 +168,17 @@ def block_sparse_attention(
     (which must cover them) for rows >= global_rows, over all n keys for the first global_rows."""
     b, h, n, d = q.shape
     c = layout.block
-    nb, slots = layout.blocks.shape
+    nb = layout.blocks.shape[0]
     pad = nb * c - n
     real = torch.arange(nb * c, device=q.device) < n  # (npad,)
     if key_padding_mask is not None:
         real = real & F.pad(key_padding_mask, (0, pad), value=False)  # (b, npad)
-
-    def blocks_of(x: Tensor) -> Tensor:  # (b, h, n, d) -> (b, h, nb, c, d)
-        return (F.pad(x, (0, 0, 0, pad)) if pad else x).reshape(b, h, nb, c, d)
-
-    qb = blocks_of(q).transpose(1, 2).reshape(b * nb, h, c, d)
-    # (b, h, nb, K, c, d) -> (b * nb, h, K * c, d): each query block's keys, one copy
-    kb, vb = (blocks_of(t)[:, :, layout.blocks].transpose(1, 2) for t in (k, v))
-    kb, vb = (t.reshape(b * nb, h, slots * c, d) for t in (kb, vb))
-    kpos = (layout.blocks[:, :, None] * c + torch.arange(c, device=q.device)).view(nb, 1, -1)
-    qpos = torch.arange(nb * c, device=q.device).view(nb, c, 1)
-    ok = mod(qpos, kpos) & layout.used.repeat_interleave(c, dim=1)[:, None, :]
-    ok = ok & real[..., kpos]  # padding keys: (nb, c, K c) or (b, nb, c, K c)
-    ok = ok.expand(b, nb, c, slots * c).reshape(b * nb, 1, c, slots * c)
-    out = F.scaled_dot_product_attention(
-        qb, kb, vb, attn_mask=_additive(ok, q.dtype), dropout_p=dropout, scale=scale
-    )
-    out = out.view(b, nb, h, c, d).transpose(1, 2).reshape(b, h, nb * c, d)[:, :, :n]
+    if not dropout and resolve_kernel("auto", q.device, q.dtype) == "flash":
+        padded = [F.pad(t, (0, 0, 0, pad)) if pad else t for t in (q, k, v)]
+        geo = _Blocks(layout, mod, real, (b, h, nb * c, d))
+        out = BlockSparseFlash.apply(*(t.contiguous() for t in padded), geo, scale)[:, :, :n]
+    else:
+        out = _gathered_sdpa(q, k, v, layout, mod, real, scale, dropout)
     if not global_rows:
         return out
     keys = torch.arange(n, device=q.device)
@@ -95,3 +192,31 @@ def block_sparse_attention(
         scale=scale,
     )
     return torch.cat([rows, out[:, :, global_rows:]], dim=2)
+
+
+def _gathered_sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    layout: BlockLayout,
+    mod: MaskMod,
+    real: Tensor,
+    scale: float,
+    dropout: float,
+) -> Tensor:
+    """Every query block at once through SDPA with autograd: the path with dropout, off CPU."""
+    b, h, n, d = q.shape
+    c = layout.block
+    nb, slots = layout.blocks.shape
+    pad = nb * c - n
+
+    def blocks_of(x: Tensor) -> Tensor:  # (b, h, n, d) -> (b, h, nb, c, d)
+        return (F.pad(x, (0, 0, 0, pad)) if pad else x).reshape(b, h, nb, c, d)
+
+    qb = blocks_of(q).transpose(1, 2).reshape(b * nb, h, c, d)
+    # (b, h, nb, K, c, d) -> (b * nb, h, K * c, d): each query block's keys, one copy
+    kb, vb = (blocks_of(t)[:, :, layout.blocks].transpose(1, 2) for t in (k, v))
+    kb, vb = (t.reshape(b * nb, h, slots * c, d) for t in (kb, vb))
+    mask = _Blocks(layout, mod, real, (b, h, nb * c, d)).mask(0, nb, q.dtype)
+    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout, scale=scale)
+    return out.view(b, nb, h, c, d).transpose(1, 2).reshape(b, h, nb * c, d)[:, :, :n]
