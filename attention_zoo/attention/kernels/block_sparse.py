@@ -89,6 +89,12 @@ class _Blocks:
         ok = ok.expand(self.b, e - s, c, kpos.shape[-1]).reshape(-1, 1, c, kpos.shape[-1])
         return _additive(ok, dtype)
 
+    def rows_mask(self, rows: int, dtype: torch.dtype) -> Tensor:
+        """Additive mask (b|1, 1, rows, npad) of the first `rows` queries over every key."""
+        keys = torch.arange(self.npad, device=self.layout.blocks.device)
+        ok = self.mod(keys[:rows, None], keys[None, :]) & self.real[..., None, :]
+        return _additive(ok.reshape(-1, 1, rows, self.npad), dtype)
+
     def queries(self, x: Tensor, s: int, e: int) -> Tensor:
         """Query blocks s:e of a padded (b, h, npad, d) tensor as (b (e - s), h, c, d)."""
         part = x[:, :, s * self.c : e * self.c].reshape(self.b, self.h, e - s, self.c, -1)
@@ -111,45 +117,71 @@ def _flat(x: Tensor) -> Tensor:
     return x.reshape(b * h * n, d)
 
 
+_flash_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_flash_bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
 class BlockSparseFlash(Function):
-    """Gathered key blocks through PyTorch's fused CPU kernel, a segment of query blocks at a time;
-    the backward regathers each segment (saving q, k, v, the output and the log-sum-exp only)."""
+    """Gathered key blocks through PyTorch's fused CPU kernel, a segment of query blocks at a time,
+    and the global rows over every key; saves q, k, v, the output and the log-sum-exp only.
+
+    The backward regathers each segment. The global rows' backward runs a segment of keys at a
+    time: given the whole row's output and log-sum-exp, the kernel's backward over some keys
+    returns exactly their share of the gradient (see chunked.flash_backward_offset)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, geo, scale):  # type: ignore[override]
+    def forward(ctx, q, k, v, geo, scale, global_rows):  # type: ignore[override]
         out = torch.empty_like(q)
         lse = q.new_empty(q.shape[:3], dtype=torch.float32 if q.dtype.itemsize < 4 else q.dtype)
         k_flat, v_flat = _flat(k), _flat(v)
         for s, e in _segments(geo.layout.blocks.shape[0]):
-            o, m = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            o, m = _flash_fwd(
                 geo.queries(q, s, e), geo.gather(k_flat, s, e), geo.gather(v_flat, s, e),
                 0.0, False, attn_mask=geo.mask(s, e, q.dtype), scale=scale,
             )  # fmt: skip
             geo.put(out, o, s, e)
             geo.put(lse, m.to(lse.dtype), s, e)
+        if global_rows:  # their block results are replaced: these rows see every key
+            rows, mask = slice(0, global_rows), geo.rows_mask(global_rows, q.dtype)
+            o, m = _flash_fwd(q[:, :, rows], k, v, 0.0, False, attn_mask=mask, scale=scale)
+            out[:, :, rows], lse[:, :, rows] = o, m.to(lse.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.geo, ctx.scale = geo, scale
+        ctx.geo, ctx.scale, ctx.global_rows = geo, scale, global_rows
         return out
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        geo = ctx.geo
+        geo, scale, global_rows = ctx.geo, ctx.scale, ctx.global_rows
         dq = torch.empty_like(q)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
         k_flat, v_flat, dk_flat, dv_flat = (_flat(t) for t in (k, v, dk, dv))
         for s, e in _segments(geo.layout.blocks.shape[0]):
-            dq_s, dk_s, dv_s = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                geo.queries(g, s, e), geo.queries(q, s, e), geo.gather(k_flat, s, e),
-                geo.gather(v_flat, s, e), geo.queries(out, s, e),
-                geo.queries(lse.unsqueeze(-1), s, e).squeeze(-1), 0.0, False,
-                attn_mask=geo.mask(s, e, q.dtype), scale=ctx.scale,
+            g_s = geo.queries(g, s, e)
+            if global_rows > s * geo.c:  # the global rows' gradient is not from their blocks
+                first = torch.arange(s * geo.c, e * geo.c, device=g.device) < global_rows
+                g_s = g_s * ~first.view(e - s, 1, geo.c, 1).repeat(geo.b, 1, 1, 1)
+            dq_s, dk_s, dv_s = _flash_bwd(
+                g_s, geo.queries(q, s, e), geo.gather(k_flat, s, e), geo.gather(v_flat, s, e),
+                geo.queries(out, s, e), geo.queries(lse.unsqueeze(-1), s, e).squeeze(-1),
+                0.0, False, attn_mask=geo.mask(s, e, q.dtype), scale=scale,
             )  # fmt: skip
             geo.put(dq, dq_s, s, e)
             rows = geo.rows(s, e)
             dk_flat.index_add_(0, rows, dk_s.reshape(-1, dk_s.shape[-1]))
             dv_flat.index_add_(0, rows, dv_s.reshape(-1, dv_s.shape[-1]))
-        return dq, dk, dv, None, None
+        if global_rows:
+            rows, mask = slice(0, global_rows), geo.rows_mask(global_rows, q.dtype)
+            for s, e in _segments(geo.layout.blocks.shape[0]):
+                keys = slice(s * geo.c, e * geo.c)
+                dq_r, dk_r, dv_r = _flash_bwd(
+                    g[:, :, rows], q[:, :, rows], k[:, :, keys], v[:, :, keys], out[:, :, rows],
+                    lse[:, :, rows], 0.0, False, attn_mask=mask[..., keys], scale=scale,
+                )  # fmt: skip
+                dq[:, :, rows] += dq_r
+                dk[:, :, keys] += dk_r
+                dv[:, :, keys] += dv_r
+        return dq, dk, dv, None, None, None
 
 
 def block_sparse_attention(
@@ -174,11 +206,10 @@ def block_sparse_attention(
     if key_padding_mask is not None:
         real = real & F.pad(key_padding_mask, (0, pad), value=False)  # (b, npad)
     if not dropout and resolve_kernel("auto", q.device, q.dtype) == "flash":
-        padded = [F.pad(t, (0, 0, 0, pad)) if pad else t for t in (q, k, v)]
+        padded = [(F.pad(t, (0, 0, 0, pad)) if pad else t).contiguous() for t in (q, k, v)]
         geo = _Blocks(layout, mod, real, (b, h, nb * c, d))
-        out = BlockSparseFlash.apply(*(t.contiguous() for t in padded), geo, scale)[:, :, :n]
-    else:
-        out = _gathered_sdpa(q, k, v, layout, mod, real, scale, dropout)
+        return BlockSparseFlash.apply(*padded, geo, scale, global_rows)[:, :, :n]
+    out = _gathered_sdpa(q, k, v, layout, mod, real, scale, dropout)
     if not global_rows:
         return out
     keys = torch.arange(n, device=q.device)
