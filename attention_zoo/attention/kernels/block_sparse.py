@@ -46,13 +46,20 @@ def _additive(ok: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.where(ok, zero, torch.full((), mask_value(dtype), dtype=dtype, device=ok.device))
 
 
-# Query blocks are attended a segment at a time (forward and backward), so the gathered keys and
-# values of only 1/SEGMENTS of the blocks exist at once; each segment is one vectorised call.
+# Query blocks are attended a segment at a time, so the gathered keys and values of only
+# 1/SEGMENTS of the blocks exist at once; each segment is one vectorised call. The backward, which
+# also holds their gradients and the inputs' full-size gradients, keeps its segments' scratch
+# within BACKWARD_SCRATCH_BYTES too (as window_grad does).
 SEGMENTS = 16
+BACKWARD_SCRATCH_BYTES = 8 << 20
 
 
-def _segments(nb: int) -> list[tuple[int, int]]:
+def _segments(nb: int, block_bytes: int = 0) -> list[tuple[int, int]]:
+    """Query-block ranges [s, e): at most 1/SEGMENTS of the blocks, and when `block_bytes` (one
+    block's scratch) is given, at most what fits in BACKWARD_SCRATCH_BYTES."""
     step = -(-nb // min(SEGMENTS, nb))
+    if block_bytes:
+        step = max(1, min(step, BACKWARD_SCRATCH_BYTES // block_bytes))
     return [(s, min(s + step, nb)) for s in range(0, nb, step)]
 
 
@@ -66,6 +73,12 @@ class _Blocks:
         self.b, self.h, self.npad, self.d = shape
         self.c = layout.block
         self.slots = layout.blocks.shape[1]
+
+    def backward_bytes(self, itemsize: int) -> int:
+        """One query block's backward scratch: gathered keys and values, their gradients, the
+        mask (and a global row's share of keys, far smaller)."""
+        keys = self.slots * self.c
+        return (4 * self.b * self.h * keys * self.d + self.b * self.c * keys) * itemsize
 
     def key_positions(self, s: int, e: int) -> Tensor:
         """(e - s, 1, K c): the positions of the keys gathered for query blocks s:e."""
@@ -156,7 +169,8 @@ class BlockSparseFlash(Function):
         dq = torch.empty_like(q)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
         k_flat, v_flat, dk_flat, dv_flat = (_flat(t) for t in (k, v, dk, dv))
-        for s, e in _segments(geo.layout.blocks.shape[0]):
+        segments = _segments(geo.layout.blocks.shape[0], geo.backward_bytes(q.element_size()))
+        for s, e in segments:
             g_s = geo.queries(g, s, e)
             if global_rows > s * geo.c:  # the global rows' gradient is not from their blocks
                 first = torch.arange(s * geo.c, e * geo.c, device=g.device) < global_rows
@@ -172,7 +186,7 @@ class BlockSparseFlash(Function):
             dv_flat.index_add_(0, rows, dv_s.reshape(-1, dv_s.shape[-1]))
         if global_rows:
             rows, mask = slice(0, global_rows), geo.rows_mask(global_rows, q.dtype)
-            for s, e in _segments(geo.layout.blocks.shape[0]):
+            for s, e in segments:
                 keys = slice(s * geo.c, e * geo.c)
                 dq_r, dk_r, dv_r = _flash_bwd(
                     g[:, :, rows], q[:, :, rows], k[:, :, keys], v[:, :, keys], out[:, :, rows],
