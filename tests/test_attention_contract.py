@@ -8,7 +8,7 @@ import torch
 from attention_zoo import Case, SelfAttention
 from attention_zoo.attention.kernels.dense import dense_attention
 
-from .contract import build, make_qkv, reference, small_options, variants
+from .contract import build, make_qkv, reference, small_options, variants, with_grads
 
 SPECS = variants()  # every backend with its defaults and with each option set it declares
 IDS = [s.id for s in SPECS]
@@ -114,7 +114,8 @@ PATTERNED = [s for s in SPECS if s.caps.fixed_pattern]
 @pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
 def test_fixed_patterns_equal_a_dense_masked_softmax(spec, padded):
     """A backend with a fixed pattern equals softmax under `pattern(n)` (and the key padding) in
-    float64, on every query that sees a key; a causal pattern never reaches ahead."""
+    float64, outputs and gradients, on every query that sees a key; a causal pattern never
+    reaches ahead."""
     for causal in _modes(spec):
         _skip_unless_runs(spec, dtype="float64", causal=causal)
         q, k, v = make_qkv(spec, n=45, dtype=torch.float64)
@@ -130,10 +131,20 @@ def test_fixed_patterns_equal_a_dense_masked_softmax(spec, padded):
             mask[0, 30:] = False
             mask[1, :3] = False
             allowed = allowed & mask[:, None, None, :]
-        out = attn(q, k, v, key_padding_mask=mask)
-        ref = dense_attention(q, k, v, allowed, scale=16**-0.5)
-        rows = allowed.any(-1, keepdim=True).expand_as(out)  # other rows have no defined output
-        torch.testing.assert_close(out[rows], ref[rows], atol=1e-10, rtol=1e-10)
+        rows = allowed.any(-1, keepdim=True)  # other rows have no defined output: zeroed
+
+        def ours(q, k, v, attn=attn, mask=mask, rows=rows):
+            return attn(q, q if spec.caps.shared_qk else k, v, key_padding_mask=mask) * rows
+
+        def dense(q, k, v, allowed=allowed, rows=rows):
+            return (
+                dense_attention(q, q if spec.caps.shared_qk else k, v, allowed, scale=0.25) * rows
+            )
+
+        (out, grads), (ref, ref_grads) = with_grads(ours, [q, k, v]), with_grads(dense, [q, k, v])
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
@@ -153,8 +164,6 @@ def test_compiles_to_one_graph_with_eager_results(spec):
     eager outputs and gradients. aot_eager: traced and functionalised, no C++ toolchain needed.
     A seeded backend runs unseeded here (a seed builds a torch.Generator per call, which Dynamo
     cannot create inside a graph), from the same global RNG state on both sides."""
-    from .contract import with_grads
-
     for causal in _modes(spec):
         _skip_unless_runs(spec, causal=causal)
         q, k, v = make_qkv(spec, n=37)

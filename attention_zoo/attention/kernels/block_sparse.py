@@ -5,7 +5,9 @@ Query block i gathers the key blocks `layout.blocks[i]` (the same count K for ev
 slots masked), so scores are (blocks, block, K * block): memory linear in n. The token mask comes
 from the pattern's mask_mod, the function the dense `pattern(n)` also reads, so kernel and pattern
 agree by construction. Query rows that see every key (global tokens) are attended densely:
-(rows, n) scores, still linear in n. Computed by SDPA (fused kernels and their backward).
+(rows, n) scores, still linear in n. On CPU, PyTorch's fused kernel runs a segment of query blocks
+at a time, forward and backward (`BlockSparseFlash`: only one segment's gathered blocks exist at
+once); with dropout or on other devices, SDPA takes every block at once with autograd.
 """
 
 from __future__ import annotations
