@@ -121,6 +121,7 @@ def test_fixed_patterns_equal_a_dense_masked_softmax(spec, padded):
         q, k, v = make_qkv(spec, n=45, dtype=torch.float64)
         attn = build(spec, causal=causal)
         allowed = attn.pattern(45)
+        assert allowed is not None, f"{spec.id} declares fixed_pattern but pattern(n) is None"
         assert allowed.shape == (45, 45) and allowed.dtype == torch.bool
         if causal:
             assert not allowed.triu(1).any(), f"{spec.id}: causal pattern sees later keys"
