@@ -79,8 +79,15 @@ class SlidingWindowAttention(AttentionCore):
         glob = self.cfg.global_tokens
         if not glob and not dropout and resolve_kernel("auto", q.device, q.dtype) == "flash":
             win = local_windows(b, n, chunk, before, after)
-            masks = local_masks(win, b, n, causal=self.causal, key_padding_mask=key_padding_mask,
-                                dtype=q.dtype, device=q.device)  # fmt: skip
+            masks = local_masks(
+                win,
+                b,
+                n,
+                causal=self.causal,
+                key_padding_mask=key_padding_mask,
+                dtype=q.dtype,
+                device=q.device,
+            )
             # the band within every chunk's window: queries at front + t, keys at w
             t = torch.arange(chunk, device=q.device)[:, None] + win.front
             band = mod(t, torch.arange(win.width, device=q.device)[None, :])
@@ -92,6 +99,14 @@ class SlidingWindowAttention(AttentionCore):
         near = i + torch.arange(-before, after + 1, device=q.device)
         blocks = torch.cat([heads, near], dim=1)
         layout = BlockLayout.of(chunk, blocks, torch.ones_like(blocks, dtype=torch.bool))
-        return block_sparse_attention(q, k, v, layout, mod, global_rows=min(glob, n),
-                                      key_padding_mask=key_padding_mask, scale=scale,
-                                      dropout=dropout)  # fmt: skip
+        return block_sparse_attention(
+            q,
+            k,
+            v,
+            layout,
+            mod,
+            global_rows=min(glob, n),
+            key_padding_mask=key_padding_mask,
+            scale=scale,
+            dropout=dropout,
+        )
