@@ -111,9 +111,11 @@ def _fwd_bwd_peak(name: str, n: int, **options) -> int:
     ],
     ids=["band", "band+global", "bigbird"],
 )
-def test_forward_and_backward_memory_grows_linearly(name, options):
+def test_forward_and_backward_memory_grows_at_most_linearly(name, options):
+    """2x the length, at most ~2x the tracked peak (n x n scores would make it 4x); less where
+    the kernels' bounded scratch is a large part of it."""
     small, large = (_fwd_bwd_peak(name, n, **options) for n in (1024, 2048))
-    assert 1.8 < large / small < 2.2, f"{name}: peak {small} -> {large} bytes for 2x the length"
+    assert large / small < 2.05, f"{name}: peak {small} -> {large} bytes for 2x the length"
 
 
 def test_bidirectional_only_backends_refuse_causal_in_one_line_naming_what_works():

@@ -48,20 +48,15 @@ def _additive(ok: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.where(ok, zero, torch.full((), mask_value(dtype), dtype=dtype, device=ok.device))
 
 
-# Query blocks are attended a segment at a time, so the gathered keys and values of only
-# 1/SEGMENTS of the blocks exist at once; each segment is one vectorised call. The backward, which
-# also holds their gradients and the inputs' full-size gradients, keeps its segments' scratch
-# within BACKWARD_SCRATCH_BYTES too (as window_grad does).
-SEGMENTS = 16
-BACKWARD_SCRATCH_BYTES = 8 << 20
+# Query blocks are attended a segment at a time, forward and backward, each segment one
+# vectorised call: the gathered keys and values (and, backward, their gradients) of as many blocks
+# as fit in SCRATCH_BYTES exist at once, so scratch stays bounded at any length (as in window_grad).
+SCRATCH_BYTES = 2 << 20  # 1, 2 and 8 MiB measured: the same time at L=1k..16k
 
 
-def _segments(nb: int, block_bytes: int = 0) -> list[tuple[int, int]]:
-    """Query-block ranges [s, e): at most 1/SEGMENTS of the blocks, and when `block_bytes` (one
-    block's scratch) is given, at most what fits in BACKWARD_SCRATCH_BYTES."""
-    step = -(-nb // min(SEGMENTS, nb))
-    if block_bytes:
-        step = max(1, min(step, BACKWARD_SCRATCH_BYTES // block_bytes))
+def _segments(nb: int, block_bytes: int) -> list[tuple[int, int]]:
+    """Query-block ranges [s, e) of at most SCRATCH_BYTES of scratch, `block_bytes` per block."""
+    step = max(1, min(nb, SCRATCH_BYTES // block_bytes))
     return [(s, min(s + step, nb)) for s in range(0, nb, step)]
 
 
@@ -76,11 +71,12 @@ class _Blocks:
         self.c = layout.block
         self.slots = layout.blocks.shape[1]
 
-    def backward_bytes(self, itemsize: int) -> int:
-        """One query block's backward scratch: gathered keys and values, their gradients, the
-        mask (and a global row's share of keys, far smaller)."""
+    def scratch_bytes(self, itemsize: int, backward: bool) -> int:
+        """One query block's scratch: gathered keys and values (backward: and their gradients)
+        and its mask."""
         keys = self.slots * self.c
-        return (4 * self.b * self.h * keys * self.d + self.b * self.c * keys) * itemsize
+        per_row = (2 + 2 * backward) * self.h * keys * self.d + self.c * keys
+        return self.b * per_row * itemsize
 
     def key_positions(self, s: int, e: int) -> Tensor:
         """(e - s, 1, K c): the positions of the keys gathered for query blocks s:e."""
@@ -149,7 +145,7 @@ class BlockSparseFlash(Function):
         out = torch.empty_like(q)
         lse = q.new_empty(q.shape[:3], dtype=torch.float32 if q.dtype.itemsize < 4 else q.dtype)
         k_flat, v_flat = _flat(k), _flat(v)
-        for s, e in _segments(geo.layout.blocks.shape[0]):
+        for s, e in _segments(geo.layout.blocks.shape[0], geo.scratch_bytes(q.itemsize, False)):
             o, m = _flash_fwd(
                 geo.queries(q, s, e), geo.gather(k_flat, s, e), geo.gather(v_flat, s, e),
                 0.0, False, attn_mask=geo.mask(s, e, q.dtype), scale=scale,
@@ -171,7 +167,7 @@ class BlockSparseFlash(Function):
         dq = torch.empty_like(q)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
         k_flat, v_flat, dk_flat, dv_flat = (_flat(t) for t in (k, v, dk, dv))
-        segments = _segments(geo.layout.blocks.shape[0], geo.backward_bytes(q.element_size()))
+        segments = _segments(geo.layout.blocks.shape[0], geo.scratch_bytes(q.itemsize, True))
         for s, e in segments:
             g_s = geo.queries(g, s, e)
             if global_rows > s * geo.c:  # the global rows' gradient is not from their blocks
