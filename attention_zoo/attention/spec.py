@@ -26,14 +26,14 @@ class Capabilities:
     attention), "pattern" (`fixed_pattern`: exactly a softmax under a fixed, input-independent
     (n, n) mask that its core returns from `pattern(n)`, e.g. local, sliding-window, bigbird), or
     "approximate" (neither: lsh's buckets depend on the inputs; kernelised and low-rank ones).
-    Only "full" equals full attention; the other two are measured against it for fidelity.
+    Only "full" equals full attention: the other two differ from it by design.
     """
 
     causal: bool = True  # can run as a decoder (causal mask)
     exactly_causal: bool = True  # causal outputs never depend on later tokens
     non_causal: bool = True
     shared_qk: bool = False  # the block must feed the same tensor as q and k
-    exact: bool = True  # equals full softmax attention; local and lsh are approximations
+    exact: bool = True  # equals full softmax attention (local, lsh, sliding-window: no)
     fixed_pattern: bool = False  # not full, but exact under the core's `pattern(n)` mask
     deterministic: bool = True  # same inputs -> same outputs (lsh only when seeded)
     devices: frozenset[str] = ALL_DEVICES
@@ -41,7 +41,7 @@ class Capabilities:
 
     @property
     def kind(self) -> str:
-        """ "full", "pattern" or "approximate" (see the class docstring)."""
+        """One of "full", "pattern", "approximate" (see the class docstring)."""
         if self.exact:
             return "full"
         return "pattern" if self.fixed_pattern else "approximate"
