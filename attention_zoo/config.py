@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .attention.spec import get_backend
+from .attention.spec import causal_error, get_backend
 from .blocks.feedforward import ACTIVATIONS
 from .blocks.residual import RESIDUALS
 from .declarative import check_keys, field_names
@@ -268,7 +268,7 @@ class ReformerConfig:
         for backend in dict.fromkeys(self.attn_layers):
             spec = get_backend(backend)
             if self.is_decoder and not spec.caps.causal:
-                raise ConfigError(f"backend {backend!r} cannot run causally, but is_decoder=True")
+                raise ConfigError(f"{causal_error(backend)} (is_decoder=True asks for causal)")
             if not self.is_decoder and not spec.caps.non_causal:
                 raise ConfigError(f"backend {backend!r} only runs causally; set is_decoder=True")
             dropout = self.attention_dropout(backend)

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from attention_zoo import Case, SelfAttention
+from attention_zoo.attention.kernels.dense import dense_attention
 
-from .contract import build, make_qkv, reference, small_options, variants
+from .contract import build, make_qkv, reference, small_options, variants, with_grads
 
 SPECS = variants()  # every backend with its defaults and with each option set it declares
 IDS = [s.id for s in SPECS]
@@ -106,6 +107,47 @@ def test_exact_backends_agree_with_reference(spec, padded):
         torch.testing.assert_close(out[:, :, rows], ref[:, :, rows], atol=1e-5, rtol=1e-5)
 
 
+PATTERNED = [s for s in SPECS if s.caps.fixed_pattern]
+
+
+@pytest.mark.parametrize("spec", PATTERNED, ids=[s.id for s in PATTERNED])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_fixed_patterns_equal_a_dense_masked_softmax(spec, padded):
+    """A backend with a fixed pattern equals softmax under `pattern(n)` (and the key padding) in
+    float64, outputs and gradients, on every query that sees a key; a causal pattern never
+    reaches ahead."""
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, dtype="float64", causal=causal)
+        q, k, v = make_qkv(spec, n=45, dtype=torch.float64)
+        attn = build(spec, causal=causal)
+        allowed = attn.pattern(45)
+        assert allowed is not None, f"{spec.id} declares fixed_pattern but pattern(n) is None"
+        assert allowed.shape == (45, 45) and allowed.dtype == torch.bool
+        if causal:
+            assert not allowed.triu(1).any(), f"{spec.id}: causal pattern sees later keys"
+        allowed = allowed[None, None]
+        mask = None
+        if padded:
+            mask = torch.ones(2, 45, dtype=torch.bool)
+            mask[0, 30:] = False
+            mask[1, :3] = False
+            allowed = allowed & mask[:, None, None, :]
+        rows = allowed.any(-1, keepdim=True)  # other rows have no defined output: zeroed
+
+        def ours(q, k, v, attn=attn, mask=mask, rows=rows):
+            return attn(q, q if spec.caps.shared_qk else k, v, key_padding_mask=mask) * rows
+
+        def dense(q, k, v, allowed=allowed, rows=rows):
+            return (
+                dense_attention(q, q if spec.caps.shared_qk else k, v, allowed, scale=0.25) * rows
+            )
+
+        (out, grads), (ref, ref_grads) = with_grads(ours, [q, k, v]), with_grads(dense, [q, k, v])
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_forward_runs_on_meta_device(spec):
     for causal in _modes(spec):
@@ -123,8 +165,6 @@ def test_compiles_to_one_graph_with_eager_results(spec):
     eager outputs and gradients. aot_eager: traced and functionalised, no C++ toolchain needed.
     A seeded backend runs unseeded here (a seed builds a torch.Generator per call, which Dynamo
     cannot create inside a graph), from the same global RNG state on both sides."""
-    from .contract import with_grads
-
     for causal in _modes(spec):
         _skip_unless_runs(spec, causal=causal)
         q, k, v = make_qkv(spec, n=37)
@@ -178,10 +218,13 @@ def test_padding_keys_never_change_real_outputs(spec):
     """Keys masked as padding must be invisible: appending padded garbage changes nothing."""
     for causal in _modes(spec):
         _skip_unless_runs(spec, causal=causal)
-        if not spec.caps.exact:
+        if not (spec.caps.exact or spec.caps.fixed_pattern):
             pytest.skip(
                 "approximate mechanisms test their own padding rules (bucketing depends on length)"
             )
+        attn = build(spec, causal=causal)
+        if spec.caps.fixed_pattern and not attn.pattern(39)[:30, :30].equal(attn.pattern(30)):
+            pytest.skip(f"{spec.id}'s pattern at length 30 differs from its first 30 at 39")
         q, k, v = make_qkv(spec, n=30, dtype=torch.float64)
         extra = make_qkv(spec, n=9, dtype=torch.float64)
         q2, k2, v2 = (torch.cat([a, b], dim=2) for a, b in zip((q, k, v), extra))
@@ -189,7 +232,6 @@ def test_padding_keys_never_change_real_outputs(spec):
             k2 = q2
         mask = torch.ones(2, 39, dtype=torch.bool)
         mask[:, 30:] = False
-        attn = build(spec, causal=causal)
         out = attn(q2, k2, v2, key_padding_mask=mask)[:, :, :30]
         torch.testing.assert_close(out, attn(q, k, v), atol=1e-10, rtol=1e-10)
 

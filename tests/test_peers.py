@@ -54,6 +54,7 @@ def test_families_bring_the_peers_of_the_backends_measured() -> None:
         "hf:lsh",
         "hf:local",
         "lucid:lsh",
+        "lucid:local",
     ]
     assert select_peers(["hf:local"], ["lsh"]) == ["hf:local"]  # named explicitly: taken
     with pytest.raises(UnknownNameError, match=r"unknown peer or peer family 'hugging'.*hf"):
@@ -123,7 +124,7 @@ def test_a_missing_package_is_a_skipped_row_never_a_crash(monkeypatch, tmp_path)
             cases, store, settings=MeasureSettings(metrics=("predict",)), progress=False
         )
         stored = {c["config"]["backend"]: c for c in store.cases(result.run_id)}
-    assert sorted(stored) == ["hf:local", "local"]  # the family brings the peer of local only
+    assert sorted(stored) == ["hf:local", "local", "lucid:local"]  # the peers of local only
     assert stored["hf:local"]["status"] == "skipped"
     assert stored["hf:local"]["error"] == "transformers is not installed (pip install transformers)"
     assert stored["hf:local"]["config"]["peer"] == "transformers (not installed)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +27,11 @@ def self_mask_value(dtype: torch.dtype) -> float:
 
 
 SEMANTICS = ("exact", "hf")
+
+# A fixed attention pattern written once (attention-gym's mask_mod): (query positions, key
+# positions), broadcasting int tensors -> bool, True where the query may see the key. Kernels
+# build their block masks from it, `AttentionCore.pattern` the dense (n, n) mask tests check.
+MaskMod = Callable[[Tensor, Tensor], Tensor]
 
 
 def check_dropout(backend: str, p: object) -> None:
@@ -93,6 +99,22 @@ class AttentionCore(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         raise NotImplementedError
+
+    def mask_mod(self, n: int, device: torch.device | str = "cpu") -> MaskMod | None:
+        """This core's fixed pattern at length n, causality included, before key padding; None
+        when it has none (full attention, or a pattern that depends on the inputs)."""
+        return None
+
+    def pattern(self, n: int, device: torch.device | str = "cpu") -> Tensor | None:
+        """(n, n) bool, True where query i may attend to key j; None without a fixed pattern.
+
+        A backend whose capabilities say `fixed_pattern` equals a dense softmax under this mask
+        (and the key padding mask) on every query that sees at least one key."""
+        mod = self.mask_mod(n, device)
+        if mod is None:
+            return None
+        i = torch.arange(n, device=device)
+        return mod(i[:, None], i[None, :])
 
     @property
     def dropout_p(self) -> float:

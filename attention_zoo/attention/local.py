@@ -14,13 +14,14 @@ a sequence no longer than one chunk gets full attention. Still exactly causal.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .base import AttentionCore, check_dropout, check_semantics, mask_value
+from .base import AttentionCore, MaskMod, check_dropout, check_semantics, mask_value
 from .kernels.chunked import check_chunking, math_attention, padded_length, resolve_kernel
 from .kernels.circular import CircularPlan, circular_math, empty_rows, window_means
 from .kernels.dense import allowed_mask, dense_attention
@@ -47,15 +48,36 @@ class LocalConfig:
         check_semantics("local", self.semantics)
         check_dropout("local", self.dropout)
 
+    def capabilities(self, caps: Capabilities) -> Capabilities:
+        """HF semantics: wrapped windows may hold a key twice, so no (n, n) mask describes them."""
+        if self.semantics == "hf":
+            return dataclasses.replace(caps, fixed_pattern=False)
+        return caps
+
 
 @register_attention(
     "local",
     config=LocalConfig,
-    caps=Capabilities(exact=False),
+    caps=Capabilities(exact=False, fixed_pattern=True),
     variants=({"semantics": "hf"},),
 )
 class LocalAttention(AttentionCore):
     """Chunked local attention: own chunk plus neighbour chunks; O(n * chunk) memory."""
+
+    def mask_mod(self, n: int, device: torch.device | str = "cpu") -> MaskMod | None:
+        """Exact semantics: keys in the query's chunk, `before` chunks back and `after` ahead."""
+        cfg = self.cfg
+        if cfg.semantics != "exact":
+            return None
+        c, causal = cfg.chunk_length, self.causal
+        after = 0 if causal else cfg.num_chunks_after
+
+        def mod(i: Tensor, j: Tensor) -> Tensor:
+            qc, kc = i // c, j // c
+            seen = (kc >= qc - cfg.num_chunks_before) & (kc <= qc + after)
+            return seen & (j <= i) if causal else seen
+
+        return mod
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         b, h, n, d = q.shape

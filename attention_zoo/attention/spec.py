@@ -20,20 +20,36 @@ ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})
 
 @dataclass(frozen=True, kw_only=True)
 class Capabilities:
-    """Static facts about a backend, so callers can skip a case before building anything."""
+    """Static facts about a backend, so callers can skip a case before building anything.
+
+    What a backend computes is one of three kinds (`kind`): "full" (`exact`: equals full softmax
+    attention), "pattern" (`fixed_pattern`: exactly a softmax under a fixed, input-independent
+    (n, n) mask that its core returns from `pattern(n)`, e.g. local, sliding-window, bigbird), or
+    "approximate" (neither: lsh's buckets depend on the inputs; kernelised and low-rank ones).
+    Only "full" equals full attention: the other two differ from it by design.
+    """
 
     causal: bool = True  # can run as a decoder (causal mask)
     exactly_causal: bool = True  # causal outputs never depend on later tokens
     non_causal: bool = True
     shared_qk: bool = False  # the block must feed the same tensor as q and k
-    exact: bool = True  # equals full softmax attention; local and lsh are approximations
+    exact: bool = True  # equals full softmax attention (local, lsh, sliding-window: no)
+    fixed_pattern: bool = False  # not full, but exact under the core's `pattern(n)` mask
     deterministic: bool = True  # same inputs -> same outputs (lsh only when seeded)
     devices: frozenset[str] = ALL_DEVICES
     dtypes: frozenset[str] = ALL_DTYPES
 
+    @property
+    def kind(self) -> str:
+        """One of "full", "pattern", "approximate" (see the class docstring)."""
+        if self.exact:
+            return "full"
+        return "pattern" if self.fixed_pattern else "approximate"
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["devices"], d["dtypes"] = sorted(self.devices), sorted(self.dtypes)
+        d["kind"] = self.kind
         return d
 
 
@@ -109,7 +125,7 @@ class BackendSpec:
             dtypes = ", ".join(sorted(self.caps.dtypes))
             return f"{self.name!r} does not support dtype {case.dtype} (supports: {dtypes})"
         if case.causal and not self.caps.causal:
-            return f"{self.name!r} cannot run causally"
+            return f"{self.name!r} cannot run causally (bidirectional only)"
         if not case.causal and not self.caps.non_causal:
             return f"{self.name!r} only runs causally"
         return None
@@ -197,9 +213,7 @@ def build_attention(
     if reason := spec.unavailable_reason(device):
         raise UnavailableError(f"backend {name!r} is unavailable: {reason}")
     if causal and not spec.caps.causal:
-        raise OptionError(
-            f"backend {name!r} cannot run causally; causal backends: {_names_where('causal')}"
-        )
+        raise OptionError(causal_error(name))
     if not causal and not spec.caps.non_causal:
         raise OptionError(f"backend {name!r} only runs causally; pass causal=True")
     return spec.cls(spec.make_config(**options), causal=causal)
@@ -207,6 +221,14 @@ def build_attention(
 
 def _names_where(flag: str) -> str:
     return ", ".join(s.name for s in BACKENDS if getattr(s.caps, flag))
+
+
+def causal_error(name: str) -> str:
+    """One line for a bidirectional-only backend asked to run causally: what works instead."""
+    return (
+        f"backend {name!r} cannot run causally (it is bidirectional only); run it with "
+        f"causal=False, or use a causal backend: {_names_where('causal')}"
+    )
 
 
 __all__ = [
@@ -217,6 +239,7 @@ __all__ = [
     "Capabilities",
     "Case",
     "build_attention",
+    "causal_error",
     "default_device",
     "get_backend",
     "list_backends",

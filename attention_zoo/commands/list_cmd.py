@@ -75,7 +75,7 @@ def backends_table(rows: list[dict]) -> str:
         "backend",
         "causal",
         "shared-qk",
-        "exact",
+        "kind",
         "deterministic",
         f"available ({rows[0]['device'] if rows else ''})",
         "origin",
@@ -91,7 +91,7 @@ def backends_table(rows: list[dict]) -> str:
                 r["name"],
                 _flag(caps["causal"]),
                 _flag(caps["shared_qk"]),
-                _flag(caps["exact"]),
+                caps["kind"],  # full (exact), pattern (exact under a fixed mask), approximate
                 _flag(caps["deterministic"]),
                 avail,
                 r["origin"],

@@ -1,10 +1,11 @@
-"""Peers: other libraries' Reformer attention measured by our own harness, beside our backends.
+"""Peers: other libraries' attention modules measured by our own harness, beside our backends.
 
 A peer is a block-level module, (b, n, hidden) -> (b, n, hidden) with its own projections, built
 from a `BenchCase` exactly where our `SelfAttention` block would be, so `measure_case` times and
 profiles it with the same code. A peer takes a subset of the option names of the backend it
-mirrors (`lsh`, `local`), so a grid gives both sides the same settings. Each stored peer case
-carries its package and version (`BenchCase.peer`) and what it computes differently (`note`).
+mirrors (`lsh`, `local`, `sliding-window`, `performer`, ...), so a grid gives both sides the
+same settings. Each stored peer case carries its package and version (`BenchCase.peer`) and what
+it computes differently (`note`).
 """
 
 from __future__ import annotations
@@ -308,6 +309,219 @@ PEERS.add(
         ),
     ),
 )
+
+
+# ---- lucidrains' efficient-attention packages ---------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidLocalOptions:
+    """Options of local-attention's LocalMHA as chunked windows (names as our local's)."""
+
+    chunk_length: int = 64  # window_size: its chunk
+    num_chunks_before: int = 1  # look_backward
+    num_chunks_after: int = 0  # look_forward (none when causal)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidSlidingOptions:
+    """Options of local-attention's LocalMHA as an exact-size window (names as sliding-window's)."""
+
+    window: int = 256  # window_size, with exact_windowsize=True
+    global_tokens: int = 0  # local-attention has none: only 0 runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidPerformerOptions:
+    """Options of performer-pytorch's SelfAttention (names as our performer's)."""
+
+    nb_features: int = 256  # random features per head
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidLinformerOptions:
+    """Options of linformer's LinformerSelfAttention (names as our linformer's)."""
+
+    proj_length: int = 256  # k: the projected length of keys and values
+    max_length: int = 4096  # seq_len: the length its projections are made for
+    share_kv: bool = True  # one projection (and one key/value linear) for keys and values
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidNystromOptions:
+    """Options of nystrom-attention's NystromAttention (names as our nystrom's)."""
+
+    num_landmarks: int = 64
+    pinv_iterations: int = 6
+    conv_kernel: int = 0  # residual_conv_kernel; 0: residual=False
+
+
+def _bidirectional_only(package: str) -> Callable[[BenchCase, Any], str | None]:
+    def check(case: BenchCase, options: Any) -> str | None:
+        if case.causal:
+            return f"{package} is bidirectional only (run with causal off)"
+        if case.hidden % case.num_heads:
+            return f"{package} needs hidden ({case.hidden}) divisible by heads ({case.num_heads})"
+        if getattr(options, "max_length", case.seq_len) < case.seq_len:
+            return f"{package} projections are made for L <= max_length={options.max_length}"
+        return None
+
+    return check
+
+
+def _check_lucid_sliding(case: BenchCase, options: LucidSlidingOptions) -> str | None:
+    if options.global_tokens:
+        return (
+            f"local-attention has no global tokens (global_tokens=0), not {options.global_tokens}"
+        )
+    return None
+
+
+def _check_lucid_performer(case: BenchCase, options: LucidPerformerOptions) -> str | None:
+    if case.hidden % case.num_heads:
+        return (
+            f"performer-pytorch needs hidden ({case.hidden}) divisible by heads ({case.num_heads})"
+        )
+    return None
+
+
+def _local_mha(case: BenchCase, window: int, before: int, after: int, exact: bool) -> nn.Module:
+    from local_attention import LocalMHA
+
+    return LocalMHA(
+        dim=case.hidden,
+        window_size=window,
+        dim_head=case.head_dim,
+        heads=case.num_heads,
+        causal=case.causal,
+        exact_windowsize=exact,
+        look_backward=before,
+        look_forward=0 if case.causal else after,
+        use_rotary_pos_emb=False,  # ours has no position embedding inside attention
+    )
+
+
+def _build_lucid_local(case: BenchCase, options: LucidLocalOptions) -> nn.Module:
+    before, after = options.num_chunks_before, options.num_chunks_after
+    return _local_mha(case, options.chunk_length, before, after, exact=False)
+
+
+def _build_lucid_sliding(case: BenchCase, options: LucidSlidingOptions) -> nn.Module:
+    return _local_mha(case, options.window, 1, 1, exact=True)
+
+
+def _build_lucid_performer(case: BenchCase, options: LucidPerformerOptions) -> nn.Module:
+    from performer_pytorch import SelfAttention
+
+    return SelfAttention(
+        dim=case.hidden,
+        causal=case.causal,
+        heads=case.num_heads,
+        dim_head=case.head_dim,
+        nb_features=options.nb_features,
+    )
+
+
+def _build_lucid_linformer(case: BenchCase, options: LucidLinformerOptions) -> nn.Module:
+    from linformer import LinformerSelfAttention
+
+    return LinformerSelfAttention(
+        dim=case.hidden,
+        seq_len=options.max_length,
+        k=options.proj_length,
+        heads=case.num_heads,
+        dim_head=case.head_dim,
+        share_kv=options.share_kv,
+    )
+
+
+def _build_lucid_nystrom(case: BenchCase, options: LucidNystromOptions) -> nn.Module:
+    from nystrom_attention import NystromAttention
+
+    return NystromAttention(
+        dim=case.hidden,
+        dim_head=case.head_dim,
+        heads=case.num_heads,
+        num_landmarks=options.num_landmarks,
+        pinv_iterations=options.pinv_iterations,
+        residual=options.conv_kernel > 0,
+        residual_conv_kernel=options.conv_kernel or 33,
+    )
+
+
+for _spec in (
+    PeerSpec(
+        name="lucid:local",
+        package="local-attention",
+        module="local_attention",
+        mirrors="local",
+        options=LucidLocalOptions,
+        build=_build_lucid_local,
+        note=(
+            "local-attention's LocalMHA (rotary embeddings off): the chunked windows of our local "
+            "(exact semantics), materialised scores; bidirectional at a length not a multiple of "
+            "the chunk, queries also see the zero keys its padding appends"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:sliding-window",
+        package="local-attention",
+        module="local_attention",
+        mirrors="sliding-window",
+        options=LucidSlidingOptions,
+        build=_build_lucid_sliding,
+        check=_check_lucid_sliding,
+        note=(
+            "local-attention's LocalMHA with exact_windowsize (rotary embeddings off): windows of "
+            "window + 1 keys (i - window <= j <= i; ours i - window < j), no global tokens, "
+            "materialised chunk scores; bidirectional at a length not a multiple of the window, "
+            "queries also see the zero keys its padding appends"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:performer",
+        package="performer-pytorch",
+        module="performer_pytorch",
+        mirrors="performer",
+        options=LucidPerformerOptions,
+        build=_build_lucid_performer,
+        check=_check_lucid_performer,
+        note=(
+            "performer-pytorch's SelfAttention: FAVOR+ positive orthogonal features drawn at "
+            "init, unseeded (redrawn only by its Performer wrapper), causal by its chunked "
+            "prefix sums without CUDA, output Linear with bias"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:linformer",
+        package="linformer",
+        module="linformer",
+        mirrors="linformer",
+        options=LucidLinformerOptions,
+        build=_build_lucid_linformer,
+        check=_bidirectional_only("linformer"),
+        note=(
+            "linformer's LinformerSelfAttention: projections made for max_length, sliced for "
+            "shorter inputs; share_kv also shares the key and value linear maps (values = keys), "
+            "output Linear with bias"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:nystrom",
+        package="nystrom-attention",
+        module="nystrom_attention",
+        mirrors="nystrom",
+        options=LucidNystromOptions,
+        build=_build_lucid_nystrom,
+        check=_bidirectional_only("nystrom-attention"),
+        note=(
+            "nystrom-attention's NystromAttention: pads the front of the sequence to a multiple "
+            "of the landmarks, pseudo-inverse initialised from the whole batch's maximum, output "
+            "Linear with bias and dropout layer"
+        ),
+    ),
+):
+    PEERS.add(_spec.name, _spec)
 
 
 __all__ = [

@@ -1,0 +1,131 @@
+"""BigBird block-sparse attention (Zaheer et al. 2020): window, global and random key blocks.
+
+The sequence is cut into blocks of `block_size`. Query block i sees the `num_window_blocks` blocks
+around it (i - w // 2 ... ), the first `num_global_blocks` blocks (global: they also see every
+key) and `num_random_blocks` other blocks drawn per query block, fixed by `seed`. Causal: only
+blocks at or before the query block (the window is the block and the w - 1 before it; random
+blocks come from before the window), causal inside the query's own block. Exact: a softmax under
+that mask (`pattern(n)`); computed on gathered key blocks, memory linear in n.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .base import AttentionCore, MaskMod, check_dropout
+from .kernels.block_sparse import BlockLayout, block_sparse_attention
+from .kernels.chunked import check_int, padded_length
+from .spec import Capabilities, register_attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class BigBirdConfig:
+    """Options of BigBird attention."""
+
+    block_size: int = 64  # positions per block
+    num_window_blocks: int = 3  # blocks around each query block (causal: it and those before)
+    num_global_blocks: int = 2  # the first blocks: they see every key, every query sees them
+    num_random_blocks: int = 3  # other blocks each query block sees, drawn per query block
+    seed: int | None = 0  # fixes the random blocks; None draws them from torch's global RNG
+    dropout: float = 0.0  # attention-probability dropout, in training mode only
+
+    def __post_init__(self) -> None:
+        for name, least in (
+            ("block_size", 1),
+            ("num_window_blocks", 1),
+            ("num_global_blocks", 0),
+            ("num_random_blocks", 0),
+        ):
+            check_int(name, getattr(self, name), minimum=least, backend="bigbird")
+        if self.seed is not None:
+            check_int("seed", self.seed, minimum=0, backend="bigbird")
+        check_dropout("bigbird", self.dropout)
+
+    def capabilities(self, caps: Capabilities) -> Capabilities:
+        """Unseeded: random blocks drawn anew every call, so no fixed pattern."""
+        if self.seed is None:
+            return dataclasses.replace(caps, deterministic=False, fixed_pattern=False)
+        return caps
+
+
+@register_attention(
+    "bigbird", config=BigBirdConfig, caps=Capabilities(exact=False, fixed_pattern=True)
+)
+class BigBirdAttention(AttentionCore):
+    """BigBird block-sparse attention: window, global and random blocks; O(n) memory."""
+
+    def window_start(self, i: Tensor) -> Tensor:
+        """First window block of query blocks i (it may lie before block 0)."""
+        w = self.cfg.num_window_blocks
+        return i - (w - 1 if self.causal else w // 2)
+
+    def random_blocks(self, nb: int, device: torch.device | str) -> Tensor:
+        """(nb, r) long: the random key blocks of every query block, -1 where too few exist.
+
+        Candidates are the blocks neither global nor in the window (causal: before the window).
+        r distinct ones from m candidates: r uniform draws x in [0, m - r], sorted, plus 0..r-1."""
+        cfg, device = self.cfg, torch.device(device)
+        r, g = cfg.num_random_blocks, cfg.num_global_blocks
+        gen = None
+        if cfg.seed is not None and device.type != "meta":
+            gen = torch.Generator().manual_seed(cfg.seed)
+        where = "cpu" if gen is not None else device
+        u = torch.rand((nb, r), generator=gen, device=where, dtype=torch.float64).to(device)
+        i = torch.arange(nb, device=device)
+        lo = self.window_start(i)
+        first = (lo - g).clamp(min=0)  # candidates g .. lo - 1
+        after = (lo + self.cfg.num_window_blocks).clamp(min=g)
+        second = (nb - after).clamp(min=0)  # candidates after .. nb - 1 (none when causal)
+        if self.causal:
+            second = torch.zeros_like(second)
+        m = (first + second)[:, None]
+        x = (u * (m - r + 1).clamp(min=1)).floor().long().sort(dim=1).values
+        y = x + torch.arange(r, device=device)
+        block = torch.where(y < first[:, None], g + y, after[:, None] + y - first[:, None])
+        return torch.where(y < m, block, -1)
+
+    def mask_mod(self, n: int, device: torch.device | str = "cpu") -> MaskMod:
+        size = self.cfg.block_size
+        return self.pattern_with(self.random_blocks(padded_length(n, size) // size, device))
+
+    def pattern_with(self, table: Tensor) -> MaskMod:
+        """The pattern as a mask_mod, given the random blocks (nb, r) of one draw."""
+        cfg, causal = self.cfg, self.causal
+        size, g, w = cfg.block_size, cfg.num_global_blocks, cfg.num_window_blocks
+
+        def mod(i: Tensor, j: Tensor) -> Tensor:
+            qb, kb = i // size, j // size
+            lo = self.window_start(qb)
+            seen = ((kb >= lo) & (kb < lo + w)) | (qb < g) | (kb < g)
+            picks = table[qb]  # (..., r): this query block's random blocks
+            for r in range(picks.shape[-1]):  # a few slots; avoids an (..., r)-times mask
+                seen = seen | (picks[..., r] == kb)
+            return seen & (j <= i) if causal else seen
+
+        return mod
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        cfg, n = self.cfg, q.shape[-2]
+        nb = padded_length(n, cfg.block_size) // cfg.block_size
+        i = torch.arange(nb, device=q.device)[:, None]
+        table = self.random_blocks(nb, q.device)
+        heads = torch.arange(cfg.num_global_blocks, device=q.device).expand(nb, -1)
+        near = self.window_start(i) + torch.arange(cfg.num_window_blocks, device=q.device)
+        blocks = torch.cat([heads, near, table], dim=1)
+        layout = BlockLayout.of(cfg.block_size, blocks, blocks >= 0)
+        return block_sparse_attention(
+            q,
+            k,
+            v,
+            layout,
+            self.pattern_with(table),
+            global_rows=min(cfg.num_global_blocks * cfg.block_size, n),
+            key_padding_mask=key_padding_mask,
+            scale=1 / math.sqrt(q.shape[-1]),
+            dropout=self.dropout_p,
+        )

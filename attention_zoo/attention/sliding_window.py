@@ -1,0 +1,112 @@
+"""Sliding-window attention with optional global tokens (Beltagy, Peters, Cohan 2020: Longformer).
+
+Causal: query i sees keys j with i - window < j <= i; bidirectional: |i - j| < window. The first
+`global_tokens` positions see every (causally allowed) key, and every query sees them. Exact: a
+softmax under that mask (`pattern(n)`). Without global tokens, the band runs through local's fused
+chunked kernels (chunks that see their neighbours, masked to the band; memory O(n * window)); with
+them, or with dropout, through gathered key blocks (see `kernels/block_sparse`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .base import AttentionCore, MaskMod, check_dropout
+from .kernels.block_sparse import BlockLayout, block_sparse_attention
+from .kernels.chunked import check_int, padded_length, resolve_kernel
+from .kernels.local_fused import LocalFlash, local_masks, local_windows
+from .spec import Capabilities, register_attention
+
+# Largest chunk of the band kernels: a window of w keys costs chunks of min(w, this) queries that
+# see ceil((w - 1) / chunk) chunks back, so smaller chunks waste fewer masked scores per query.
+MAX_CHUNK = 64  # fastest of 32, 64, 128, 256 at L=16384, window 256, fwd+bwd on CPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowConfig:
+    """Options of sliding-window attention."""
+
+    window: int = 256  # causal: the query and window - 1 keys back; else |i - j| < window
+    global_tokens: int = 0  # the first positions: they see all keys, all queries see them
+    dropout: float = 0.0  # attention-probability dropout, in training mode only
+
+    def __post_init__(self) -> None:
+        check_int("window", self.window, minimum=1, backend="sliding-window")
+        check_int("global_tokens", self.global_tokens, minimum=0, backend="sliding-window")
+        check_dropout("sliding-window", self.dropout)
+
+
+def sliding_window_mod(window: int, global_tokens: int, causal: bool) -> MaskMod:
+    """The sliding-window (+ global tokens) pattern as a mask_mod."""
+
+    def mod(i: Tensor, j: Tensor) -> Tensor:
+        seen = (j > i - window) & (j < i + window)
+        if global_tokens:
+            seen = seen | (i < global_tokens) | (j < global_tokens)
+        return seen & (j <= i) if causal else seen
+
+    return mod
+
+
+@register_attention(
+    "sliding-window",
+    config=SlidingWindowConfig,
+    caps=Capabilities(exact=False, fixed_pattern=True),
+    variants=({"global_tokens": 3},),
+)
+class SlidingWindowAttention(AttentionCore):
+    """Sliding-window attention (+ global tokens); O(n * window) memory, exactly causal."""
+
+    def mask_mod(self, n: int, device: torch.device | str = "cpu") -> MaskMod:
+        return sliding_window_mod(self.cfg.window, self.cfg.global_tokens, self.causal)
+
+    def geometry(self, n: int) -> tuple[int, int, int]:
+        """(chunk, chunks seen before, chunks seen after) covering the band at length n."""
+        chunk = min(self.cfg.window, MAX_CHUNK)
+        chunks = padded_length(n, chunk) // chunk
+        before = min(math.ceil((self.cfg.window - 1) / chunk), chunks - 1)
+        return chunk, before, 0 if self.causal else before
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        b, _, n, d = q.shape
+        chunk, before, after = self.geometry(n)
+        mod, scale, dropout = self.mask_mod(n, q.device), 1 / math.sqrt(d), self.dropout_p
+        glob = self.cfg.global_tokens
+        if not glob and not dropout and resolve_kernel("auto", q.device, q.dtype) == "flash":
+            win = local_windows(b, n, chunk, before, after)
+            masks = local_masks(
+                win,
+                b,
+                n,
+                causal=self.causal,
+                key_padding_mask=key_padding_mask,
+                dtype=q.dtype,
+                device=q.device,
+            )
+            # the band within every chunk's window: queries at front + t, keys at w
+            t = torch.arange(chunk, device=q.device)[:, None] + win.front
+            band = mod(t, torch.arange(win.width, device=q.device)[None, :])
+            masks = dataclasses.replace(masks, allowed=masks.allowed & band)
+            return LocalFlash.apply(q, k, v, win, masks, scale, key_padding_mask is not None)
+        nb = padded_length(n, chunk) // chunk
+        i = torch.arange(nb, device=q.device)[:, None]
+        heads = torch.arange(-(-glob // chunk), device=q.device).expand(nb, -1)  # global blocks
+        near = i + torch.arange(-before, after + 1, device=q.device)
+        blocks = torch.cat([heads, near], dim=1)
+        layout = BlockLayout.of(chunk, blocks, torch.ones_like(blocks, dtype=torch.bool))
+        return block_sparse_attention(
+            q,
+            k,
+            v,
+            layout,
+            mod,
+            global_rows=min(glob, n),
+            key_padding_mask=key_padding_mask,
+            scale=scale,
+            dropout=dropout,
+        )
