@@ -31,7 +31,7 @@ DEFAULT_PATH = (
 # The deterministic metrics of the catalogue, each with its relative tolerance.
 TOLERANCE = {m.name: m.tolerance for m in baselined()}
 METRICS = tuple(TOLERANCE)
-# The runner's settings that measure them: no timing, one thread (tracked bytes do not need more).
+# The runner's settings for them: no timing, one thread (the counts do not depend on threads).
 SETTINGS = MeasureSettings(
     threads=1, metrics=tuple(dict.fromkeys(m.group for m in baselined())), memory_limit_bytes=None
 )
