@@ -11,9 +11,12 @@ import dataclasses
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError, ZooError, did_you_mean
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,9 +99,10 @@ def parse_toml(text: str, *, source: str) -> dict[str, Any]:
         raise ConfigError(f"{source} is not valid TOML: {err}") from None
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """A TOML file -> dict; ConfigError when it is missing or not valid TOML."""
-    path = Path(path)
+def load_toml(path: str | Path | Traversable) -> dict[str, Any]:
+    """A TOML file (a path, or package data from importlib.resources) -> dict; ConfigError when it
+    is missing or not valid TOML."""
+    path = Path(path) if isinstance(path, str) else path
     if not path.is_file():
         raise ConfigError(f"{path} does not exist")
     return parse_toml(path.read_text(), source=str(path))

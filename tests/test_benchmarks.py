@@ -1,9 +1,8 @@
-"""pytest-benchmark tests: timing ratios measured in one run, and deterministic metrics (FLOPs,
-predicted and tracked peak bytes) against the committed baseline file.
+"""Timing ratios measured in one run, and deterministic metrics (FLOPs, predicted and tracked peak
+bytes) against the committed baseline file.
 
 Ratios, never absolute times: the machine may be shared (measured: a second busy process changes
 absolute CPU times by up to 7x), so each comparison times both sides round-robin in the same run.
-`pytest --benchmark-enable tests/test_benchmarks.py` also prints pytest-benchmark's statistics.
 Baselines: one representative case per backend runs in the quick pass, the rest are slow; after an
 intended change, python benchmarks/scripts/update_baselines.py (it compares time first) rewrites the
 file: review and commit the diff.
@@ -39,17 +38,13 @@ def need(*names: str) -> None:
 
 
 @pytest.mark.slow
-def test_lsh_and_local_beat_full_at_8k(benchmark) -> None:
+def test_lsh_and_local_beat_full_at_8k() -> None:
     """Forward of the attention core at 8,192 tokens (4 heads of 64, causal): full attention
     materialises 1 GiB of scores, lsh (4 hashes) and local work chunk by chunk."""
     need("lsh", "local")
     full = BenchCase(target="attention", backend="full", seq_len=8192, mode="forward")
     lsh = full.replace(backend="lsh", options={"num_hashes": 4})
     t = interleaved_medians({"full": full, "lsh": lsh, "local": full.replace(backend="local")})
-    benchmark.extra_info.update(
-        {"lsh/full": t["lsh"] / t["full"], "local/full": t["local"] / t["full"]}
-    )
-    benchmark.pedantic(build_runnable(lsh).step, rounds=1, iterations=1)
     assert t["lsh"] < 0.8 * t["full"], (
         f"lsh (4 hashes) took {t['lsh'] / t['full']:.2f}x full's time at 8k"
     )
@@ -59,12 +54,10 @@ def test_lsh_and_local_beat_full_at_8k(benchmark) -> None:
 
 
 @pytest.mark.slow
-def test_sdpa_beats_naive_full_at_2k(benchmark) -> None:
+def test_sdpa_beats_naive_full_at_2k() -> None:
     full = BenchCase(target="attention", backend="full", seq_len=2048, mode="forward+backward")
     sdpa = full.replace(backend="sdpa")
     t = interleaved_medians({"full": full, "sdpa": sdpa})
-    benchmark.extra_info["sdpa/full"] = t["sdpa"] / t["full"]
-    benchmark.pedantic(build_runnable(sdpa).step, rounds=1, iterations=1)
     assert t["sdpa"] < t["full"], (
         f"SDPA took {t['sdpa'] / t['full']:.2f}x the naive attention's time at 2k"
     )

@@ -25,7 +25,7 @@ from .validate import (
 EXAMPLE = """examples:
   zoo task duplication --preset cpu --table2       Table 2 of the Reformer paper, on this CPU
   zoo task duplication --preset smoke              < 1 minute pipeline check
-  zoo task tasks/duplication.toml --preset cpu --backends shared-qk,local --seeds 0,1
+  zoo task my-suite.toml --preset cpu --backends shared-qk,local --seeds 0,1
   zoo task duplication --preset cpu --backends lsh --train-hashes 2 --eval-hashes 8,1
   zoo task associative-recall --preset cpu
   zoo task --table2                                the matrix from every stored run
@@ -33,7 +33,8 @@ EXAMPLE = """examples:
   zoo task duplication --preset paper --device cuda --executor ray --ray-address auto
                                                    one Ray task (one GPU) per training run
 
-RUN_SPEC is a suite file (TOML) or a task name, looked up as tasks/<name>.toml.
+RUN_SPEC is a suite file (TOML) or a task name, looked up as <name>.toml in each folder of
+$ZOO_TASKS_DIR (separated by ':'), then ./tasks, then among the built-in suites.
 Runs already in the store (same task, preset, model, variant, seed) are not trained again
 unless --force. Judge variants by steps; wall time depends on what else the machine runs.
 """

@@ -18,18 +18,23 @@ import torch
 
 from ..attention.spec import BACKENDS
 from ..blocks.residual import RESIDUALS
-from .cases import BenchCase, build_runnable
+from .cases import BenchCase
 from .metrics import baselined
-from .predict import predict_case
-from .timing import fixed_threads
-from .tracker import tracked_peak
+from .runner import MeasureSettings, measure_case
+from .status import OK
 
+# The checkout's file, read by the tests and benchmarks/scripts (no zoo command reads it, so it is
+# not package data).
 DEFAULT_PATH = (
     Path(__file__).resolve().parents[2] / "benchmarks" / "baselines" / "deterministic.json"
 )
 # The deterministic metrics of the catalogue, each with its relative tolerance.
 TOLERANCE = {m.name: m.tolerance for m in baselined()}
 METRICS = tuple(TOLERANCE)
+# The runner's settings for them: no timing, one thread (the counts do not depend on threads).
+SETTINGS = MeasureSettings(
+    threads=1, metrics=tuple(dict.fromkeys(m.group for m in baselined())), memory_limit_bytes=None
+)
 MODEL_LAYERS = ("local", "lsh")  # the attention of the model cases (one per residual variant)
 # Token counts: one that is not a multiple of any chunk (local's and lsh's default chunks are 64),
 # where padding to whole chunks shows, and multiples of them for the core and the model.
@@ -92,18 +97,15 @@ def case_available(case: BenchCase) -> str | None:
 
 
 def compute(case: BenchCase) -> dict[str, int]:
-    """The deterministic metrics of one case (single thread: tracked bytes do not depend on it)."""
-    with fixed_threads(1):
-        p = predict_case(case)
-        runnable = build_runnable(case)
-        runnable.step()
-        _, tracked = tracked_peak(runnable.step)
-    values = {
-        "flops": p.flops,
-        "predicted_peak_bytes": p.peak_bytes,
-        "tracked_peak_bytes": tracked.peak_bytes,
-    }
-    return {metric: values[metric] for metric in METRICS}
+    """The deterministic metrics of one case, measured by the runner as `zoo bench` measures them;
+    RuntimeError with the runner's reason when the case does not run."""
+    result = measure_case(case, SETTINGS)
+    values = {metric: result.value(metric) for metric in METRICS}
+    missing = [metric for metric, value in values.items() if value is None]
+    if result.status != OK or missing:
+        reason = result.error or f"no {', '.join(missing)} measured"
+        raise RuntimeError(f"{case.name()}: {result.status}: {reason}")
+    return {metric: int(value) for metric, value in values.items()}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """Synthetic long-range tasks, their training recipe and declarative suites (`zoo task`).
 
 from attention_zoo.tasks import load_task_preset, plan_runs, run_one
-preset = load_task_preset("duplication", "cpu")      # tasks/duplication.toml, preset cpu
+preset = load_task_preset("duplication", "cpu")      # the built-in suite, preset cpu
 runs, skipped = plan_runs(preset, backends=["shared-qk"], eval_hashes=[8, 1])
 outcome = run_one(runs[0])                           # train from the seed, evaluate overrides
 outcome.result.steps_to_target, outcome.evals["lsh-1"].accuracy

@@ -1,4 +1,5 @@
-"""Declarative task suites (TOML in the top-level tasks/ folder): presets and grids -> run plans.
+"""Declarative task suites (TOML): presets and grids -> run plans. The built-in suites ship in the
+package (`attention_zoo/tasks/suites/`); a user's own, in `./tasks` or $ZOO_TASKS_DIR, come first.
 
 A suite file names one task and presets (`smoke`, `cpu`, `paper`, ...). Each preset has four
 tables: `task` (task config fields), `model` (ReformerConfig fields, HF names), `train`
@@ -10,14 +11,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ReformerConfig
 from ..declarative import check_keys, checked_dataclass, field_names, load_toml
 from ..errors import ConfigError, did_you_mean
 from .base import TaskConfig, get_task, make_task
 from .trainer import TrainConfig
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+SUITES_ENV = "ZOO_TASKS_DIR"  # folders of user suites, separated like PATH (os.pathsep)
+BUILTIN_SUITES = "suites"  # package data: attention_zoo/tasks/suites/<task>.toml
 
 TOP_KEYS = ("task", "defaults", "presets")
 SECTIONS = ("task", "model", "train", "grid")
@@ -66,21 +74,22 @@ class TaskPreset:
 
 
 def suite_dirs() -> list[Path]:
-    """Folders searched for `<task>.toml`: $ZOO_TASKS_DIR, ./tasks, the checkout's tasks/."""
-    dirs = []
-    if env := os.environ.get("ZOO_TASKS_DIR"):
-        dirs.append(Path(env))
+    """Folders of user suites, searched in this order before the built-in ones: each folder of
+    $ZOO_TASKS_DIR, then ./tasks."""
+    dirs = [Path(d) for d in os.environ.get(SUITES_ENV, "").split(os.pathsep) if d]
     dirs.append(Path.cwd() / "tasks")
-    dirs.append(Path(__file__).resolve().parents[2] / "tasks")  # editable install / checkout
-    out: list[Path] = []
-    for d in dirs:
-        if d not in out:
-            out.append(d)
-    return out
+    return list(dict.fromkeys(dirs))
 
 
-def find_suite(spec: str) -> Path:
-    """A suite file path, or a task name looked up as `<name>.toml` in `suite_dirs()`."""
+def builtin_suite(task: str) -> Traversable | None:
+    """The suite shipped with the package for `task` (read through importlib.resources), if any."""
+    resource = resources.files(__package__) / BUILTIN_SUITES / f"{task}.toml"
+    return resource if resource.is_file() else None
+
+
+def find_suite(spec: str) -> Path | Traversable:
+    """A suite file path, or a task name looked up as `<name>.toml` in `suite_dirs()`, then among
+    the built-in suites (a user's file of the same name wins: it is how a built-in is edited)."""
     path = Path(spec)
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
@@ -91,13 +100,16 @@ def find_suite(spec: str) -> Path:
         candidate = d / f"{spec}.toml"
         if candidate.is_file():
             return candidate
+    if (builtin := builtin_suite(spec)) is not None:
+        return builtin
     raise ConfigError(
         f"task {spec!r} has no suite file; looked for {spec}.toml in: "
-        f"{', '.join(map(str, suite_dirs()))} (set ZOO_TASKS_DIR or pass a .toml path)"
+        f"{', '.join(map(str, suite_dirs()))} and the built-in suites "
+        f"(set {SUITES_ENV} or pass a .toml path)"
     )
 
 
-def load_suite(spec: str) -> tuple[Path, dict[str, Any]]:
+def load_suite(spec: str) -> tuple[Path | Traversable, dict[str, Any]]:
     path = find_suite(spec)
     data = load_toml(path)
     check_keys(data, TOP_KEYS, where=str(path), noun="top-level key")
