@@ -20,6 +20,7 @@ FIDELITY_SEED = 0  # inputs and any random state of the backend (LSH rotations w
 PEAK_GROUP = 4  # peaked inputs: tokens per group of mutually matching queries and keys
 PEAK_NORM = 2.0  # peaked inputs: |q|, |k| in units of sqrt(head_dim) (a Gaussian vector's is 1)
 PEAK_NOISE = 0.1  # peaked inputs: independent noise relative to the group's direction
+NOT_MEASURED = "approx_error not measured"  # how every note begins (the report finds them by it)
 
 Shape = tuple[int, int, int, int]  # (b, h, n, d)
 
@@ -100,7 +101,9 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
     if not is_approximate(case):
         return Fidelity()
     if case.target == "model":
-        return Fidelity(note="approx_error not measured for model cases (see attention or block)")
+        return Fidelity(
+            note=f"{NOT_MEASURED}: model cases are not compared (measure target attention or block)"
+        )
     ref_case = BenchCase(
         target="attention",
         backend=reference_name(case.backend, case.options),
@@ -118,12 +121,12 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
         limit = _limit(case.device, memory_limit_bytes)
         if limit is not None and needed > limit:
             return Fidelity(
-                note=f"approx_error not measured: {ref_case.backend} (the reference) is predicted "
+                note=f"{NOT_MEASURED}: {ref_case.backend} (the reference) is predicted "
                 f"to need {needed / 2**20:.1f} MiB > limit {limit / 2**20:.1f} MiB"
             )
         return Fidelity(rows=_measure(case, ref_case.backend))
     except Exception as exc:  # a failed comparison is a note, never a crashed case
-        return Fidelity(note=f"approx_error not measured: {type(exc).__name__}: {exc}")
+        return Fidelity(note=f"{NOT_MEASURED}: {type(exc).__name__}: {exc}")
 
 
 def _measure(case: BenchCase, reference: str) -> list[Metric]:
