@@ -147,6 +147,7 @@ def test_exactness_is_read_with_the_cases_options() -> None:
         BACKENDS.remove("fidelity-probe")
 
 
+@pytest.mark.slow
 def test_the_runner_stores_the_error_and_the_table_shows_it(tmp_path) -> None:
     settings = MeasureSettings(metrics=("predict", "fidelity"))
     cases = [small("full", 128), small("local", 128), small("lsh", 1024)]
@@ -176,6 +177,7 @@ def _report(tmp_path, cases, settings) -> str:
     return files.markdown.read_text()
 
 
+@pytest.mark.slow
 def test_report_section_with_data(tmp_path) -> None:
     settings = MeasureSettings(metrics=("time", "fidelity"), time_budget_s=0.0, min_repeats=1)
     cases = [small(b, n) for b in ("local", "lsh") for n in (64, 128)]
@@ -191,6 +193,7 @@ def test_report_section_with_data(tmp_path) -> None:
             assert any(c[column].strip(" |") == "front" for c in cells), (inputs, n, cells)
 
 
+@pytest.mark.slow
 def test_report_section_explains_or_is_absent_without_data(tmp_path) -> None:
     settings = MeasureSettings(metrics=("predict", "fidelity"))
     text = _report(tmp_path / "a", [small("lsh", 1024)], settings)

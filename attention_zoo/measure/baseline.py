@@ -1,8 +1,9 @@
 """Deterministic metrics of a fixed set of cases, compared against a baseline file kept in the repo.
 
-FLOPs, predicted peak bytes (FakeTensors) and tracked peak bytes (storages counted on CPU) do not
-depend on machine load, so unlike timings they can gate CI exactly: a change that makes a backend
-use more memory or work fails, and so does one that uses less until someone has looked at why and
+FLOPs, predicted peak bytes (FakeTensors), tracked peak bytes (storages counted on CPU) and the
+approx_error of approximate backends (seeded inputs) do not depend on machine load, so unlike
+timings they can gate CI exactly: a change that makes a backend use more memory or work (or
+approximate worse) fails, and so does one that uses less until someone has looked at why and
 regenerated the baseline (keeping it tight). Regenerate with
 `python benchmarks/scripts/update_baselines.py`, which compares time first.
 """
@@ -19,6 +20,7 @@ import torch
 from ..attention.spec import BACKENDS
 from ..blocks.residual import RESIDUALS
 from .cases import BenchCase, build_runnable
+from .fidelity import measure_fidelity
 from .metrics import baselined
 from .predict import predict_case
 from .timing import fixed_threads
@@ -91,19 +93,22 @@ def case_available(case: BenchCase) -> str | None:
     return case.unsupported("cpu")
 
 
-def compute(case: BenchCase) -> dict[str, int]:
-    """The deterministic metrics of one case (single thread: tracked bytes do not depend on it)."""
+def compute(case: BenchCase) -> dict[str, float]:
+    """The deterministic metrics of one case (single thread: tracked bytes do not depend on it);
+    approx_error only for approximate backends (measure/fidelity.py)."""
     with fixed_threads(1):
         p = predict_case(case)
         runnable = build_runnable(case)
         runnable.step()
         _, tracked = tracked_peak(runnable.step)
-    values = {
+    values: dict[str, float] = {
         "flops": p.flops,
         "predicted_peak_bytes": p.peak_bytes,
         "tracked_peak_bytes": tracked.peak_bytes,
     }
-    return {metric: values[metric] for metric in METRICS}
+    # approx_error: an approximate backend's error against the dense reference (seeded inputs)
+    values.update((r.metric, r.value) for r in measure_fidelity(case).rows)
+    return {metric: values[metric] for metric in METRICS if metric in values}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,8 +116,8 @@ class Difference:
     """One metric of one case off its baseline by more than the tolerance."""
 
     metric: str
-    baseline: int
-    actual: int
+    baseline: float
+    actual: float
 
     @property
     def increase(self) -> bool:
@@ -136,7 +141,7 @@ class Difference:
         )
 
 
-def compare(expected: dict[str, int], actual: dict[str, int]) -> list[Difference]:
+def compare(expected: dict[str, float], actual: dict[str, float]) -> list[Difference]:
     """The metrics of `actual` off `expected` by more than their tolerance (empty: all within)."""
     differences = []
     for metric in METRICS:
