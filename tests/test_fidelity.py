@@ -204,3 +204,17 @@ def test_report_section_explains_or_is_absent_without_data(tmp_path) -> None:
     assert "approx_error not measured: no approximate backend was measured" in text
     nothing = pd.DataFrame()
     assert fidelity_cost(Context(nothing, nothing, nothing, [], tmp_path)) == []
+
+
+def test_asv_tracks_the_error_of_approximate_backends_only() -> None:
+    from benchmarks import bench_fidelity
+
+    bench = bench_fidelity.Fidelity()
+    assert set(bench.params[0]) == set(BACKENDS.names())
+    with pytest.raises(NotImplementedError, match="exact"):
+        bench.setup("full", 1024)
+    bench.setup("local", 64)
+    assert (
+        bench.track_approx_error_random()
+        == errors(BenchCase(backend="local", seq_len=64))["approx_error_random"]
+    )
