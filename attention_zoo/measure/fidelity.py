@@ -1,6 +1,6 @@
-"""Fidelity of approximate attention: ||out - out_ref||_F / ||out_ref||_F of a backend's core against
-the dense reference (`full`; `shared-qk` for shared-QK cores) on the same seeded q, k, v, causal flag
-and options (no key padding mask: bench cases have none), for each input family."""
+"""Fidelity of approximate attention: ||out - out_ref||_F / ||out_ref||_F of a backend's core
+against the dense reference (`full`; `shared-qk` for shared-QK cores) on the same seeded q, k, v,
+causal flag and options (no key padding mask: bench cases have none), for each input family."""
 
 from __future__ import annotations
 
