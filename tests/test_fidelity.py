@@ -21,7 +21,7 @@ from attention_zoo.measure.fidelity import (
     peaked_inputs,
     relative_error,
 )
-from attention_zoo.measure.metrics import FIDELITY_INPUTS, METRICS
+from attention_zoo.measure.metrics import FIDELITY_INPUTS, METRICS, approx_error_name
 from attention_zoo.measure.runner import MeasureSettings
 from attention_zoo.measure.table import comparison_table, group_cases
 from attention_zoo.report.builder import build_report
@@ -30,7 +30,7 @@ from attention_zoo.report.fidelity import fidelity_cost
 from attention_zoo.store import ResultStore
 from attention_zoo.sweep import run_sweep
 
-ERRORS = [f"approx_error_{inputs}" for inputs in FIDELITY_INPUTS]
+ERRORS = [approx_error_name(inputs) for inputs in FIDELITY_INPUTS]
 SMALL = {"num_heads": 2, "head_dim": 32}  # small cores: every comparison takes milliseconds
 
 

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..attention.spec import BACKENDS, build_attention, get_backend
 from .cases import DTYPES, BenchCase
-from .metrics import FIDELITY_INPUTS, Metric, metric_row
+from .metrics import FIDELITY_INPUTS, Metric, approx_error_name, metric_row
 from .predict import predict_case
 
 FIDELITY_SEED = 0  # inputs and any random state of the backend (LSH rotations without a seed)
@@ -144,7 +144,7 @@ def _measure(case: BenchCase, reference: str) -> list[Metric]:
                 core = core.to(device=device, dtype=dtype).eval()
                 with torch.no_grad():
                     outputs.append(core(q, k, v))
-        rows.append(metric_row(f"approx_error_{family}", relative_error(*outputs)))
+        rows.append(metric_row(approx_error_name(family), relative_error(*outputs)))
     return rows
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..measure.fidelity import NOT_MEASURED
-from ..measure.metrics import FIDELITY_INPUTS, METRICS
+from ..measure.metrics import FIDELITY_INPUTS, METRICS, approx_error_name
 from .analysis import pareto_front
 from .context import BUSY_MARK, Context
 from .cost import TIME, header, settings
@@ -14,7 +14,7 @@ from .document import Heading, Image, Para, Table
 from .plots import fidelity_plot
 
 TITLE = "Fidelity x cost"
-ERRORS = tuple(f"approx_error_{inputs}" for inputs in FIDELITY_INPUTS)
+ERRORS = tuple(approx_error_name(inputs) for inputs in FIDELITY_INPUTS)
 COMMAND = "zoo bench --backends full,local,lsh --lengths 1024,4096"
 
 
