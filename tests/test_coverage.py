@@ -85,7 +85,7 @@ def test_committed_baseline_holds_every_case_that_runs_on_cpu() -> None:
 
 def test_asv_track_units_come_from_the_metric_catalogue() -> None:
     marked = 0
-    for module in ("bench_attention", "bench_blocks", "bench_model"):
+    for module in ("bench_attention", "bench_blocks", "bench_model", "bench_fidelity"):
         for cls in vars(_asv(module)).values():
             for name, method in vars(cls).items() if isinstance(cls, type) else ():
                 if name.startswith("track_") and hasattr(method, "metric"):

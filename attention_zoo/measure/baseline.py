@@ -1,8 +1,9 @@
 """Deterministic metrics of a fixed set of cases, compared against a baseline file kept in the repo.
 
-FLOPs, predicted peak bytes (FakeTensors) and tracked peak bytes (storages counted on CPU) do not
-depend on machine load, so unlike timings they can gate CI exactly: a change that makes a backend
-use more memory or work fails, and so does one that uses less until someone has looked at why and
+FLOPs, predicted peak bytes (FakeTensors), tracked peak bytes (storages counted on CPU) and the
+approx_error of approximate backends (seeded inputs) do not depend on machine load, so unlike
+timings they can gate CI exactly: a change that makes a backend use more memory or work (or
+approximate worse) fails, and so does one that uses less until someone has looked at why and
 regenerated the baseline (keeping it tight). Regenerate with
 `python benchmarks/scripts/update_baselines.py`, which compares time first.
 """
@@ -19,6 +20,7 @@ import torch
 from ..attention.spec import BACKENDS
 from ..blocks.residual import RESIDUALS
 from .cases import BenchCase
+from .metrics import METRICS as CATALOGUE
 from .metrics import baselined
 from .runner import MeasureSettings, measure_case
 from .status import OK
@@ -96,16 +98,21 @@ def case_available(case: BenchCase) -> str | None:
     return case.unsupported("cpu")
 
 
-def compute(case: BenchCase) -> dict[str, int]:
-    """The deterministic metrics of one case, measured by the runner as `zoo bench` measures them;
-    RuntimeError with the runner's reason when the case does not run."""
+def compute(case: BenchCase) -> dict[str, float]:
+    """The deterministic metrics of one case, measured by the runner as `zoo bench` measures them
+    (approx_error only for approximate backends); RuntimeError with the runner's reason when the
+    case does not run."""
     result = measure_case(case, SETTINGS)
     values = {metric: result.value(metric) for metric in METRICS}
-    missing = [metric for metric, value in values.items() if value is None]
+    missing = [m for m, v in values.items() if v is None and CATALOGUE[m].group != "fidelity"]
     if result.status != OK or missing:
         reason = result.error or f"no {', '.join(missing)} measured"
         raise RuntimeError(f"{case.name()}: {result.status}: {reason}")
-    return {metric: int(value) for metric, value in values.items()}
+    return {
+        m: (v if CATALOGUE[m].group == "fidelity" else int(v))
+        for m, v in values.items()
+        if v is not None
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,8 +120,8 @@ class Difference:
     """One metric of one case off its baseline by more than the tolerance."""
 
     metric: str
-    baseline: int
-    actual: int
+    baseline: float
+    actual: float
 
     @property
     def increase(self) -> bool:
@@ -138,7 +145,7 @@ class Difference:
         )
 
 
-def compare(expected: dict[str, int], actual: dict[str, int]) -> list[Difference]:
+def compare(expected: dict[str, float], actual: dict[str, float]) -> list[Difference]:
     """The metrics of `actual` off `expected` by more than their tolerance (empty: all within)."""
     differences = []
     for metric in METRICS:

@@ -14,7 +14,15 @@ from typing import NamedTuple
 from .units import format_bytes, format_gflop, format_number, format_seconds
 
 # Groups MeasureSettings.metrics selects, in the order measure_case runs them.
-MEASURE_GROUPS = ("time", "memory", "crosscheck", "predict", "flops")
+MEASURE_GROUPS = ("time", "memory", "crosscheck", "predict", "flops", "fidelity")
+FIDELITY_INPUTS = ("random", "peaked")  # input families of approx_error (measure/fidelity.py)
+
+
+def approx_error_name(inputs: str) -> str:
+    """The stored metric name of approx_error on one input family of FIDELITY_INPUTS."""
+    return f"approx_error_{inputs}"
+
+
 TASK_GROUP = "task"  # metrics of a training run (zoo task), not of a measured case
 
 
@@ -90,6 +98,10 @@ _CATALOGUE = (
     MetricSpec(name="flops", unit="flop", group="flops", deterministic=True, label="FLOPs",
                fmt=format_gflop, column="GFLOP", shown_unit="GFLOP", scale=1e9, report=True,
                tolerance=0.0),
+    *(MetricSpec(name=approx_error_name(inputs), unit="ratio", group="fidelity",
+                 deterministic=True, label=f"approx_error vs full attention ({inputs} inputs)",
+                 column=f"approx_error {inputs}", report=True, tolerance=0.05)
+      for inputs in FIDELITY_INPUTS),
     MetricSpec(name="accuracy", unit="fraction", group=TASK_GROUP, deterministic=False,
                label="token accuracy"),
     MetricSpec(name="loss", unit="nats", group=TASK_GROUP, deterministic=False,

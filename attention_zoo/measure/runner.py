@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .cases import BenchCase, Runnable, build_runnable
+from .fidelity import measure_fidelity
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
@@ -183,6 +184,10 @@ class _Pending:
                     f"not run: predicted {prediction.total_bytes / 2**20:.1f} MiB > memory limit "
                     f"{limit / 2**20:.1f} MiB",
                 )
+        if "fidelity" in settings.metrics:
+            fidelity = measure_fidelity(case, settings.memory_limit_bytes)
+            self.rows += fidelity.rows
+            self.notes += [fidelity.note] if fidelity.note else []
         if not {"time", "memory", "crosscheck"} & set(settings.metrics):
             return self.finish(OK)
         try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import accuracy, cost, misc, variants
+from . import accuracy, cost, fidelity, misc, variants
 from .context import Context
 from .document import Document, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "attention-zoo comparison"
 META_FILE = "report.json"  # what produced the folder: read by the reports index
-PLOT_PATTERNS = ("scaling-*.png", "pareto-*.png", "table2-*.png")
+PLOT_PATTERNS = ("scaling-*.png", "fidelity-*.png", "pareto-*.png", "table2-*.png")
 
 
 @dataclass
@@ -104,6 +104,7 @@ def build_report(
     for section in (
         cost.headline,
         cost.scaling,
+        fidelity.fidelity_cost,
         accuracy.accuracy_cost,
         accuracy.table2,
         variants.block_variants,

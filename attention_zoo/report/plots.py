@@ -123,3 +123,34 @@ def heatmaps(ours: Any, paper: Any, path: Path) -> Path:
         )
         ax.set(title=f"accuracy [%], {title}", xlabel="evaluated with", ylabel="trained with")
     return _save(fig, path)
+
+
+def fidelity_plot(
+    points: Any, fronts: dict[str, dict[Any, bool]], setting: str, path: Path
+) -> Path:
+    """approx_error against time (log-log), one panel per input family, one colour per variant and
+    one marker per length; each length's Pareto front (lower time and error) joined in red."""
+    import seaborn as sns
+
+    plt = _pyplot()
+    families = list(dict.fromkeys(points["inputs"]))
+    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.4), squeeze=False)
+    for ax, inputs in zip(axes[0], families):
+        part = points[points["inputs"] == inputs]
+        sns.scatterplot(data=part, x="time", y="approx_error", hue="variant", style="L", ax=ax)
+        metric = part["metric"].iloc[0]
+        on = part[[fronts[metric].get(i, False) for i in part["index"]]]
+        for _, front in on.groupby("L"):
+            front = front.sort_values("time")
+            ax.plot(front["time"], front["approx_error"], color="tab:red", lw=1, zorder=1)
+        ax.scatter(on["time"], on["approx_error"], s=120, facecolors="none", edgecolors="tab:red")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel=axis_label("time_median"),
+            ylabel=f"approx_error ({inputs} inputs)",
+            title=f"{inputs} inputs (circled: Pareto front per length)",
+        )
+        ax.legend(fontsize=7)
+    fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
+    return _save(fig, path)
