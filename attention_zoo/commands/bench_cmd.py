@@ -49,7 +49,10 @@ EXAMPLE = """examples:
       --store on this machine
 
 Results go to --store (default: %(store)s), one row per metric, committed case by case.
-A case that fails is stored as 'error', an out-of-memory one as 'oom', and the sweep goes on.
+A case that fails is stored as 'error', an out-of-memory one as 'oom', one whose output breaks
+the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', and the
+sweep goes on. A time whose repeats disagree, or taken while other processes kept the cores busy,
+is marked 'ok (unstable)' / 'ok (busy)' and left out of time ratios.
 Built-in presets: %(presets)s (or a path to a .toml file).
 """
 
