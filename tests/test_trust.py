@@ -460,21 +460,33 @@ def test_a_runnable_s_output_is_keyword_only() -> None:
 
 
 def test_the_report_sets_aside_a_case_timed_busy(tmp_path: Path) -> None:
+    """A case's own reading decides; only a case without one takes its run's load at the ends."""
     pytest.importorskip("pandas")
     from attention_zoo.report.context import trusted
     from attention_zoo.report.frame import case_frame
 
+    frees = {"idle": {"full": 0.0, "sdpa": 2.0}, "busy": {"local": None, "lsh": 2.0}}
     with ResultStore(tmp_path / "s.sqlite") as store:
-        run = store.start_run(kind="bench")
-        for backend, free in (("full", 0.0), ("sdpa", 2.0)):
-            rows = [("time_median", 1.0, "s"), ("time_iqr", 0.0, "s"), ("time_min", 1.0, "s")]
-            rows.append(("free_cores", free, "cores"))
-            store.add_rows(run, None, _case(backend).to_dict(), rows)
-        store.finish_run(run)
+        for state, cases in frees.items():
+            run = store.start_run(kind="bench")
+            for backend, free in cases.items():
+                rows = [("time_median", 1.0, "s"), ("time_iqr", 0.0, "s"), ("time_min", 1.0, "s")]
+                rows += [("free_cores", free, "cores")] if free is not None else []
+                store.add_rows(run, None, _case(backend).to_dict(), rows)
+            store.finish_run(run)
+            if state == "busy":  # 40 cores' load at the run's start, on 2 cores
+                store._db.execute(
+                    "UPDATE runs SET load_start = 40.0, cpu_count = 2 WHERE run_id = ?", (run,)
+                )
+                store._db.commit()
         frame = case_frame(store.rows(), store.runs())
-    busy = {r["config"]["backend"]: r["busy"] for _, r in frame.iterrows()}
-    assert busy == {"full": True, "sdpa": False}  # the run's ends were idle (tests' counters)
-    assert [trusted(r, "time_median") for _, r in frame.iterrows()] == [False, True]
+    rows = {r["config"]["backend"]: r for _, r in frame.iterrows()}
+    busy = {b: r["busy"] for b, r in rows.items()}
+    assert busy == {"full": True, "sdpa": False, "local": True, "lsh": False}
+    assert {b: trusted(r, "time_median") for b, r in rows.items()} == {
+        "full": False, "sdpa": True, "local": False, "lsh": True
+    }  # fmt: skip
+    assert rows["local"]["marks"] == ["busy: the run's load at its start was 40.00 on 2 cores"]
 
 
 def test_a_time_set_aside_is_on_no_pareto_front() -> None:
