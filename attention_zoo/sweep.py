@@ -434,9 +434,7 @@ def _warn_marks(case: BenchCase, result: CaseResult, threads: int) -> None:
     seen; threads: those stored with its rows."""
     metrics = {r[0]: r[1] for r in result.rows}
     if marks := timing_marks(metrics, threads=threads, device=case.device):
-        kinds = " and ".join(m.kind for m in marks)
-        reasons = "; ".join(m.reason.split(": ", 1)[1] for m in marks)
-        log.warning("%s: time marked %s: %s", case.name(), kinds, reasons)
+        log.warning("%s: time marked %s", case.name(), "; ".join(m.reason for m in marks))
 
 
 def _case_results(batch: Sequence[BenchCase], outcome: Outcome) -> list[CaseResult]:

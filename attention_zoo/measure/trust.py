@@ -98,7 +98,7 @@ def timing_marks(
     spread = None if iqr is None or minimum is None else unstable_reason(median, iqr, minimum)
     if reason := spread:
         attempts = metrics.get("time_attempts")
-        timed = f" after {attempts:.0f} timings" if attempts else ""
+        timed = f" after {attempts:.0f} timing{'s' if attempts != 1 else ''}" if attempts else ""
         marks.append(Mark(UNSTABLE, f"unstable{timed}: {reason}"))
     free = metrics.get("free_cores")
     if free is not None:
