@@ -349,7 +349,8 @@ def test_a_case_timed_beside_spinning_processes_is_marked_busy(plugin: Path) -> 
             p.kill()
             p.wait()
     assert result.status == OK and result.value("free_cores") < 1 - load.SLACK, result.rows
-    assert [m.kind for m in _marks(result)] == [trust.BUSY]
+    assert trust.BUSY in [m.kind for m in _marks(result)]  # maybe unstable too: spinners
+    assert result.value("time_attempts") == 1  # busy: never timed again
 
 
 def test_the_load_of_others_is_the_machines_less_this_process(monkeypatch) -> None:

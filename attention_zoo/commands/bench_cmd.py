@@ -17,6 +17,7 @@ from ..measure.peers import PEERS
 from ..measure.peers import families as peer_families
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
+from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE
@@ -328,7 +329,9 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         executor.close()
         raise
-    threads = settings.threads or _torch_threads()
+    # the threads that need free cores (trust.busy_threads): on CUDA only the launching one
+    torch_threads = settings.threads or _torch_threads()
+    threads = max((busy_threads(c.device, torch_threads) for c in cases), default=torch_threads)
     with store, executor:
         print(
             f"{len(cases)} cases -> {store.path}; threads={settings.threads or 'torch default'}, "
