@@ -407,7 +407,8 @@ def run_sweep(
                     results.append(result)
                     if result.status in (ERROR, OOM, INVALID):
                         log.warning("%s: %s: %s", case.name(), result.status, result.error)
-                    _warn_marks(case, result, environment.threads)
+                    stored = outcome.environment or environment
+                    _warn_marks(case, result, stored.threads)
                     bar.finished(result.status, case.name())
     except KeyboardInterrupt:
         store.mark_interrupted(run_id)
@@ -429,10 +430,11 @@ def run_sweep(
 
 
 def _warn_marks(case: BenchCase, result: CaseResult, threads: int) -> None:
-    """One line per time set aside (unstable, or taken on a busy machine), with what was seen."""
+    """One line for a time set aside (unstable, taken on a busy machine, or both), with what was
+    seen; threads: those stored with its rows."""
     metrics = {r[0]: r[1] for r in result.rows}
-    for mark in timing_marks(metrics, threads):
-        log.warning("%s: time marked %s", case.name(), mark.reason)
+    if marks := timing_marks(metrics, threads=threads, device=case.device):
+        log.warning("%s: time marked %s", case.name(), "; ".join(m.reason for m in marks))
 
 
 def _case_results(batch: Sequence[BenchCase], outcome: Outcome) -> list[CaseResult]:

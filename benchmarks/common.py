@@ -142,7 +142,7 @@ def build_padded(case: BenchCase, padded_fraction: float = 0.25) -> Runnable:
 
     step()
     synchronize(device)
-    return Runnable(case, core, inputs, step, output)
+    return Runnable(case, core, inputs, step, output=output)
 
 
 def run_synced(runnable: Runnable) -> None:

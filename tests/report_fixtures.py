@@ -1,6 +1,7 @@
 """A synthetic results store with known answers for the report tests: exact power laws, a crossover
-at a known length, an OOM case, times set aside (a busy run's, an unstable one), task runs with
-cost rows of the same model, and residual / feed-forward variants."""
+at a known length, an OOM case, times set aside (a busy run's without a reading of its own, an
+unstable one) beside a time of the busy run whose own reading was idle (kept), task runs with cost
+rows of the same model, and residual / feed-forward variants."""
 
 from __future__ import annotations
 
@@ -149,9 +150,18 @@ SET_ASIDE_LENGTH = 512  # times off every law: a report that ranked or fitted th
 
 
 def _set_aside_runs(store: ResultStore) -> str:
-    """`full` at SET_ASIDE_LENGTH in a run to be marked busy (its id is returned), and `sdpa` there
+    """At SET_ASIDE_LENGTH: `full` in a run to be marked busy at its start (its id is returned),
+    with no reading of its own, so the run's load marks it; `lsh` in the same run, its own reading
+    idle (every core free while it was timed), so it keeps its ranking, on its law; and `sdpa`
     with repeats that disagreed (IQR as large as the median) in an idle run."""
     runs = {}
+    lsh_options, lsh_a, _, lsh_m = LAWS["lsh"]
+    lsh = [
+        ("time_median", lsh_a * SET_ASIDE_LENGTH, "s"),
+        ("time_iqr", lsh_a * SET_ASIDE_LENGTH / 20, "s"),
+        ("peak_bytes", lsh_m * SET_ASIDE_LENGTH, "bytes"),
+        ("free_cores", 2.0, "cores"),
+    ]
     for backend, iqr_share in (("full", 0.05), ("sdpa", 1.0)):
         run = runs[backend] = store.start_run(kind="bench", device="cpu")
         t = 1.0  # seconds: far off every law at this length
@@ -159,6 +169,9 @@ def _set_aside_runs(store: ResultStore) -> str:
         rows.append(("peak_bytes", 10.0, "bytes"))  # the leanest there: memory is never set aside
         case = block_case(backend, SET_ASIDE_LENGTH, options=LAWS[backend][0])
         store.add_rows(run, None, case.to_dict(), rows)
+        if backend == "full":
+            case = block_case("lsh", SET_ASIDE_LENGTH, options=lsh_options)
+            store.add_rows(run, None, case.to_dict(), lsh)
         store.finish_run(run)
     return runs["full"]
 

@@ -118,7 +118,7 @@ def test_busy_rules_and_the_warning_say_what_was_seen():
 def test_machine_load_is_the_busy_share_of_the_cpu_counters(monkeypatch):
     samples = iter([(100, 1000), (150, 1100)])  # 50 of 100 jiffies busy: half of every core
     monkeypatch.setattr(load, "_cpu_times", lambda: next(samples))
-    monkeypatch.setattr(load.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(load, "cpu_count", lambda: 4)  # the cores this process may run on
     assert load.machine_load(sample_s=0) == load.Load(2.0, load.SAMPLED)
 
 

@@ -17,6 +17,7 @@ from ..measure.peers import PEERS
 from ..measure.peers import families as peer_families
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
+from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE
@@ -49,7 +50,10 @@ EXAMPLE = """examples:
       --store on this machine
 
 Results go to --store (default: %(store)s), one row per metric, committed case by case.
-A case that fails is stored as 'error', an out-of-memory one as 'oom', and the sweep goes on.
+A case that fails is stored as 'error', an out-of-memory one as 'oom', one whose output breaks
+the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', and the
+sweep goes on. A time whose repeats disagree, or taken while other processes kept the cores busy,
+is marked 'ok (unstable)' / 'ok (busy)' and left out of time ratios.
 Built-in presets: %(presets)s (or a path to a .toml file).
 """
 
@@ -325,7 +329,9 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         executor.close()
         raise
-    threads = settings.threads or _torch_threads()
+    # the threads that need free cores (trust.busy_threads): on CUDA only the launching one
+    torch_threads = settings.threads or _torch_threads()
+    threads = max((busy_threads(c.device, torch_threads) for c in cases), default=torch_threads)
     with store, executor:
         print(
             f"{len(cases)} cases -> {store.path}; threads={settings.threads or 'torch default'}, "

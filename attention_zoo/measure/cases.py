@@ -216,8 +216,10 @@ class Runnable:
     module: nn.Module | None
     inputs: tuple[Tensor, ...]
     step: Callable[[], None]
-    output: Callable[[], Tensor]
     optimizer: torch.optim.Optimizer | None = None
+    # keyword-only: code that builds a Runnable positionally (case, module, inputs, step,
+    # optimizer) keeps its meaning, and code that leaves it out fails loudly, never unchecked
+    output: Callable[[], Tensor] = field(kw_only=True)
 
     def resident_bytes(self) -> int:
         """Bytes of everything alive between steps: parameters, buffers, inputs, optimizer state."""
@@ -304,7 +306,7 @@ def _build_attention(case: BenchCase, device: torch.device, dtype: torch.dtype) 
     def forward() -> Tensor:
         return output().sum()
 
-    return Runnable(case, core, inputs, _make_step(case, forward, list(inputs)), output)
+    return Runnable(case, core, inputs, _make_step(case, forward, list(inputs)), output=output)
 
 
 def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
@@ -332,7 +334,7 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
         return block(x).sum()
 
     step = _make_step(case, forward, params, optimizer)
-    return Runnable(case, block, (x,), step, lambda: block(x), optimizer)
+    return Runnable(case, block, (x,), step, optimizer, output=lambda: block(x))
 
 
 def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
@@ -352,4 +354,4 @@ def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
         return out.logits if out.loss is None else out.loss
 
     step = _make_step(case, forward, params, optimizer)
-    return Runnable(case, model, (ids,), step, lambda: model(ids).logits, optimizer)
+    return Runnable(case, model, (ids,), step, optimizer, output=lambda: model(ids).logits)

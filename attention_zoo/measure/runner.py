@@ -1,6 +1,7 @@
 """Measure one case: prediction and FLOPs (fake tensors), measured memory, cross-checks, time.
 The output is checked before anything is measured (validate.py: a broken one is `invalid`), and a
-time whose repeats disagree is timed again, then marked with the load seen (trust.py).
+group whose repeats disagree is timed again, all of it; its spread and the free cores are stored,
+from which trust.py marks a time unstable or busy.
 
 One stored row per metric of measure/metrics.py (absent when not measured). Memory notes:
 peak_bytes is the measured peak above resident (CPU torch.profiler, CUDA allocator peak stats);
@@ -27,7 +28,7 @@ from .predict import Prediction, predict_case
 from .status import ERROR, INVALID, OK, OOM, SKIPPED
 from .timing import fixed_threads
 from .tracker import tracked_peak
-from .trust import time_until_stable, timing_marks
+from .trust import time_until_stable
 from .validate import check_case
 
 log = logging.getLogger(__name__)
@@ -246,9 +247,7 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         ]
         if t.free_cores is not None:
             rows.append(metric_row("free_cores", t.free_cores))
-        p.rows += rows
-        marks = timing_marks({r.metric: r.value for r in rows}, t.stats.threads)
-        p.notes += [m.reason for m in marks]
+        p.rows += rows  # its marks follow from these rows (trust.timing_marks)
 
 
 def _unsupported(case: BenchCase) -> str | None:

@@ -12,7 +12,7 @@ from .cases import comparison_key
 from .metrics import table_columns
 from .peers import peer_note, reference_backend
 from .status import OK
-from .trust import timing_marks
+from .trust import MARK_RULES, time_trusted, timing_marks
 
 
 def format_table(
@@ -108,11 +108,12 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
             c["config"].get("batch", 0),
         ),
     )
+    kinds = {id(c): [mark.kind for mark in _marks(c)] for c in cases}
     for c in order:
         cfg, m = c["config"], c["metrics"]
         status = c["status"] if c["status"] == OK else c["status"].upper()
-        if c["status"] == OK and c.get("threads"):  # a time set aside says why in the notes
-            status += "".join(f" ({mark.kind})" for mark in timing_marks(m, int(c["threads"])))
+        if c["status"] == OK:  # a time set aside says why in the notes
+            status += "".join(f" ({kind})" for kind in kinds[id(c)])
         meas, pred = m.get("peak_bytes"), m.get("predicted_peak_bytes")
         line = [
             *case_cells(cfg),
@@ -125,8 +126,11 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
             wanted = reference_backend(reference, cfg.get("backend", ""))
             ref = refs.get((wanted or "", comparison_key(cfg)))
             rm = ref["metrics"] if ref else {}
+            both_trusted = ref is not None and all(
+                time_trusted(x["status"], kinds[id(x)]) for x in (c, ref)
+            )
             line += [
-                _ratio(m.get("time_median"), rm.get("time_median")),
+                _ratio(m.get("time_median"), rm.get("time_median")) if both_trusted else "-",
                 _ratio(meas, rm.get("peak_bytes")),
             ]
         table.append(line)
@@ -135,20 +139,45 @@ def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "f
     for c in order:
         if c.get("error"):
             cfg = c["config"]
-            where = f"L={cfg.get('seq_len')} {cfg.get('mode')}"
-            notes.setdefault((case_label(cfg), c["status"], c["error"]), []).append(where)
+            notes.setdefault((case_label(cfg), c["status"], c["error"]), []).append(_where(cfg))
     if notes:
         out += "\n\nnot measured, failed, or with notes:\n" + "\n".join(
-            f"  {what} ({len(cases_)} case{'s' if len(cases_) > 1 else ''}: {', '.join(cases_[:3])}"
-            f"{', ...' if len(cases_) > 3 else ''}): {status}: {error}"
+            f"  {what} ({_some(cases_)}): {status}: {error}"
             for (what, status, error), cases_ in notes.items()
         )
+    marked: dict[str, list[str]] = {}
+    for c in order:
+        for kind in kinds[id(c)] if c["status"] == OK else ():
+            marked.setdefault(kind, []).append(_where(c["config"], with_label=True))
+    if marked:
+        out += "\n\ntimes set aside (never in a time ratio):\n" + "\n".join(
+            f"  {kind} ({_some(where)}): {MARK_RULES[kind]}" for kind, where in marked.items()
+        )
+        out += "\n  each case's numbers (time_iqr, time_min, free_cores): zoo results --format csv"
     peers = {case_label(c["config"]): c["config"] for c in order if c["config"].get("peer")}
     if peers:
         out += "\n\npeers (other libraries, measured by the same harness):\n" + "\n".join(
             f"  {name} [{cfg['peer']}]: {peer_note(cfg)}" for name, cfg in peers.items()
         )
     return out
+
+
+def _marks(case: dict[str, Any]) -> list[Any]:
+    """A stored case's timing marks (trust.timing_marks), from its rows and stored threads."""
+    threads = int(case["threads"]) if case.get("threads") else 1
+    device = case["config"].get("device", "cpu")
+    return timing_marks(case["metrics"], threads=threads, device=device)
+
+
+def _where(config: dict[str, Any], *, with_label: bool = False) -> str:
+    where = f"L={config.get('seq_len')} {config.get('mode')}"
+    return f"{case_label(config)} {where}" if with_label else where
+
+
+def _some(cases: list[str]) -> str:
+    """'N case(s): the first three, ...'."""
+    more = ", ..." if len(cases) > 3 else ""
+    return f"{len(cases)} case{'s' if len(cases) > 1 else ''}: {', '.join(cases[:3])}{more}"
 
 
 # Case parameters beyond CASE_HEADERS; a table shows those that differ between its cases.

@@ -1,15 +1,19 @@
-"""Times worth trusting: a case whose repeats disagree is timed again (up to RETIMES more times),
-the load other processes put on the cores is read around every timing, and one rule says which
-stored times are unstable or busy; the runner, the tables and the report all read it.
+"""Times worth trusting: a group whose repeats disagree is timed again, all its cases together (up
+to RETIMES more times), the cores other processes left free are read around every timing, and one
+rule says which stored times are unstable or busy; the runner, the tables and the report read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .load import SLACK, cpu_count, others_load, read_cpu
+import torch
+
+from .load import SLACK, free_cores, read_cpu, too_few_free
+from .status import OK
 from .timing import TimeStats, time_interleaved
 
 # Quartiles a quarter of the median apart: the median itself is uncertain by about that much, more
@@ -23,8 +27,24 @@ UNSTABLE_MIN = 0.5
 # Timed again at most this many times: a transient (a burst of another process, a first run after
 # install) has passed by then; a case that stays unstable is marked, not measured for ever.
 RETIMES = 2
+# No retry after an attempt that took more than this many time budgets per case: an attempt
+# normally spends about one budget a case, so beyond this its steps are slow enough that the
+# minimum repeats, not the budget, set its length (a 16k-token case, a long training step), and
+# a retry would cost minutes to re-measure what a few long repeats already average out.
+RETRY_MAX_BUDGETS = 3.0
 
 UNSTABLE, BUSY = "unstable", "busy"
+# What each kind of mark means, in one line (the tables' notes; a case's numbers are its rows).
+MARK_RULES = {
+    UNSTABLE: (
+        f"repeats that still disagreed after being timed again (IQR above {UNSTABLE_IQR:.0%} of "
+        f"the median, or the fastest repeat below {UNSTABLE_MIN:.0%} of it)"
+    ),
+    BUSY: (
+        f"other processes left fewer free cores than its threads less {SLACK} while it was timed "
+        "(on CUDA: than the one launching thread)"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -46,37 +66,59 @@ def unstable_reason(median: float, iqr: float, minimum: float) -> str | None:
     return None
 
 
-def busy_reason(free_cores: float, threads: int) -> str | None:
-    """Why other processes left too few cores for the case's threads while it was timed, or None.
+def busy_threads(device: str, threads: int) -> int:
+    """The threads a timing needs cores for: on CUDA the one that launches the kernels (the
+    device does the work; torch's CPU threads idle), else torch's threads."""
+    return 1 if torch.device(device).type == "cuda" else threads
 
-    The rule of measure.load.busy_at_start: busy when the others' load exceeds
-    cores - threads + SLACK, i.e. fewer than threads - SLACK cores were left free."""
-    if free_cores >= threads - SLACK:
+
+def busy_reason(free: float, threads: int, device: str) -> str | None:
+    """Why other processes left too few cores for the timing's threads, or None (the rule of
+    measure.load.too_few_free, with busy_threads)."""
+    needed = busy_threads(device, threads)
+    if not too_few_free(free, needed):
         return None
     return (
-        f"other processes left {max(free_cores, 0.0):.2f} cores free while it was timed, "
-        f"for its {threads} thread{'s' if threads != 1 else ''}"
+        f"other processes left {max(free, 0.0):.2f} cores free while it was timed, "
+        f"for its {needed} thread{'s' if needed != 1 else ''}"
     )
 
 
-def timing_marks(metrics: Mapping[str, Any], threads: int) -> list[Mark]:
-    """The marks of a stored case's time (its metrics by name; threads it ran with)."""
-    marks = []
+def timing_marks(
+    metrics: Mapping[str, Any], *, threads: int, device: str, run_busy: str | None = None
+) -> list[Mark]:
+    """The marks of a stored case's time: its metrics by name, the threads stored with it, its
+    device. run_busy: why the run's load at its ends was busy (None: it was not, or unknown),
+    which marks the case only when it has no reading of its own (free_cores): the case's reading,
+    taken around its own timing, is the finer fact."""
     median, iqr, minimum = (metrics.get(k) for k in ("time_median", "time_iqr", "time_min"))
-    if median is not None and iqr is not None and minimum is not None:
-        if reason := unstable_reason(median, iqr, minimum):
-            attempts = metrics.get("time_attempts")
-            timed = f" after {attempts:.0f} timings" if attempts else ""
-            marks.append(Mark(UNSTABLE, f"unstable{timed}: {reason}"))
+    if median is None:
+        return []
+    marks = []
+    spread = None if iqr is None or minimum is None else unstable_reason(median, iqr, minimum)
+    if reason := spread:
+        attempts = metrics.get("time_attempts")
+        timed = f" after {attempts:.0f} timing{'s' if attempts != 1 else ''}" if attempts else ""
+        marks.append(Mark(UNSTABLE, f"unstable{timed}: {reason}"))
     free = metrics.get("free_cores")
-    if free is not None and median is not None and (reason := busy_reason(free, threads)):
-        marks.append(Mark(BUSY, f"busy: {reason}"))
+    if free is not None:
+        if reason := busy_reason(free, threads, device):
+            marks.append(Mark(BUSY, f"busy: {reason}"))
+    elif run_busy:
+        marks.append(Mark(BUSY, f"busy: {run_busy}"))
     return marks
+
+
+def time_trusted(status: str, kinds: Collection[str]) -> bool:
+    """Whether a stored time may be ranked, divided or fitted: its case ran (ok) and no mark
+    (of these kinds) sets it aside. The one rule of the tables and the report."""
+    return status == OK and not ({BUSY, UNSTABLE} & set(kinds))
 
 
 @dataclass(frozen=True)
 class TrustedTime:
-    """A case's final timing, how many timings it took, and the cores others left free then."""
+    """A case's kept timing, how many timings its group took, and the cores others left free
+    during the kept one."""
 
     stats: TimeStats
     attempts: int
@@ -93,14 +135,21 @@ def time_until_stable(
     max_repeats: int,
     dropped: Callable[[Any], bool] = lambda key: False,
 ) -> dict[Any, TrustedTime]:
-    """Time `fns` round-robin (measure.timing.time_interleaved); those whose time is unstable are
-    timed again, round-robin among themselves, up to RETIMES more times. The CPU counters are
-    read just before and after each timing, never inside it. dropped(key): a callable that failed
-    (not timed again)."""
-    out: dict[Any, TrustedTime] = {}
+    """Time `fns` round-robin (measure.timing.time_interleaved). While any of them is unstable,
+    all of them are timed again together (up to RETIMES more times), so every stored time comes
+    from one attempt and their ratios from one interleaved run. Not retried: an attempt during
+    which other processes kept the cores busy (the retry would measure the load again), or one
+    longer than RETRY_MAX_BUDGETS budgets per case. Kept: the first attempt with every case
+    stable, else the one whose worst IQR/median is the smallest (the tightest the group got).
+    The CPU counters are read just before and after each timing, never inside it. dropped(key):
+    a callable that failed (left out of the retries and of the choice)."""
+    kept: dict[Any, TrustedTime] = {}
+    kept_spread = float("inf")
     todo = dict(fns)
-    for attempt in range(1, RETIMES + 2):
-        before = read_cpu()
+    attempt = 0
+    while todo:
+        attempt += 1
+        before, start = read_cpu(), time.perf_counter()
         stats = time_interleaved(
             todo,
             device=device,
@@ -109,15 +158,17 @@ def time_until_stable(
             budget_s=budget_s,
             max_repeats=max_repeats,
         )
-        others = others_load(before, read_cpu())
-        free = None if others is None else round(cpu_count() - others, 2)
-        for key, s in stats.items():
-            out[key] = TrustedTime(s, attempt, free)
-        todo = {
-            key: fns[key]
-            for key, s in stats.items()
-            if not dropped(key) and unstable_reason(s.median, s.iqr, s.min)
-        }
-        if not todo:
+        elapsed, free = time.perf_counter() - start, free_cores(before, read_cpu())
+        live = {key: s for key, s in stats.items() if not dropped(key)}
+        spread = max((s.iqr / s.median for s in live.values() if s.median > 0), default=0.0)
+        unstable = any(unstable_reason(s.median, s.iqr, s.min) for s in live.values())
+        if not kept or not unstable or spread < kept_spread:
+            kept = {key: TrustedTime(s, attempt, free) for key, s in stats.items()}
+            kept_spread = spread
+        threads = next(iter(stats.values())).threads
+        busy = free is not None and busy_reason(free, threads, device) is not None
+        too_long = elapsed > RETRY_MAX_BUDGETS * budget_s * len(todo)
+        if not unstable or busy or too_long or attempt > RETIMES:
             break
-    return out
+        todo = {key: fns[key] for key in live}
+    return {key: TrustedTime(t.stats, attempt, t.free_cores) for key, t in kept.items()}

@@ -20,7 +20,7 @@ CHECK_SHAPE = (1, 2, 48)  # (b, h, n); d is the case's head_dim
 # |out - ref| <= tol + tol * |ref| per dtype: float64 leaves only summation order (~1e-15); the
 # others allow a few units of their rounding at this length.
 TOLERANCE = {"float64": 1e-6, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-CHECK_DTYPES = ("float64", "float32")  # the most exact dtype the backend runs, else the case's
+CHECK_DTYPES = ("float64", "float32")  # the most exact dtype the backend runs, then the case's
 
 
 def reference_backend_for(shared_qk: bool) -> str:
@@ -74,29 +74,56 @@ def _shape_names(case: BenchCase) -> str:
 
 def disagreement(case: BenchCase) -> str | None:
     """Why an exact backend of the case does not equal its dense reference at CHECK_SHAPE, or
-    None (approximate backends and peers are not compared; fidelity is measured elsewhere)."""
+    None (approximate backends and peers are not compared; fidelity is measured elsewhere).
+
+    Compared in the most exact dtype both run with the case's options (a dtype that fails to run
+    gives way to the next), and also in the case's own dtype, with its tolerance, when that is
+    neither float64 nor the dtype already compared: a kernel may take another path there."""
     for name, options in _cores(case):
-        spec = get_backend(name)
-        caps = spec.caps_for(**options)
+        caps = get_backend(name).caps_for(**options)
         reference = reference_backend_for(caps.shared_qk)
         if not caps.exact or name == reference:
             continue
-        dtype = _check_dtype(name, case)
-        if dtype is None:
+        candidates = _check_dtypes(name, options, case)
+        if not candidates:
             continue
-        got, want = (
-            _core_output(n, opts, case, dtype, caps.shared_qk)
-            for n, opts in ((name, options), (reference, {}))
+        checked, failure = None, None
+        for dtype in candidates:
+            try:
+                failure = _compare(name, options, reference, case, dtype, caps.shared_qk)
+            except Exception:
+                if dtype == candidates[-1]:
+                    raise  # no dtype ran: check_case says the check was not run, and why
+                continue
+            checked = dtype
+            break
+        if failure is None and checked not in ("float64", case.dtype):
+            failure = _compare(name, options, reference, case, case.dtype, caps.shared_qk)
+        if failure:
+            return failure
+    return None
+
+
+def _compare(
+    name: str,
+    options: dict[str, Any],
+    reference: str,
+    case: BenchCase,
+    dtype: str,
+    shared_qk: bool,
+) -> str | None:
+    """Why the core's output differs from the reference's at CHECK_SHAPE in `dtype`, or None."""
+    got = _core_output(name, options, case, dtype, shared_qk)
+    want = _core_output(reference, {}, case, dtype, shared_qk)
+    tol = TOLERANCE[dtype]
+    if got.shape != want.shape:
+        return f"exact backend {name!r} returned shape {tuple(got.shape)} at a small size"
+    err = (got - want).abs()
+    if not bool((err <= tol + tol * want.abs()).all()):
+        return (
+            f"exact backend {name!r} disagrees with {reference!r} at n={CHECK_SHAPE[2]} "
+            f"({dtype}): max |difference| {err.max().item():.3g}, tolerance {tol:g}"
         )
-        tol = TOLERANCE[dtype]
-        if got.shape != want.shape:
-            return f"exact backend {name!r} returned shape {tuple(got.shape)} at a small size"
-        err = (got - want).abs()
-        if not bool((err <= tol + tol * want.abs()).all()):
-            return (
-                f"exact backend {name!r} disagrees with {reference!r} at n={CHECK_SHAPE[2]} "
-                f"({dtype}): max |difference| {err.max().item():.3g}, tolerance {tol:g}"
-            )
     return None
 
 
@@ -112,14 +139,18 @@ def _cores(case: BenchCase) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _check_dtype(name: str, case: BenchCase) -> str | None:
-    """The dtype of the reference check: the most exact one both cores run on the case's device."""
+def _check_dtypes(name: str, options: dict[str, Any], case: BenchCase) -> list[str]:
+    """The dtypes to try the reference check in, most exact first: those the core declares with
+    the case's options (a config may narrow them, e.g. a flash kernel) on the case's device."""
+    spec = get_backend(name)
+    dtypes = spec.caps_for(**options).dtypes
     device = torch.device(case.device).type
-    for dtype in (*CHECK_DTYPES, case.dtype):
+    out = []
+    for dtype in dict.fromkeys((*CHECK_DTYPES, case.dtype)):
         probe = Case(device=device, dtype=dtype, causal=case.causal)
-        if not get_backend(name).unsupported(probe):
-            return dtype
-    return None
+        if dtype in dtypes and not spec.unsupported(probe):
+            out.append(dtype)
+    return out
 
 
 def _core_output(

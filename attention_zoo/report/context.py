@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.status import OK, STATUS_TEXT
+from ..measure.trust import BUSY, UNSTABLE, time_trusted
 from .document import Heading, Para
 from .ledger import Ledger, Ref
 
@@ -82,7 +83,8 @@ def trusted(row: Any, metric: str) -> bool:
     (status ok); a time only when neither busy nor unstable. Memory and FLOPs ignore the load."""
     if row["status"] != OK or metric not in row["metrics"]:
         return False
-    return metric != TIME or not (flag(row, "busy") or flag(row, "unstable"))
+    kinds = [kind for kind in (BUSY, UNSTABLE) if flag(row, kind)]  # the frame's flag columns
+    return metric != TIME or time_trusted(row["status"], kinds)
 
 
 def flag(row: Any, name: str) -> bool:

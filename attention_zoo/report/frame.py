@@ -2,9 +2,10 @@
 
 Selection rule (stated in every report): for each configuration — every case parameter with options
 resolved against their defaults, plus the device name and thread count — the latest stored run is
-shown; earlier runs of the same configuration are counted, not averaged. Timings from a run whose
-machine load was above the busy threshold at its start or end, or taken while other processes left
-too few cores free, or whose repeats disagreed (measure/trust.py), are marked and set aside.
+shown; earlier runs of the same configuration are counted, not averaged. Timings taken while other
+processes left too few cores free, or whose repeats disagreed (measure/trust.py), are marked and set
+aside; the cores left free are read around each case's timing, and only a case without that
+reading falls back to its run's load at the run's start and end.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from ..labels import case_label, is_peer, resolve_options
 from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
-from ..measure.trust import BUSY, UNSTABLE, timing_marks
+from ..measure.trust import BUSY, UNSTABLE, busy_threads, timing_marks
 
 SELECTION_RULE = (
     "one row per configuration (every case parameter, options resolved against their defaults, "
@@ -44,9 +45,9 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
 
     Columns: measure.table.group_cases' (run_id, case_key, status, error, config, metrics,
     device_name, threads, git_commit, torch_version, created_at), kind (bench|task|other), and the
-    run's kind, start, load_start, load_end, cpu_count, the busy flag (the run's load at its ends,
-    or the cores left free while the case was timed; None: no load recorded), the unstable flag
-    and the marks' reasons."""
+    run's kind, start, load_start, load_end, cpu_count, the busy flag (the cores left free while
+    the case was timed; without that reading, the run's load at its ends; None: no load recorded),
+    the unstable flag and the marks' reasons."""
     import pandas as pd
 
     records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
@@ -64,24 +65,17 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
         run = run_info.get(case["run_id"], {})
         load_start, load_end = run.get("load_start"), run.get("load_end")
         cpu_count = run.get("cpu_count")
-        busy = None
-        if cpu_count and (load_start is not None or load_end is not None):
-            busy = bool(
-                (load_start is not None and busy_at_start(load_start, cpu_count, case["threads"]))
-                or (
-                    load_end is not None
-                    and busy_at_end(
-                        load_end,
-                        cpu_count,
-                        case["threads"],
-                        sampled=(run.get("meta") or {}).get("load") == SAMPLED,
-                    )
-                )
-            )
-        marks = timing_marks(case["metrics"], case["threads"])
+        device = case["config"].get("device", "cpu")
+        run_busy = _run_busy(run, busy_threads(device, case["threads"]))
+        marks = timing_marks(
+            case["metrics"], threads=case["threads"], device=device, run_busy=run_busy
+        )
         kinds = {m.kind for m in marks}
-        if BUSY in kinds or (busy is None and "free_cores" in case["metrics"]):
-            busy = bool(busy) or BUSY in kinds
+        busy = None  # the case's own reading decides when it has one; else the run's load
+        if "free_cores" in case["metrics"]:
+            busy = BUSY in kinds
+        elif _load_recorded(run):
+            busy = run_busy is not None
         out.append(
             {
                 **case,
@@ -99,6 +93,26 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
     if frame.empty:
         return frame
     return frame.sort_values("created_at", kind="stable").reset_index(drop=True)
+
+
+def _run_busy(run: dict[str, Any], threads: int) -> str | None:
+    """Why the run's load at its start or end was busy for `threads` (None: idle or unknown)."""
+    cores, start, end = run.get("cpu_count"), run.get("load_start"), run.get("load_end")
+    if not cores:
+        return None
+    if start is not None and busy_at_start(start, cores, threads):
+        return f"the run's load at its start was {start:.2f} on {cores} cores"
+    sampled = (run.get("meta") or {}).get("load") == SAMPLED
+    if end is not None and busy_at_end(end, cores, threads, sampled=sampled):
+        return f"the run's load at its end was {end:.2f} on {cores} cores"
+    return None
+
+
+def _load_recorded(run: dict[str, Any]) -> bool:
+    """Whether the run recorded a load at either end, and its cores."""
+    return bool(run.get("cpu_count")) and (
+        run.get("load_start") is not None or run.get("load_end") is not None
+    )
 
 
 def _nan(value: Any) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..measure.load import SLACK
 from ..measure.status import STATUS_TEXT
+from ..measure.trust import UNSTABLE_IQR, UNSTABLE_MIN
 from .context import Context
 from .document import Heading, Para, Table
 from .frame import SELECTION_RULE
@@ -141,12 +142,17 @@ def provenance(ctx: Context) -> list[Any]:
         Heading(1, "Provenance"),
         Para(f"Report built `{_date(time.time())}`. Selection: {SELECTION_RULE}."),
         Para(
-            "Busy rule: a run is marked busy when the load at its start exceeded "
-            f"`cores - threads + {SLACK}` (fewer free cores than its threads), or at its end "
-            "exceeded the same (a load sampled from the CPU counters, which excludes the run's "
-            f"finished threads) or `cores + {SLACK}` (a one-minute load average, which includes "
-            "them); its "
-            "timings carry the † mark. Memory and FLOPs do not depend on load."
+            "Busy rule: a time is marked busy (†) and set aside when other processes left fewer "
+            f"free cores than `threads - {SLACK}` while it was timed (`free_cores`, read around "
+            "each case's timing; on CUDA only the launching thread counts). A case without that "
+            "reading falls back to its run's load: busy when the load at the run's start "
+            f"exceeded `cores - threads + {SLACK}`, or at its end the same (a load sampled from "
+            "the CPU counters, which excludes the run's finished threads) or "
+            f"`cores + {SLACK}` (a one-minute load average, which includes them). Unstable (‡): "
+            "repeats that still disagreed after the case's group was timed again (IQR above "
+            f"`{UNSTABLE_IQR:.0%}` of the median, or the fastest repeat below "
+            f"`{UNSTABLE_MIN:.0%}` of it). A run is busy below when any of its shown cases was. "
+            "Memory and FLOPs do not depend on load."
         ),
     ]
     if ctx.earlier_runs:
