@@ -141,7 +141,7 @@ class BigBirdAttention(AttentionCore):
 
 
 _MASK32 = (1 << 32) - 1
-T = TypeVar("T", Tensor, int)
+_Int = TypeVar("_Int", Tensor, int)
 
 
 def _fold32(seed: int) -> int:
@@ -154,7 +154,7 @@ def _fold32(seed: int) -> int:
             return folded
 
 
-def _hash32(x: T) -> T:
+def _hash32(x: _Int) -> _Int:
     """An integer hash of 32-bit values (ints, or int64 tensors in [0, 2^32)) to 32 bits: every
     product stays below 2^63, so it is exact in int64 on any device and under torch.compile."""
     for shift, factor in ((16, 0x7FEB352D), (15, 0x2C1B3C6D)):
