@@ -268,7 +268,8 @@ class ReformerConfig:
         for backend in dict.fromkeys(self.attn_layers):
             spec = get_backend(backend)
             if self.is_decoder and not spec.caps.causal:
-                raise ConfigError(f"{causal_error(backend)} (is_decoder=True asks for causal)")
+                fix = "set is_decoder=False (is_decoder=True asks for causal attention)"
+                raise ConfigError(causal_error(backend, fix=fix))
             if not self.is_decoder and not spec.caps.non_causal:
                 raise ConfigError(f"backend {backend!r} only runs causally; set is_decoder=True")
             dropout = self.attention_dropout(backend)

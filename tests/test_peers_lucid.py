@@ -9,7 +9,7 @@ import torch
 
 from attention_zoo import build_attention
 from attention_zoo.measure.cases import BenchCase
-from attention_zoo.measure.peers import PEERS, PeerSpec, select_peers
+from attention_zoo.measure.peers import PEERS, LucidSlidingOptions, PeerSpec, select_peers
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 
 LUCID = [
@@ -40,6 +40,25 @@ def test_lucid_family_mirrors_the_backends_measured() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("peer", LUCID)
+def test_lucid_peer_builds_and_runs_or_says_how_to_install(peer: str) -> None:
+    """The quick check: built as the runner builds it, one forward, or the install hint."""
+    spec = PEERS.get(peer)
+    for causal in (False, True):
+        case = _case(peer, causal).replace(seq_len=16)
+        reason = spec.unsupported(case)
+        if spec.version() is None:
+            assert reason == f"{spec.package} is not installed (pip install {spec.package})"
+        elif causal and peer in BIDIRECTIONAL_ONLY:
+            assert "bidirectional only" in reason
+        else:
+            assert reason is None
+            block = spec.build(case, spec.make_options())
+            x = torch.randn(1, 16, case.hidden)
+            assert block(x).shape == x.shape
+
+
+@pytest.mark.slow  # the profiler and the packages' first calls: 1-10 s each
 @pytest.mark.parametrize("peer", LUCID)
 def test_lucid_peer_runs_in_the_runner_or_says_how_to_install(peer: str) -> None:
     spec = PEERS.get(peer)
@@ -90,3 +109,15 @@ def test_local_attention_computes_what_the_notes_say(causal: bool) -> None:
     torch.testing.assert_close(lucid(8, exact=False), local(q, k, v), atol=1e-10, rtol=1e-10)
     sliding = build_attention("sliding-window", causal=causal, device="cpu", window=9)
     torch.testing.assert_close(lucid(8, exact=True), sliding(q, k, v), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.skipif(PEERS.get("lucid:local").version() is None, reason="local-attention missing")
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_the_sliding_window_peer_computes_our_band(causal: bool) -> None:
+    """lucid:sliding-window built for window 9 computes our sliding-window of 9 (causal: 9 keys,
+    bidirectional: 17) at a length of whole windows of its own (48 = 6 x 8)."""
+    case = _case("lucid:sliding-window", causal)
+    peer = PEERS.get("lucid:sliding-window").build(case, LucidSlidingOptions(window=9))
+    q, k, v = (torch.randn(2, 3, 48, 16, dtype=torch.float64) for _ in range(3))
+    ours = build_attention("sliding-window", causal=causal, device="cpu", window=9)
+    torch.testing.assert_close(peer.attn_fn(q, k, v), ours(q, k, v), atol=1e-10, rtol=1e-10)

@@ -6,6 +6,11 @@ key) and `num_random_blocks` other blocks drawn per query block, fixed by `seed`
 blocks at or before the query block (the window is the block and the w - 1 before it; random
 blocks come from before the window), causal inside the query's own block. Exact: a softmax under
 that mask (`pattern(n)`); computed on gathered key blocks, memory linear in n.
+
+Seeded random blocks are an integer hash of (seed, query block, slot): the same on every device,
+under torch.compile, at every call. Causal, a query block's random blocks do not depend on the
+length; bidirectional, its candidates include the blocks after its window, so they do: padding a
+batch to another length can change the random blocks of its real tokens.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
+from ..errors import OptionError
 from .base import AttentionCore, MaskMod, check_dropout
 from .kernels.block_sparse import BlockLayout, block_sparse_attention
 from .kernels.chunked import check_int, padded_length
@@ -42,8 +49,10 @@ class BigBirdConfig:
             ("num_random_blocks", 0),
         ):
             check_int(name, getattr(self, name), minimum=least, backend="bigbird")
-        if self.seed is not None:
-            check_int("seed", self.seed, minimum=0, backend="bigbird")
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0
+        ):
+            raise OptionError(f"bigbird option seed must be an int >= 0 or None, got {self.seed!r}")
         check_dropout("bigbird", self.dropout)
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
@@ -68,23 +77,24 @@ class BigBirdAttention(AttentionCore):
         """(nb, r) long: the random key blocks of every query block, -1 where too few exist.
 
         Candidates are the blocks neither global nor in the window (causal: before the window).
-        r distinct ones from m candidates: r uniform draws x in [0, m - r], sorted, plus 0..r-1."""
+        r distinct ones from m candidates: r draws x in [0, m - r] (a hash of the seed, the query
+        block and the slot, mod m - r + 1), sorted, plus 0..r-1."""
         cfg, device = self.cfg, torch.device(device)
         r, g = cfg.num_random_blocks, cfg.num_global_blocks
-        gen = None
-        if cfg.seed is not None and device.type != "meta":
-            gen = torch.Generator().manual_seed(cfg.seed)
-        where = "cpu" if gen is not None else device
-        u = torch.rand((nb, r), generator=gen, device=where, dtype=torch.float64).to(device)
         i = torch.arange(nb, device=device)
+        if cfg.seed is None:
+            h = torch.randint(0, 1 << 31, (nb, r), device=device)
+        else:
+            key = _hash32(_fold32(cfg.seed))
+            h = _hash32(_hash32(key ^ i[:, None]) ^ torch.arange(r, device=device))
         lo = self.window_start(i)
         first = (lo - g).clamp(min=0)  # candidates g .. lo - 1
-        after = (lo + self.cfg.num_window_blocks).clamp(min=g)
+        after = (lo + cfg.num_window_blocks).clamp(min=g)
         second = (nb - after).clamp(min=0)  # candidates after .. nb - 1 (none when causal)
         if self.causal:
             second = torch.zeros_like(second)
         m = (first + second)[:, None]
-        x = (u * (m - r + 1).clamp(min=1)).floor().long().sort(dim=1).values
+        x = torch.remainder(h, (m - r + 1).clamp(min=1)).sort(dim=1).values
         y = x + torch.arange(r, device=device)
         block = torch.where(y < first[:, None], g + y, after[:, None] + y - first[:, None])
         return torch.where(y < m, block, -1)
@@ -102,9 +112,8 @@ class BigBirdAttention(AttentionCore):
             qb, kb = i // size, j // size
             lo = self.window_start(qb)
             seen = ((kb >= lo) & (kb < lo + w)) | (qb < g) | (kb < g)
-            picks = table[qb]  # (..., r): this query block's random blocks
-            for r in range(picks.shape[-1]):  # a few slots; avoids an (..., r)-times mask
-                seen = seen | (picks[..., r] == kb)
+            picked = (table[qb] == kb[..., None]).any(-1)  # table[qb]: (..., r) random blocks
+            seen = seen | picked
             return seen & (j <= i) if causal else seen
 
         return mod
@@ -129,3 +138,25 @@ class BigBirdAttention(AttentionCore):
             scale=1 / math.sqrt(q.shape[-1]),
             dropout=self.dropout_p,
         )
+
+
+_MASK32 = (1 << 32) - 1
+_Int = TypeVar("_Int", Tensor, int)
+
+
+def _fold32(seed: int) -> int:
+    """A seed of any size as 32 bits (its high bits folded in)."""
+    folded = 0
+    while True:
+        folded ^= seed & _MASK32
+        seed >>= 32
+        if not seed:
+            return folded
+
+
+def _hash32(x: _Int) -> _Int:
+    """An integer hash of 32-bit values (ints, or int64 tensors in [0, 2^32)) to 32 bits: every
+    product stays below 2^63, so it is exact in int64 on any device and under torch.compile."""
+    for shift, factor in ((16, 0x7FEB352D), (15, 0x2C1B3C6D)):
+        x = ((x ^ (x >> shift)) * factor) & _MASK32
+    return x ^ (x >> 16)

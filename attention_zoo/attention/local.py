@@ -22,12 +22,48 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore, MaskMod, check_dropout, check_semantics, mask_value
-from .kernels.chunked import check_chunking, math_attention, padded_length, resolve_kernel
+from .kernels.chunked import (
+    Windows,
+    check_chunking,
+    math_attention,
+    padded_length,
+    resolve_kernel,
+)
 from .kernels.circular import CircularPlan, circular_math, empty_rows, window_means
 from .kernels.dense import allowed_mask, dense_attention
-from .kernels.local_fused import LocalFlash, flat, local_masks, local_windows, unflat
+from .kernels.local_fused import (
+    LocalFlash,
+    LocalMasks,
+    flat,
+    local_masks,
+    local_windows,
+    unflat,
+)
 from .kernels.lsh_fused import RoundsFlash
 from .spec import Capabilities, register_attention
+
+
+def chunk_windows(
+    q: Tensor,
+    chunk: int,
+    before: int,
+    after: int,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+) -> tuple[Windows, LocalMasks]:
+    """The fused kernels' windows over q's (b, h, n, d) geometry, and their masks."""
+    b, n = q.shape[0], q.shape[2]
+    win = local_windows(b, n, chunk, before, after)
+    masks = local_masks(
+        win,
+        b,
+        n,
+        causal=causal,
+        key_padding_mask=key_padding_mask,
+        dtype=q.dtype,
+        device=q.device,
+    )
+    return win, masks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,15 +133,8 @@ class LocalAttention(AttentionCore):
             if not (exact and cfg.num_chunks_before < chunks):
                 return self._attend_wrapped(q, k, v, key_padding_mask, dropout)
         after = 0 if self.causal else cfg.num_chunks_after  # later chunks are all in the future
-        win = local_windows(b, n, cfg.chunk_length, cfg.num_chunks_before, after)
-        masks = local_masks(
-            win,
-            b,
-            n,
-            causal=self.causal,
-            key_padding_mask=key_padding_mask,
-            dtype=q.dtype,
-            device=q.device,
+        win, masks = chunk_windows(
+            q, cfg.chunk_length, cfg.num_chunks_before, after, self.causal, key_padding_mask
         )
         scale = 1 / math.sqrt(d)
         if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout:

@@ -19,7 +19,8 @@ from torch import Tensor
 from .base import AttentionCore, MaskMod, check_dropout
 from .kernels.block_sparse import BlockLayout, block_sparse_attention
 from .kernels.chunked import check_int, padded_length, resolve_kernel
-from .kernels.local_fused import LocalFlash, local_masks, local_windows
+from .kernels.local_fused import LocalFlash
+from .local import chunk_windows
 from .spec import Capabilities, register_attention
 
 # Largest chunk of the band kernels: a window of w keys costs chunks of min(w, this) queries that
@@ -73,21 +74,12 @@ class SlidingWindowAttention(AttentionCore):
         return chunk, before, 0 if self.causal else before
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        b, _, n, d = q.shape
+        n, d = q.shape[2:]
         chunk, before, after = self.geometry(n)
         mod, scale, dropout = self.mask_mod(n, q.device), 1 / math.sqrt(d), self.dropout_p
         glob = self.cfg.global_tokens
         if not glob and not dropout and resolve_kernel("auto", q.device, q.dtype) == "flash":
-            win = local_windows(b, n, chunk, before, after)
-            masks = local_masks(
-                win,
-                b,
-                n,
-                causal=self.causal,
-                key_padding_mask=key_padding_mask,
-                dtype=q.dtype,
-                device=q.device,
-            )
+            win, masks = chunk_windows(q, chunk, before, after, self.causal, key_padding_mask)
             # the band within every chunk's window: queries at front + t, keys at w
             t = torch.arange(chunk, device=q.device)[:, None] + win.front
             band = mod(t, torch.arange(win.width, device=q.device)[None, :])

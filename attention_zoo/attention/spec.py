@@ -223,11 +223,12 @@ def _names_where(flag: str) -> str:
     return ", ".join(s.name for s in BACKENDS if getattr(s.caps, flag))
 
 
-def causal_error(name: str) -> str:
-    """One line for a bidirectional-only backend asked to run causally: what works instead."""
+def causal_error(name: str, fix: str = "run it with causal=False") -> str:
+    """One line for a bidirectional-only backend asked to run causally: what works instead (`fix`:
+    how the caller turns causal off)."""
     return (
-        f"backend {name!r} cannot run causally (it is bidirectional only); run it with "
-        f"causal=False, or use a causal backend: {_names_where('causal')}"
+        f"backend {name!r} cannot run causally (it is bidirectional only); {fix}, "
+        f"or use a causal backend: {_names_where('causal')}"
     )
 
 

@@ -356,9 +356,14 @@ class LucidNystromOptions:
     conv_kernel: int = 0  # residual_conv_kernel; 0: residual=False
 
 
-def _bidirectional_only(package: str) -> Callable[[BenchCase, Any], str | None]:
+def _lucid_check(
+    package: str, *, bidirectional_only: bool
+) -> Callable[[BenchCase, Any], str | None]:
+    """What a lucidrains attention module cannot run: causal (when bidirectional only), heads
+    that do not divide the hidden size, lengths past its projections' max_length."""
+
     def check(case: BenchCase, options: Any) -> str | None:
-        if case.causal:
+        if bidirectional_only and case.causal:
             return f"{package} is bidirectional only (run with causal off)"
         if case.hidden % case.num_heads:
             return f"{package} needs hidden ({case.hidden}) divisible by heads ({case.num_heads})"
@@ -373,14 +378,6 @@ def _check_lucid_sliding(case: BenchCase, options: LucidSlidingOptions) -> str |
     if options.global_tokens:
         return (
             f"local-attention has no global tokens (global_tokens=0), not {options.global_tokens}"
-        )
-    return None
-
-
-def _check_lucid_performer(case: BenchCase, options: LucidPerformerOptions) -> str | None:
-    if case.hidden % case.num_heads:
-        return (
-            f"performer-pytorch needs hidden ({case.hidden}) divisible by heads ({case.num_heads})"
         )
     return None
 
@@ -407,7 +404,9 @@ def _build_lucid_local(case: BenchCase, options: LucidLocalOptions) -> nn.Module
 
 
 def _build_lucid_sliding(case: BenchCase, options: LucidSlidingOptions) -> nn.Module:
-    return _local_mha(case, options.window, 1, 1, exact=True)
+    """Its exact window w sees i - w <= j <= i (bidirectional: |i - j| <= w), so w = window - 1
+    is our band i - window < j <= i (|i - j| < window); window 1 cannot be matched (w >= 1)."""
+    return _local_mha(case, max(options.window - 1, 1), 1, 1, exact=True)
 
 
 def _build_lucid_performer(case: BenchCase, options: LucidPerformerOptions) -> nn.Module:
@@ -472,10 +471,12 @@ for _spec in (
         build=_build_lucid_sliding,
         check=_check_lucid_sliding,
         note=(
-            "local-attention's LocalMHA with exact_windowsize (rotary embeddings off): windows of "
-            "window + 1 keys (i - window <= j <= i; ours i - window < j), no global tokens, "
-            "materialised chunk scores; bidirectional at a length not a multiple of the window, "
-            "queries also see the zero keys its padding appends"
+            "local-attention's LocalMHA with exact_windowsize (rotary embeddings off) built with "
+            "window_size = window - 1, so it sees our band: window keys causal (i - window < j "
+            "<= i), 2 window - 1 bidirectional (|i - j| < window); window 1 runs its window 1 "
+            "(2 keys causal, 3 bidirectional); no global tokens, materialised chunk scores; "
+            "bidirectional at a length not a multiple of window - 1, queries also see the zero "
+            "keys its padding appends"
         ),
     ),
     PeerSpec(
@@ -485,7 +486,7 @@ for _spec in (
         mirrors="performer",
         options=LucidPerformerOptions,
         build=_build_lucid_performer,
-        check=_check_lucid_performer,
+        check=_lucid_check("performer-pytorch", bidirectional_only=False),
         note=(
             "performer-pytorch's SelfAttention: FAVOR+ positive orthogonal features drawn at "
             "init, unseeded (redrawn only by its Performer wrapper), causal by its chunked "
@@ -499,7 +500,7 @@ for _spec in (
         mirrors="linformer",
         options=LucidLinformerOptions,
         build=_build_lucid_linformer,
-        check=_bidirectional_only("linformer"),
+        check=_lucid_check("linformer", bidirectional_only=True),
         note=(
             "linformer's LinformerSelfAttention: projections made for max_length, sliced for "
             "shorter inputs; share_kv also shares the key and value linear maps (values = keys), "
@@ -513,7 +514,7 @@ for _spec in (
         mirrors="nystrom",
         options=LucidNystromOptions,
         build=_build_lucid_nystrom,
-        check=_bidirectional_only("nystrom-attention"),
+        check=_lucid_check("nystrom-attention", bidirectional_only=True),
         note=(
             "nystrom-attention's NystromAttention: pads the front of the sequence to a multiple "
             "of the landmarks, pseudo-inverse initialised from the whole batch's maximum, output "

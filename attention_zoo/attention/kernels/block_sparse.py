@@ -12,6 +12,7 @@ once); with dropout or on other devices, SDPA takes every block at once with aut
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -50,12 +51,18 @@ def _additive(ok: Tensor, dtype: torch.dtype) -> Tensor:
 
 # Query blocks are attended a segment at a time, forward and backward, each segment one
 # vectorised call: the gathered keys and values (and, backward, their gradients) of as many blocks
-# as fit in SCRATCH_BYTES exist at once, so scratch stays bounded at any length (as in window_grad).
-SCRATCH_BYTES = 2 << 20  # 1, 2 and 8 MiB measured: the same time at L=1k..16k
+# as fit in SCRATCH_BYTES exist at once, and never fewer than one block, so scratch is at most
+# max(SCRATCH_BYTES, one block's) at any length (bigbird's defaults, 4 heads x 64: one block's
+# backward scratch is 2.2 MB, its forward 1.2 MB). The Python loop over segments is what bounds
+# the memory; its count comes from shapes only (no data), so the meta device and torch.compile
+# (fullgraph, the loop unrolled) still hold. It is faster than one segment too: bigbird's
+# defaults, L=4k, fwd+bwd, one thread, under load: 0.45 s with 2-32 MiB segments, 0.64 s in one.
+SCRATCH_BYTES = 4 << 20  # vs 2 MiB: ~7% faster at 4k and 16k, same fwd+bwd peak (under load)
 
 
 def _segments(nb: int, block_bytes: int) -> list[tuple[int, int]]:
-    """Query-block ranges [s, e) of at most SCRATCH_BYTES of scratch, `block_bytes` per block."""
+    """Query-block ranges [s, e) of at most SCRATCH_BYTES of scratch (at least one block each),
+    `block_bytes` per block."""
     step = max(1, min(nb, SCRATCH_BYTES // block_bytes))
     return [(s, min(s + step, nb)) for s in range(0, nb, step)]
 
@@ -211,8 +218,10 @@ def block_sparse_attention(
     """(b, h, n, d) x3 -> (b, h, n, d): softmax over the keys `mod` allows, gathered by `layout`
     (which must cover them) for rows >= global_rows, over all n keys for the first global_rows."""
     b, h, n, d = q.shape
-    c = layout.block
     nb = layout.blocks.shape[0]
+    if nb == 1 and layout.block > n:  # one block: its padding would cost block^2 scores
+        layout = dataclasses.replace(layout, block=n)
+    c = layout.block
     pad = nb * c - n
     real = torch.arange(nb * c, device=q.device) < n  # (npad,)
     if key_padding_mask is not None:
