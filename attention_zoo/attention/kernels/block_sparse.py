@@ -57,7 +57,7 @@ def _additive(ok: Tensor, dtype: torch.dtype) -> Tensor:
 # the memory; its count comes from shapes only (no data), so the meta device and torch.compile
 # (fullgraph, the loop unrolled) still hold. It is faster than one segment too: bigbird's
 # defaults, L=4k, fwd+bwd, one thread, under load: 0.45 s with 2-32 MiB segments, 0.64 s in one.
-SCRATCH_BYTES = 4 << 20  # vs 2 MiB: ~7% faster at 4k and 16k, same fwd+bwd peak (under load)
+SCRATCH_BYTES = 2 << 20  # 4 MiB was within noise of it in time and raised forward peaks 1.5x
 
 
 def _segments(nb: int, block_bytes: int) -> list[tuple[int, int]]:
