@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..attention.spec import build_attention, get_backend
+from ..declarative import field_names
 from ..errors import ConfigError, ShapeError
 
 
@@ -49,6 +50,8 @@ class SelfAttention(nn.Module):
         # One fused input projection: [q, k, v] or, under shared QK, [qk, v].
         self.in_proj = nn.Linear(hidden_size, (2 if self.shared_qk else 3) * inner, bias=False)
         self.out_proj = nn.Linear(inner, hidden_size, bias=False)
+        if "heads" in field_names(self.spec.config):  # a core with per-head parameters
+            options = {"heads": num_heads, **options}
         self.core = build_attention(backend, causal=causal, device=device, **options)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
