@@ -20,7 +20,8 @@ from .kernels.linear_scan import compute_dtype, linear_attention
 from .spec import Capabilities, register_attention
 
 FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
-    "elu+1": lambda x: F.elu(x) + 1,  # the paper's choice: positive, smooth
+    # the paper's choice: positive, smooth (+1 in place: elu keeps its input for backward)
+    "elu+1": lambda x: F.elu(x).add_(1),
     "relu": F.relu,
 }
 

@@ -91,12 +91,14 @@ class PerformerAttention(AttentionCore):
         # overflows and needs no max over keys (a max over later keys would leak into earlier
         # outputs); the |w_f|^2/2 taken from the keys goes to the queries, so phi(q) . phi(k)
         # is the paper's product exactly.
-        phi_k = torch.exp(torch.matmul(ks, w.T) - ks.square().sum(-1, keepdim=True) / 2 - half_w)
+        logits_k = torch.matmul(ks, w.T).sub_(ks.square().sum(-1, keepdim=True) / 2).sub_(half_w)
         if key_padding_mask is not None:  # padded keys: zero features, nothing added
-            phi_k = phi_k * key_padding_mask[:, None, :, None]
+            logits_k.masked_fill_(~key_padding_mask[:, None, :, None], float("-inf"))
         # queries: a per-query factor (its exp(-|q|^2/2), its max) cancels in out_i's ratio
-        logits_q = torch.matmul(qs, w.T) + half_w
-        phi_q = torch.exp(logits_q - logits_q.amax(-1, keepdim=True).detach())
+        logits_q = torch.matmul(qs, w.T).add_(half_w)
+        logits_q = logits_q.sub_(logits_q.amax(-1, keepdim=True).detach())
+        # in place throughout: (b, h, n, m) tensors outnumber the inputs m / d times
+        phi_q, phi_k = logits_q.exp_(), logits_k.exp_()
         out = linear_attention(
             phi_q,
             phi_k,

@@ -30,33 +30,34 @@ def linear_attention(
 
     A key whose features are zero (padding) contributes nothing; eps keeps the denominator > 0.
     """
+    if causal:
+        num, den = _causal_sums(phi_q, phi_k, v, chunk)
+    else:
+        num = torch.matmul(phi_q, torch.matmul(phi_k.transpose(-1, -2), v))
+        den = torch.matmul(phi_q, phi_k.sum(-2, keepdim=True).transpose(-1, -2))
+    return num / (den + eps)
+
+
+def _causal_sums(phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """sum_{j <= i} (phi_q_i . phi_k_j) v_j (b, h, n, d) and sum_{j <= i} phi_q_i . phi_k_j
+    (b, h, n, 1), in chunks of `chunk` positions."""
     b, h, n, m = phi_q.shape
     d = v.shape[-1]
-    # a ones column on v: the numerator and the denominator come out of the same products
-    v1 = torch.cat([v, v.new_ones(b, h, n, 1)], dim=-1)  # (b, h, n, d + 1)
-    if not causal:
-        out = torch.matmul(phi_q, torch.matmul(phi_k.transpose(-1, -2), v1))
-    else:
-        out = _causal_sums(phi_q, phi_k, v1, chunk)
-    return out[..., :d] / (out[..., d:] + eps)
-
-
-def _causal_sums(phi_q: Tensor, phi_k: Tensor, v1: Tensor, chunk: int) -> Tensor:
-    """sum_{j <= i} (phi_q_i . phi_k_j) v1_j for every i, in chunks of `chunk` positions."""
-    b, h, n, m = phi_q.shape
     c = min(chunk, n)
     npad = padded_length(n, c)
     if npad != n:  # zero features: padding keys add nothing, padding queries are cut off
-        phi_q, phi_k, v1 = (F.pad(t, (0, 0, 0, npad - n)) for t in (phi_q, phi_k, v1))
+        phi_q, phi_k, v = (F.pad(t, (0, 0, 0, npad - n)) for t in (phi_q, phi_k, v))
     nc = npad // c
     qc = phi_q.reshape(b, h, nc, c, m)
     kc = phi_k.reshape(b, h, nc, c, m)
-    vc = v1.reshape(b, h, nc, c, v1.shape[-1])
-    states = torch.matmul(kc.transpose(-1, -2), vc)  # (b, h, nc, m, d + 1)
-    # exclusive prefix: chunk t sees the states of chunks < t (shifted, never a subtraction)
+    vc = v.reshape(b, h, nc, c, d)
+    # own chunk: a masked c x c product (masked in place: matmul keeps its inputs, not its output)
+    scores = torch.matmul(qc, kc.transpose(-1, -2)).tril_()  # (b, h, nc, c, c), j <= i
+    # earlier chunks: exclusive prefix sums of per-chunk states, shifted by one chunk (never a
+    # subtraction); whole-tensor products only (a slice of the chunks would be copied to multiply)
+    states = torch.matmul(kc.transpose(-1, -2), vc)  # (b, h, nc, m, d)
     before = F.pad(states[:, :, :-1], (0, 0, 0, 0, 1, 0)).cumsum(dim=2)
-    inter = torch.matmul(qc, before)
-    own = torch.ones(c, c, dtype=torch.bool, device=phi_q.device).tril()
-    scores = torch.matmul(qc, kc.transpose(-1, -2)) * own  # (b, h, nc, c, c), j <= i only
-    out = inter + torch.matmul(scores, vc)
-    return out.reshape(b, h, npad, -1)[:, :, :n]
+    num = torch.matmul(scores, vc).add_(torch.matmul(qc, before))
+    sums = F.pad(kc.sum(-2)[:, :, :-1], (0, 0, 1, 0)).cumsum(dim=2)  # (b, h, nc, m)
+    den = scores.sum(-1, keepdim=True).add_(torch.matmul(qc, sums.unsqueeze(-1)))
+    return num.reshape(b, h, npad, d)[:, :, :n], den.reshape(b, h, npad, 1)[:, :, :n]
