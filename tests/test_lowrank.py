@@ -58,7 +58,7 @@ def test_nystrom_conv_is_a_per_head_parameter_that_learns():
 def test_nystrom_option_errors():
     with pytest.raises(OptionError, match="conv_kernel=3 needs heads=<number of heads>"):
         build_attention("nystrom", conv_kernel=3)
-    with pytest.raises(OptionError, match="conv_kernel must be 0 .off. or odd"):
+    with pytest.raises(OptionError, match=r"conv_kernel must be 0 \(off\) or odd"):
         build_attention("nystrom", conv_kernel=4, heads=2)
     with pytest.raises(OptionError, match="num_landmarks must be an int >= 1"):
         build_attention("nystrom", num_landmarks=0)

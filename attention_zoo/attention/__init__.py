@@ -1,8 +1,9 @@
 """Attention cores. Importing this package registers every built-in backend (explicit imports).
 
 Layout: one module per backend (full, sdpa, xformers, shared_qk, local, lsh, linear, performer,
-nystrom, linformer: its option dataclass and its registered core); `kernels/` holds what they compute with (dense math, chunked windows and
-their fused kernels and backward, LSH hashing, plan and fused Function, materialised references, the kernelised prefix sums).
+nystrom, linformer: its option dataclass and its registered core); `kernels/` holds what they
+compute with (dense math, chunked windows and their fused kernels and backward, LSH hashing, plan
+and fused Function, materialised references, the kernelised prefix sums).
 
 Mechanism vs kernel, one rule: a backend name is a mechanism with one implementation family
 (`full` materialises scores, `sdpa` calls PyTorch's SDPA, `xformers` calls xformers: same math,

@@ -73,7 +73,7 @@ class NystromAttention(AttentionCore):
             self.conv = nn.Conv2d(h, h, (width, 1), padding=(width // 2, 0), bias=False, groups=h)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        b, h, n, d = q.shape
+        n, d = q.shape[-2:]
         landmarks = self.cfg.num_landmarks
         npad = padded_length(n, landmarks)
         dtype, wide = q.dtype, compute_dtype(q.dtype)
@@ -94,7 +94,11 @@ class NystromAttention(AttentionCore):
         values = torch.matmul(iterative_pinv(kernel, self.cfg.pinv_iterations), land_values)
         # softmax(Q Kl^T) (pinv ...): every query over the filled landmarks
         out = F.scaled_dot_product_attention(
-            q, k_land, values, attn_mask=filled[:, None, None, :], dropout_p=self.dropout_p,
+            q,
+            k_land,
+            values,
+            attn_mask=filled[:, None, None, :],
+            dropout_p=self.dropout_p,
             scale=scale,
         )
         if self.conv is not None:

@@ -1,4 +1,4 @@
-"""Kernelised attention sums shared by `linear` and `performer`: out_i = phi_q_i S_i / (phi_q_i z_i).
+"""Kernelised attention sums shared by `linear` and `performer`: phi_q_i S_i / (phi_q_i z_i).
 
 S = sum_j phi_k_j v_j^T and z = sum_j phi_k_j over all keys (bidirectional) or keys j <= i (causal).
 Causal runs chunk by chunk (Katharopoulos et al. 2020, section 3.3, in its chunked form): the keys
