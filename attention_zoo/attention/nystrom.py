@@ -77,13 +77,14 @@ class NystromAttention(AttentionCore):
         landmarks = self.cfg.num_landmarks
         npad = padded_length(n, landmarks)
         dtype, wide = q.dtype, compute_dtype(q.dtype)
-        q, k, v = (F.pad(t.to(wide), (0, 0, 0, npad - n)) for t in (q, k, v))
+        q, k, v = (t.to(wide) for t in (q, k, v))
+        if npad != n:
+            q, k, v = (F.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
         real = (torch.arange(npad, device=q.device) < n)[None]  # (b | 1, npad)
         if key_padding_mask is not None:
             real = real & F.pad(key_padding_mask, (0, npad - n), value=False)
-        weight = real[:, None, :, None].to(wide)
         counts = real.view(-1, landmarks, npad // landmarks).sum(-1)  # (b | 1, L) real tokens
-        q_land, k_land = (self._means(t * weight, counts) for t in (q, k))
+        q_land, k_land = (self._means(t, real, counts) for t in (q, k))
         filled = counts > 0  # a segment of padding only has no landmark
         scale = d**-0.5
         # softmax(Ql K^T) V: the landmark queries over the real keys
@@ -102,15 +103,18 @@ class NystromAttention(AttentionCore):
             scale=scale,
         )
         if self.conv is not None:
-            out = out + self.conv(v * weight)
+            out = out + self.conv(v * real[:, None, :, None])
         return out[:, :, :n].to(dtype)
 
     @staticmethod
-    def _means(t: Tensor, counts: Tensor) -> Tensor:
-        """(b, h, npad, d) with padding zeroed -> (b, h, L, d) means of each segment's real rows."""
+    def _means(t: Tensor, real: Tensor, counts: Tensor) -> Tensor:
+        """(b, h, npad, d) -> (b, h, L, d): the mean of each segment's real rows (a product with
+        the 0/1 weights, so no masked copy of t is made)."""
         b, h, npad, d = t.shape
         landmarks = counts.shape[-1]
-        sums = t.view(b, h, landmarks, npad // landmarks, d).sum(-2)
+        segments = t.reshape(b, h, landmarks, npad // landmarks, d)
+        weights = real.view(-1, 1, landmarks, 1, npad // landmarks).to(t.dtype)
+        sums = torch.matmul(weights, segments).squeeze(-2)
         return sums / counts.clamp_min(1)[:, None, :, None]
 
     @staticmethod
