@@ -50,9 +50,16 @@ class SelfAttention(nn.Module):
         # One fused input projection: [q, k, v] or, under shared QK, [qk, v].
         self.in_proj = nn.Linear(hidden_size, (2 if self.shared_qk else 3) * inner, bias=False)
         self.out_proj = nn.Linear(inner, hidden_size, bias=False)
-        if "heads" in field_names(self.spec.config):  # a core with per-head parameters
-            options = {"heads": num_heads, **options}
-        self.core = build_attention(backend, causal=causal, device=device, **options)
+        self.core = self.make_core(backend, causal=causal, device=device, **options)
+
+    def make_core(
+        self, backend: str, *, causal: bool, device: str | None = None, **options: Any
+    ) -> nn.Module:
+        """The core `backend` for this block; one whose options take `heads` (per-head
+        parameters, e.g. nystrom's conv) is given the block's head count."""
+        if "heads" in field_names(get_backend(backend).config):
+            options = {"heads": self.num_heads, **options}
+        return build_attention(backend, causal=causal, device=device, **options)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """(b, n, hidden) -> (b, n, hidden)."""
