@@ -1,7 +1,11 @@
 """Performer attention, FAVOR+ (Choromanski et al. 2021): softmax attention estimated with positive
 orthogonal random features, exp(q.k) ~ E[phi(q) . phi(k)], through linear attention's sums.
 
-There is no `dropout` option: no attention probabilities exist to drop.
+There is no `dropout` option: no attention probabilities exist to drop. The features are drawn
+at the first forward (the head size is known then); a seeded draw builds a torch.Generator, so
+under torch.compile(fullgraph=True) run one eager call first or leave `seed` None. Key features
+are exp(-|k - w|^2 / 2) <= 1: in float32 they underflow once |k - w|^2 passes ~170 (head sizes
+well above 128); use float64 there.
 """
 
 from __future__ import annotations
