@@ -129,6 +129,7 @@ def peak_bytes(name: str, n: int, *, causal: bool, **options) -> int:
     return profiled_peak(step)[1].peak_bytes
 
 
+@pytest.mark.slow  # profiled forward+backward at two lengths: 1-2.5 s each
 @pytest.mark.parametrize(
     "name, causal, options",
     [
