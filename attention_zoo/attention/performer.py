@@ -77,7 +77,8 @@ class PerformerAttention(AttentionCore):
             self.features = orthogonal_features(m, d, device=device)  # evaluation keeps the last
         elif self.features.shape != (m, d):
             gen = None if self.cfg.seed is None else torch.Generator().manual_seed(self.cfg.seed)
-            self.features = orthogonal_features(m, d, generator=gen)
+            # drawn on the CPU (where the generator lives), kept where the module lives
+            self.features = orthogonal_features(m, d, generator=gen).to(self.features.device)
         return self.features.to(device)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
