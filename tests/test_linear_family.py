@@ -145,3 +145,16 @@ def test_memory_is_linear_in_length(name, causal, options):
     matrices are a constant share, so its ratio sits lower."""
     short, long = (peak_bytes(name, n, causal=causal, **options) for n in (1024, 2048))
     assert 1.3 <= long / short <= 2.2, (short, long)
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_chunked_causal_gradients_equal_finite_differences(name):
+    """The in-place steps (tril_, add_, exp_) keep autograd's gradients exact, padding included."""
+    q, k, v = (t[:1, :1, :11, :3].clone().requires_grad_() for t in _qkv(11))
+    mask = torch.ones(1, 11, dtype=torch.bool)
+    mask[0, 6] = False
+    options = {"seed": 0, "nb_features": 8} if name == "performer" else {}
+    attn = build_attention(name, causal=True, chunk_length=4, **options)
+    assert torch.autograd.gradcheck(
+        lambda *t: attn(*t, key_padding_mask=mask), (q, k, v), eps=1e-6, atol=1e-6, fast_mode=True
+    )
