@@ -87,3 +87,20 @@ def test_causal_request_names_what_works(name):
     message = str(err.value)
     assert "\n" not in message and f"{name!r} cannot run causally" in message
     assert "linear" in message and "performer" in message  # causal approximations that work
+
+
+def test_a_model_gives_nystrom_its_head_count_also_when_it_rebuilds_the_core():
+    from attention_zoo import ReformerModel
+
+    from .reformer_cases import tiny_config
+
+    config = tiny_config(
+        is_decoder=False,
+        attn_layers=("full", "nystrom"),
+        attn_options={"nystrom": {"conv_kernel": 3, "num_landmarks": 4}},
+    )
+    model = ReformerModel(config)
+    assert model.layers[1].attention.core.conv.weight.shape == (2, 1, 3, 1)
+    model.set_attention_options("nystrom", conv_kernel=5)  # the model rebuilds the core
+    assert model.layers[1].attention.core.conv.weight.shape == (2, 1, 5, 1)
+    assert torch.isfinite(model(torch.randint(0, 13, (2, 12))).last_hidden_state).all()

@@ -41,11 +41,6 @@ class NystromConfig:
             )
         if self.heads is not None:
             check_int("heads", self.heads, minimum=1, backend="nystrom")
-        if self.conv_kernel and self.heads is None:
-            raise OptionError(
-                f"nystrom conv_kernel={self.conv_kernel} needs heads=<number of heads> for its "
-                "per-head conv (SelfAttention passes it); or conv_kernel=0"
-            )
         check_dropout("nystrom", self.dropout)
 
 
@@ -69,6 +64,11 @@ class NystromAttention(AttentionCore):
         super().__init__(cfg, causal=causal)
         self.conv = None
         if cfg.conv_kernel:  # as the paper's code: one kernel per head, over positions
+            if cfg.heads is None:  # checked here: a model's config validates before it knows
+                raise OptionError(
+                    f"nystrom conv_kernel={cfg.conv_kernel} needs heads=<number of heads> for its "
+                    "per-head conv (SelfAttention passes it); or conv_kernel=0"
+                )
             h, width = cfg.heads, cfg.conv_kernel
             self.conv = nn.Conv2d(h, h, (width, 1), padding=(width // 2, 0), bias=False, groups=h)
 
