@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import is_fake
 
 from . import hf_reformer as hf
-from .attention.spec import build_attention, get_backend
+from .attention.spec import get_backend
 from .blocks.attention import SelfAttention
 from .blocks.feedforward import ChunkedFeedForward, chunked
 from .blocks.layer import PreNorm, ReformerLayer
@@ -225,7 +225,7 @@ class ReformerModel(nn.Module):
         for i in indices:
             attention = self.layers[i].attention
             name = backends[i]
-            core = build_attention(
+            core = attention.make_core(
                 name,
                 causal=config.is_decoder,
                 device=self._device,

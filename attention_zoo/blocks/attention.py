@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..attention.spec import build_attention, get_backend
+from ..declarative import field_names
 from ..errors import ConfigError, ShapeError
 
 
@@ -49,7 +50,16 @@ class SelfAttention(nn.Module):
         # One fused input projection: [q, k, v] or, under shared QK, [qk, v].
         self.in_proj = nn.Linear(hidden_size, (2 if self.shared_qk else 3) * inner, bias=False)
         self.out_proj = nn.Linear(inner, hidden_size, bias=False)
-        self.core = build_attention(backend, causal=causal, device=device, **options)
+        self.core = self.make_core(backend, causal=causal, device=device, **options)
+
+    def make_core(
+        self, backend: str, *, causal: bool, device: str | None = None, **options: Any
+    ) -> nn.Module:
+        """The core `backend` for this block; one whose options take `heads` (per-head
+        parameters, e.g. nystrom's conv) is given the block's head count."""
+        if "heads" in field_names(get_backend(backend).config):
+            options = {"heads": self.num_heads, **options}
+        return build_attention(backend, causal=causal, device=device, **options)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """(b, n, hidden) -> (b, n, hidden)."""

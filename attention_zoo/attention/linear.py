@@ -1,0 +1,65 @@
+"""Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"): softmax replaced by a
+positive feature map, out_i = phi(q_i) S_i / (phi(q_i) z_i); O(n) time and memory.
+
+No attention probabilities exist to drop, so there is no `dropout` option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+from torch.nn import functional as F
+
+from ..errors import OptionError
+from .base import AttentionCore
+from .kernels.chunked import check_int
+from .kernels.linear_scan import compute_dtype, linear_attention
+from .spec import Capabilities, register_attention
+
+FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
+    # the paper's choice: positive, smooth (+1 in place: elu keeps its input for backward)
+    "elu+1": lambda x: F.elu(x).add_(1),
+    "relu": F.relu,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearConfig:
+    """Options of linear attention."""
+
+    feature_map: str = "elu+1"  # phi applied to queries and keys: elu+1 (the paper's) or relu
+    eps: float = 1e-6  # added to the denominator phi(q_i) z_i
+    chunk_length: int = 64  # causal: positions per chunk of the prefix sums
+
+    def __post_init__(self) -> None:
+        if self.feature_map not in FEATURE_MAPS:
+            raise OptionError(
+                f"linear feature_map {self.feature_map!r} is not one of: {', '.join(FEATURE_MAPS)}"
+            )
+        eps = self.eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+            raise OptionError(f"linear option eps must be a float > 0, got {eps!r}")
+        check_int("chunk_length", self.chunk_length, minimum=1, backend="linear")
+
+
+@register_attention("linear", config=LinearConfig, caps=Capabilities(exact=False))
+class LinearAttention(AttentionCore):
+    """Linear attention with a feature map; causal by chunked prefix sums, O(n) memory."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        wide = compute_dtype(q.dtype)
+        phi = FEATURE_MAPS[self.cfg.feature_map]
+        phi_q, phi_k = phi(q.to(wide)), phi(k.to(wide))
+        if key_padding_mask is not None:  # padded keys: zero features, nothing added to S or z
+            phi_k = phi_k * key_padding_mask[:, None, :, None]
+        out = linear_attention(
+            phi_q,
+            phi_k,
+            v.to(wide),
+            causal=self.causal,
+            chunk=self.cfg.chunk_length,
+            eps=self.cfg.eps,
+        )
+        return out.to(q.dtype)

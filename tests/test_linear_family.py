@@ -1,0 +1,160 @@
+"""linear and performer: the closed form, FAVOR+'s error to softmax, redraw and seed semantics,
+padding, and memory linear in the sequence length."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from attention_zoo import build_attention, get_backend
+from attention_zoo.errors import OptionError
+from attention_zoo.measure.memory import profiled_peak
+
+
+def _qkv(n: int, *, b: int = 2, h: int = 2, d: int = 16, scale: float = 1.0, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(b, h, n, d, generator=g, dtype=torch.float64) * scale for _ in "qkv")
+
+
+def _padding(n: int) -> torch.Tensor:
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[0, n - 7 :] = False
+    mask[1, 4:9] = False
+    return mask
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_linear_equals_its_closed_form(causal, padded):
+    n = 45  # not a multiple of the chunk: the last chunk is padded
+    q, k, v = _qkv(n)
+    mask = _padding(n) if padded else None
+    out = build_attention("linear", causal=causal, chunk_length=8)(q, k, v, key_padding_mask=mask)
+    scores = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-1, -2)  # the O(n^2) formula
+    if causal:
+        scores = scores.tril()
+    if padded:
+        scores = scores * mask[:, None, None, :]
+    want = scores @ v / (scores.sum(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(out, want, atol=1e-10, rtol=0)
+
+
+def _softmax_error(causal: bool, nb_features: int, q, k, v) -> float:
+    attn = build_attention("performer", causal=causal, nb_features=nb_features, seed=3)
+    want = build_attention("full", causal=causal)(q, k, v)
+    return float((attn(q, k, v) - want).norm() / want.norm())
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_performer_error_to_softmax_falls_with_features(causal):
+    q, k, v = _qkv(64, scale=0.5)
+    q, k = q * 0.6, k * 0.6  # small-norm queries and keys: where FAVOR+ is accurate
+    errors = [_softmax_error(causal, m, q, k, v) for m in (16, 256, 4096)]
+    assert errors[0] > errors[1] > errors[2], errors
+    assert errors[2] <= 0.05, errors
+
+
+def test_performer_redraw_semantics():
+    q, k, v = _qkv(20)
+    fixed = build_attention("performer", nb_features=32, seed=1)
+    assert torch.equal(fixed(q, k, v), fixed(q, k, v))  # training mode, features kept
+    again = build_attention("performer", nb_features=32, seed=1)
+    assert torch.equal(again(q, k, v), fixed(q, k, v))  # the seed fixes them
+    redraw = build_attention("performer", nb_features=32, seed=1, redraw=True)
+    first, second = redraw(q, k, v), redraw(q, k, v)
+    assert not torch.allclose(first, second)  # new features every training forward
+    redraw.eval()
+    assert torch.equal(redraw(q, k, v), redraw(q, k, v))  # evaluation keeps the last draw
+    spec = get_backend("performer")
+    assert spec.caps_for(redraw=False).deterministic
+    assert not spec.caps_for(redraw=True).deterministic
+
+
+def test_performer_features_travel_in_the_state_dict():
+    q, k, v = _qkv(20)
+    trained = build_attention("performer", nb_features=32)  # unseeded: global RNG
+    out = trained(q, k, v)
+    fresh = build_attention("performer", nb_features=32)
+    fresh.load_state_dict(trained.state_dict())
+    assert torch.equal(fresh(q, k, v), out)
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_padded_keys_add_nothing(name, causal):
+    """Appending padded garbage changes no real output (the sums skip zero features)."""
+    q, k, v = _qkv(30)
+    extra = _qkv(9, seed=1)
+    q2, k2, v2 = (torch.cat([a, b * 5], dim=2) for a, b in zip((q, k, v), extra))
+    mask = torch.ones(2, 39, dtype=torch.bool)
+    mask[:, 30:] = False
+    options = {"seed": 0, "nb_features": 32} if name == "performer" else {}
+    attn = build_attention(name, causal=causal, chunk_length=8, **options)
+    out = attn(q2, k2, v2, key_padding_mask=mask)[:, :, :30]
+    torch.testing.assert_close(out, attn(q, k, v), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"feature_map": "softmax"}, "feature_map 'softmax' is not one of: elu+1, relu"),
+        ({"eps": 0}, "eps must be a float > 0"),
+        ({"chunk_length": 0}, "chunk_length must be an int >= 1"),
+    ],
+)
+def test_linear_bad_options(options, message):
+    with pytest.raises(OptionError, match=re.escape(message)):
+        build_attention("linear", **options)
+
+
+def test_performer_bad_options():
+    with pytest.raises(OptionError, match="nb_features must be an int >= 1"):
+        build_attention("performer", nb_features=0)
+    with pytest.raises(OptionError, match="redraw must be True or False"):
+        build_attention("performer", redraw="yes")
+
+
+def peak_bytes(name: str, n: int, *, causal: bool, **options) -> int:
+    """Tracked peak of one forward+backward at length n (1 batch, 2 heads of 32)."""
+    attn = build_attention(name, causal=causal, **options)
+    q, k, v = (torch.randn(1, 2, n, 32, requires_grad=True) for _ in "qkv")
+
+    def step():
+        attn(q, k, v).sum().backward()
+
+    step()  # features drawn, nothing lazy left
+    return profiled_peak(step)[1].peak_bytes
+
+
+@pytest.mark.slow  # profiled forward+backward at two lengths: 1-2.5 s each
+@pytest.mark.parametrize(
+    "name, causal, options",
+    [
+        ("linear", True, {}),
+        ("linear", False, {}),
+        ("performer", True, {"nb_features": 64, "seed": 0}),
+        ("nystrom", False, {}),
+        ("linformer", False, {"proj_length": 64, "max_length": 4096}),
+    ],
+)
+def test_memory_is_linear_in_length(name, causal, options):
+    """Twice the length, at most twice the peak (never quadratic: 4x); nystrom's landmark
+    matrices are a constant share, so its ratio sits lower."""
+    short, long = (peak_bytes(name, n, causal=causal, **options) for n in (1024, 2048))
+    assert 1.3 <= long / short <= 2.2, (short, long)
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_chunked_causal_gradients_equal_finite_differences(name):
+    """The in-place steps (tril_, add_, exp_) keep autograd's gradients exact, padding included."""
+    q, k, v = (t[:1, :1, :11, :3].clone().requires_grad_() for t in _qkv(11))
+    mask = torch.ones(1, 11, dtype=torch.bool)
+    mask[0, 6] = False
+    options = {"seed": 0, "nb_features": 8} if name == "performer" else {}
+    attn = build_attention(name, causal=True, chunk_length=4, **options)
+    assert torch.autograd.gradcheck(
+        lambda *t: attn(*t, key_padding_mask=mask), (q, k, v), eps=1e-6, atol=1e-6, fast_mode=True
+    )

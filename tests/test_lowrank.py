@@ -1,0 +1,106 @@
+"""nystrom and linformer: landmarks covering every token give softmax attention, padding rules,
+the residual conv, the length limit, and the one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_zoo import SelfAttention, build_attention
+from attention_zoo.errors import InputError, OptionError
+
+
+def _qkv(n: int, *, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(2, 2, n, 16, generator=g, dtype=torch.float64) for _ in "qkv")
+
+
+def _padding(n: int) -> torch.Tensor:
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[0, n - 6 :] = False
+    mask[1, 2:5] = False
+    return mask
+
+
+@pytest.mark.parametrize("landmarks", [20, 32], ids=["n-landmarks", "more-landmarks"])
+def test_nystrom_with_a_landmark_per_token_is_softmax_attention(landmarks):
+    """Landmarks = the tokens: softmax(QK^T) pinv(softmax(QK^T)) softmax(QK^T) V = softmax V.
+    Sharp (unit-normal) scores need more than the paper's 6 pseudo-inverse iterations."""
+    q, k, v = _qkv(20)
+    mask = _padding(20)
+    attn = build_attention("nystrom", num_landmarks=landmarks, pinv_iterations=20)
+    want = build_attention("full")(q, k, v, key_padding_mask=mask)
+    torch.testing.assert_close(attn(q, k, v, key_padding_mask=mask), want, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["nystrom", "linformer"])
+def test_padded_tokens_content_changes_nothing(name):
+    q, k, v = _qkv(45)
+    mask = _padding(45)
+    options = {"num_landmarks": 8} if name == "nystrom" else {"proj_length": 8}
+    attn = build_attention(name, **options)
+    noisy = [t.clone() for t in (q, k, v)]
+    for t in noisy:
+        t[~mask[:, None, :].expand(-1, 2, -1)] = 100.0
+    out, ref = attn(*noisy, key_padding_mask=mask), attn(q, k, v, key_padding_mask=mask)
+    real = mask[:, None, :, None].expand_as(out)
+    torch.testing.assert_close(out[real], ref[real], atol=1e-10, rtol=0)
+
+
+def test_nystrom_conv_is_a_per_head_parameter_that_learns():
+    block = SelfAttention(32, 4, "nystrom", num_landmarks=8, conv_kernel=3)
+    assert block.core.conv.weight.shape == (4, 1, 3, 1)
+    x = torch.randn(2, 37, 32)
+    block(x).square().sum().backward()
+    assert block.core.conv.weight.grad.abs().sum() > 0
+
+
+def test_nystrom_option_errors():
+    with pytest.raises(OptionError, match="conv_kernel=3 needs heads=<number of heads>"):
+        build_attention("nystrom", conv_kernel=3)
+    with pytest.raises(OptionError, match=r"conv_kernel must be 0 \(off\) or odd"):
+        build_attention("nystrom", conv_kernel=4, heads=2)
+    with pytest.raises(OptionError, match="num_landmarks must be an int >= 1"):
+        build_attention("nystrom", num_landmarks=0)
+
+
+def test_linformer_longer_than_max_length_is_one_line_error():
+    attn = build_attention("linformer", proj_length=4, max_length=16)
+    q, k, v = _qkv(17)
+    with pytest.raises(InputError) as err:
+        attn(q, k, v)
+    assert str(err.value) == (
+        "linformer got 17 positions, more than its max_length=16; build it with max_length >= 17"
+    )
+
+
+def test_linformer_share_kv():
+    assert build_attention("linformer", share_kv=True).proj_v is None
+    separate = build_attention("linformer", share_kv=False, proj_length=8, max_length=64)
+    assert separate.proj_v.shape == separate.proj_k.shape == (8, 64)
+
+
+@pytest.mark.parametrize("name", ["nystrom", "linformer"])
+def test_causal_request_names_what_works(name):
+    with pytest.raises(OptionError) as err:
+        build_attention(name, causal=True)
+    message = str(err.value)
+    assert "\n" not in message and f"{name!r} cannot run causally" in message
+    assert "linear" in message and "performer" in message  # causal approximations that work
+
+
+def test_a_model_gives_nystrom_its_head_count_also_when_it_rebuilds_the_core():
+    from attention_zoo import ReformerModel
+
+    from .reformer_cases import tiny_config
+
+    config = tiny_config(
+        is_decoder=False,
+        attn_layers=("full", "nystrom"),
+        attn_options={"nystrom": {"conv_kernel": 3, "num_landmarks": 4}},
+    )
+    model = ReformerModel(config)
+    assert model.layers[1].attention.core.conv.weight.shape == (2, 1, 3, 1)
+    model.set_attention_options("nystrom", conv_kernel=5)  # the model rebuilds the core
+    assert model.layers[1].attention.core.conv.weight.shape == (2, 1, 5, 1)
+    assert torch.isfinite(model(torch.randint(0, 13, (2, 12))).last_hidden_state).all()
