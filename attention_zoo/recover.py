@@ -1,0 +1,106 @@
+"""Copy the rows a damaged results store still holds into a new store (`zoo results --recover`).
+
+The damaged file is opened read-only and immutable (never written, its journal ignored), with
+SQLite's writable_schema on so a file shorter than its header says (a crash, a full disk) still
+opens. Each table is read in rowid order; where a page cannot be read, the scan looks further on
+for the next readable row, so the rows on either side of the damage come back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+from .store import ResultStore, StoreError, is_ours
+
+TABLES = ("runs", "cases", "results")  # in the order they are copied: a case's run comes first
+_FIRST_ROWID = 0  # rowids are positive
+_MAX_SKIP_BITS = 40  # the farthest a scan looks past damage: 2**40 rowids
+
+
+def _open_damaged(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    db.execute("PRAGMA writable_schema = ON")  # read a file shorter than its header's page count
+    return db
+
+
+def _columns(db: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+
+
+def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
+    """Every row of `table` that can be read, in rowid order, going past unreadable pages."""
+    after = _FIRST_ROWID
+    while True:
+        try:
+            for row in db.execute(
+                f"SELECT rowid, * FROM {table} WHERE rowid > ? ORDER BY rowid", (after,)
+            ):
+                after = row[0]
+                yield row[1:]
+            return
+        except sqlite3.DatabaseError:
+            found = _next_readable(db, table, after)
+            if found is None:
+                return
+            after = found - 1
+
+
+def _next_readable(db: sqlite3.Connection, table: str, after: int) -> int | None:
+    """The first readable rowid past `after` found by looking 1, 2, 4, ... rowids further."""
+    for bits in range(_MAX_SKIP_BITS):
+        try:
+            row = db.execute(
+                f"SELECT rowid FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT 1",
+                (after + 2**bits,),
+            ).fetchone()
+        except sqlite3.DatabaseError:
+            continue
+        return None if row is None else row[0]
+    return None
+
+
+def readable_rows(path: Path) -> dict[str, int]:
+    """How many rows of each table can still be read ({} when not even the schema can)."""
+    try:
+        with closing(_open_damaged(path)) as db:
+            present = set(_tables(db))
+            return {t: sum(1 for _ in _scan(db, t)) for t in TABLES if t in present}
+    except sqlite3.DatabaseError:
+        return {}
+
+
+def _tables(db: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+
+def recover(path: str | Path, dest: str | Path) -> dict[str, int]:
+    """Write the readable rows of the store at `path` into a new store at `dest`; rows per table.
+
+    `path` is only read. StoreError when it is not one of ours, when `dest` exists, or when no
+    row can be read (then nothing is written)."""
+    path, dest = Path(path), Path(dest)
+    if not path.is_file():
+        raise StoreError(f"no results store at {path}")
+    if not is_ours(path):
+        raise StoreError(
+            f"{path} is not an attention-zoo results store (its header does not say so); "
+            "--recover reads only stores of ours"
+        )
+    if dest.exists():
+        raise StoreError(f"{dest} exists; give --recover a new file name")
+    try:
+        db = _open_damaged(path)
+        present = set(_tables(db))
+    except sqlite3.DatabaseError as err:
+        raise StoreError(f"nothing can be read from {path} (SQLite says: {err})") from None
+    with closing(db):
+        tables = {t: (_columns(db, t), list(_scan(db, t))) for t in TABLES if t in present}
+    counts = {t: len(rows) for t, (_, rows) in tables.items()}
+    if not sum(counts.values()):
+        raise StoreError(f"no row of {path} can be read; nothing was written")
+    with ResultStore(dest) as store:
+        store.import_rows(tables)
+    return counts
