@@ -397,16 +397,19 @@ def run_sweep(
                     if result.status in (ERROR, OOM):
                         log.warning("%s: %s: %s", case.name(), result.status, result.error)
                     bar.finished(result.status, case.name())
+        bar.close()
+        load_end = None
+        complete = len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases)
+        if complete and (
+            todo or not finished
+        ):  # a finished run that measured nothing keeps its end
+            load_end = store.finish_run(run_id)  # Ctrl-C while it samples the load: interrupted
     except KeyboardInterrupt:
         store.mark_interrupted(run_id)
         stored = len(store.completed_cases(run_id) & {c.key() for c in cases})
         raise SweepInterrupted(run_id, stored) from None
     finally:
         bar.close()
-    load_end = None
-    complete = len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases)
-    if complete and (todo or not finished):  # a finished run that measured nothing keeps its end
-        load_end = store.finish_run(run_id)
     return SweepResult(
         run_id=run_id,
         results=results,
