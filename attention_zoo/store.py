@@ -2,7 +2,7 @@
 
 API (everything a writer needs; benchmarks and tasks share it):
 
-    from attention_zoo.store import ResultStore
+    from attention_zoo import ResultStore
     with ResultStore("results/zoo.sqlite") as store:                # created if missing
         run_id = store.start_run(kind="task", device="cpu")        # environment captured here
         store.add_rows(run_id, case_key, case_config,              # case_key: any str, or
@@ -16,12 +16,17 @@ API (everything a writer needs; benchmarks and tasks share it):
 
 Every row carries run id, git commit, torch version, device name, thread count, host and the full
 case config as JSON; `environment` holds the whole environment of the process that measured the
-case (a Ray worker on another machine records its own, see measure/env.py); every run the
-machine's load (cores busy) when it started and finished (and the core count), so timings taken on a
-busy machine can be told apart. A case written again in the same run replaces its earlier rows
-(no duplicates). A file that is not a store of this schema raises StoreError saying what it is;
-nothing is changed. A store of an older schema version is upgraded in place (MIGRATIONS:
-additions only, no row is lost).
+case, attention-zoo's version beside the commit (a Ray worker on another machine records its own,
+see measure/env.py); every run the machine's load (cores busy) when it started and finished (and
+the core count), so timings taken on a busy machine can be told apart. A case written again in the
+same run replaces its earlier rows (no duplicates).
+
+A file that is not a store of this schema raises StoreError saying what it is; nothing is changed.
+A store of ours that SQLite cannot read is called damaged, and the rows it still holds are offered
+to `zoo results --recover` (recover.py). A store of an older schema version is upgraded in place
+(MIGRATIONS: additions only, no row is lost). Creating and upgrading are safe with several
+processes opening one store at once: each takes the write lock first and looks again under it, so
+one creates (or upgrades) and the others find it done.
 """
 
 from __future__ import annotations
@@ -331,7 +336,13 @@ class ResultStore:
                 )
             return run_id
         env = environment or capture(device)
-        meta = {"python": env.python, "host": env.host, "load": load.kind, **(meta or {})}
+        meta = {
+            "python": env.python,
+            "host": env.host,
+            "zoo_version": env.zoo_version,
+            "load": load.kind,
+            **(meta or {}),
+        }
         with self._db:
             self._db.execute(
                 "INSERT INTO runs (run_id, kind, fingerprint, started_at, finished_at, git_commit, "
@@ -581,6 +592,8 @@ def _with_environment(r: sqlite3.Row) -> dict[str, Any]:
             "python": meta.get("python", ""),
             "host": meta.get("host", ""),
         }
+        if "zoo_version" in meta:  # runs stored before versions were recorded have none
+            env["zoo_version"] = meta["zoo_version"]
     else:  # a case without metric rows (error, oom) still names the worker that tried it
         row.update({k: env[k] for k in _ROW_ENVIRONMENT if k in env})
     row["host"] = env.get("host", "")

@@ -15,7 +15,7 @@ from .validate import DeprecatedAlias, check_output_file, reject_together
 
 EXAMPLE = """examples:
   zoo results                              the latest run as a comparison table
-  zoo results --runs                       every run: id, kind, commit, device, threads, cases
+  zoo results --runs                       every run: id, kind, version, commit, device, threads
   zoo results --format csv -o all.csv      every row of every run as CSV (one row per metric)
   zoo results --run-id latest --format csv only the latest run
   zoo results --run-id 20250101-120000-ab12cd --format json --metric peak_bytes
@@ -181,11 +181,12 @@ def _num(v: float | None) -> str:
 def _runs_table(store: ResultStore) -> str:
     runs = store.runs()
     return format_table(
-        ["run", "kind", "git commit", "torch", "device", "threads", "cases", "status"],
+        ["run", "kind", "version", "git commit", "torch", "device", "threads", "cases", "status"],
         [
             [
                 r["run_id"],
                 r["kind"],
+                r["meta"].get("zoo_version", "-"),
                 r["git_commit"][:12],
                 r["torch_version"],
                 r["device_name"][:32],
