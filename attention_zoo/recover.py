@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 from .store import ResultStore, StoreError, is_ours
@@ -32,7 +33,7 @@ def _columns(db: sqlite3.Connection, table: str) -> list[str]:
 
 def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
     """Every row of `table` that can be read, in rowid order, going past unreadable pages."""
-    after = _FIRST_ROWID
+    after, failed_at = _FIRST_ROWID, None
     while True:
         try:
             for row in db.execute(
@@ -42,10 +43,13 @@ def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
                 yield row[1:]
             return
         except sqlite3.DatabaseError:
+            if after == failed_at:  # no row since the last failure: that row cannot be read
+                after += 1
+            failed_at = after
             found = _next_readable(db, table, after)
             if found is None:
                 return
-            after = found - 1
+            after = max(after, found - 1)
 
 
 def _next_readable(db: sqlite3.Connection, table: str, after: int) -> int | None:
@@ -76,8 +80,17 @@ def _tables(db: sqlite3.Connection) -> list[str]:
     return [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
 
 
-def recover(path: str | Path, dest: str | Path) -> dict[str, int]:
-    """Write the readable rows of the store at `path` into a new store at `dest`; rows per table.
+@dataclass(frozen=True)
+class Recovered:
+    """What came back: rows per table, and result rows whose case row was lost (kept in the new
+    store, but `zoo results` and the report show only rows of a stored case)."""
+
+    rows: dict[str, int]
+    without_case: int
+
+
+def recover(path: str | Path, dest: str | Path) -> Recovered:
+    """Write the readable rows of the store at `path` into a new store at `dest`.
 
     `path` is only read. StoreError when it is not one of ours, when `dest` exists, or when no
     row can be read (then nothing is written)."""
@@ -95,7 +108,9 @@ def recover(path: str | Path, dest: str | Path) -> dict[str, int]:
         db = _open_damaged(path)
         present = set(_tables(db))
     except sqlite3.DatabaseError as err:
-        raise StoreError(f"nothing can be read from {path} (SQLite says: {err})") from None
+        raise StoreError(
+            f"no row of {path} can be read (SQLite says: {err}); nothing was written"
+        ) from None
     with closing(db):
         tables = {t: (_columns(db, t), list(_scan(db, t))) for t in TABLES if t in present}
     counts = {t: len(rows) for t, (_, rows) in tables.items()}
@@ -103,4 +118,8 @@ def recover(path: str | Path, dest: str | Path) -> dict[str, int]:
         raise StoreError(f"no row of {path} can be read; nothing was written")
     with ResultStore(dest) as store:
         store.import_rows(tables)
-    return counts
+        cases = {(r["run_id"], r["case_key"]) for r in store.cases()}
+    columns, rows = tables.get("results", ([], []))
+    run, key = columns.index("run_id") if rows else 0, columns.index("case_key") if rows else 0
+    lost = sum((row[run], row[key]) not in cases for row in rows)
+    return Recovered(rows=counts, without_case=lost)

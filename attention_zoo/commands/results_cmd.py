@@ -124,9 +124,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _recover(store: Path, dest: str) -> int:
     target = Path(dest) if dest else store.with_name(f"{store.stem}.recovered.sqlite")
-    counts = recover(store, target)
-    rows = ", ".join(f"{table} {n}" for table, n in counts.items())
-    print(f"recovered into {target} the rows that could be read ({rows}); {store} is unchanged")
+    got = recover(store, target)
+    rows = ", ".join(f"{table} {n}" for table, n in got.rows.items())
+    lost = (
+        f"; {got.without_case} result rows lost their case row (kept, not shown)"
+        if got.without_case
+        else ""
+    )
+    print(f"recovered into {target} the rows that could be read ({rows}){lost}; {store} unchanged")
     return 0
 
 
