@@ -19,11 +19,15 @@ from .store import ResultStore, StoreError, is_ours
 TABLES = ("runs", "cases", "results")  # in the order they are copied: a case's run comes first
 _FIRST_ROWID = 0  # rowids are positive
 _MAX_SKIP_BITS = 40  # the farthest a scan looks past damage: 2**40 rowids
+_MAX_RESTARTS = 10_000  # a scan gives up after this many unreadable stretches
+_STEP_BUDGET = 500_000_000  # SQLite VM steps for reading a whole damaged file, then it stops
 
 
 def _open_damaged(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
     db.execute("PRAGMA writable_schema = ON")  # read a file shorter than its header's page count
+    calls = iter(range(10**18))  # a damaged tree must not keep a query going for ever
+    db.set_progress_handler(lambda: next(calls) > _STEP_BUDGET // 1000, 1000)
     return db
 
 
@@ -34,7 +38,7 @@ def _columns(db: sqlite3.Connection, table: str) -> list[str]:
 def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
     """Every row of `table` that can be read, in rowid order, going past unreadable pages."""
     after, failed_at = _FIRST_ROWID, None
-    while True:
+    for _ in range(_MAX_RESTARTS):
         try:
             for row in db.execute(
                 f"SELECT rowid, * FROM {table} WHERE rowid > ? ORDER BY rowid", (after,)

@@ -64,13 +64,13 @@ def test_twenty_processes_upgrade_one_old_store_at_once(tmp_path: Path) -> None:
         assert len(store.runs()) == PROCESSES + 1
 
 
-def _store_with_rows(path: Path, runs: int = 3, cases: int = 15) -> int:
+def _store_with_rows(path: Path, runs: int = 3, cases: int = 40) -> int:
     """A store spanning several pages; returns its number of result rows."""
     with ResultStore(path) as store:
         for r in range(runs):
             run = store.start_run(kind="bench", environment=ENV, load=IDLE)
             for c in range(cases):
-                config = {"backend": "full", "seq_len": 2**c, "run": r, "pad": "x" * 600}
+                config = {"backend": "full", "seq_len": 2**c, "run": r, "pad": "x" * 200}
                 store.add_rows(run, None, config, [("time_median", c, "s"), ("peak_bytes", c, "B")])
             store.finish_run(run)
     return runs * cases * 2
