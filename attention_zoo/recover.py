@@ -35,6 +35,22 @@ def _columns(db: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
 
 
+_TYPES = {"TEXT": (str,), "REAL": (int, float), "INTEGER": (int,)}
+
+
+def _rows(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
+    """The readable rows that fit the table's declared columns: a page read past the end of a
+    cut file can decode as rows of garbage, which fail these checks."""
+    info = list(db.execute(f"PRAGMA table_info({table})"))  # (cid, name, type, notnull, ...)
+    for row in _scan(db, table):
+        if len(row) == len(info) and all(
+            (v is not None or not col[3])
+            and (v is None or isinstance(v, _TYPES.get(col[2].upper(), (object,))))
+            for v, col in zip(row, info)
+        ):
+            yield row
+
+
 def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
     """Every row of `table` that can be read, in rowid order, going past unreadable pages."""
     after, failed_at = _FIRST_ROWID, None
@@ -43,6 +59,8 @@ def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
             for row in db.execute(
                 f"SELECT rowid, * FROM {table} WHERE rowid > ? ORDER BY rowid", (after,)
             ):
+                if row[0] <= after:  # a damaged tree can lead back to rows already read
+                    continue
                 after = row[0]
                 yield row[1:]
             return
@@ -75,7 +93,7 @@ def readable_rows(path: Path) -> dict[str, int]:
     try:
         with closing(_open_damaged(path)) as db:
             present = set(_tables(db))
-            return {t: sum(1 for _ in _scan(db, t)) for t in TABLES if t in present}
+            return {t: sum(1 for _ in _rows(db, t)) for t in TABLES if t in present}
     except sqlite3.DatabaseError:
         return {}
 
@@ -116,7 +134,7 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
             f"no row of {path} can be read (SQLite says: {err}); nothing was written"
         ) from None
     with closing(db):
-        tables = {t: (_columns(db, t), list(_scan(db, t))) for t in TABLES if t in present}
+        tables = {t: (_columns(db, t), list(_rows(db, t))) for t in TABLES if t in present}
     counts = {t: len(rows) for t, (_, rows) in tables.items()}
     if not sum(counts.values()):
         raise StoreError(f"no row of {path} can be read; nothing was written")

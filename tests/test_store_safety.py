@@ -64,23 +64,24 @@ def test_twenty_processes_upgrade_one_old_store_at_once(tmp_path: Path) -> None:
         assert len(store.runs()) == PROCESSES + 1
 
 
-def _store_with_rows(path: Path, runs: int = 3, cases: int = 40) -> int:
+def _store_with_rows(path: Path, runs: int = 3, cases: int = 40, pad: int = 200) -> int:
     """A store spanning several pages; returns its number of result rows."""
     with ResultStore(path) as store:
         for r in range(runs):
             run = store.start_run(kind="bench", environment=ENV, load=IDLE)
             for c in range(cases):
-                config = {"backend": "full", "seq_len": 2**c, "run": r, "pad": "x" * 200}
+                config = {"backend": "full", "seq_len": 2**c, "run": r, "pad": "x" * pad}
                 store.add_rows(run, None, config, [("time_median", c, "s"), ("peak_bytes", c, "B")])
             store.finish_run(run)
     return runs * cases * 2
 
 
+@pytest.mark.parametrize(("cases", "pad"), [(40, 200), (15, 600)])  # the cut in other pages
 def test_a_truncated_store_is_damaged_and_its_readable_rows_recovered(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cases: int, pad: int
 ) -> None:
     path = tmp_path / "zoo.sqlite"
-    total = _store_with_rows(path)
+    total = _store_with_rows(path, cases=cases, pad=pad)
     os.truncate(path, path.stat().st_size * 6 // 10)  # a crash cut the file short
     cut = path.read_bytes()
     with pytest.raises(StoreError, match="is an attention-zoo results store, but it is damaged"):
@@ -96,6 +97,8 @@ def test_a_truncated_store_is_damaged_and_its_readable_rows_recovered(
     with ResultStore(dest, create=False) as store:
         rows = [r for r in store.rows() if r["metric"]]
         assert len(store.runs()) == 3 and 0 < len(rows) < total
+        ids = [r["id"] for r in store._db.execute("SELECT id FROM results")]
+        assert len(ids) == len(set(ids)) <= total  # no row read twice, no garbage row
     shown, lost = len(rows), int(out.split("; ")[1].split()[0]) if "lost" in out else 0
     assert f"results {shown + lost})" in out  # rows whose case row was lost are counted apart
     assert zoo_main(["results", "--store", str(path), "--recover"]) == 2  # never overwrites
