@@ -22,6 +22,7 @@ from .errors import (
 )
 from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
 from .registry import Registry
+from .store import ResultStore, StoreError
 
 __version__ = "0.1.0"
 
@@ -38,8 +39,10 @@ __all__ = [
     "ReformerModel",
     "ReformerOutput",
     "Registry",
+    "ResultStore",
     "SelfAttention",
     "ShapeError",
+    "StoreError",
     "UnavailableError",
     "UnknownNameError",
     "ZooError",

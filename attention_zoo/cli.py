@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_plugins_for_command([*(args.imports or []), *(args.imports_sub or [])])
         return int(args.run(args) or 0)
     except KeyboardInterrupt as exc:
-        print(f"{prog}: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"{prog}: {str(exc) or 'interrupted'}", file=sys.stderr)
         return 130
     except (ZooError, OSError, sqlite3.Error) as err:
         if "--debug" in argv:

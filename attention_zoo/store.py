@@ -2,7 +2,7 @@
 
 API (everything a writer needs; benchmarks and tasks share it):
 
-    from attention_zoo.store import ResultStore
+    from attention_zoo import ResultStore
     with ResultStore("results/zoo.sqlite") as store:                # created if missing
         run_id = store.start_run(kind="task", device="cpu")        # environment captured here
         store.add_rows(run_id, case_key, case_config,              # case_key: any str, or
@@ -16,12 +16,17 @@ API (everything a writer needs; benchmarks and tasks share it):
 
 Every row carries run id, git commit, torch version, device name, thread count, host and the full
 case config as JSON; `environment` holds the whole environment of the process that measured the
-case (a Ray worker on another machine records its own, see measure/env.py); every run the
-machine's load (cores busy) when it started and finished (and the core count), so timings taken on a
-busy machine can be told apart. A case written again in the same run replaces its earlier rows
-(no duplicates). A file that is not a store of this schema raises StoreError saying what it is;
-nothing is changed. A store of an older schema version is upgraded in place (MIGRATIONS:
-additions only, no row is lost).
+case, attention-zoo's version beside the commit (a Ray worker on another machine records its own,
+see measure/env.py); every run the machine's load (cores busy) when it started and finished (and
+the core count), so timings taken on a busy machine can be told apart. A case written again in the
+same run replaces its earlier rows (no duplicates).
+
+A file that is not a store of this schema raises StoreError saying what it is; nothing is changed.
+A store of ours that SQLite cannot read is called damaged, and the rows it still holds are offered
+to `zoo results --recover` (recover.py). A store of an older schema version is upgraded in place
+(MIGRATIONS: additions only, no row is lost). Creating and upgrading are safe with several
+processes opening one store at once: each takes the write lock first and looks again under it, so
+one creates (or upgrades) and the others find it done.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from .measure.status import OK, STATUSES
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
 SCHEMA_VERSION = 3
 APPLICATION_ID = 0x5A4F4F31  # "ZOO1" in the SQLite header: marks a file as an attention-zoo store
+BUSY_TIMEOUT_S = 30  # how long an opener waits for another process's write lock
 EXPORT_COLUMNS = (
     "run_id",
     "case_key",
@@ -64,7 +70,7 @@ EXPORT_COLUMNS = (
 )
 
 _SCHEMA = """
-CREATE TABLE runs (
+CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     kind TEXT NOT NULL,              -- bench, task, ...
     fingerprint TEXT,                -- identity of a sweep's case list (resume finds runs by it)
@@ -79,7 +85,7 @@ CREATE TABLE runs (
     load_end REAL,                   -- ... when it finished (v2)
     cpu_count INTEGER                -- cores the run could use (v2)
 );
-CREATE TABLE cases (
+CREATE TABLE IF NOT EXISTS cases (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     case_key TEXT NOT NULL,
     status TEXT NOT NULL,
@@ -89,7 +95,7 @@ CREATE TABLE cases (
     environment TEXT,                -- JSON: where it was measured (NULL: the run's environment)
     PRIMARY KEY (run_id, case_key)
 );
-CREATE TABLE results (
+CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY,
     run_id TEXT NOT NULL,
     case_key TEXT NOT NULL,
@@ -104,8 +110,8 @@ CREATE TABLE results (
     created_at REAL NOT NULL,
     FOREIGN KEY (run_id, case_key) REFERENCES cases(run_id, case_key)
 );
-CREATE INDEX results_case ON results(run_id, case_key);
-CREATE INDEX results_metric ON results(metric);
+CREATE INDEX IF NOT EXISTS results_case ON results(run_id, case_key);
+CREATE INDEX IF NOT EXISTS results_metric ON results(metric);
 """
 
 
@@ -129,6 +135,38 @@ class StoreError(ZooError):
 Row = tuple[str, float, str]  # (metric, value, unit); measure.runner.Metric is one
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_ours(path: Path) -> bool:
+    """True when the file's SQLite header carries our application id (readable or not)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError:
+        return False
+    return header.startswith(SQLITE_MAGIC) and header[68:72] == APPLICATION_ID.to_bytes(4, "big")
+
+
+def damaged(path: Path, err: sqlite3.Error) -> StoreError:
+    """The error for a store of ours that SQLite cannot read, saying what can still be saved."""
+    from .recover import readable_rows
+
+    counts = readable_rows(path)
+    found = sum(counts.values())
+    advice = (
+        f"{found} rows can still be read ({', '.join(f'{t} {n}' for t, n in counts.items())}): "
+        f"'zoo results --store {path} --recover' copies them into a new store, or restore the "
+        "file from a copy"
+        if found
+        else "no row of it can be read: restore it from a copy, or pass another --store path"
+    )
+    return StoreError(
+        f"{path} is an attention-zoo results store, but it is damaged (SQLite says: {err}); "
+        f"nothing was changed; {advice}"
+    )
+
+
 def _now() -> float:
     return time.time()
 
@@ -150,17 +188,19 @@ class ResultStore:
         if not exists:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = sqlite3.connect(self.path, timeout=30)
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
         except sqlite3.Error as err:
             raise StoreError(f"cannot open the results store {self.path} ({err})") from None
         self._db.row_factory = sqlite3.Row
         try:
-            self._open(exists)
+            self._open()
         except sqlite3.OperationalError as err:
             self._db.close()
             raise StoreError(f"cannot create the results store {self.path} ({err})") from None
         except sqlite3.DatabaseError as err:
             self._db.close()
+            if is_ours(self.path):
+                raise damaged(self.path, err) from None
             raise StoreError(
                 f"{self.path} is not an attention-zoo results store (SQLite says: {err}); "
                 f"pass another --store path, or move this file away"
@@ -169,14 +209,31 @@ class ResultStore:
             self._db.close()
             raise
 
-    def _open(self, exists: bool) -> None:
-        if exists:
-            self._check()
-            return
-        with self._db:
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    def _open(self) -> None:
+        if self._is_empty():
+            self._create()
+        self._check()
+
+    def _is_empty(self) -> bool:
+        """A new file (or one another process is creating): no header mark, no table."""
+        app = self._db.execute("PRAGMA application_id").fetchone()[0]
+        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        return app == 0 and tables == 0
+
+    def _create(self) -> None:
+        """The schema, in one transaction under the write lock: of several processes creating
+        one store at once, the first creates it and the others find it made."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if self._is_empty():
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+                self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        finally:
+            if self._db.in_transaction:
+                self._db.rollback()
 
     def _check(self) -> None:
         app = self._db.execute("PRAGMA application_id").fetchone()[0]
@@ -212,11 +269,7 @@ class ResultStore:
                 raise sqlite3.DatabaseError(check)
             self._db.execute("SELECT count(*) FROM results").fetchone()
         except sqlite3.DatabaseError as err:
-            raise StoreError(
-                f"{self.path} is an attention-zoo results store, but it is damaged "
-                f"(SQLite says: {err}); "
-                f"nothing was changed. Restore it from a copy, or pass another --store path"
-            ) from None
+            raise damaged(self.path, err) from None
 
     def _migrate(self, version: int) -> None:
         """Bring a store of an older schema version up to this one, in one transaction.
@@ -283,7 +336,13 @@ class ResultStore:
                 )
             return run_id
         env = environment or capture(device)
-        meta = {"python": env.python, "host": env.host, "load": load.kind, **(meta or {})}
+        meta = {
+            "python": env.python,
+            "host": env.host,
+            "zoo_version": env.zoo_version,
+            "load": load.kind,
+            **(meta or {}),
+        }
         with self._db:
             self._db.execute(
                 "INSERT INTO runs (run_id, kind, fingerprint, started_at, finished_at, git_commit, "
@@ -413,6 +472,19 @@ class ResultStore:
             )
         return key
 
+    def import_rows(self, tables: dict[str, tuple[list[str], list[tuple]]]) -> None:
+        """Insert rows as they are, table by table ({table: (columns, rows)}), in one transaction
+        (a recovered store: recover.py); columns this schema lacks are dropped."""
+        with self._db:
+            for table, (columns, rows) in tables.items():
+                ours = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                keep = [i for i, c in enumerate(columns) if c in ours]
+                self._db.executemany(
+                    f"INSERT OR IGNORE INTO {table} ({', '.join(columns[i] for i in keep)}) "
+                    f"VALUES ({', '.join('?' * len(keep))})",
+                    ([row[i] for i in keep] for row in rows),
+                )
+
     # ---- reading -----------------------------------------------------------------------------
 
     def run(self, run_id: str) -> dict[str, Any] | None:
@@ -520,6 +592,8 @@ def _with_environment(r: sqlite3.Row) -> dict[str, Any]:
             "python": meta.get("python", ""),
             "host": meta.get("host", ""),
         }
+        if "zoo_version" in meta:  # runs stored before versions were recorded have none
+            env["zoo_version"] = meta["zoo_version"]
     else:  # a case without metric rows (error, oom) still names the worker that tried it
         row.update({k: env[k] for k in _ROW_ENVIRONMENT if k in env})
     row["host"] = env.get("host", "")

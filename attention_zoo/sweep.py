@@ -26,6 +26,7 @@ from .executors import Executor, Job, LocalExecutor, Outcome
 from .executors.progress import CaseProgress
 from .measure.cases import MODES, TARGETS, BenchCase, comparison_key
 from .measure.env import capture
+from .measure.limits import auto_memory_limit
 from .measure.load import Load
 from .measure.peers import get_peer, is_peer, select_peers
 from .measure.runner import (
@@ -180,22 +181,11 @@ def sweep_fingerprint(cases: Iterable[BenchCase]) -> str:
     return hashlib.sha1("\n".join(keys).encode()).hexdigest()[:16]
 
 
-def available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo, or None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def default_memory_limit() -> int | None:
-    """90% of the memory available now: the CPU guard's default."""
-    avail = available_memory_bytes()
-    return int(avail * 0.9) if avail else None
+    """The CPU guard's default: 90% of the memory this process may still use, the smallest of
+    available RAM, RLIMIT_AS and the cgroup limit (measure.limits)."""
+    limit = auto_memory_limit()
+    return limit.bytes if limit else None
 
 
 @dataclass
@@ -214,7 +204,7 @@ class SweepResult:
 
 
 Measure = Callable[[BenchCase, MeasureSettings], CaseResult]
-AUTO = "auto"  # memory limit: 90% of the memory available where the case runs, when it starts
+AUTO = "auto"  # memory limit: 90% of the memory a case may use where it runs, when it starts
 
 
 def measure_one(
@@ -230,7 +220,8 @@ def measure_one(
     every executor uses, so local and remote numbers are taken the same way.
 
     memory_limit_bytes guards CPU cases by their prediction (and is the subprocess's address-space
-    limit with isolate); AUTO resolves it here, from this machine's available memory.
+    limit with isolate); AUTO resolves it here, from the memory this process may use
+    (measure.limits: RAM, RLIMIT_AS, cgroup).
     """
     cpu = case.device == "cpu"
     limit = default_memory_limit() if memory_limit_bytes == AUTO else memory_limit_bytes
@@ -410,16 +401,19 @@ def run_sweep(
                     stored = outcome.environment or environment
                     _warn_marks(case, result, stored.threads)
                     bar.finished(result.status, case.name())
+        bar.close()
+        load_end = None
+        complete = len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases)
+        if complete and (
+            todo or not finished
+        ):  # a finished run that measured nothing keeps its end
+            load_end = store.finish_run(run_id)  # Ctrl-C while it samples the load: interrupted
     except KeyboardInterrupt:
         store.mark_interrupted(run_id)
         stored = len(store.completed_cases(run_id) & {c.key() for c in cases})
         raise SweepInterrupted(run_id, stored) from None
     finally:
         bar.close()
-    load_end = None
-    complete = len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases)
-    if complete and (todo or not finished):  # a finished run that measured nothing keeps its end
-        load_end = store.finish_run(run_id)
     return SweepResult(
         run_id=run_id,
         results=results,

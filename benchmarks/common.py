@@ -20,15 +20,43 @@ import torch
 from attention_zoo.attention.spec import BACKENDS, get_backend, list_backends
 from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.declarative import field_names
+from attention_zoo.errors import PluginError
 from attention_zoo.measure.cases import BenchCase, Runnable, build_runnable
 from attention_zoo.measure.memory import cuda_peak, profiled_peak
 from attention_zoo.measure.metrics import METRICS
 from attention_zoo.measure.predict import predict_case
 from attention_zoo.measure.timing import synchronize
 from attention_zoo.measure.tracker import tracked_peak
-from attention_zoo.plugins import load_plugins
+from attention_zoo.plugins import ENV_VAR, load_plugins
 
-load_plugins()  # installed plugins and ZOO_IMPORT modules: their backends are benchmarked too
+
+def load_suite_plugins() -> None:
+    """Installed plugins and ZOO_IMPORT modules, whose backends are benchmarked too.
+
+    asv imports the suite in a temporary folder, so a relative ZOO_IMPORT (`my_attention`,
+    `plugins/mine.py`) is looked up in the folder asv was started from: the shell's $PWD, which
+    asv's processes inherit (else asv's ASV_CONF_DIR, the folder of asv.conf.json). A ZOO_IMPORT
+    module that fails to load stops the suite: asv would show no warning, and a run without the
+    plugin would look like one with it."""
+    here = os.getcwd()
+    start = next(
+        (
+            d
+            for d in (os.environ.get("PWD"), os.environ.get("ASV_CONF_DIR"))
+            if d and os.path.isdir(d)
+        ),
+        here,
+    )
+    os.chdir(start)
+    try:
+        failures = load_plugins()
+    finally:
+        os.chdir(here)
+    if named := [f for f in failures if f.origin.startswith(ENV_VAR)]:
+        raise PluginError(named[0].message())
+
+
+load_suite_plugins()
 DEVICES = ["cpu", "cuda"]
 THREADS = [1]
 LENGTHS = [1024, 4096]  # the default suite: one chunk multiple and a 4x longer one

@@ -357,3 +357,61 @@ def test_ctrl_c_in_task_keeps_finished_runs_and_marks_the_run(
     with ResultStore("results/zoo.sqlite") as store:
         (run,) = store.runs(kind="task")
         assert run_status(run) == "interrupted" and run["n_cases"] == 1
+
+
+def _sigint_on_load_sample(monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
+    """Ctrl-C arrives while the store samples the machine's load for the `at_call`-th time."""
+    import signal
+    import time
+
+    import attention_zoo.store as store_module
+    from attention_zoo.measure.load import Load
+
+    calls = []
+
+    def sample() -> Load:
+        calls.append(1)
+        if len(calls) == at_call:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the interrupt lands here
+        return Load(0.0, "sampled")
+
+    monkeypatch.setattr(store_module, "machine_load", sample)
+
+
+def test_ctrl_c_while_a_task_run_is_closed_marks_it_interrupted(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: 'zoo task: ' with nothing after it, and the run 'unfinished' for ever."""
+    import attention_zoo.tasks.runner as runner
+    from attention_zoo.tasks.trainer import TrainResult
+
+    def trained(spec, *, device="cpu", on_step=None):
+        result = TrainResult(
+            steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
+            stopped="max_steps", wall_time_s=0.0,
+        )  # fmt: skip
+        return runner.RunOutcome(spec=spec, result=result, evals={})
+
+    monkeypatch.setattr(runner, "run_one", trained)
+    _sigint_on_load_sample(monkeypatch, at_call=2)  # 1: the run starts, 2: it is finished
+    argv = ["task", "duplication", "--preset", "smoke", "--backends", "full", "--seeds", "0"]
+    code, _, err = run_zoo([*argv, "--eval-hashes", "", "--quiet"], capsys)
+    assert code == 130 and len(err.splitlines()) == 1, err
+    assert "1 of 1 training run(s) finished and stored" in err and "rerun the same command" in err
+    with ResultStore("results/zoo.sqlite") as store:
+        (run,) = store.runs(kind="task")
+        assert run_status(run) == "interrupted" and run["n_cases"] == 1
+
+
+def test_ctrl_c_while_a_bench_run_is_closed_marks_it_interrupted(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sigint_on_load_sample(monkeypatch, at_call=1)  # bench samples its start load itself
+    argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
+            "--threads", "1", "--no-progress"]  # fmt: skip
+    code, _, err = run_zoo(argv, capsys)
+    assert code == 130 and "1 of 1 cases are stored" in err and "--resume" in err, err
+    with ResultStore("results/zoo.sqlite") as store:
+        (run,) = store.runs(kind="bench")
+        assert run_status(run) == "interrupted"

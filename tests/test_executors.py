@@ -71,13 +71,13 @@ def test_missing_ray_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    with pytest.raises(UnavailableError, match=r'needs Ray.*pip install -e "\.\[ray\]"'):
+    with pytest.raises(UnavailableError, match=r"needs Ray.*pip install -e '\.\[ray\]'"):
         executor_from_args(parse("--executor", "ray"))
     store = tmp_path / "zoo.sqlite"
     code = main(["bench", "--target", "attention", "--backends", "full", "--lengths", "64",
                  "--store", str(store), "--executor", "ray"])  # fmt: skip
     err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and '".[ray]"' in err
+    assert code == 2 and len(err.splitlines()) == 1 and "'.[ray]'" in err
     assert not store.exists()  # refused before anything was stored
 
 

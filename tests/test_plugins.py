@@ -269,3 +269,40 @@ def test_user_path_subprocesses_conformance_suite_and_isolated_worker(plugin_dir
     assert bench.returncode == 0, bench.stderr
     (row,) = [line for line in bench.stdout.splitlines() if line.startswith("attention  mine")]
     assert " ok " in row
+
+
+@pytest.fixture
+def suite(monkeypatch: pytest.MonkeyPatch):
+    """The asv suite's common module, imported without its FakeTensorMode warm-up."""
+    monkeypatch.setenv("ZOO_ASV_NO_WARMUP", "1")
+    from benchmarks import common
+
+    return common
+
+
+def test_asv_suite_finds_a_relative_zoo_import_from_where_asv_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None, suite
+) -> None:
+    """asv imports the suite in a temporary folder: `ZOO_IMPORT=my_attention asv run` from the
+    folder holding my_attention.py benchmarked nothing of it before."""
+    started, benchmarks_cwd = tmp_path / "checkout", tmp_path / "asv-tmp"
+    started.mkdir()
+    benchmarks_cwd.mkdir()
+    (started / "zoo_asv_plugin.py").write_text(PLUGIN_SOURCE)
+    monkeypatch.chdir(benchmarks_cwd)
+    monkeypatch.setenv("PWD", str(started))  # what the shell that started asv exported
+    monkeypatch.setenv("ZOO_IMPORT", "zoo_asv_plugin")
+    suite.load_suite_plugins()
+    assert "mine" in BACKENDS.names() and os.getcwd() == str(benchmarks_cwd)
+
+
+def test_asv_suite_stops_on_a_zoo_import_that_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None, suite
+) -> None:
+    from attention_zoo.errors import PluginError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("ZOO_IMPORT", "zoo_not_there")
+    with pytest.raises(PluginError, match="ZOO_IMPORT zoo_not_there failed to load"):
+        suite.load_suite_plugins()

@@ -188,3 +188,19 @@ def test_store_of_schema_2_is_upgraded_without_loss(tmp_path: Path) -> None:
     assert hosts == {"k": ENV.host, "k2": "node-b"}
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_every_row_records_the_package_version_beside_the_commit(tmp_path: Path) -> None:
+    import attention_zoo
+    from attention_zoo.measure.env import capture
+
+    with ResultStore(tmp_path / "s.sqlite") as s:
+        run = s.start_run()  # the environment of this process
+        s.add_rows(run, "here", CONFIG, [("x", 1, "u")])
+        s.add_rows(run, "worker", CONFIG, [("x", 2, "u")], environment=capture())
+        old = s.start_run(environment=ENV, meta={})
+        s._db.execute("UPDATE runs SET meta = '{}' WHERE run_id = ?", (old,))  # an older run
+        s.add_rows(old, "old", CONFIG, [("x", 3, "u")])
+        envs = {r["case_key"]: json.loads(r["environment"]) for r in s.rows()}
+    assert envs["here"]["zoo_version"] == envs["worker"]["zoo_version"] == attention_zoo.__version__
+    assert "zoo_version" not in envs["old"]  # not recorded then: not invented

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
 from ..measure.cases import DTYPES, MODES
+from ..measure.limits import auto_memory_limit
 from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS
@@ -21,7 +22,7 @@ from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE
-from ..sweep import AUTO, SweepGrid, SweepInterrupted, default_memory_limit, run_sweep
+from ..sweep import AUTO, SweepGrid, SweepInterrupted, run_sweep
 from .validate import (
     check_device,
     choices,
@@ -215,8 +216,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=memory_limit,
         default="auto",
         help="CPU guard: a case predicted to need more is stored as oom and not run; with "
-        "--isolate also the subprocess's address-space limit. 'auto' = 90%% of available "
-        "memory, 'none', or a size like 8GiB (default: auto)",
+        "--isolate also the subprocess's address-space limit. 'auto' = 90%% of the smallest "
+        "of available RAM, RLIMIT_AS and the cgroup limit, 'none', or a size like 8GiB "
+        "(default: auto)",
     )
     m.add_argument("--isolate", action="store_true", help="run each case in its own subprocess")
     m.add_argument(
@@ -264,8 +266,8 @@ def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> 
 
 
 def memory_limit(text: str) -> int | str | None:
-    """--memory-limit: bytes (a size > 0), None for 'none', or AUTO: 90% of the memory available
-    where each case runs, when it starts."""
+    """--memory-limit: bytes (a size > 0), None for 'none', or AUTO: 90% of the memory each case
+    may use where it runs (available RAM, RLIMIT_AS, cgroup: the smallest), when it starts."""
     if text == "none":
         return None
     if text == "auto":
@@ -298,8 +300,9 @@ def _torch_threads() -> int:
 
 def _describe_limit(limit: int | str | None) -> str:
     if limit == AUTO:
-        here = default_memory_limit()
-        return "auto (90% of available memory" + (f": {format_bytes(here)} here)" if here else ")")
+        here = auto_memory_limit()
+        where = f": {format_bytes(here.bytes)} here, set by {here.source}" if here else ""
+        return f"auto (90% of the smallest of available RAM, RLIMIT_AS and the cgroup limit{where})"
     return format_bytes(limit) if limit else "none"
 
 

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from ..errors import UnavailableError, UsageError, did_you_mean
+from ..install import install_hint
 from ..store import DEFAULT_STORE, ResultStore
 from .validate import check_output_file, check_output_folder
 
@@ -85,7 +86,7 @@ def require_report_extra() -> None:
             importlib.import_module(name)
         except ImportError:
             raise UnavailableError(
-                f"zoo report needs the report extra ({name} is missing): pip install -e '.[report]'"
+                f"zoo report needs the report extra ({name} is missing): {install_hint('report')}"
             ) from None
 
 

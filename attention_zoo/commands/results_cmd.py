@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ..errors import UsageError, did_you_mean
 from ..measure.table import comparison_table, format_table, group_cases
+from ..recover import recover
 from ..store import DEFAULT_STORE, ResultStore, run_status
 from .validate import DeprecatedAlias, check_output_file, reject_together
 
 EXAMPLE = """examples:
   zoo results                              the latest run as a comparison table
-  zoo results --runs                       every run: id, kind, commit, device, threads, cases
+  zoo results --runs                       every run: id, kind, version, commit, device, threads
   zoo results --format csv -o all.csv      every row of every run as CSV (one row per metric)
   zoo results --run-id latest --format csv only the latest run
   zoo results --run-id 20250101-120000-ab12cd --format json --metric peak_bytes
+  zoo results --store zoo.sqlite --recover  a damaged store's readable rows -> zoo.recovered.sqlite
 
 Each row carries run id, git commit, torch version, device name, threads and the case config
 (JSON). In Python: ResultStore(path).to_dataframe() gives the same rows as a pandas DataFrame.
@@ -47,11 +50,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", help="only rows of this metric (csv/json)")
     p.add_argument("--reference", help="backend the table's ratios divide by (default: full)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument(
+        "--recover",
+        nargs="?",
+        const="",
+        metavar="NEW_STORE",
+        help="copy the rows a damaged store can still be read for into a new store (default: "
+        "STORE.recovered.sqlite beside it); the damaged file is only read",
+    )
     p.set_defaults(run=run)
 
 
 def check_flags(args: argparse.Namespace) -> None:
     """Flags that conflict or would do nothing, refused before the store is opened."""
+    for flag in ("runs", "run_id", "metric", "reference", "output"):
+        reject_together(args, "recover", flag, "--recover copies every readable row")
     for flag in ("run_id", "metric", "reference"):
         reject_together(args, "runs", flag, "--runs lists every run as a table")
     if args.runs and args.format != "table":
@@ -69,6 +82,8 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)
+    if args.recover is not None:
+        return _recover(Path(args.store), args.recover)
     with ResultStore(args.store, create=False) as store:
         if args.runs:
             text = _runs_table(store)
@@ -104,6 +119,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _recover(store: Path, dest: str) -> int:
+    target = Path(dest) if dest else store.with_name(f"{store.stem}.recovered.sqlite")
+    got = recover(store, target)
+    rows = ", ".join(f"{table} {n}" for table, n in got.rows.items())
+    lost = (
+        f"; {got.without_case} result rows lost their case row (kept, not shown)"
+        if got.without_case
+        else ""
+    )
+    print(f"recovered into {target} the rows that could be read ({rows}){lost}; {store} unchanged")
     return 0
 
 
@@ -158,11 +186,12 @@ def _num(v: float | None) -> str:
 def _runs_table(store: ResultStore) -> str:
     runs = store.runs()
     return format_table(
-        ["run", "kind", "git commit", "torch", "device", "threads", "cases", "status"],
+        ["run", "kind", "version", "git commit", "torch", "device", "threads", "cases", "status"],
         [
             [
                 r["run_id"],
                 r["kind"],
+                r["meta"].get("zoo_version", "-"),
                 r["git_commit"][:12],
                 r["torch_version"],
                 r["device_name"][:32],

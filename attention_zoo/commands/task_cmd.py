@@ -157,7 +157,7 @@ def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
 def _train_suite(args: argparse.Namespace, store: str, executor: Executor):  # -> TaskPreset
     import dataclasses
 
-    from ..tasks.driver import train_runs
+    from ..tasks.driver import run_key, train_runs
     from ..tasks.results import TaskResults
     from ..tasks.runner import identity, plan_runs, skipped_key
     from ..tasks.suite import load_task_preset
@@ -187,57 +187,64 @@ def _train_suite(args: argparse.Namespace, store: str, executor: Executor):  # -
         "suite": preset.suite,
         "preset": preset.name,
     }
-    with TaskResults(store, meta=meta, device=args.device) as results:
-        for s in skipped:
-            print(f"skipped {s.label}: {s.reason}", flush=True)
-            for seed in args.seeds or preset.grid.seeds:
-                results.save_skipped(
-                    identity(preset, s.label, seed), skipped_key(preset, s.label, seed), s.reason
-                )
-        todo = []
-        for spec in runs:
-            if not args.force and results.has_run(
-                spec.key(), identity(preset, spec.variant.label, spec.seed)
-            ):
+    todo, stored = [], 0
+    try:
+        with TaskResults(store, meta=meta, device=args.device) as results:
+            for s in skipped:
+                print(f"skipped {s.label}: {s.reason}", flush=True)
+                for seed in args.seeds or preset.grid.seeds:
+                    results.save_skipped(
+                        identity(preset, s.label, seed),
+                        skipped_key(preset, s.label, seed),
+                        s.reason,
+                    )
+            for spec in runs:
+                if not args.force and results.has_run(
+                    spec.key(), identity(preset, spec.variant.label, spec.seed)
+                ):
+                    print(
+                        f"{spec.variant.label} seed {spec.seed}: already in the store "
+                        "(use --force to train again)",
+                        flush=True,
+                    )
+                else:
+                    todo.append(spec)
+            finished = 0
+
+            def report(spec, outcome) -> None:
+                nonlocal finished
+                finished += 1
+                if outcome.ok:
+                    text = _summary(outcome.value)
+                else:
+                    text = f"{'oom' if outcome.oom else 'error'} (stored): {outcome.error}"
                 print(
-                    f"{spec.variant.label} seed {spec.seed}: already in the store "
-                    "(use --force to train again)",
+                    f"[{finished}/{len(todo)}] {spec.variant.label} seed {spec.seed}: {text}",
                     flush=True,
                 )
-            else:
-                todo.append(spec)
-        finished = 0
 
-        def report(spec, outcome) -> None:
-            nonlocal finished
-            finished += 1
-            if outcome.ok:
-                text = _summary(outcome.value)
-            else:
-                text = f"{'oom' if outcome.oom else 'error'} (stored): {outcome.error}"
-            print(
-                f"[{finished}/{len(todo)}] {spec.variant.label} seed {spec.seed}: {text}",
-                flush=True,
-            )
-
-        try:
-            train_runs(
-                todo,
-                results,
-                executor,
-                device=args.device,
-                threads=args.threads,
-                progress=not args.quiet,
-                on_done=report,
-            )
-        except KeyboardInterrupt:
-            raise Interrupted(
-                f"interrupted: {finished} of {len(todo)} training run(s) finished and stored in "
-                f"{store} (run marked interrupted); rerun the same command to train only the "
-                "missing ones"
-                if finished
-                else "interrupted before any training run finished; nothing new was stored"
-            ) from None
+            try:
+                train_runs(
+                    todo,
+                    results,
+                    executor,
+                    device=args.device,
+                    threads=args.threads,
+                    progress=not args.quiet,
+                    on_done=report,
+                )
+            except KeyboardInterrupt:
+                stored = results.stored({run_key(spec) for spec in todo})
+                raise
+            stored = len(todo)  # every run is stored; Ctrl-C may still come while the run is closed
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted: {stored} of {len(todo)} training run(s) finished and stored in "
+            f"{store} (run marked interrupted); rerun the same command to train only the "
+            "missing ones"
+            if stored
+            else "interrupted before any training run finished; nothing new was stored"
+        ) from None
     if args.cost and runs:
         _measure_cost(runs, store, args, executor)
     return preset

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UsageError
+from ..install import install_hint
 from .base import Executor, Job, Outcome, run_job
 from .local import LocalExecutor
-from .ray_cluster import INSTALL_HINT, RayError, RayExecutor, import_ray
+from .ray_cluster import RayError, RayExecutor, import_ray
 
 EXECUTORS = ("local", "ray")
 RAY_FLAGS = ("ray_address", "gpus_per_case", "cpus_per_case")
@@ -39,7 +40,7 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
         choices=EXECUTORS,
         default="local",
         help="local: one case after another in this process (default); ray: one Ray task per "
-        f"case, results streamed into the store by this process (needs {INSTALL_HINT})",
+        f"case, results streamed into the store by this process (needs {install_hint('ray')})",
     )
     g.add_argument(
         "--ray-address",

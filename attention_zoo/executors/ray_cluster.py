@@ -2,7 +2,8 @@
 of times when its worker dies; outcomes come back to the driver as they finish (ray.wait), so the
 driver stays the only writer of the store and an interrupted sweep resumes like a local one.
 
-Ray is optional (`pip install -e ".[ray]"`); without it this module's executor says so in one line.
+Ray is optional (the `ray` extra); without it this module's executor says so in one line, with the
+pip command that fits the installation (install.py).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import UnavailableError, ZooError
+from ..install import install_hint
 from .base import ExecutorBase, Job, Outcome, plugin_targets, run_job
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = 'pip install -e ".[ray]"'
 MAX_RETRIES = 2  # a job whose worker dies runs at most 1 + MAX_RETRIES times
 CONNECT_TIMEOUT_S = 5.0
 # A custom Ray resource, 1 per node: a CPU case reserves it, so no two CPU cases (whose timings
@@ -38,7 +39,8 @@ def import_ray() -> Any:
         import ray
     except ImportError:
         raise UnavailableError(
-            f"--executor ray needs Ray, which is not installed; install it with {INSTALL_HINT}"
+            "--executor ray needs Ray, which is not installed; install it with "
+            + install_hint("ray")
         ) from None
     return ray
 

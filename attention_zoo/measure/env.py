@@ -1,6 +1,6 @@
-"""The environment every stored number carries: git commit, torch version, device name, threads,
-host, CUDA runtime and driver. Captured in the process that measured the number (a Ray worker on
-another machine records its own)."""
+"""The environment every stored number carries: attention-zoo's version and git commit, torch
+version, device name, threads, host, CUDA runtime and driver. Captured in the process that measured
+the number (a Ray worker on another machine records its own)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class Environment:
     """Where and with what a number was measured."""
 
     git_commit: str  # HEAD of the attention-zoo checkout, "+dirty" with local changes, or "unknown"
+    zoo_version: str = ""  # the attention-zoo package version: the fact that remains outside git
     torch_version: str
     device_name: str  # CPU model name or CUDA device name
     threads: int  # torch intra-op threads
@@ -59,6 +60,13 @@ def git_commit(repo: Path = _REPO) -> str:
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def zoo_version() -> str:
+    """The version of the attention-zoo code running (the package's __version__)."""
+    from .. import __version__
+
+    return __version__
 
 
 @functools.cache
@@ -102,6 +110,7 @@ def capture(device: str | torch.device = "cpu", threads: int | None = None) -> E
     on_cuda = torch.device(device).type == "cuda"
     return Environment(
         git_commit=git_commit(),
+        zoo_version=zoo_version(),
         torch_version=torch.__version__,
         device_name=device_name(device),
         threads=threads if threads is not None else torch.get_num_threads(),

@@ -21,6 +21,7 @@ import torch
 
 from ..plugins import child_environment
 from .cases import BenchCase
+from .limits import capped, vm_size_bytes
 from .metrics import Metric
 from .runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
 from .status import ERROR, OOM
@@ -30,17 +31,10 @@ MARKER = "@@zoo-result@@"
 RLIMIT_SLACK_BYTES = 512 * 2**20
 
 
-def _vm_size_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("VmSize not in /proc/self/status")
-
-
 def limit_address_space(limit_bytes: int) -> int:
-    """Cap this process's address space at its current size + limit (+ slack); returns the cap."""
-    cap = _vm_size_bytes() + limit_bytes + RLIMIT_SLACK_BYTES
+    """Cap this process's address space at its current size + limit (+ slack), never above the
+    limits it inherited (a process can lower them only); returns the cap."""
+    cap = capped(vm_size_bytes() + limit_bytes + RLIMIT_SLACK_BYTES)
     resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
     return cap
 

@@ -18,12 +18,13 @@ from . import accuracy, cost, fidelity, misc, variants
 from .context import Context
 from .document import Document, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
+from .output import staged_folder, writing
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "attention-zoo comparison"
 META_FILE = "report.json"  # what produced the folder: read by the reports index
-PLOT_PATTERNS = ("scaling-*.png", "fidelity-*.png", "pareto-*.png", "table2-*.png")
+PLOT_PATTERNS = ("scaling-*.png", "fidelity-*.png", "pareto-*.png", "table2-*.png")  # written when there is data
 
 
 @dataclass
@@ -84,12 +85,28 @@ def build_report(
 ) -> ReportFiles:
     """Write the report of ResultStore rows (`to_dataframe()` or `rows()`) into out_dir.
 
-    runs: ResultStore.runs() (load at start and end, for the busy marks and provenance)."""
+    runs: ResultStore.runs() (load at start and end, for the busy marks and provenance).
+    The folder is built beside out_dir and swapped in whole (report.output): a write that fails
+    leaves the previous report as it was."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for pattern in PLOT_PATTERNS:  # plots of an earlier build that this one may not rewrite
-        for old in out_dir.glob(pattern):
-            old.unlink()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with staged_folder(out_dir, regenerated=PLOT_PATTERNS) as stage:
+        files = _write_report(df, stage, runs, reference, title, command)
+    log.info("report written to %s", out_dir / files.markdown.name)
+    return ReportFiles(
+        **{k: out_dir / v.name for k, v in vars(files).items() if k != "plots"},
+        plots=[out_dir / p.name for p in files.plots],
+    )
+
+
+def _write_report(
+    df: Any,
+    out_dir: Path,
+    runs: list[dict[str, Any]] | None,
+    reference: str,
+    title: str,
+    command: str,
+) -> ReportFiles:
     ctx = select(df, runs)
     ctx.out_dir, ctx.reference = out_dir, reference
     doc = Document(title)
@@ -120,12 +137,16 @@ def build_report(
         numbers=out_dir / "numbers.json",
         plots=list(ctx.plots),
     )
-    files.markdown.write_text(to_markdown(doc))
-    files.html.write_text(to_html(doc))
-    rows.drop(columns=[c for c in rows.columns if c.startswith("cfg.")]).to_csv(
-        files.csv, index=False
-    )
-    ctx.ledger.write(files.numbers)
+    with writing(files.markdown):
+        files.markdown.write_text(to_markdown(doc))
+    with writing(files.html):
+        files.html.write_text(to_html(doc))
+    with writing(files.csv):
+        rows.drop(columns=[c for c in rows.columns if c.startswith("cfg.")]).to_csv(
+            files.csv, index=False
+        )
+    with writing(files.numbers):
+        ctx.ledger.write(files.numbers)
     used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
     measured_by = sorted(
         {c for r in ctx.runs if r["run_id"] in used and (c := _command_of(r["meta"]))}
@@ -136,8 +157,8 @@ def build_report(
         "measured_by": measured_by,
         "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    (out_dir / META_FILE).write_text(json.dumps(meta, indent=1))
-    log.info("report written to %s", files.markdown)
+    with writing(out_dir / META_FILE) as path:
+        path.write_text(json.dumps(meta, indent=1))
     return files
 
 

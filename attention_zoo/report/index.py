@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from .builder import META_FILE
+from .output import write_text_atomic
 
 HEADER = """# Published reports
 
@@ -51,5 +52,5 @@ def write_index(readme: str | Path) -> Path:
             + ", ".join(f"`{name}`" for name in other)
             + "\n"
         ]
-    readme.write_text("\n".join(lines))
+    write_text_atomic(readme, "\n".join(lines))
     return readme

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.metrics import METRICS
+from .output import writing
 
 DPI = 100
 SCALING_METRICS = ("time_median", "peak_bytes")  # the scaling plot's panels
@@ -30,8 +31,11 @@ def _pyplot() -> Any:
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    _pyplot().close(fig)
+    try:
+        with writing(path):
+            fig.savefig(path, dpi=DPI)
+    finally:
+        _pyplot().close(fig)
     return path
 
 

@@ -55,13 +55,24 @@ class TaskResults:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        """The run is finished when the block ends normally, marked interrupted on Ctrl-C."""
-        if self._run_id is not None:
-            if exc_type is None:
-                self.store.finish_run(self._run_id)
-            elif issubclass(exc_type, KeyboardInterrupt):
-                self.store.mark_interrupted(self._run_id)
-        self.store.close()
+        """The run is finished when the block ends normally, marked interrupted on Ctrl-C, also
+        one that arrives while the run is being marked finished."""
+        try:
+            if self._run_id is not None:
+                if exc_type is None:
+                    try:
+                        self.store.finish_run(self._run_id)
+                    except KeyboardInterrupt:
+                        self.store.mark_interrupted(self._run_id)
+                        raise
+                elif issubclass(exc_type, KeyboardInterrupt):
+                    self.store.mark_interrupted(self._run_id)
+        finally:
+            self.store.close()
+
+    def stored(self, keys: set[str]) -> int:
+        """How many of these case keys this invocation's run holds."""
+        return len(self.store.completed_cases(self._run_id) & keys) if self._run_id else 0
 
     @property
     def run_id(self) -> str:

@@ -5,11 +5,16 @@
 Results are stored (and committed) in reports/asv-results/ by `asv run` (README, section asv); the
 HTML goes to reports/asv/ (open reports/asv/index.html, or `asv preview`). Each machine is its own
 series, and within one the `device` parameter tells CPU results from CUDA ones.
+
+asv rewrites each machine's machine.json on every run, so it is not committed (.gitignore); asv
+publish skips a machine without one, so a missing one is written here from the machine facts every
+stored result carries (its "params").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -22,6 +27,24 @@ def stored_results(results_dir: Path) -> list[Path]:
     return [
         p for p in results_dir.glob("*/*.json") if p.name not in ("machine.json", "benchmarks.json")
     ]
+
+
+MACHINE_FIELDS = ("arch", "cpu", "machine", "num_cpu", "os", "ram")  # asv's machine.json (v1)
+
+
+def restore_machine_files(results_dir: Path) -> list[Path]:
+    """Write the machine.json of each machine folder that has results but none; returns them."""
+    written = []
+    for folder in sorted({p.parent for p in stored_results(results_dir)}):
+        target = folder / "machine.json"
+        if target.exists():
+            continue
+        newest = max(folder.glob("*.json"), key=lambda p: json.loads(p.read_text()).get("date", 0))
+        params = json.loads(newest.read_text())["params"]
+        machine = {k: params[k] for k in MACHINE_FIELDS if k in params}
+        target.write_text(json.dumps({**machine, "version": 1}, indent=4, sort_keys=True))
+        written.append(target)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    for path in restore_machine_files(results_dir):
+        print(f"publish: wrote {path} from its stored results")
     code, _ = gate.asv("publish", "--config", str(args.config))
     if code != 0:
         print(f"publish: error: asv publish failed (exit {code}, above)", file=sys.stderr)

@@ -1,0 +1,31 @@
+"""How attention-zoo was installed, so a hint to install an extra names a command that fits:
+an editable checkout (or code run from one) gets `pip install -e '.[EXTRA]'`, an installed
+wheel or sdist `pip install 'attention-zoo[EXTRA]'` (pip's direct_url.json tells them apart)."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import PackageNotFoundError, distribution
+
+DISTRIBUTION = "attention-zoo"
+
+
+def editable() -> bool:
+    """True for an editable install, and for code not installed at all (run from a checkout)."""
+    try:
+        text = distribution(DISTRIBUTION).read_text("direct_url.json")
+    except PackageNotFoundError:
+        return True
+    if not text:  # installed from an index: no direct URL
+        return False
+    try:
+        return bool(json.loads(text).get("dir_info", {}).get("editable", False))
+    except (ValueError, AttributeError):
+        return False
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that adds `extra` (report, ray, ...) to this installation."""
+    if editable():
+        return f"pip install -e '.[{extra}]'"
+    return f"pip install '{DISTRIBUTION}[{extra}]'"

@@ -1,0 +1,129 @@
+"""The store under stress: many processes creating or upgrading one store at once, a file cut
+short by a crash (damaged, not foreign; its readable rows recovered into a new store)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from attention_zoo.cli import main as zoo_main
+from attention_zoo.measure.env import Environment
+from attention_zoo.measure.load import Load
+from attention_zoo.store import SCHEMA_VERSION, ResultStore, StoreError
+
+from .test_store_load import _v1_store
+
+PROCESSES = 20
+ENV = Environment(git_commit="abc123", torch_version="9.9", device_name="test-cpu", threads=1)
+IDLE = Load(0.0, "sampled")
+
+
+def _open_and_write(path: Path, barrier, results) -> None:  # in a forked process
+    barrier.wait()
+    try:
+        with ResultStore(path) as store:
+            store.start_run(kind="bench", environment=ENV, load=IDLE)
+        results.put("ok")
+    except Exception as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def _all_at_once(path: Path) -> list[str]:
+    """PROCESSES processes open `path` at the same moment and start a run each."""
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(PROCESSES), ctx.Queue()
+    procs = [ctx.Process(target=_open_and_write, args=(path, barrier, results)) for _ in range(20)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join()
+    return outcomes
+
+
+def test_twenty_processes_create_one_new_store_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "zoo.sqlite"
+    assert _all_at_once(path) == ["ok"] * PROCESSES
+    with ResultStore(path, create=False) as store:
+        assert len(store.runs()) == PROCESSES
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_twenty_processes_upgrade_one_old_store_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    _v1_store(path)
+    assert _all_at_once(path) == ["ok"] * PROCESSES
+    with ResultStore(path, create=False) as store:
+        assert [r["value"] for r in store.rows("r1")] == [0.5]  # the old row, kept
+        assert len(store.runs()) == PROCESSES + 1
+
+
+def _store_with_rows(path: Path, runs: int = 3, cases: int = 40, pad: int = 200) -> int:
+    """A store spanning several pages; returns its number of result rows."""
+    with ResultStore(path) as store:
+        for r in range(runs):
+            run = store.start_run(kind="bench", environment=ENV, load=IDLE)
+            for c in range(cases):
+                config = {"backend": "full", "seq_len": 2**c, "run": r, "pad": "x" * pad}
+                store.add_rows(run, None, config, [("time_median", c, "s"), ("peak_bytes", c, "B")])
+            store.finish_run(run)
+    return runs * cases * 2
+
+
+@pytest.mark.parametrize(("cases", "pad"), [(40, 200), (15, 600)])  # the cut in other pages
+def test_a_truncated_store_is_damaged_and_its_readable_rows_recovered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cases: int, pad: int
+) -> None:
+    path = tmp_path / "zoo.sqlite"
+    total = _store_with_rows(path, cases=cases, pad=pad)
+    os.truncate(path, path.stat().st_size * 6 // 10)  # a crash cut the file short
+    cut = path.read_bytes()
+    with pytest.raises(StoreError, match="is an attention-zoo results store, but it is damaged"):
+        ResultStore(path)
+    assert zoo_main(["results", "--store", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"'zoo results --store {path} --recover'" in err
+    assert zoo_main(["results", "--store", str(path), "--recover"]) == 0
+    out = capsys.readouterr().out
+    dest = tmp_path / "zoo.recovered.sqlite"
+    assert f"recovered into {dest}" in out and f"{path} unchanged" in out
+    assert path.read_bytes() == cut  # the damaged file was only read
+    with ResultStore(dest, create=False) as store:
+        rows = [r for r in store.rows() if r["metric"]]
+        assert len(store.runs()) == 3 and 0 < len(rows) < total
+        ids = [r["id"] for r in store._db.execute("SELECT id FROM results")]
+        assert len(ids) == len(set(ids)) <= total  # no row read twice, no garbage row
+    shown, lost = len(rows), int(out.split("; ")[1].split()[0]) if "lost" in out else 0
+    assert f"results {shown + lost})" in out  # rows whose case row was lost are counted apart
+    assert zoo_main(["results", "--store", str(path), "--recover"]) == 2  # never overwrites
+    assert "exists; give --recover a new file name" in capsys.readouterr().err
+
+
+def test_a_store_cut_to_its_header_has_nothing_to_recover(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "zoo.sqlite"
+    _store_with_rows(path, runs=1, cases=2)
+    os.truncate(path, 100)
+    with pytest.raises(StoreError, match=r"damaged.*no row of it can be read: restore it"):
+        ResultStore(path)
+    assert zoo_main(["results", "--store", str(path), "--recover"]) == 2
+    assert "nothing was written" in capsys.readouterr().err
+    assert not (tmp_path / "zoo.recovered.sqlite").exists()
+
+
+def test_a_foreign_file_is_not_called_damaged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "notes.sqlite"
+    path.write_text("my notes\n" * 50)
+    with pytest.raises(StoreError, match="is not an attention-zoo results store"):
+        ResultStore(path)
+    assert zoo_main(["results", "--store", str(path), "--recover"]) == 2
+    assert "is not an attention-zoo results store" in capsys.readouterr().err
