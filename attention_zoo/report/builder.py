@@ -24,7 +24,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "attention-zoo comparison"
 META_FILE = "report.json"  # what produced the folder: read by the reports index
-PLOT_PATTERNS = ("scaling-*.png", "fidelity-*.png", "pareto-*.png", "table2-*.png")  # written when there is data
+PLOT_PATTERNS = (
+    "scaling-*.png",
+    "fidelity-*.png",
+    "pareto-*.png",
+    "table2-*.png",
+)  # written when there is data
 
 
 @dataclass
