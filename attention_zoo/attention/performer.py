@@ -19,7 +19,7 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore
 from .kernels.chunked import check_int
-from .kernels.linear_scan import compute_dtype, linear_attention
+from .kernels.linear_scan import FAVOR, compute_dtype, kernel_attention
 from .spec import Capabilities, register_attention
 
 
@@ -90,28 +90,16 @@ class PerformerAttention(AttentionCore):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         d = q.shape[-1]
         wide = compute_dtype(q.dtype)
-        w = self._features(d, q.device).to(wide)  # (m, d)
-        scale = d**-0.25  # q.k / sqrt(d) = (q d^-1/4) . (k d^-1/4)
-        qs, ks = q.to(wide) * scale, k.to(wide) * scale
-        half_w = w.square().sum(-1) / 2  # (m,)
-        # phi(k)_f = exp(w_f.k - |k|^2/2 - |w_f|^2/2) = exp(-|k - w_f|^2 / 2) <= 1: it never
-        # overflows and needs no max over keys (a max over later keys would leak into earlier
-        # outputs); the |w_f|^2/2 taken from the keys goes to the queries, so phi(q) . phi(k)
-        # is the paper's product exactly.
-        logits_k = torch.matmul(ks, w.T).sub_(ks.square().sum(-1, keepdim=True) / 2).sub_(half_w)
-        if key_padding_mask is not None:  # padded keys: zero features, nothing added
-            logits_k.masked_fill_(~key_padding_mask[:, None, :, None], float("-inf"))
-        # queries: a per-query factor (its exp(-|q|^2/2), its max) cancels in out_i's ratio
-        logits_q = torch.matmul(qs, w.T).add_(half_w)
-        logits_q = logits_q.sub_(logits_q.amax(-1, keepdim=True).detach())
-        # in place throughout: (b, h, n, m) tensors outnumber the inputs m / d times
-        phi_q, phi_k = logits_q.exp_(), logits_k.exp_()
-        out = linear_attention(
-            phi_q,
-            phi_k,
-            v.to(wide),
+        out = kernel_attention(
+            q,
+            k,
+            v,
+            feature_map=FAVOR,
+            proj=self._features(d, q.device),
+            scale=d**-0.25,  # q.k / sqrt(d) = (q d^-1/4) . (k d^-1/4)
             causal=self.causal,
             chunk=self.cfg.chunk_length,
             eps=torch.finfo(wide).tiny,  # only guards 0/0 (every visible key padding)
+            key_padding_mask=key_padding_mask,
         )
         return out.to(q.dtype)
