@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from attention_zoo import build_attention, get_backend
 from attention_zoo.attention.kernels import linear_scan
+from attention_zoo.attention.performer import counter_normal, orthogonal_features
 from attention_zoo.errors import OptionError
 from attention_zoo.measure.memory import profiled_peak
 
@@ -72,6 +73,34 @@ def test_performer_redraw_semantics():
     spec = get_backend("performer")
     assert spec.caps_for(redraw=False).deterministic
     assert not spec.caps_for(redraw=True).deterministic
+
+
+def test_seeded_features_are_gaussian_and_orthogonal():
+    z = counter_normal(5, 100_000)
+    assert torch.equal(z, counter_normal(5, 100_000))
+    assert abs(float(z.mean())) < 0.01 and abs(float(z.std()) - 1) < 0.01
+    assert abs(float((z**4).mean()) - 3) < 0.1  # a Gaussian's kurtosis, not a uniform's 1.8
+    other = counter_normal(6, 100_000)
+    assert abs(float(torch.corrcoef(torch.stack([z, other]))[0, 1])) < 0.01
+    w = orthogonal_features(24, 8, seed=5).double()
+    gram = w[:8] @ w[:8].T  # one block: orthogonal rows
+    torch.testing.assert_close(gram, torch.diag(gram.diagonal()), atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow  # compiling forward and backward: ~5 s
+def test_seeded_performer_compiles_with_eager_results():
+    """The default (seeded) draw happens inside the compiled graph on the first call."""
+    q, k, v = (t.float().requires_grad_() for t in _qkv(37, d=8))
+    eager = build_attention("performer", causal=True, seed=2, nb_features=16)
+    traced = build_attention("performer", causal=True, seed=2, nb_features=16)
+    torch._dynamo.reset()
+    compiled = torch.compile(traced, backend="aot_eager", fullgraph=True)
+    out, want = compiled(q, k, v), eager(q, k, v)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(traced.features, eager.features, atol=0, rtol=0)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    for got, ref in zip(grads, torch.autograd.grad(want.sum(), (q, k, v)), strict=True):
+        torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)
 
 
 def test_performer_features_travel_in_the_state_dict():
