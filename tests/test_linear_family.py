@@ -76,12 +76,13 @@ def test_performer_redraw_semantics():
 
 
 def test_seeded_features_are_gaussian_and_orthogonal():
-    z = counter_normal(5, 100_000)
-    assert torch.equal(z, counter_normal(5, 100_000))
-    assert abs(float(z.mean())) < 0.01 and abs(float(z.std()) - 1) < 0.01
-    assert abs(float((z**4).mean()) - 3) < 0.1  # a Gaussian's kurtosis, not a uniform's 1.8
-    other = counter_normal(6, 100_000)
-    assert abs(float(torch.corrcoef(torch.stack([z, other]))[0, 1])) < 0.01
+    z = counter_normal(5, 20_000)  # bounds below: ~4 standard errors at this count
+    assert torch.equal(z, counter_normal(5, 20_000))
+    assert abs(float(z.mean())) < 0.03 and abs(float(z.std()) - 1) < 0.03
+    assert abs(float((z**4).mean()) - 3) < 0.3  # a Gaussian's kurtosis, not a uniform's 1.8
+    other = counter_normal(6, 20_000)
+    assert abs(float(torch.corrcoef(torch.stack([z, other]))[0, 1])) < 0.03
+    assert abs(float(torch.corrcoef(torch.stack([z[1:], z[:-1]]))[0, 1])) < 0.03
     w = orthogonal_features(24, 8, seed=5).double()
     gram = w[:8] @ w[:8].T  # one block: orthogonal rows
     torch.testing.assert_close(gram, torch.diag(gram.diagonal()), atol=1e-5, rtol=0)
