@@ -141,26 +141,44 @@ def _chunked(ts: tuple[Tensor, ...], c: int) -> tuple[Tensor, ...]:
     return tuple(t.unflatten(-2, (npad // c, c)) for t in ts)
 
 
-def _scan(a: Tensor, b: Tensor, x: Tensor, state: Tensor, c: int, *, reverse: bool):
-    """y_i = sum_j (a_i . b_j) x_j over j <= i (reverse: j >= i) within the segment, plus
-    a_i state, where state = sum b_j x_j^T over earlier (reverse: later) segments.
-    Returns y and the state including this segment."""
-    n = a.shape[-2]
-    ac, bc, xc = _chunked((a, b, x), c)
-    scores = torch.matmul(ac, bc.transpose(-1, -2))  # (b, h, nc, c, c)
-    scores = scores.triu_() if reverse else scores.tril_()
-    chunk_states = torch.matmul(bc.transpose(-1, -2), xc)  # (b, h, nc, p, r)
-    # exclusive prefix sums over the segment's chunks, started from the incoming state
+def _prefix(chunk_states: Tensor, state: Tensor, *, reverse: bool) -> tuple[Tensor, Tensor]:
+    """Exclusive prefix (reverse: suffix) sums of (b, h, nc, p, r) chunk states started from the
+    incoming state, and the outgoing state including every chunk."""
     if reverse:
         rest = torch.cat([chunk_states[:, :, 1:], state[:, :, None]], dim=2)
         outside = rest.flip(2).cumsum(2).flip(2)
-        total = outside[:, :, 0] + chunk_states[:, :, 0]
-    else:
-        rest = torch.cat([state[:, :, None], chunk_states[:, :, :-1]], dim=2)
-        outside = rest.cumsum(2)
-        total = outside[:, :, -1] + chunk_states[:, :, -1]
+        return outside, outside[:, :, 0] + chunk_states[:, :, 0]
+    outside = torch.cat([state[:, :, None], chunk_states[:, :, :-1]], dim=2).cumsum(2)
+    return outside, outside[:, :, -1] + chunk_states[:, :, -1]
+
+
+def _scan(a: Tensor, b: Tensor, x: Tensor, state: Tensor, c: int) -> tuple[Tensor, Tensor]:
+    """y_i = sum_{j <= i} (a_i . b_j) x_j within the segment plus a_i state, where state =
+    sum b_j x_j^T over earlier segments. Returns y and the state including this segment."""
+    n = a.shape[-2]
+    ac, bc, xc = _chunked((a, b, x), c)
+    chunk_states = torch.matmul(bc.transpose(-1, -2), xc)  # (b, h, nc, p, r)
+    outside, total = _prefix(chunk_states, state, reverse=False)
+    scores = torch.matmul(ac, bc.transpose(-1, -2)).tril_()  # (b, h, nc, c, c)
     y = torch.matmul(scores, xc).add_(torch.matmul(ac, outside))
     return y.flatten(2, 3)[:, :, :n], total
+
+
+def _reverse_scans(
+    vx: Tensor, gx: Tensor, phi_q: Tensor, phi_k: Tensor, state: Tensor, c: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """dphi(k_j) = sum_{i >= j} (v'_j . G_i) phi(q_i) and dv'_j = sum_{i >= j} (phi(k_j) .
+    phi(q_i)) G_i within the segment, plus the terms of the later segments' state = sum G_i
+    phi(q_i)^T (d+1, m): both sums share it (the second uses its transpose)."""
+    n = vx.shape[-2]
+    vc, gc, qc, kc = _chunked((vx, gx, phi_q, phi_k), c)
+    chunk_states = torch.matmul(gc.transpose(-1, -2), qc)  # (b, h, nc, d+1, m)
+    after, total = _prefix(chunk_states, state, reverse=True)
+    scores = torch.matmul(vc, gc.transpose(-1, -2)).triu_()
+    dphi_k = torch.matmul(scores, qc).add_(torch.matmul(vc, after))
+    scores = torch.matmul(kc, qc.transpose(-1, -2)).triu_()
+    dvx = torch.matmul(scores, gc).add_(torch.matmul(kc, after.transpose(-1, -2)))
+    return dphi_k.flatten(2, 3)[:, :, :n], dvx.flatten(2, 3)[:, :, :n], total
 
 
 class _KernelScan(torch.autograd.Function):
@@ -195,7 +213,7 @@ class _KernelScan(torch.autograd.Function):
             if causal:
                 phi_k = feats.key(k[:, :, s:e], s, e)
                 vx = _ones_column(v[:, :, s:e].to(wide))
-                y, state = _scan(phi_q, phi_k, vx, state, c, reverse=False)
+                y, state = _scan(phi_q, phi_k, vx, state, c)
             else:
                 y = torch.matmul(phi_q, state)
             den[:, :, s:e] = y[..., d:]
@@ -229,7 +247,7 @@ class _KernelScan(torch.autograd.Function):
             if causal:
                 phi_k = feats.key(k[:, :, s:e], s, e)
                 vx = _ones_column(v[:, :, s:e].to(wide))
-                dphi_q, state = _scan(gx, vx, phi_k, state, c, reverse=False)
+                dphi_q, state = _scan(gx, vx, phi_k, state, c)
             else:
                 dphi_q = torch.matmul(gx, total.transpose(-1, -2))
             dq[:, :, s:e] = feats.query_vjp(qs, phi_q, dphi_q)
@@ -237,19 +255,18 @@ class _KernelScan(torch.autograd.Function):
         back = torch.zeros(b, h, d + 1, m, dtype=wide, device=q.device)  # sum G_i phi(q_i)^T
         if not causal:
             for s, e in segments:
-                back.add_(torch.matmul(grad_out(s, e).transpose(-1, -2), feats.query(q[:, :, s:e])))
-        back_t = back.transpose(-1, -2).contiguous()  # sum phi(q_i) G_i^T
+                gx_t = grad_out(s, e).transpose(-1, -2)
+                back.add_(torch.matmul(gx_t, feats.query(q[:, :, s:e])))
         for s, e in reversed(segments):
             ks = k[:, :, s:e]
             phi_k = feats.key(ks, s, e)
             vx = _ones_column(v[:, :, s:e].to(wide))
             if causal:
                 phi_q, gx = feats.query(q[:, :, s:e]), grad_out(s, e)
-                dphi_k, back = _scan(vx, gx, phi_q, back, c, reverse=True)
-                dvx, back_t = _scan(phi_k, phi_q, gx, back_t, c, reverse=True)
+                dphi_k, dvx, back = _reverse_scans(vx, gx, phi_q, phi_k, back, c)
             else:
                 dphi_k = torch.matmul(vx, back)
-                dvx = torch.matmul(phi_k, back_t)
+                dvx = torch.matmul(phi_k, back.transpose(-1, -2))
             dk[:, :, s:e] = feats.key_vjp(ks, phi_k, dphi_k)
             dv[:, :, s:e] = dvx[..., :d]
         return dq, dk, dv, None, None, None, None, None, None, None
