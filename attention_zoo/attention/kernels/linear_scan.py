@@ -184,7 +184,9 @@ def _reverse_scans(
 class _KernelScan(torch.autograd.Function):
     """Forward and analytic backward of kernelised attention, segment by segment.
 
-    Loops over segments are static (from shapes); within a segment all chunks are vectorised.
+    The Python loops run over segments, static (from shapes), because they bound memory: one
+    vectorised pass holds every chunk's features, scores and states (and backward their
+    gradients) at once. Within a segment all chunks are vectorised.
     Backward, with G_i = [g_i, -g_i . out_i] / den_i and v'_j = [v_j, 1]:
     dphi(q_i) = sum_{j<=i} (G_i . v'_j) phi(k_j) (a forward scan),
     dphi(k_j) = sum_{i>=j} (v'_j . G_i) phi(q_i), dv'_j = sum_{i>=j} (phi(k_j) . phi(q_i)) G_i
