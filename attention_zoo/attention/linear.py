@@ -6,23 +6,15 @@ No attention probabilities exist to drop, so there is no `dropout` option.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import Tensor
-from torch.nn import functional as F
 
 from ..errors import OptionError
 from .base import AttentionCore
 from .kernels.chunked import check_int
-from .kernels.linear_scan import compute_dtype, linear_attention
+from .kernels.linear_scan import FEATURE_MAPS, kernel_attention
 from .spec import Capabilities, register_attention
-
-FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
-    # the paper's choice: positive, smooth (+1 in place: elu keeps its input for backward)
-    "elu+1": lambda x: F.elu(x).add_(1),
-    "relu": F.relu,
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,17 +41,14 @@ class LinearAttention(AttentionCore):
     """Linear attention with a feature map; causal by chunked prefix sums, O(n) memory."""
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        wide = compute_dtype(q.dtype)
-        phi = FEATURE_MAPS[self.cfg.feature_map]
-        phi_q, phi_k = phi(q.to(wide)), phi(k.to(wide))
-        if key_padding_mask is not None:  # padded keys: zero features, nothing added to S or z
-            phi_k = phi_k * key_padding_mask[:, None, :, None]
-        out = linear_attention(
-            phi_q,
-            phi_k,
-            v.to(wide),
+        out = kernel_attention(
+            q,
+            k,
+            v,
+            feature_map=self.cfg.feature_map,
             causal=self.causal,
             chunk=self.cfg.chunk_length,
             eps=self.cfg.eps,
+            key_padding_mask=key_padding_mask,
         )
         return out.to(q.dtype)

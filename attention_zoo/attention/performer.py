@@ -2,8 +2,8 @@
 orthogonal random features, exp(q.k) ~ E[phi(q) . phi(k)], through linear attention's sums.
 
 There is no `dropout` option: no attention probabilities exist to drop. The features are drawn
-at the first forward (the head size is known then); a seeded draw builds a torch.Generator, so
-under torch.compile(fullgraph=True) run one eager call first or leave `seed` None. Key features
+at the first forward (the head size is known then), seeded ones from a hash of (seed, index) in
+tensor ops, so torch.compile(fullgraph=True) traces the draw. Key features
 are exp(-|k - w|^2 / 2) <= 1: in float32 they underflow once |k - w|^2 passes ~170 (head sizes
 well above 128); use float64 there.
 """
@@ -19,7 +19,7 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore
 from .kernels.chunked import check_int
-from .kernels.linear_scan import compute_dtype, linear_attention
+from .kernels.linear_scan import FAVOR, compute_dtype, kernel_attention
 from .spec import Capabilities, register_attention
 
 
@@ -47,16 +47,52 @@ class PerformerConfig:
         return dataclasses.replace(caps, deterministic=not self.redraw)
 
 
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: Tensor, factor: int) -> Tensor:
+    """x * factor mod 2^32 for x < 2^32 held in int64, in 16-bit halves (no int64 overflow)."""
+    low = x * (factor & 0xFFFF)
+    high = ((x * (factor >> 16)) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _hash32(x: Tensor) -> Tensor:
+    """An avalanching 32-bit integer hash (Wellons' lowbias32) in tensor ops."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def counter_normal(seed: int, count: int, *, device: torch.device | str = "cpu") -> Tensor:
+    """count standard normals (default dtype), each a function of (seed, its index) only:
+    Box-Muller on two hashed uniforms. No torch.Generator: torch.compile(fullgraph=True) traces
+    a seeded draw."""
+    key = torch.tensor(seed % 2**32, dtype=torch.int64, device=device)  # a constant in graphs
+    index = torch.arange(2 * count, dtype=torch.int64, device=device)
+    bits = _hash32(_hash32(index) ^ _hash32(key ^ (seed >> 32) % 2**32))
+    u = (bits.to(torch.float64) + 0.5) / 2**32  # in (0, 1): the log is finite
+    radius = torch.sqrt(-2 * torch.log(u[:count]))
+    return (radius * torch.cos(2 * torch.pi * u[count:])).to(torch.get_default_dtype())
+
+
 def orthogonal_features(
-    m: int, d: int, *, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+    m: int, d: int, *, seed: int | None = None, device: torch.device | str = "cpu"
 ) -> Tensor:
     """(m, d) random features: blocks of d orthogonal rows, each row scaled to the norm of a
-    Gaussian vector, so every row is marginally N(0, I) (the paper's positive orthogonal RFs)."""
+    Gaussian vector, so every row is marginally N(0, I) (the paper's positive orthogonal RFs).
+    Seeded: counter_normal's draws; else torch's global RNG."""
     blocks = -(-m // d)
-    gauss = torch.randn(blocks, d, d, generator=generator, device=device)
-    rows = torch.linalg.qr(gauss).Q.transpose(-1, -2).reshape(blocks * d, d)[:m]
-    norms = torch.randn(m, d, generator=generator, device=device).norm(dim=-1, keepdim=True)
-    return rows * norms
+    count = blocks * d * d + m * d
+    if seed is None:
+        gauss = torch.randn(count, device=device)
+    else:
+        gauss = counter_normal(seed, count, device=device)
+    square, rest = gauss.split([blocks * d * d, m * d])
+    rows = torch.linalg.qr(square.view(blocks, d, d)).Q.transpose(-1, -2).reshape(blocks * d, d)
+    return rows[:m] * rest.view(m, d).norm(dim=-1, keepdim=True)
 
 
 @register_attention("performer", config=PerformerConfig, caps=Capabilities(exact=False))
@@ -75,10 +111,10 @@ class PerformerAttention(AttentionCore):
         m = self.cfg.nb_features
         if self.cfg.redraw and self.training:
             self.features = orthogonal_features(m, d, device=device)  # evaluation keeps the last
-        elif self.features.shape != (m, d):
-            gen = None if self.cfg.seed is None else torch.Generator().manual_seed(self.cfg.seed)
-            # drawn on the CPU (where the generator lives), kept where the module lives
-            self.features = orthogonal_features(m, d, generator=gen).to(self.features.device)
+        elif self.features.shape != (m, d):  # drawn where the module lives
+            self.features = orthogonal_features(
+                m, d, seed=self.cfg.seed, device=self.features.device
+            )
         return self.features.to(device)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
@@ -90,28 +126,16 @@ class PerformerAttention(AttentionCore):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         d = q.shape[-1]
         wide = compute_dtype(q.dtype)
-        w = self._features(d, q.device).to(wide)  # (m, d)
-        scale = d**-0.25  # q.k / sqrt(d) = (q d^-1/4) . (k d^-1/4)
-        qs, ks = q.to(wide) * scale, k.to(wide) * scale
-        half_w = w.square().sum(-1) / 2  # (m,)
-        # phi(k)_f = exp(w_f.k - |k|^2/2 - |w_f|^2/2) = exp(-|k - w_f|^2 / 2) <= 1: it never
-        # overflows and needs no max over keys (a max over later keys would leak into earlier
-        # outputs); the |w_f|^2/2 taken from the keys goes to the queries, so phi(q) . phi(k)
-        # is the paper's product exactly.
-        logits_k = torch.matmul(ks, w.T).sub_(ks.square().sum(-1, keepdim=True) / 2).sub_(half_w)
-        if key_padding_mask is not None:  # padded keys: zero features, nothing added
-            logits_k.masked_fill_(~key_padding_mask[:, None, :, None], float("-inf"))
-        # queries: a per-query factor (its exp(-|q|^2/2), its max) cancels in out_i's ratio
-        logits_q = torch.matmul(qs, w.T).add_(half_w)
-        logits_q = logits_q.sub_(logits_q.amax(-1, keepdim=True).detach())
-        # in place throughout: (b, h, n, m) tensors outnumber the inputs m / d times
-        phi_q, phi_k = logits_q.exp_(), logits_k.exp_()
-        out = linear_attention(
-            phi_q,
-            phi_k,
-            v.to(wide),
+        out = kernel_attention(
+            q,
+            k,
+            v,
+            feature_map=FAVOR,
+            proj=self._features(d, q.device),
+            scale=d**-0.25,  # q.k / sqrt(d) = (q d^-1/4) . (k d^-1/4)
             causal=self.causal,
             chunk=self.cfg.chunk_length,
             eps=torch.finfo(wide).tiny,  # only guards 0/0 (every visible key padding)
+            key_padding_mask=key_padding_mask,
         )
         return out.to(q.dtype)
