@@ -129,6 +129,36 @@ class Windows:
         return long, long.narrow(0, self.front, self.length)
 
 
+@dataclass(frozen=True)
+class RowWindows(Windows):
+    """Windows of `rows` independent (b, h) sequences of `length // rows` slots each; a long
+    buffer holds each row's slots with its neighbour chunks in front and behind."""
+
+    rows: int = 1
+
+    @property
+    def row_length(self) -> int:
+        return self.length // self.rows
+
+    @property
+    def long_length(self) -> int:
+        return self.front + self.row_length + self.back
+
+    def to_blocks(self, flat: Tensor) -> Tensor:
+        """Flat (rows * row_length, d) queries as (rows, chunks, chunk, d) blocks (a view)."""
+        return flat.view(self.rows, -1, self.chunk, flat.shape[-1])
+
+    def keys(self, long: Tensor, o: int) -> Tensor:
+        """The key block of every query chunk at window offset o: a view of `long`."""
+        rows = long.view(self.rows, self.long_length, -1)
+        return self.to_blocks(rows.narrow(1, o * self.chunk, self.row_length))
+
+    def windows(self, long: Tensor, width: int) -> Tensor:
+        """Every query chunk's whole key window (rows, chunks, width, d): overlapping views."""
+        rows = long.view(self.rows, self.long_length, -1)
+        return rows.unfold(1, width, self.chunk).movedim(-1, 2)
+
+
 class Workspace:
     """Named scratch buffers reused across offsets and passes.
 
