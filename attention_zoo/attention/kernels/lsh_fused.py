@@ -54,6 +54,7 @@ class RoundsFlash(Function):
             del mask, q_flat, k_long, v_long
             o_p, lse_p = out4.view(-1, d), lse4.reshape(-1)
             if p.whole_rounds:
+                ws.clear()  # the sorted inputs and the mask: free before unsorting
                 o_g, lse_g = p.combine(o_p, lse_p, q)
                 if out is None:
                     out, lse = o_g, lse_g

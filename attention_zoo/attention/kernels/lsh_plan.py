@@ -44,13 +44,16 @@ class LSHPlan(SlotPlan):
         """Slots beyond a row's ends are clamped (a real key, masked by `BucketMasks`)."""
         return slots.clamp(0, self.perm.shape[2:].numel() - 1)
 
-    def codes(self, slots: Tensor) -> Tensor:
-        """(b * h, len(slots)): bucket and round of the slots in one number (bucket * R + round),
-        so that one comparison asks for the same bucket in the same round; -1 beyond the ends."""
+    def codes(self, start: int, stop: int) -> Tensor:
+        """(b * h, stop - start): bucket and round of slots start:stop in one number (bucket * R
+        + round), so that one comparison asks for the same bucket in the same round; -1 for
+        slots beyond the ends (the range is static: a slice and a pad, no gather)."""
         b, h, rounds, npad = self.sorted_buckets.shape
-        sb = self.sorted_buckets.reshape(b * h, rounds * npad)[:, self.key_slots(slots)]
-        inside = (slots >= 0) & (slots < rounds * npad)
-        return torch.where(inside, sb * rounds + slots // npad, -1)
+        total = rounds * npad
+        lo, hi = max(start, 0), min(stop, total)
+        sb = self.sorted_buckets.view(b * h, total)[:, lo:hi]
+        rnd = torch.arange(lo, hi, device=sb.device) // npad
+        return torch.nn.functional.pad(sb * rounds + rnd, (lo - start, stop - hi), value=-1)
 
     def pass_masks(self, p: SlotPass, dtype: torch.dtype) -> BucketMasks:
         """Additive masks of one pass's slots (see `BucketMasks`)."""
@@ -99,9 +102,9 @@ class BucketMasks:
     def __init__(self, plan: LSHPlan, p: SlotPass, dtype: torch.dtype) -> None:
         win = p.win
         self.plan, self.win, self.dtype, self.ws = plan, win, dtype, p.ws
-        self.keys = plan.codes(p.long_slots)  # (rows, long length)
-        slots = p.long_slots.narrow(0, win.front, win.row_length)
-        self.queries = plan.codes(slots).view(win.rows, -1, win.chunk, 1)
+        self.keys = plan.codes(p.start - win.front, p.stop + win.back)  # (rows, long length)
+        queries = self.keys.narrow(1, win.front, win.row_length)
+        self.queries = queries.reshape(win.rows, -1, win.chunk, 1)
 
     def _fill(self, keys: Tensor, delta: Tensor, name: str) -> Tensor:
         """where(same code, position pattern, masked) for keys (rows, chunks, K), delta (c, K)."""

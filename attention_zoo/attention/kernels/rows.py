@@ -46,7 +46,7 @@ def row_view(x: Tensor) -> tuple[Tensor, Tensor]:
 # beside the output, its gradient and the three input gradients. Constant sizes keep the working
 # set flat in the sequence length (at 16k, 4 heads x 64: 8 and 32 passes of 4 hashes) while a short
 # sequence still runs all its rounds in one forward pass and one round per backward pass.
-FORWARD_PASS_BYTES = 8 << 20
+FORWARD_PASS_BYTES = 4 << 20
 BACKWARD_PASS_BYTES = 2 << 20
 
 
@@ -152,19 +152,37 @@ class SlotPass:
     def inputs(
         self, q_rows, k_rows, rk: Tensor | None, v_rows, shared: bool
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries in slot order (flat); keys (times rk) and values in long buffers."""
+        """Queries in slot order (flat); keys (times rk) and values in long buffers.
+
+        Shared QK: a long buffer's middle is the pass's own slots, so the keys there are the
+        sorted queries (times rk) and only the neighbour chunks at the ends are gathered."""
         d = q_rows[0].shape[-1]
+        win = self.win
         q_flat = self.sort(q_rows, "q")
-        shape = (self.win.rows * self.win.long_length, d)
-        k_view, k_index = k_rows
-        k_long = self.ws.get("k", shape, q_flat)
-        torch.index_select(k_view, 0, k_index.reshape(-1)[self.long_flat], out=k_long)
-        if rk is not None:
-            k_long.mul_(rk.view(-1)[self.long_flat].unsqueeze(-1))
+        k_long = self.ws.get("k", (win.rows, win.long_length, d), q_flat)
+        if shared:
+            mid = k_long.narrow(1, win.front, win.row_length)
+            mid.copy_(q_flat.view(win.rows, win.row_length, d))
+            if rk is not None:
+                mid.mul_(rk.view(-1)[self.positions].view(win.rows, win.row_length, 1))
+            long_flat = self.long_flat.view(win.rows, win.long_length)
+            for first, count in ((0, win.front), (win.front + win.row_length, win.back)):
+                if count:
+                    index = long_flat.narrow(1, first, count).reshape(-1)
+                    ends = k_rows[0].index_select(0, k_rows[1].reshape(-1)[index])
+                    if rk is not None:
+                        ends.mul_(rk.view(-1)[index].unsqueeze(-1))
+                    k_long.narrow(1, first, count).copy_(ends.view(win.rows, count, d))
+        else:
+            k_view, k_index = k_rows
+            flat = k_long.view(-1, d)
+            torch.index_select(k_view, 0, k_index.reshape(-1)[self.long_flat], out=flat)
+            if rk is not None:
+                flat.mul_(rk.view(-1)[self.long_flat].unsqueeze(-1))
         v_view, v_index = v_rows
-        v_long = self.ws.get("v", shape, q_flat)
+        v_long = self.ws.get("v", (win.rows * win.long_length, d), q_flat)
         torch.index_select(v_view, 0, v_index.reshape(-1)[self.long_flat], out=v_long)
-        return q_flat, k_long, v_long
+        return q_flat, k_long.view(-1, d), v_long
 
     def combine(
         self, out_sorted: Tensor, lse_sorted: Tensor, like: Tensor
