@@ -66,7 +66,9 @@ class RoundsFlash(Function):
             else:  # part of a round: fold its rows in place
                 if out is None:
                     out = q.new_zeros((b * h * npad, d))
-                    lse = torch.full((b * h * npad,), -torch.inf, dtype=lse_p.dtype, device=q.device)
+                    lse = torch.full(
+                        (b * h * npad,), -torch.inf, dtype=lse_p.dtype, device=q.device
+                    )
                 p.merge(out, lse, o_p, lse_p)
             del out4, lse4, o_p, lse_p
         out, lse = out.view(b, h, npad, d), lse.view(b, h, npad)

@@ -24,9 +24,9 @@ def lsh_math(q: Tensor, k: Tensor, v: Tensor, plan: LSHPlan, *, dropout: float =
         out4, lse4 = math_attention(q4, k_long, v_long, p.win, p.masks(q.dtype), 1.0, dropout)
         undo = undo_perm(p.plan.perm[:, :, s:e]).view(b, h, (e - s) * npad)
         outs.append(
-            torch.gather(
-                out4.reshape(b, h, -1, d), 2, undo[..., None].expand(-1, -1, -1, d)
-            ).view(b, h, e - s, npad, d)
+            torch.gather(out4.reshape(b, h, -1, d), 2, undo[..., None].expand(-1, -1, -1, d)).view(
+                b, h, e - s, npad, d
+            )
         )
         lses.append(torch.gather(lse4.reshape(b, h, -1), 2, undo).view(b, h, e - s, npad))
     o_r, lse_r = torch.cat(outs, 2), torch.cat(lses, 2)

@@ -47,7 +47,7 @@ def row_view(x: Tensor) -> tuple[Tensor, Tensor]:
 # set flat in the sequence length (at 16k, 4 heads x 64: 8 and 32 passes of 4 hashes) while a short
 # sequence still runs all its rounds in one forward pass and one round per backward pass.
 FORWARD_PASS_BYTES = 4 << 20
-BACKWARD_PASS_BYTES = 2 << 20
+BACKWARD_PASS_BYTES = 1 << 20
 
 
 def pass_slots(
@@ -120,9 +120,7 @@ class SlotPass:
         offsets = (torch.arange(rows, device=device) * npad).view(-1, 1)
         self.q_pos = concat[:, start:stop]  # (rows, slots): positions within the row
         self.positions = (self.q_pos + offsets).reshape(-1)  # flat (b, h, npad) positions
-        self.long_slots = torch.arange(
-            start - self.win.front, stop + self.win.back, device=device
-        )
+        self.long_slots = torch.arange(start - self.win.front, stop + self.win.back, device=device)
         self.long_pos = concat[:, plan.key_slots(self.long_slots)]
         self.long_flat = (self.long_pos + offsets).reshape(-1)
 
