@@ -8,10 +8,11 @@ plain view (`narrow` by o chunks); neighbours that do not exist (or belong to th
 the flat batch) are masked by the caller's additive mask, never wrapped around.
 
 The forward attends whole windows in one kernel call (keys as overlapping strided views, no copy).
-LSH's backward runs one kernel call per window offset (and hash round), so only one offset's
-key/value gradients exist at a time: the flash backward of any partial, given the combined output
-and combined log-sum-exp, returns exactly that partial's share of the combined gradient (see
-`flash_backward_offset`). Local attention's backward needs no output at all (see `window_grad`).
+LSH's backward runs one kernel call per window offset (and pass over sorted slots), so only one
+offset's key/value gradients exist at a time: the flash backward of any partial, given the
+combined output and combined log-sum-exp, returns exactly that partial's share of the combined
+gradient (see `flash_backward_offset`). Local attention's backward needs no output at all (see
+`window_grad`).
 """
 
 from __future__ import annotations
@@ -181,17 +182,6 @@ class Workspace:
             buf = like.new_empty(shape, dtype=dtype)
             self._buffers[name] = buf
         return buf
-
-    def long(
-        self, name: str, win: Windows, rest: tuple[int, ...], like: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """A long buffer (front + length + back, *rest) with zero ends, and its middle view."""
-        shape = (win.front + win.length + win.back, *rest)
-        long = self._buffers.get(name)
-        if long is None or long.shape != shape or long.dtype != like.dtype:
-            long, _ = win.new_long(like, rest)
-            self._buffers[name] = long
-        return long, long.narrow(0, win.front, win.length)
 
 
 def _flash_fwd(

@@ -1,6 +1,7 @@
 """Index bookkeeping shared by the round-sorted kernels: rows of (b, h, n, d) tensors in any
-memory layout, permutations over hash rounds and their inverses, and one pass over a few rounds
-(sort inputs into its order, combine its results back in position order)."""
+memory layout, permutations over hash rounds and their inverses, and one pass over a range of
+sorted slots (whole rounds, or a slice of one): sort inputs into its order, fold its results back
+in position order."""
 
 from __future__ import annotations
 
@@ -160,9 +161,12 @@ class SlotPass:
         k_long = self.ws.get("k", (win.rows, win.long_length, d), q_flat)
         if shared:
             mid = k_long.narrow(1, win.front, win.row_length)
-            mid.copy_(q_flat.view(win.rows, win.row_length, d))
-            if rk is not None:
-                mid.mul_(rk.view(-1)[self.positions].view(win.rows, win.row_length, 1))
+            sorted_q = q_flat.view(win.rows, win.row_length, d)
+            if rk is None:
+                mid.copy_(sorted_q)
+            else:
+                rk_sorted = rk.view(-1)[self.positions].view(win.rows, win.row_length, 1)
+                torch.mul(sorted_q, rk_sorted, out=mid)
             long_flat = self.long_flat.view(win.rows, win.long_length)
             for first, count in ((0, win.front), (win.front + win.row_length, win.back)):
                 if count:
