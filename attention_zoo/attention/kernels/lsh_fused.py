@@ -17,6 +17,7 @@ eps)^-1/2, or None for keys as given) and whether a query's own position is a se
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 from torch.autograd import Function
 
 from .chunked import Workspace, flash_backward_offset, flash_window_forward
@@ -101,7 +102,7 @@ class RoundsFlash(Function):
                 )
                 keys = p.key_index(o)
                 for acc, part, index in zip((dq, dkeys, dv), parts, (p.positions, keys, keys)):
-                    acc.index_add_(0, index, part.reshape(-1, d))
+                    acc.index_add_(*memory_rows(part, index))
                 del parts, part
             del q4, q_flat, k_long, v_long, g4, out4, lse4, masks
         ws.clear()
@@ -115,3 +116,16 @@ class RoundsFlash(Function):
         if ctx.shared:  # q was also the keys
             return dq.add_(dk), None, dv, None
         return dq, dk, dv, None
+
+
+def memory_rows(part: Tensor, index: Tensor) -> tuple[int, Tensor, Tensor]:
+    """index_add_ arguments for a (B, H, L, d) block result: its rows in memory order and the
+    index permuted to match. The CPU kernel's gradients are laid out (B, L, H, d); reading them
+    so avoids a copy of each (and its time) per window offset."""
+    d = part.shape[-1]
+    if part.is_contiguous():
+        return 0, index, part.view(-1, d)
+    blh = part.transpose(1, 2)
+    if blh.is_contiguous():
+        return 0, index.view(part.shape[:3]).transpose(1, 2).reshape(-1), blh.view(-1, d)
+    return 0, index, part.reshape(-1, d)
