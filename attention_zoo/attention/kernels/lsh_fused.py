@@ -92,7 +92,7 @@ class RoundsFlash(Function):
         for start, stop in plan.passes(q, BACKWARD_PASS_BYTES, 1):
             p = plan.make_pass(start, stop, ws)
             q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], ctx.shared)
-            g4 = p.win.to_blocks(p.sort(grad_rows, "grad"))
+            g4 = kernel_layout(p, grad_rows, "grad")
             out4 = p.win.to_blocks(p.sort(out_rows, "out"))
             lse4 = lse.reshape(-1)[p.positions].view(g4.shape[:-1])
             q4, masks = p.win.to_blocks(q_flat), p.masks(q.dtype)
@@ -129,3 +129,15 @@ def memory_rows(part: Tensor, index: Tensor) -> tuple[int, Tensor, Tensor]:
     if blh.is_contiguous():
         return 0, index.view(part.shape[:3]).transpose(1, 2).reshape(-1), blh.view(-1, d)
     return 0, index, part.reshape(-1, d)
+
+
+def kernel_layout(p, rows: tuple[Tensor, Tensor], name: str) -> Tensor:
+    """A pass's sorted rows as (B, H, L, d) blocks laid out (B, L, H, d) in memory: how the CPU
+    kernel's backward wants the output gradient (given any other layout, it copies it first)."""
+    blocks = p.win.to_blocks(p.positions.view(-1, 1))  # (B, H, L, 1) flat positions
+    order = blocks.transpose(1, 2).reshape(-1)  # memory order (B, L, H)
+    view, index = rows
+    flat = p.ws.get(name, (order.numel(), view.shape[-1]), view)
+    torch.index_select(view, 0, index.reshape(-1)[order], out=flat)
+    b_, h_, l_ = blocks.shape[:3]
+    return flat.view(b_, l_, h_, -1).transpose(1, 2)
