@@ -46,6 +46,10 @@ class CircularPlan(SlotPlan):
     def pass_masks(self, p: SlotPass, dtype: torch.dtype) -> CircularMasks:
         return CircularMasks(self, p, dtype)
 
+    def margins_masked(self, p: SlotPass) -> bool:
+        """Never: the neighbour chunks are wrapped-around windows of their own."""
+        return False
+
     @property
     def total_chunks(self) -> int:
         """Chunks in the concatenation of all rounds."""

@@ -51,9 +51,15 @@ class LSHPlan(SlotPlan):
         b, h, rounds, npad = self.sorted_buckets.shape
         total = rounds * npad
         lo, hi = max(start, 0), min(stop, total)
-        sb = self.sorted_buckets.view(b * h, total)[:, lo:hi]
-        rnd = torch.arange(lo, hi, device=sb.device) // npad
-        return torch.nn.functional.pad(sb * rounds + rnd, (lo - start, stop - hi), value=-1)
+        codes = self.sorted_buckets.view(b * h, total)[:, lo:hi]
+        if rounds > 1:
+            codes = codes * rounds + torch.arange(lo, hi, device=codes.device) // npad
+        return torch.nn.functional.pad(codes, (lo - start, stop - hi), value=-1)
+
+    def margins_masked(self, p: SlotPass) -> bool:
+        """Whether every key beyond the pass's own slots is masked for all its queries: so for a
+        pass of whole rounds (another round's keys or none)."""
+        return p.whole_rounds
 
     def pass_masks(self, p: SlotPass, dtype: torch.dtype) -> BucketMasks:
         """Additive masks of one pass's slots (see `BucketMasks`)."""

@@ -168,8 +168,11 @@ class SlotPass:
                 rk_sorted = rk.view(-1)[self.positions].view(win.rows, win.row_length, 1)
                 torch.mul(sorted_q, rk_sorted, out=mid)
             long_flat = self.long_flat.view(win.rows, win.long_length)
+            masked = self.plan.margins_masked(self)  # then any finite keys do: zeros
             for first, count in ((0, win.front), (win.front + win.row_length, win.back)):
-                if count:
+                if count and masked:
+                    k_long.narrow(1, first, count).zero_()
+                elif count:
                     index = long_flat.narrow(1, first, count).reshape(-1)
                     ends = k_rows[0].index_select(0, k_rows[1].reshape(-1)[index])
                     if rk is not None:
