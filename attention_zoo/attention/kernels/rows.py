@@ -162,11 +162,9 @@ class SlotPass:
         if shared:
             mid = k_long.narrow(1, win.front, win.row_length)
             sorted_q = q_flat.view(win.rows, win.row_length, d)
-            if rk is None:
-                mid.copy_(sorted_q)
-            else:
-                rk_sorted = rk.view(-1)[self.positions].view(win.rows, win.row_length, 1)
-                torch.mul(sorted_q, rk_sorted, out=mid)
+            mid.copy_(sorted_q)  # (an out= of a strided view: not under torch.compile)
+            if rk is not None:
+                mid.mul_(rk.view(-1)[self.positions].view(win.rows, win.row_length, 1))
             long_flat = self.long_flat.view(win.rows, win.long_length)
             masked = self.plan.margins_masked(self)  # then any finite keys do: zeros
             for first, count in ((0, win.front), (win.front + win.row_length, win.back)):
