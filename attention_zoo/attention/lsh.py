@@ -59,8 +59,9 @@ class LSHConfig:
     semantics: str = "exact"  # exact (exactly causal) or hf (transformers' LSHSelfAttention)
     dropout: float = 0.0  # attention-probability dropout, in training mode only
     kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math; dropout runs math
-    # hash rounds per fused forward pass (the backward always takes one); None: all at once for
-    # exact, 2 for hf (its chunk-aligned windows need a 1.6x larger mask per round)
+    # most hash rounds per fused forward pass (the backward takes at most one); None: as many as
+    # fit the kernel's fixed working set (a long sequence's rounds go in slices), at most 2 for
+    # hf (its chunk-aligned windows need a 1.6x larger mask per round)
     rounds_per_pass: int | None = None
 
     def __post_init__(self) -> None:

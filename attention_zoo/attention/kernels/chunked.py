@@ -8,10 +8,11 @@ plain view (`narrow` by o chunks); neighbours that do not exist (or belong to th
 the flat batch) are masked by the caller's additive mask, never wrapped around.
 
 The forward attends whole windows in one kernel call (keys as overlapping strided views, no copy).
-LSH's backward runs one kernel call per window offset (and hash round), so only one offset's
-key/value gradients exist at a time: the flash backward of any partial, given the combined output
-and combined log-sum-exp, returns exactly that partial's share of the combined gradient (see
-`flash_backward_offset`). Local attention's backward needs no output at all (see `window_grad`).
+LSH's backward runs one kernel call per window offset (and pass over sorted slots), so only one
+offset's key/value gradients exist at a time: the flash backward of any partial, given the
+combined output and combined log-sum-exp, returns exactly that partial's share of the combined
+gradient (see `flash_backward_offset`). Local attention's backward needs no output at all (see
+`window_grad`).
 """
 
 from __future__ import annotations
@@ -129,6 +130,36 @@ class Windows:
         return long, long.narrow(0, self.front, self.length)
 
 
+@dataclass(frozen=True)
+class RowWindows(Windows):
+    """Windows of `rows` independent (b, h) sequences of `length // rows` slots each; a long
+    buffer holds each row's slots with its neighbour chunks in front and behind."""
+
+    rows: int = 1
+
+    @property
+    def row_length(self) -> int:
+        return self.length // self.rows
+
+    @property
+    def long_length(self) -> int:
+        return self.front + self.row_length + self.back
+
+    def to_blocks(self, flat: Tensor) -> Tensor:
+        """Flat (rows * row_length, d) queries as (rows, chunks, chunk, d) blocks (a view)."""
+        return flat.view(self.rows, -1, self.chunk, flat.shape[-1])
+
+    def keys(self, long: Tensor, o: int) -> Tensor:
+        """The key block of every query chunk at window offset o: a view of `long`."""
+        rows = long.view(self.rows, self.long_length, -1)
+        return self.to_blocks(rows.narrow(1, o * self.chunk, self.row_length))
+
+    def windows(self, long: Tensor, width: int) -> Tensor:
+        """Every query chunk's whole key window (rows, chunks, width, d): overlapping views."""
+        rows = long.view(self.rows, self.long_length, -1)
+        return rows.unfold(1, width, self.chunk).movedim(-1, 2)
+
+
 class Workspace:
     """Named scratch buffers reused across offsets and passes.
 
@@ -151,17 +182,6 @@ class Workspace:
             buf = like.new_empty(shape, dtype=dtype)
             self._buffers[name] = buf
         return buf
-
-    def long(
-        self, name: str, win: Windows, rest: tuple[int, ...], like: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """A long buffer (front + length + back, *rest) with zero ends, and its middle view."""
-        shape = (win.front + win.length + win.back, *rest)
-        long = self._buffers.get(name)
-        if long is None or long.shape != shape or long.dtype != like.dtype:
-            long, _ = win.new_long(like, rest)
-            self._buffers[name] = long
-        return long, long.narrow(0, win.front, win.length)
 
 
 def _flash_fwd(

@@ -21,42 +21,11 @@ import torch
 from torch import Tensor
 
 from ..base import mask_value, self_mask_value
-from .chunked import Windows, Workspace
-from .rows import RoundPass, undo_perm
+from .rows import SlotPass, SlotPlan, undo_perm
 
 
 @dataclass(frozen=True)
-class CircularWindows(Windows):
-    """Windows of `rows` independent (b, h) sequences of `length // rows` slots each; a long
-    buffer holds each row's slots with its wrapped-around neighbour chunks in front and behind."""
-
-    rows: int = 1
-
-    @property
-    def row_length(self) -> int:
-        return self.length // self.rows
-
-    @property
-    def long_length(self) -> int:
-        return self.front + self.row_length + self.back
-
-    def to_blocks(self, flat: Tensor) -> Tensor:
-        """Flat (rows * row_length, d) queries as (rows, chunks, chunk, d) blocks (a view)."""
-        return flat.view(self.rows, -1, self.chunk, flat.shape[-1])
-
-    def keys(self, long: Tensor, o: int) -> Tensor:
-        """The key block of every query chunk at window offset o: a view of `long`."""
-        rows = long.view(self.rows, self.long_length, -1)
-        return self.to_blocks(rows.narrow(1, o * self.chunk, self.row_length))
-
-    def windows(self, long: Tensor, width: int) -> Tensor:
-        """Every query chunk's whole key window (rows, chunks, width, d): overlapping views."""
-        rows = long.view(self.rows, self.long_length, -1)
-        return rows.unfold(1, width, self.chunk).movedim(-1, 2)
-
-
-@dataclass(frozen=True)
-class CircularPlan:
+class CircularPlan(SlotPlan):
     """One forward's circular attention pattern, reused by the backward (see `RoundsFlash`)."""
 
     chunk: int
@@ -70,21 +39,16 @@ class CircularPlan:
     key_eps: float | None  # keys * (|k|^2 + eps)^-1/2 (HF's shared-QK keys), None: as given
     self_partial: bool  # shared QK: own position scored apart, HF's self value
 
-    def make_pass(self, s: int, e: int, shape: tuple[int, ...], ws: Workspace) -> CircularPass:
-        return CircularPass(self, s, e, ws)
+    def key_slots(self, slots: Tensor) -> Tensor:
+        """Slots of the long buffers wrap around the concatenation of all rounds."""
+        return slots % self.perm.shape[2:].numel()
 
-    def forward_plan(self) -> CircularPlan:
-        return self
+    def pass_masks(self, p: SlotPass, dtype: torch.dtype) -> CircularMasks:
+        return CircularMasks(self, p, dtype)
 
-    def windows(self, rows: int, slots: int) -> CircularWindows:
-        return CircularWindows(
-            chunk=self.chunk,
-            before=self.before,
-            after=self.after,
-            length=rows * slots,
-            to_heads=lambda x: x,
-            rows=rows,
-        )
+    def margins_masked(self, p: SlotPass) -> bool:
+        """Never: the neighbour chunks are wrapped-around windows of their own."""
+        return False
 
     @property
     def total_chunks(self) -> int:
@@ -113,14 +77,6 @@ class CircularPlan:
         chunks = (torch.arange(total, device=device)[:, None] + shifts) % total  # (total, nw)
         positions = self.perm.reshape(b * h, total, self.chunk)
         return positions[:, chunks].reshape(b * h, total, -1)
-
-    def long_positions(self, s: int, e: int) -> Tensor:
-        """Positions (b * h, long length) of rounds s:e's slots with the wrapped neighbours."""
-        b, h, rounds, npad = self.perm.shape
-        c = self.chunk
-        device = self.perm.device
-        slots = torch.arange(-self.before * c, (e - s) * npad + self.after * c, device=device)
-        return self.perm.reshape(b * h, rounds * npad)[:, (slots + s * npad) % (rounds * npad)]
 
     def self_copies(self) -> Tensor:
         """(b, h, R, npad) int: how often each position's own slot is in its window, per round
@@ -165,11 +121,11 @@ class CircularPlan:
 class CircularMasks:
     """Additive masks of a pass: whole windows (rows, chunks, c, W) or per offset (.., c, c)."""
 
-    def __init__(self, plan: CircularPlan, p: CircularPass, dtype: torch.dtype) -> None:
+    def __init__(self, plan: CircularPlan, p: SlotPass, dtype: torch.dtype) -> None:
         b, h, _, npad = plan.perm.shape
         win, c = p.win, plan.chunk
         self.plan, self.win, self.dtype, self.ws = plan, win, dtype, p.ws
-        self.q_pos = p.perm.reshape(win.rows, -1, c, 1)
+        self.q_pos = p.q_pos.reshape(win.rows, -1, c, 1)
         self.k_pos = p.long_pos  # (rows, long length)
         real = plan.key_real[:, None].expand(b, h, npad).reshape(b * h, npad)
         self.k_real = torch.gather(real, 1, self.k_pos)
@@ -193,46 +149,6 @@ class CircularMasks:
         return self._fill(
             self.k_pos.unfold(1, width, c), self.k_real.unfold(1, width, c), "window_mask"
         )
-
-
-class CircularPass(RoundPass):
-    """A pass over rounds s:e: queries in slot order, keys and values in long buffers whose
-    ends are the wrapped-around neighbour chunks (gathered, not zero)."""
-
-    def __init__(self, plan: CircularPlan, s: int, e: int, ws: Workspace) -> None:
-        super().__init__(plan.perm, s, e, ws)
-        b, h, _, npad = plan.perm.shape
-        self.plan = plan
-        self.win = plan.windows(b * h, self.g * npad)
-        self.long_pos = plan.long_positions(s, e)
-        offsets = (torch.arange(b * h, device=plan.perm.device) * npad).view(-1, 1)
-        self.long_flat = (self.long_pos + offsets).reshape(-1)
-
-    def masks(self, dtype: torch.dtype) -> CircularMasks:
-        return CircularMasks(self.plan, self, dtype)
-
-    def key_index(self, o: int) -> Tensor:
-        """Flat positions of the keys at window offset o, slot by slot."""
-        win = self.win
-        long = self.long_flat.view(win.rows, win.long_length)
-        return long.narrow(1, o * win.chunk, win.row_length).reshape(-1)
-
-    def inputs(
-        self, q_rows, k_rows, rk: Tensor | None, v_rows, shared: bool
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries in slot order (flat); keys (times rk) and values in long buffers."""
-        d = q_rows[0].shape[-1]
-        q_flat = self.sort(q_rows, "q")
-        shape = (self.win.rows * self.win.long_length, d)
-        k_view, k_index = k_rows
-        k_long = self.ws.get("k", shape, q_flat)
-        torch.index_select(k_view, 0, k_index.reshape(-1)[self.long_flat], out=k_long)
-        if rk is not None:
-            k_long.mul_(rk.view(-1)[self.long_flat].unsqueeze(-1))
-        v_view, v_index = v_rows
-        v_long = self.ws.get("v", shape, q_flat)
-        torch.index_select(v_view, 0, v_index.reshape(-1)[self.long_flat], out=v_long)
-        return q_flat, k_long, v_long
 
 
 def empty_rows(plan: CircularPlan) -> Tensor:

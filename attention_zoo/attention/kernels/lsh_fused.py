@@ -1,6 +1,12 @@
 """The fused kernel of round-sorted chunked attention (LSH, and HF-semantics local as one round):
-all rounds sorted and attended in fused-kernel passes, exact backward one round at a time (nothing
-round-sized saved).
+rounds combined online, a bounded slice of the sorted sequence at a time, exact backward.
+
+Forward: each pass (whole rounds of a short sequence, or a slice of one round of a long one, see
+`rows.pass_slots`) sorts only its slots, attends them in one fused-kernel call and folds its block
+output into the running output by log-sum-exp. Saved for the backward: q, k, v, the output, the
+combined log-sum-exp and the plan (the bucket order per round, integers); the backward recomputes
+each slice from them. Sorted copies of the inputs never exist for more than one pass, so the
+working set is that of the mechanism (inputs, output, their gradients) plus a constant.
 
 It runs any plan that says how a pass lays out its inputs (`make_pass`), how the fused forward
 regrids (`forward_plan`), its score scale, its key normalisation (`key_eps`: keys * (|k|^2 +
@@ -11,24 +17,27 @@ eps)^-1/2, or None for keys as given) and whether a query's own position is a se
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 from torch.autograd import Function
 
 from .chunked import Workspace, flash_backward_offset, flash_window_forward
 from .lsh_plan import with_self
-from .rows import row_view
+from .rows import BACKWARD_PASS_BYTES, FORWARD_PASS_BYTES, row_view
 
 
 class RoundsFlash(Function):
-    """Sort, chunked fused-kernel attention over all rounds, unsort, combine; exact backward.
+    """Sorted chunked fused-kernel attention over all rounds, merged online; exact backward.
 
-    Nothing round-sized is saved: backward re-sorts the inputs and rebuilds the masks, one round
-    at a time (so its working set is one round's, whatever the number of rounds).
+    A Python loop over passes (a count fixed by the shapes: rounds and a constant slice size)
+    rather than one call over every round: all rounds at once would hold every round's sorted
+    q, k, v and masks (3x SDPA's peak at 16k tokens, 4 hashes); a short sequence still runs
+    all its rounds in one pass.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, plan):  # type: ignore[override]
         k = q if k is None else k  # None: shared QK
-        _b, _h, _npad, d = q.shape
+        b, h, npad, d = q.shape
         rounds = plan.perm.shape[2]
         rk = None  # keys = k * rk
         if plan.key_eps is not None:
@@ -36,24 +45,34 @@ class RoundsFlash(Function):
         rows, shared, ws = (row_view(q), row_view(k), row_view(v)), k is q, Workspace()
         fine = plan.forward_plan()
         out = lse = None
-        for s, e in fine.groups:
-            p = fine.make_pass(s, e, q.shape, ws)
+        for start, stop in fine.passes(q, FORWARD_PASS_BYTES, fine.rounds_cap):
+            p = fine.make_pass(start, stop, ws)
             q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], shared)
             mask = p.masks(q.dtype).window()
             out4, lse4 = flash_window_forward(
                 p.win.to_blocks(q_flat), k_long, v_long, p.win, mask, plan.scale
             )
             del mask, q_flat, k_long, v_long
-            ws.clear()  # the sorted inputs and the mask: free before unsorting
-            o_g, lse_g = p.combine(out4.view(-1, d), lse4.reshape(-1), q)
-            del out4, lse4
-            if out is None:
-                out, lse = o_g, lse_g
-            else:  # fold this pass into the running total (online log-sum-exp)
-                new = torch.logaddexp(lse, lse_g)
-                out.mul_(torch.exp(lse - new).unsqueeze(-1).to(out.dtype))
-                out.add_(o_g.mul_(torch.exp(lse_g - new).unsqueeze(-1).to(out.dtype)))
-                lse = new
+            o_p, lse_p = out4.view(-1, d), lse4.reshape(-1)
+            if p.whole_rounds:
+                ws.clear()  # the sorted inputs and the mask: free before unsorting
+                o_g, lse_g = p.combine(o_p, lse_p, q)
+                if out is None:
+                    out, lse = o_g, lse_g
+                else:  # fold these rounds into the running total (online log-sum-exp)
+                    new = torch.logaddexp(lse, lse_g)
+                    out.mul_(torch.exp(lse - new).unsqueeze(-1).to(out.dtype))
+                    out.addcmul_(o_g, torch.exp(lse_g - new).unsqueeze(-1).to(out.dtype))
+                    lse = new
+            else:  # part of a round: fold its rows in place
+                if out is None:
+                    out = q.new_zeros((b * h * npad, d))
+                    lse = torch.full(
+                        (b * h * npad,), -torch.inf, dtype=lse_p.dtype, device=q.device
+                    )
+                p.merge(out, lse, o_p, lse_p)
+            del out4, lse4, o_p, lse_p
+        out, lse = out.view(b, h, npad, d), lse.view(b, h, npad)
         own = None  # weight of each query's own value
         if plan.self_partial:
             out, lse, own = with_self(out, lse, v, rounds, scale=plan.self_scale(v.dtype))
@@ -70,10 +89,10 @@ class RoundsFlash(Function):
         grad_rows, out_rows = row_view(grad), row_view(out)
         # q, k (the kernel's keys), v -> flat (b * h * npad, d) in position order, over rounds
         dq, dkeys, dv = (q.new_zeros((b * h * npad, d)) for _ in range(3))
-        for r in range(plan.perm.shape[2]):  # one round at a time: backward only
-            p = plan.make_pass(r, r + 1, q.shape, ws)
+        for start, stop in plan.passes(q, BACKWARD_PASS_BYTES, 1):
+            p = plan.make_pass(start, stop, ws)
             q_flat, k_long, v_long = p.inputs(*rows[:2], rk, rows[2], ctx.shared)
-            g4 = p.win.to_blocks(p.sort(grad_rows, "grad"))
+            g4 = kernel_layout(p, grad_rows, "grad")
             out4 = p.win.to_blocks(p.sort(out_rows, "out"))
             lse4 = lse.reshape(-1)[p.positions].view(g4.shape[:-1])
             q4, masks = p.win.to_blocks(q_flat), p.masks(q.dtype)
@@ -83,16 +102,42 @@ class RoundsFlash(Function):
                 )
                 keys = p.key_index(o)
                 for acc, part, index in zip((dq, dkeys, dv), parts, (p.positions, keys, keys)):
-                    acc.index_add_(0, index, part.reshape(-1, d))
+                    acc.index_add_(*memory_rows(part, index))
                 del parts, part
-            del q4, q_flat, k_long, v_long, g4, out4
-            ws.clear()
-        dq, dkeys, dv = (t.view(b, h, npad, d) for t in (dq, dkeys, dv))
+            del q4, q_flat, k_long, v_long, g4, out4, lse4, masks
+        ws.clear()
+        dq, dk, dv = (t.view(b, h, npad, d) for t in (dq, dkeys, dv))
+        del dkeys
         if own is not None:
-            dv += own.unsqueeze(-1).to(dv.dtype) * grad
-        dk = dkeys
-        if rk is not None:  # keys = k * rk with rk = (|k|^2 + eps)^-1/2
-            dk = rk * dkeys - rk.pow(3) * (k * dkeys).sum(-1, keepdim=True) * k
+            dv.addcmul_(own.unsqueeze(-1).to(dv.dtype), grad)
+        if rk is not None:  # keys = k * rk with rk = (|k|^2 + eps)^-1/2, in place
+            radial = torch.matmul(k.unsqueeze(-2), dk.unsqueeze(-1)).squeeze(-1)  # (k . dkeys)
+            dk.mul_(rk).addcmul_(k, rk.pow(3).mul_(radial), value=-1)
         if ctx.shared:  # q was also the keys
             return dq.add_(dk), None, dv, None
         return dq, dk, dv, None
+
+
+def memory_rows(part: Tensor, index: Tensor) -> tuple[int, Tensor, Tensor]:
+    """index_add_ arguments for a (B, H, L, d) block result: its rows in memory order and the
+    index permuted to match. The CPU kernel's gradients are laid out (B, L, H, d); reading them
+    so avoids a copy of each (and its time) per window offset."""
+    d = part.shape[-1]
+    if part.is_contiguous():
+        return 0, index, part.view(-1, d)
+    blh = part.transpose(1, 2)
+    if blh.is_contiguous():
+        return 0, index.view(part.shape[:3]).transpose(1, 2).reshape(-1), blh.view(-1, d)
+    return 0, index, part.reshape(-1, d)
+
+
+def kernel_layout(p, rows: tuple[Tensor, Tensor], name: str) -> Tensor:
+    """A pass's sorted rows as (B, H, L, d) blocks laid out (B, L, H, d) in memory: how the CPU
+    kernel's backward wants the output gradient (given any other layout, it copies it first)."""
+    blocks = p.win.to_blocks(p.positions.view(-1, 1))  # (B, H, L, 1) flat positions
+    order = blocks.transpose(1, 2).reshape(-1)  # memory order (B, L, H)
+    view, index = rows
+    flat = p.ws.get(name, (order.numel(), view.shape[-1]), view)
+    torch.index_select(view, 0, index.reshape(-1)[order], out=flat)
+    b_, h_, l_ = blocks.shape[:3]
+    return flat.view(b_, l_, h_, -1).transpose(1, 2)

@@ -14,14 +14,13 @@ import torch
 from torch import Tensor
 
 from ..base import mask_value, self_mask_value
-from .chunked import Windows, Workspace
-from .rows import RoundPass
+from .rows import SlotPass, SlotPlan
 
 EPS = 1e-6  # as dense.unit_keys
 
 
 @dataclass(frozen=True)
-class LSHPlan:
+class LSHPlan(SlotPlan):
     """Everything about one forward's sorting and windows, reused by backward."""
 
     chunk: int
@@ -37,29 +36,34 @@ class LSHPlan:
     key_eps: float | None = EPS
     self_partial: bool = True
 
-    def make_pass(self, s: int, e: int, shape: tuple[int, ...], ws: Workspace) -> LSHPass:
-        return LSHPass(self, s, e, shape, ws)
-
     def forward_plan(self) -> LSHPlan:
         """The plan the fused forward runs: exact causal windows in quarter-chunk query blocks."""
         return self.regrid(self.forward_block())
 
-    def windows(self, rows: int, npad: int, d: int) -> Windows:
-        return Windows(
-            chunk=self.chunk,
-            before=self.before,
-            after=self.after,
-            length=rows * npad,
-            to_heads=lambda x: x.unsqueeze(1),
-        )
+    def key_slots(self, slots: Tensor) -> Tensor:
+        """Slots beyond a row's ends are clamped (a real key, masked by `BucketMasks`)."""
+        return slots.clamp(0, self.perm.shape[2:].numel() - 1)
 
-    def masks(
-        self, s: int, e: int, win: Windows, dtype: torch.dtype, ws: Workspace | None = None
-    ) -> BucketMasks:
-        """Additive masks for rounds s:e in sorted order (see `BucketMasks`)."""
-        sb = self.sorted_buckets[:, :, s:e]
-        rows, npad = sb.shape[0] * sb.shape[1] * sb.shape[2], sb.shape[-1]
-        return BucketMasks(self, win, sb.reshape(rows, npad), dtype, ws)
+    def codes(self, start: int, stop: int) -> Tensor:
+        """(b * h, stop - start): bucket and round of slots start:stop in one number (bucket * R
+        + round), so that one comparison asks for the same bucket in the same round; -1 for
+        slots beyond the ends (the range is static: a slice and a pad, no gather)."""
+        b, h, rounds, npad = self.sorted_buckets.shape
+        total = rounds * npad
+        lo, hi = max(start, 0), min(stop, total)
+        codes = self.sorted_buckets.view(b * h, total)[:, lo:hi]
+        if rounds > 1:
+            codes = codes * rounds + torch.arange(lo, hi, device=codes.device) // npad
+        return torch.nn.functional.pad(codes, (lo - start, stop - hi), value=-1)
+
+    def margins_masked(self, p: SlotPass) -> bool:
+        """Whether every key beyond the pass's own slots is masked for all its queries: so for a
+        pass of whole rounds (another round's keys or none)."""
+        return p.whole_rounds
+
+    def pass_masks(self, p: SlotPass, dtype: torch.dtype) -> BucketMasks:
+        """Additive masks of one pass's slots (see `BucketMasks`)."""
+        return BucketMasks(self, p, dtype)
 
     def self_scale(self, dtype: torch.dtype) -> None:
         """A query that sees only itself gets exactly its value (see `CircularPlan.self_scale`)."""
@@ -91,96 +95,50 @@ class LSHPlan:
 
 
 class BucketMasks:
-    """Additive masks of LSH windows, per window offset (rows * chunks, 1, c, c) or whole (.., W).
+    """Additive masks of a pass's LSH windows: per window offset (rows, chunks, c, c) or whole
+    (rows, chunks, c, W).
 
-    Keys of another bucket are masked (a missing neighbour chunk carries bucket -1); causal keeps
-    sorted offsets -before*c <= key - query <= 0 (within the bucket, where sorted order is
-    position order). Self is masked here and added back
-    as its own partial (see `with_self`). With a workspace, every per-offset mask is written into
-    the same buffer (only for kernels that are done with the previous one).
+    Keys of another bucket or round are masked (a slot beyond the row's ends carries code -1);
+    causal keeps sorted offsets -before*c <= key - query <= 0 (within the bucket, where sorted
+    order is position order). Self is masked here and added back as its own partial (see
+    `with_self`). With the pass's workspace, every per-offset mask is written into the same
+    buffer (only for kernels that are done with the previous one).
     """
 
-    def __init__(
-        self, plan: LSHPlan, win: Windows, sb: Tensor, dtype: torch.dtype, ws: Workspace | None
-    ) -> None:
-        rows, npad = sb.shape
-        self.plan, self.win, self.dtype, self.ws = plan, win, dtype, ws
-        self.keys = torch.nn.functional.pad(sb, (win.front, win.back), value=-1)
-        self.queries = sb.view(rows, npad // win.chunk, win.chunk, 1)
-        self.length = npad
+    def __init__(self, plan: LSHPlan, p: SlotPass, dtype: torch.dtype) -> None:
+        win = p.win
+        self.plan, self.win, self.dtype, self.ws = plan, win, dtype, p.ws
+        self.keys = plan.codes(p.start - win.front, p.stop + win.back)  # (rows, long length)
+        queries = self.keys.narrow(1, win.front, win.row_length)
+        self.queries = queries.reshape(win.rows, -1, win.chunk, 1)
 
-    def _fill(self, keys: Tensor, delta: Tensor, out: Tensor | None, name: str) -> Tensor:
-        """where(same bucket, position pattern, masked) for keys (rows, chunks, K), delta (c, K)."""
-        plan = self.plan
+    def _fill(self, keys: Tensor, delta: Tensor, name: str) -> Tensor:
+        """where(same code, position pattern, masked) for keys (rows, chunks, K), delta (c, K)."""
         mv = torch.tensor(mask_value(self.dtype), dtype=self.dtype, device=delta.device)
         bad = delta == 0
-        if plan.causal:
+        if self.plan.causal:
             bad = bad | (delta > 0) | (delta < -self.win.front)
         pattern = torch.zeros(delta.shape, dtype=self.dtype, device=delta.device).masked_fill(
             bad, mv
         )
-        rows, chunks, c, width = (*self.queries.shape[:3], delta.shape[1])
-        if out is None:
-            full = (rows * chunks, 1, c, width)
-            out = pattern.new_empty(full) if self.ws is None else self.ws.get(name, full, pattern)
-        torch.where(
-            self.queries == keys.unsqueeze(2), pattern, mv, out=out.view(rows, chunks, c, width)
-        )
-        return out
+        shape = (*self.queries.shape[:3], delta.shape[1])
+        out = self.ws.get(name, shape, pattern)
+        return torch.where(self.queries == keys.unsqueeze(2), pattern, mv, out=out)
 
-    def __call__(self, o: int, out: Tensor | None = None) -> Tensor:
+    def __call__(self, o: int) -> Tensor:
         """Offset o's block: keys of the chunk `o - before` chunks from the query's."""
-        c = self.win.chunk
+        win, c = self.win, self.win.chunk
         t = torch.arange(c, device=self.keys.device)
-        keys = self.keys[:, o * c : o * c + self.length].view(*self.queries.shape[:2], c)
-        return self._fill(keys, (o - self.win.before) * c + t[None, :] - t[:, None], out, "mask")
+        keys = self.keys.narrow(1, o * c, win.row_length).view(*self.queries.shape[:2], c)
+        return self._fill(keys, (o - win.before) * c + t[None, :] - t[:, None], "mask")
 
     def window(self) -> Tensor:
-        """Whole windows (rows * chunks, 1, c, W), for the fused forward's single call."""
+        """Whole windows (rows, chunks, c, W), for the fused forward's single call."""
         c, width = self.win.chunk, self.win.width
         device = self.keys.device
         keys = self.keys.unfold(1, width, c)  # (rows, chunks, W): overlapping views, no copy
         w, t = torch.arange(width, device=device), torch.arange(c, device=device)
-        return self._fill(keys, w[None, :] - self.win.front - t[:, None], None, "window_mask")
-
-
-class LSHPass(RoundPass):
-    """A pass of the exact plan: flat windows over (b, h, g) rows, zero chunks at the ends."""
-
-    def __init__(
-        self, plan: LSHPlan, s: int, e: int, shape: tuple[int, ...], ws: Workspace
-    ) -> None:
-        super().__init__(plan.perm, s, e, ws)
-        b, h, npad, d = shape
-        self.win = plan.windows(b * h * self.g, npad, d)
-        self.plan, self.s, self.e = plan, s, e
-
-    def masks(self, dtype: torch.dtype) -> BucketMasks:
-        return self.plan.masks(self.s, self.e, self.win, dtype, self.ws)
-
-    def key_index(self, o: int) -> Tensor:
-        """Flat positions of the keys at window offset o, slot by slot.
-
-        The key block of offset o starts `shift` sorted slots after its query block; an index
-        that wraps around lands on a nonexistent key, whose gradient is exactly 0."""
-        shift = (o - self.win.before) * self.win.chunk
-        return self.positions if shift == 0 else torch.roll(self.positions, -shift)
-
-    def inputs(
-        self, q_rows, k_rows, rk: Tensor, v_rows, shared: bool
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Sorted queries (flat), unit keys and values in long buffers (zero chunks at the ends)."""
-        d = q_rows[0].shape[-1]
-        q_flat = self.sort(q_rows, "q")
-        k_long, k_mid = self.ws.long("k", self.win, (d,), q_flat)
-        rk_sorted = rk.view(-1)[self.positions].unsqueeze(-1)
-        if shared:  # keys are the queries scaled to unit length: no second gather
-            torch.mul(q_flat, rk_sorted, out=k_mid)
-        else:
-            self.sort(k_rows, out=k_mid).mul_(rk_sorted)
-        v_long, v_mid = self.ws.long("v", self.win, (d,), q_flat)
-        self.sort(v_rows, out=v_mid)
-        return q_flat, k_long, v_long
+        return self._fill(keys, w[None, :] - self.win.front - t[:, None], "window_mask")
 
 
 def self_lse(dtype: torch.dtype, rounds: int) -> float:
