@@ -8,7 +8,7 @@ from typing import Any
 from ..measure.fidelity import NOT_MEASURED
 from ..measure.metrics import FIDELITY_INPUTS, METRICS, approx_error_name
 from .analysis import pareto_front
-from .context import BUSY_MARK, Context
+from .context import BUSY_MARK, UNSTABLE_MARK, Context, trusted
 from .cost import TIME, header, settings
 from .document import Heading, Image, Para, Table
 from .plots import fidelity_plot
@@ -46,7 +46,8 @@ def fidelity_cost(ctx: Context) -> list[Any]:
             "keys of its group, scattered over the sequence: sharp attention). Per setting and "
             "length, "
             "**front** marks the Pareto front (no other variant both faster and more faithful "
-            f"on that input family). {BUSY_MARK} marks a time measured while the machine was busy."
+            f"on that input family). {BUSY_MARK} marks a time measured while the machine was busy, "
+            f"{UNSTABLE_MARK} one whose repeats disagreed: neither is on a front."
         ),
     ]
     for index, (setting, part) in enumerate(settings(ctx)):
@@ -63,7 +64,7 @@ def fidelity_cost(ctx: Context) -> list[Any]:
         rows = []
         for i, row in part.sort_values(["seq_len", "variant"]).iterrows():
             cells = [ctx.config(row, "seq_len"), f"`{row['variant']}`"]
-            cells.append(ctx.metric(row, TIME, mark_busy=True))
+            cells.append(ctx.metric(row, TIME, mark_time=True))
             for error in ERRORS:
                 cells += [ctx.metric(row, error), "front" if fronts[error].get(i) else ""]
             rows.append(cells)
@@ -79,7 +80,8 @@ def _fronts(part: Any) -> dict[str, dict[Any, bool]]:
     fronts: dict[str, dict[Any, bool]] = {e: {} for e in ERRORS}
     for _, at_n in part.groupby("seq_len", sort=True):
         for error in ERRORS:
-            have = at_n[[error in m for m in at_n["metrics"]]]
+            # a time set aside (busy, unstable) is on no front
+            have = at_n[[error in r["metrics"] and trusted(r, TIME) for _, r in at_n.iterrows()]]
             times = [m[TIME] for m in have["metrics"]]
             errors = [m[error] for m in have["metrics"]]
             on = pareto_front(times, errors, maximize=False)
