@@ -125,7 +125,11 @@ def test_full_attention_memory_grows_quadratically() -> None:
 def test_chunked_attention_memory_grows_linearly(backend: str) -> None:
     if backend not in BACKENDS:
         pytest.skip(f"backend {backend!r} is not registered yet")
-    assert fitted_exponent(backend, LENGTHS) == pytest.approx(1.0, abs=0.1)
+    exponent = fitted_exponent(backend, LENGTHS)
+    # never more than linear; a constant scratch (lsh's bounded passes) flattens the short end
+    assert 0.6 < exponent <= 1.1, exponent
+    if backend != "lsh":
+        assert exponent == pytest.approx(1.0, abs=0.1)
 
 
 @pytest.mark.slow  # profiles full and local at three lengths: ~3 s
