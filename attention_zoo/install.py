@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import json
 from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
 
 DISTRIBUTION = "attention-zoo"
 
 
+def in_checkout() -> bool:
+    """Code imported from a source checkout (pyproject.toml beside the package): editable, whatever
+    metadata a build left on sys.path (an attention_zoo.egg-info in the current folder)."""
+    return (Path(__file__).resolve().parents[1] / "pyproject.toml").is_file()
+
+
 def editable() -> bool:
     """True for an editable install, and for code not installed at all (run from a checkout)."""
+    if in_checkout():
+        return True
     try:
         text = distribution(DISTRIBUTION).read_text("direct_url.json")
     except PackageNotFoundError:

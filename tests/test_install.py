@@ -39,6 +39,7 @@ def test_report_hint_fits_the_installation(
     tmp_path, monkeypatch, capsys, direct_url: dict | None, hint: str
 ) -> None:
     monkeypatch.setattr(install, "distribution", lambda name: FakeDistribution(direct_url))
+    monkeypatch.setattr(install, "in_checkout", lambda: False)  # as if installed
     path = tmp_path / "s.sqlite"
     ResultStore(path).close()
     monkeypatch.setitem(sys.modules, "seaborn", None)  # import raises ImportError
@@ -52,8 +53,15 @@ def test_code_run_from_a_checkout_gets_the_editable_hint(monkeypatch) -> None:
         raise PackageNotFoundError(name)
 
     monkeypatch.setattr(install, "distribution", not_installed)
+    monkeypatch.setattr(install, "in_checkout", lambda: False)
     assert install.install_hint("ray") == "pip install -e '.[ray]'"
 
 
 def test_result_store_is_importable_from_the_package() -> None:
     assert attention_zoo.ResultStore is ResultStore and "ResultStore" in attention_zoo.__all__
+
+
+def test_a_checkout_gets_the_editable_hint_whatever_metadata_is_on_the_path(monkeypatch) -> None:
+    monkeypatch.setattr(install, "distribution", lambda name: FakeDistribution(None))
+    assert install.in_checkout()  # the tests run from the checkout
+    assert install.install_hint("report") == "pip install -e '.[report]'"
