@@ -33,6 +33,8 @@ DEFAULT_PATH = (
 # The deterministic metrics of the catalogue, each with its relative tolerance.
 TOLERANCE = {m.name: m.tolerance for m in baselined()}
 METRICS = tuple(TOLERANCE)
+# approx_error: measured for approximate backends only, and a ratio (the rest are integer counts)
+RATIOS = frozenset(m for m in METRICS if CATALOGUE[m].group == "fidelity")
 # The runner's settings for them: no timing, one thread (the counts do not depend on threads).
 SETTINGS = MeasureSettings(
     threads=1, metrics=tuple(dict.fromkeys(m.group for m in baselined())), memory_limit_bytes=None
@@ -104,15 +106,11 @@ def compute(case: BenchCase) -> dict[str, float]:
     case does not run."""
     result = measure_case(case, SETTINGS)
     values = {metric: result.value(metric) for metric in METRICS}
-    missing = [m for m, v in values.items() if v is None and CATALOGUE[m].group != "fidelity"]
+    missing = [m for m, v in values.items() if v is None and m not in RATIOS]
     if result.status != OK or missing:
         reason = result.error or f"no {', '.join(missing)} measured"
         raise RuntimeError(f"{case.name()}: {result.status}: {reason}")
-    return {
-        m: (v if CATALOGUE[m].group == "fidelity" else int(v))
-        for m, v in values.items()
-        if v is not None
-    }
+    return {m: (v if m in RATIOS else int(v)) for m, v in values.items() if v is not None}
 
 
 @dataclass(frozen=True, kw_only=True)
