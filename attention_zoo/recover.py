@@ -14,7 +14,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from .store import ResultStore, StoreError, is_ours
+from .store import StoreError, is_ours, open_store
 
 TABLES = ("runs", "cases", "results")  # in the order they are copied: a case's run comes first
 _FIRST_ROWID = 0  # rowids are positive
@@ -138,7 +138,7 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
     counts = {t: len(rows) for t, (_, rows) in tables.items()}
     if not sum(counts.values()):
         raise StoreError(f"no row of {path} can be read; nothing was written")
-    with ResultStore(dest) as store:
+    with open_store(dest, write=True) as store:
         store.import_rows(tables)
         cases = {(r["run_id"], r["case_key"]) for r in store.cases()}
     columns, rows = tables.get("results", ([], []))

@@ -46,6 +46,7 @@ from .measure.cases import case_key
 from .measure.env import Environment, capture
 from .measure.load import Load, cpu_count, machine_load
 from .measure.status import OK, STATUSES
+from .paths import require_folder
 
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
 SCHEMA_VERSION = 3
@@ -177,7 +178,9 @@ class ResultStore:
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
         if self.path.is_dir():
-            raise StoreError(f"{self.path} is a folder, not a results store file")
+            raise StoreError(
+                f"--store {self.path} is a folder; give a file such as {self.path / 'zoo.sqlite'}"
+            )
         exists = self.path.exists() and self.path.stat().st_size > 0
         if not exists and not create:
             empty = " (the file is empty)" if self.path.exists() else ""
@@ -516,10 +519,23 @@ class ResultStore:
         return runs[-1]["run_id"] if runs else None
 
     def completed_cases(self, run_id: str) -> set[str]:
-        """Keys of the cases stored for `run_id` (any status): what a resumed sweep skips."""
+        """Keys of the cases stored for `run_id` (any status)."""
         return {
             r[0] for r in self._db.execute("SELECT case_key FROM cases WHERE run_id = ?", (run_id,))
         }
+
+    def held_cases(
+        self, *, statuses: Iterable[str], run_id: str | None = None, kind: str | None = None
+    ) -> set[str]:
+        """Keys of the cases stored with one of `statuses`, in `run_id` and/or in any run of
+        `kind` (both None: anywhere): what the run engine does not run again."""
+        wanted = sorted(statuses)
+        sql = (
+            "SELECT DISTINCT c.case_key FROM cases c JOIN runs u ON u.run_id = c.run_id "
+            f"WHERE c.status IN ({', '.join('?' * len(wanted))}) "
+            "AND (? IS NULL OR c.run_id = ?) AND (? IS NULL OR u.kind = ?)"
+        )
+        return {r[0] for r in self._db.execute(sql, (*wanted, run_id, run_id, kind, kind))}
 
     def cases(self, run_id: str | None = None) -> list[dict[str, Any]]:
         rows = self._db.execute(
@@ -607,6 +623,24 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
+def open_store(path: str | Path | None, *, write: bool) -> ResultStore:
+    """The results store a command reads or writes, with every check and message in one place:
+    None is DEFAULT_STORE (its folder created when writing); a given path to write must be in
+    an existing folder (a mistyped folder is an error, not a new folder) and writable, checked
+    before anything is measured or trained; a store to read must exist."""
+    where = Path(DEFAULT_STORE if path is None else path)
+    if write and path is not None and not where.is_dir():
+        require_folder(where.parent, f"--store {path}")
+    store = ResultStore(where, create=write)
+    if write:
+        try:
+            store.check_writable()
+        except StoreError:
+            store.close()
+            raise
+    return store
+
+
 def run_status(run: dict[str, Any]) -> str:
     """'finished', 'interrupted' (Ctrl-C; resumable) or 'unfinished' (running, or killed)."""
     if run["finished_at"]:
@@ -621,5 +655,6 @@ __all__ = [
     "Row",
     "StoreError",
     "case_key",
+    "open_store",
     "run_status",
 ]

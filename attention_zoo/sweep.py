@@ -11,21 +11,19 @@ sweep goes on.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
 from .attention.spec import get_backend, list_backends
-from .errors import ConfigError, Interrupted
-from .executors import Executor, Job, LocalExecutor, Outcome
-from .executors.progress import CaseProgress
+from .engine import Plan, RunInterrupted, RunPolicy, Stored, failed_status, fingerprint, run_plan
+from .errors import ConfigError
+from .executors import Executor, Job, Outcome
 from .measure.cases import MODES, TARGETS, BenchCase, comparison_key
-from .measure.env import capture
+from .measure.env import Environment, capture
 from .measure.limits import auto_memory_limit
 from .measure.load import Load
 from .measure.peers import get_peer, is_peer, select_peers
@@ -177,8 +175,7 @@ def _resolve_device(device: str) -> str:
 
 def sweep_fingerprint(cases: Iterable[BenchCase]) -> str:
     """Identity of a case list (order-independent): resume looks runs up by it."""
-    keys = sorted(c.key() for c in cases)
-    return hashlib.sha1("\n".join(keys).encode()).hexdigest()[:16]
+    return fingerprint(c.key() for c in cases)
 
 
 def default_memory_limit() -> int | None:
@@ -302,12 +299,61 @@ def case_job(
     )
 
 
-class SweepInterrupted(Interrupted):
-    """Ctrl-C during a sweep: the cases measured before are stored, the run marked interrupted."""
+SweepInterrupted = RunInterrupted  # Ctrl-C during a sweep (the engine's, for every plan)
 
-    def __init__(self, run_id: str, stored: int) -> None:
-        super().__init__(f"interrupted: {stored} cases stored in run {run_id}")
-        self.run_id, self.stored = run_id, stored
+
+class BenchPlan(Plan):
+    """Bench cases as engine units: one job per case, or per group of cases measured together
+    (settings.interleave); each case stored with its metric rows, or its error/oom."""
+
+    kind = "bench"
+    desc = "bench"
+    reuse_stored = False  # a time belongs to the machine's state now (engine.RUN_RULE)
+
+    def __init__(
+        self,
+        cases: Sequence[BenchCase],
+        settings: MeasureSettings,
+        *,
+        environment: Environment,
+        **job_options: Any,
+    ) -> None:
+        self.cases, self.settings, self.environment = list(cases), settings, environment
+        self.job_options = job_options  # case_job's: isolate, memory_limit_bytes, ...
+        self.interleave = (
+            settings.interleave and not job_options.get("isolate") and not job_options["measure"]
+        )
+        self.batch_of: dict[str, list[BenchCase]] = {}
+        self.results: list[CaseResult] = []  # the cases measured now, in the order they finish
+
+    def keys(self) -> list[str]:
+        return [c.key() for c in self.cases]
+
+    def jobs(self, todo: Sequence[str]) -> list[Job]:
+        wanted = set(todo)
+        batches = _batches([c for c in self.cases if c.key() in wanted], interleave=self.interleave)
+        self.batch_of = {b[0].key(): b for b in batches}
+        return [batch_job(b, self.settings, **self.job_options) for b in batches]
+
+    def save(self, store: ResultStore, run_id: str, outcome: Outcome) -> list[Stored]:
+        batch = self.batch_of[outcome.key]
+        out = []
+        for case, result in zip(batch, _case_results(batch, outcome)):
+            store.add_rows(
+                run_id,
+                case.key(),
+                case.to_dict(),
+                result.rows,
+                status=result.status,
+                error=result.error,
+                environment=outcome.environment,
+            )
+            self.results.append(result)
+            if result.status in (ERROR, OOM, INVALID):
+                log.warning("%s: %s: %s", case.name(), result.status, result.error)
+            _warn_marks(case, result, (outcome.environment or self.environment).threads)
+            out.append(Stored(case.key(), case.name(), result.status))
+        return out
 
 
 def run_sweep(
@@ -317,6 +363,7 @@ def run_sweep(
     settings: MeasureSettings = DEFAULT_SETTINGS,
     run_id: str | None = None,
     resume: bool = False,
+    force: bool = False,
     isolate: bool = False,
     memory_limit_bytes: int | str | None = None,
     timeout_s: float | None = None,
@@ -326,10 +373,11 @@ def run_sweep(
     executor: Executor | None = None,
     load_start: Load | None = None,
 ) -> SweepResult:
-    """Measure `cases` into `store`, one committed case at a time; returns what ran now.
+    """Measure `cases` into `store` through the run engine (engine.run_plan), one committed case
+    at a time; returns what ran now.
 
-    run_id: continue that run (its stored cases are skipped) or name a new one. resume: continue
-    the latest run of the same case list. isolate: each case in its own subprocess, under an
+    run_id, resume, force: engine.RUN_RULE (continue that run, or the latest run of the same
+    cases; force measures every case again). isolate: each case in its own subprocess, under an
     address-space limit of memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
     prediction (AUTO: from the memory available where each case runs). measure: replaces
     measure_case (tests inject failures through it). executor: where the cases run (default:
@@ -341,85 +389,39 @@ def run_sweep(
     """
     if not cases:
         raise ConfigError("the sweep has no cases; check the grid's axes")
-    executor = executor or LocalExecutor()
-    job_options = {
-        "isolate": isolate,
-        "memory_limit_bytes": memory_limit_bytes,
-        "timeout_s": timeout_s,
-        "measure": measure,
-    }
-    interleave = settings.interleave and not isolate and measure is None
-    batches = _batches(cases, interleave=interleave)
-    # a bad cluster fails here, before the store is touched
-    executor.prepare([batch_job(b, settings, **job_options) for b in batches])
-    fingerprint = sweep_fingerprint(cases)
-    if run_id is None and resume:
-        run_id = store.latest_run(kind="bench", fingerprint=fingerprint)
-        if run_id:
-            log.info("resuming run %s", run_id)
     environment = capture(cases[0].device, settings.threads)
-    run_id = store.start_run(
-        kind="bench",
-        run_id=run_id,
-        fingerprint=fingerprint,
+    plan = BenchPlan(
+        cases,
+        settings,
+        environment=environment,
+        isolate=isolate,
+        memory_limit_bytes=memory_limit_bytes,
+        timeout_s=timeout_s,
+        measure=measure,
+    )
+    done = run_plan(
+        plan,
+        store,
+        policy=RunPolicy(run_id=run_id, resume=resume, force=force),
+        executor=executor,
         device=cases[0].device,
         environment=environment,
         meta={
             "settings": _settings_meta(settings),
             "isolate": isolate,
             "memory_limit_bytes": memory_limit_bytes,
-            "executor": executor.name,
             **(meta or {}),
         },
-        load=load_start,
+        load_start=load_start,
+        progress=progress,
     )
-    done = store.completed_cases(run_id)
-    finished = store.run(run_id)["finished_at"] is not None  # resumed with nothing left to do
-    todo = [rest for b in batches if (rest := [c for c in b if c.key() not in done])]
-    batch_of = {b[0].key(): b for b in todo}
-    left = sum(map(len, todo))
-    bar = CaseProgress(len(cases), len(cases) - left, desc="bench", enabled=progress)
-    results: list[CaseResult] = []
-    try:
-        jobs = [batch_job(b, settings, **job_options) for b in todo]
-        with closing(executor.run(jobs, on_start=bar.started)) as outcomes:
-            for outcome in outcomes:  # in the order they finish
-                batch = batch_of[outcome.key]
-                for case, result in zip(batch, _case_results(batch, outcome)):
-                    store.add_rows(
-                        run_id,
-                        case.key(),
-                        case.to_dict(),
-                        result.rows,
-                        status=result.status,
-                        error=result.error,
-                        environment=outcome.environment,
-                    )
-                    results.append(result)
-                    if result.status in (ERROR, OOM, INVALID):
-                        log.warning("%s: %s: %s", case.name(), result.status, result.error)
-                    stored = outcome.environment or environment
-                    _warn_marks(case, result, stored.threads)
-                    bar.finished(result.status, case.name())
-        bar.close()
-        load_end = None
-        complete = len(store.completed_cases(run_id) & {c.key() for c in cases}) == len(cases)
-        if complete and (
-            todo or not finished
-        ):  # a finished run that measured nothing keeps its end
-            load_end = store.finish_run(run_id)  # Ctrl-C while it samples the load: interrupted
-    except KeyboardInterrupt:
-        store.mark_interrupted(run_id)
-        stored = len(store.completed_cases(run_id) & {c.key() for c in cases})
-        raise SweepInterrupted(run_id, stored) from None
-    finally:
-        bar.close()
+    assert done.run_id is not None  # a bench plan never reuses earlier runs: always a run
     return SweepResult(
-        run_id=run_id,
-        results=results,
-        already_done=len(cases) - left,
-        total=len(cases),
-        load_end=load_end,
+        run_id=done.run_id,
+        results=plan.results,
+        already_done=len(done.skipped),
+        total=done.total,
+        load_end=done.load_end,
     )
 
 
@@ -436,7 +438,7 @@ def _case_results(batch: Sequence[BenchCase], outcome: Outcome) -> list[CaseResu
     is an error for each of its cases, or oom when it ran out of memory."""
     if outcome.ok:
         return list(outcome.value) if isinstance(outcome.value, list) else [outcome.value]
-    status = OOM if outcome.oom else ERROR
+    status = failed_status(outcome)
     return [CaseResult(case=case, status=status, error=outcome.error) for case in batch]
 
 

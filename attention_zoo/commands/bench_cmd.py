@@ -21,8 +21,9 @@ from ..measure.table import comparison_table, group_cases
 from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
-from ..store import DEFAULT_STORE
+from ..store import DEFAULT_STORE, open_store
 from ..sweep import AUTO, SweepGrid, SweepInterrupted, run_sweep
+from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
     choices,
@@ -30,8 +31,6 @@ from .validate import (
     integers,
     names,
     number,
-    open_store_for_writing,
-    reject_together,
     require,
     size,
 )
@@ -46,6 +45,8 @@ EXAMPLE = """examples:
       a preset with one axis overridden, each case in its own process under an 8 GiB limit
   zoo bench --preset standard --resume
       continue the latest interrupted run of the same grid: only missing cases are measured
+  zoo bench --preset quick --run-id nightly
+      measure into run 'nightly' (continuing it if it exists: its stored cases are skipped)
   zoo bench --preset standard --devices cuda --executor ray --ray-address auto
       one Ray task per case on the cluster this machine joined, one GPU each; rows stream into
       --store on this machine
@@ -56,6 +57,8 @@ the contract (shape, dtype, NaN, or an exact backend off its reference) as 'inva
 sweep goes on. A time whose repeats disagree, or taken while other processes kept the cores busy,
 is marked 'ok (unstable)' / 'ok (busy)' and left out of time ratios.
 Built-in presets: %(presets)s (or a path to a .toml file).
+
+%(rule)s
 """
 
 
@@ -190,7 +193,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="measure time, memory and FLOPs of a grid of cases",
         description="Measure time (median, IQR), memory (measured, predicted, cross-checks) "
         "and FLOPs for a grid of backends x lengths x modes, store every metric, print a table.",
-        epilog=EXAMPLE % {"store": DEFAULT_STORE, "presets": ", ".join(builtin_presets())},
+        epilog=EXAMPLE
+        % {
+            "store": DEFAULT_STORE,
+            "presets": ", ".join(builtin_presets()),
+            "rule": run_rule_text().replace("%", "%%"),
+        },
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_grid_arguments(p)
@@ -232,14 +240,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"SQLite results file; its folder must exist (default: {DEFAULT_STORE}, "
         "folder created)",
     )
-    s.add_argument(
-        "--run-id", help="name of the run; an existing one is continued (its cases skipped)"
-    )
-    s.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the latest run of the same grid (an interrupted one)",
-    )
+    add_run_args(s)
     s.add_argument(
         "--reference",
         help="backend the table's ratios divide by (default: the preset's, else full)",
@@ -308,12 +309,7 @@ def _describe_limit(limit: int | str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     require(args, "timeout", "isolate", "only a case in its own process can be stopped")
-    reject_together(
-        args,
-        "resume",
-        "run_id",
-        "--resume continues the latest run of the same grid, --run-id the run it names",
-    )
+    policy = policy_from_args(args)
     grid, preset = grid_from_args(args, devices_present=True)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
@@ -328,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         where = executor.describe()  # connects: a bad cluster address fails before the store
-        store = open_store_for_writing(args.store, DEFAULT_STORE)
+        store = open_store(args.store, write=True)
     except BaseException:
         executor.close()
         raise
@@ -349,8 +345,9 @@ def run(args: argparse.Namespace) -> int:
                 cases,
                 store,
                 settings=settings,
-                run_id=args.run_id,
-                resume=args.resume,
+                run_id=policy.run_id,
+                resume=policy.resume,
+                force=policy.force,
                 isolate=args.isolate,
                 memory_limit_bytes=limit,
                 timeout_s=args.timeout,

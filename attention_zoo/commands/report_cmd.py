@@ -8,7 +8,7 @@ import sys
 
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..install import install_hint
-from ..store import DEFAULT_STORE, ResultStore
+from ..store import DEFAULT_STORE, open_store
 from .validate import check_output_file, check_output_folder
 
 DEFAULT_OUT = "results/report"
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     args.out = str(check_output_folder(args.out or DEFAULT_OUT, "--out", default=args.out is None))
     if args.index:
         check_output_file(args.index, "--index")
-    with ResultStore(args.store, create=False) as store:
+    with open_store(args.store, write=False) as store:
         if args.run_id and store.run(args.run_id) is None:
             known = [r["run_id"] for r in store.runs()]
             raise UsageError(

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import UsageError, did_you_mean
 from ..measure.table import comparison_table, format_table, group_cases
 from ..recover import recover
-from ..store import DEFAULT_STORE, ResultStore, run_status
+from ..store import DEFAULT_STORE, ResultStore, open_store, run_status
 from .validate import DeprecatedAlias, check_output_file, reject_together
 
 EXAMPLE = """examples:
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     check_flags(args)
     if args.recover is not None:
         return _recover(Path(args.store), args.recover)
-    with ResultStore(args.store, create=False) as store:
+    with open_store(args.store, write=False) as store:
         if args.runs:
             text = _runs_table(store)
         else:

@@ -9,9 +9,13 @@ from collections import defaultdict
 
 import torch
 
-from ..errors import Interrupted, UsageError, ZooError
-from ..executors import Executor, add_executor_args, executor_from_args
+from ..engine import RunPolicy
+from ..errors import UsageError, ZooError
+from ..executors import add_executor_args, executor_from_args
 from ..store import DEFAULT_STORE
+from ..tasks.driver import TaskRequest, train_task
+from ..tasks.suite import TaskPreset
+from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
     given,
@@ -19,7 +23,6 @@ from .validate import (
     integers,
     names,
     reject_together,
-    store_path,
 )
 
 EXAMPLE = """examples:
@@ -37,6 +40,8 @@ RUN_SPEC is a suite file (TOML) or a task name, looked up as <name>.toml in each
 $ZOO_TASKS_DIR (separated by ':'), then ./tasks, then among the built-in suites.
 Runs already in the store (same task, preset, model, variant, seed) are not trained again
 unless --force. Judge variants by steps; wall time depends on what else the machine runs.
+
+%(rule)s
 """
 
 
@@ -46,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="train attention variants on synthetic tasks (Reformer Table 2)",
         description="Train and evaluate attention variants on a synthetic task suite; results go "
         "to the store; --table2 prints the Reformer's Table 2 matrix from the stored runs.",
-        epilog=EXAMPLE,
+        epilog=EXAMPLE % {"rule": run_rule_text()},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -85,7 +90,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"SQLite results file; its folder must exist (default: {DEFAULT_STORE})",
     )
     p.add_argument("--table2", action="store_true", help="print the Table 2 matrix from the store")
-    p.add_argument("--force", action="store_true", help="train again even if the store has the run")
     p.add_argument(
         "--cost",
         action="store_true",
@@ -94,6 +98,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--list", action="store_true", help="list tasks and their suite presets")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_run_args(p)
     add_executor_args(p)
     p.set_defaults(run=run)
 
@@ -107,6 +112,8 @@ TRAINING_FLAGS = (
     "device",
     "threads",
     "force",
+    "resume",
+    "run_id",
     "cost",
     "quiet",
 )
@@ -132,10 +139,11 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks.base import TASKS
 
     check_flags(args)
+    policy = policy_from_args(args)
     if args.device is not None:
         check_device(args.device, flag="--device", present=True)
     args.device = args.device or "cpu"
-    store = str(store_path(args.store, DEFAULT_STORE))
+    store = args.store or DEFAULT_STORE
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.list or (args.run_spec is None and not args.table2):
@@ -143,146 +151,44 @@ def run(args: argparse.Namespace) -> int:
         return 0 if args.list else 2
     if args.run_spec is None:  # --table2 alone: every stored task/preset
         return _print_tables(store, task=None, preset=None)
-    preset = _run_suite(args, store)
+    preset = _train(args, policy)
     if args.table2:
         return _print_tables(store, task=preset.task.name, preset=preset.name)
     return 0
 
 
-def _run_suite(args: argparse.Namespace, store: str):  # -> TaskPreset
-    with executor_from_args(args) as executor:
-        return _train_suite(args, store, executor)
+def _train(args: argparse.Namespace, policy: RunPolicy) -> TaskPreset:
+    """Train the suite the flags name, through the executor they name, into --store."""
 
+    def say(line: str) -> None:
+        print(line, flush=True)
 
-def _train_suite(args: argparse.Namespace, store: str, executor: Executor):  # -> TaskPreset
-    import dataclasses
-
-    from ..tasks.driver import run_key, train_runs
-    from ..tasks.results import TaskResults
-    from ..tasks.runner import identity, plan_runs, skipped_key
-    from ..tasks.suite import load_task_preset
-
-    preset = load_task_preset(args.run_spec, args.preset)
-    if args.max_steps:
-        preset = dataclasses.replace(
-            preset, train=dataclasses.replace(preset.train, max_steps=args.max_steps)
-        )
-    runs, skipped = plan_runs(
-        preset,
-        backends=args.backends,
-        seeds=args.seeds,
-        train_hashes=args.train_hashes,
-        eval_hashes=args.eval_hashes,
+    request = TaskRequest(
+        run_spec=args.run_spec,
+        preset=args.preset,
+        backends=_tuple(args.backends),
+        seeds=_tuple(args.seeds),
+        train_hashes=_tuple(args.train_hashes),
+        eval_hashes=_tuple(args.eval_hashes),
+        max_steps=args.max_steps,
         device=args.device,
+        threads=args.threads,
+        cost=args.cost,
     )
-    print(f"{preset.task.name} / preset {preset.name}: {preset.description}", flush=True)
-    print(
-        f"{preset.task}; threads {args.threads or torch.get_num_threads()}; store {store}; "
-        f"executor {executor.describe()}",
-        flush=True,
-    )
-    meta = {
-        "command": "zoo task",
-        "argv": sys.argv[1:],
-        "suite": preset.suite,
-        "preset": preset.name,
-    }
-    todo, stored = [], 0
-    try:
-        with TaskResults(store, meta=meta, device=args.device) as results:
-            for s in skipped:
-                print(f"skipped {s.label}: {s.reason}", flush=True)
-                for seed in args.seeds or preset.grid.seeds:
-                    results.save_skipped(
-                        identity(preset, s.label, seed),
-                        skipped_key(preset, s.label, seed),
-                        s.reason,
-                    )
-            for spec in runs:
-                if not args.force and results.has_run(
-                    spec.key(), identity(preset, spec.variant.label, spec.seed)
-                ):
-                    print(
-                        f"{spec.variant.label} seed {spec.seed}: already in the store "
-                        "(use --force to train again)",
-                        flush=True,
-                    )
-                else:
-                    todo.append(spec)
-            finished = 0
-
-            def report(spec, outcome) -> None:
-                nonlocal finished
-                finished += 1
-                if outcome.ok:
-                    text = _summary(outcome.value)
-                else:
-                    text = f"{'oom' if outcome.oom else 'error'} (stored): {outcome.error}"
-                print(
-                    f"[{finished}/{len(todo)}] {spec.variant.label} seed {spec.seed}: {text}",
-                    flush=True,
-                )
-
-            try:
-                train_runs(
-                    todo,
-                    results,
-                    executor,
-                    device=args.device,
-                    threads=args.threads,
-                    progress=not args.quiet,
-                    on_done=report,
-                )
-            except KeyboardInterrupt:
-                stored = results.stored({run_key(spec) for spec in todo})
-                raise
-            stored = len(todo)  # every run is stored; Ctrl-C may still come while the run is closed
-    except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted: {stored} of {len(todo)} training run(s) finished and stored in "
-            f"{store} (run marked interrupted); rerun the same command to train only the "
-            "missing ones"
-            if stored
-            else "interrupted before any training run finished; nothing new was stored"
-        ) from None
-    if args.cost and runs:
-        _measure_cost(runs, store, args, executor)
-    return preset
-
-
-def _measure_cost(runs, store: str, args: argparse.Namespace, executor: Executor) -> None:
-    """Time and peak memory of a training step of each trained model, as bench rows."""
-    from ..measure.runner import MeasureSettings
-    from ..store import ResultStore
-    from ..sweep import run_sweep
-    from ..tasks.cost import cost_cases
-
-    cases = cost_cases(runs, device=args.device)
-    settings = MeasureSettings(metrics=("time", "memory"), threads=torch.get_num_threads())
-    print(f"measuring the training-step cost of {len(cases)} model(s)", flush=True)
-    with ResultStore(store) as results:
-        run_sweep(
-            cases,
-            results,
-            settings=settings,
-            progress=not args.quiet,
-            meta={"command": " ".join(["zoo", *sys.argv[1:]])},
+    with executor_from_args(args) as executor:
+        return train_task(
+            request,
+            args.store,
             executor=executor,
+            policy=policy,
+            progress=not args.quiet,
+            say=say,
+            meta={"command": "zoo task", "argv": sys.argv[1:]},
         )
 
 
-def _summary(outcome) -> str:
-    r = outcome.result
-    target = round(outcome.spec.preset.train.target_accuracy * 100)
-    reached = (
-        f"{target}% at step {r.steps_to_target}" if r.steps_to_target else f"{target}% not reached"
-    )
-    evals = ", ".join(f"{k} {100 * v.accuracy:.1f}%" for k, v in outcome.evals.items())
-    text = (
-        f"{reached}; final {100 * r.final_accuracy:.1f}% after {r.steps} steps "
-        f"({r.wall_time_s:.0f} s)"
-    )
-    return text + (f"; eval {evals}" if evals else "")
+def _tuple(values: list | None) -> tuple | None:
+    return None if values is None else tuple(values)
 
 
 def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:

@@ -1,5 +1,5 @@
 """Checks the `zoo` subcommands share, all run before any work starts: argparse types for numbers
-and lists, devices, the results store and output paths, and flags that conflict or do nothing.
+and lists, devices, output paths, and flags that conflict or do nothing.
 Each failure is a one-line message saying what is wrong and what would work."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnavailableError, UsageError, did_you_mean
-from ..store import StoreError
+from ..paths import require_folder
 
 # ---- argparse types: each raises ArgumentTypeError, which the parser turns into one line --------
 
@@ -165,32 +165,7 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-# ---- the results store and output paths ----------------------------------------------------------
-
-
-def store_path(path: str | None, default: str) -> Path:
-    """The store a command writes to. The default's folder is created; a given path's folder must
-    exist (a mistyped folder is an error, not a new folder)."""
-    if path is None:
-        return Path(default)
-    out = Path(path)
-    if out.exists() and out.is_dir():
-        raise StoreError(f"--store {path} is a folder; give a file such as {out / 'zoo.sqlite'}")
-    _require_folder(out.parent, f"--store {path}")
-    return out
-
-
-def open_store_for_writing(path: str | None, default: str) -> Any:
-    """A ResultStore this process can write to, checked before anything is measured or trained."""
-    from ..store import ResultStore
-
-    store = ResultStore(store_path(path, default))
-    try:
-        store.check_writable()
-    except StoreError:
-        store.close()
-        raise
-    return store
+# ---- output paths ----------------------------------------------------------
 
 
 def check_output_file(path: str, flag: str) -> Path:
@@ -198,7 +173,7 @@ def check_output_file(path: str, flag: str) -> Path:
     out = Path(path)
     if out.is_dir():
         raise UsageError(f"{flag} {path} is a folder; give a file name such as {out / 'out.csv'}")
-    _require_folder(out.parent, f"{flag} {path}")
+    require_folder(out.parent, f"{flag} {path}")
     _probe_writable(out.parent, f"{flag} {path}")
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"{flag} {path}: the file is not writable")
@@ -213,24 +188,12 @@ def check_output_folder(path: str, flag: str, *, default: bool) -> Path:
         raise UsageError(f"{flag} {path} is a file; give a folder (it will be created)")
     if not out.exists():
         if not default:
-            _require_folder(out.parent, f"{flag} {path}")
+            require_folder(out.parent, f"{flag} {path}")
         probe = next((p for p in [out, *out.parents] if p.exists()), Path.cwd())
     else:
         probe = out
     _probe_writable(probe, f"{flag} {path}")
     return out
-
-
-def _require_folder(folder: Path, what: str) -> None:
-    folder = folder if str(folder) else Path(".")
-    if folder.is_dir():
-        return
-    parent = folder.parent if folder.parent.is_dir() else None
-    siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent else []
-    raise UsageError(
-        f"{what}: folder {folder} does not exist; create it first or fix the path"
-        + did_you_mean(folder.name, siblings)
-    )
 
 
 def _probe_writable(folder: Path, what: str) -> None:

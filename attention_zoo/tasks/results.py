@@ -1,7 +1,8 @@
 """Task results in the shared results store (attention_zoo.store): the one place that talks to it.
 
 One `zoo task` invocation is a store run of kind "task"; each training run (RunSpec) is a case whose
-key is the hash of its full identity, so an identical run already stored is not trained again.
+key is the hash of its full identity, so an identical run already stored is not trained again
+(engine.RUN_RULE).
 Tidy rows (task, preset, backend, length, seed, metric, value, eval) go in and come back out; the
 evaluation override is kept in the metric name ("accuracy@lsh-8"; "accuracy" = as trained).
 """
@@ -15,7 +16,7 @@ from ..measure.cases import case_key
 from ..measure.env import Environment
 from ..measure.metrics import metric_spec
 from ..measure.status import OK, SKIPPED
-from ..store import ResultStore, StoreError
+from ..store import ResultStore, open_store
 
 KIND = "task"
 TRAINED = "trained"
@@ -36,110 +37,60 @@ def decode_metric(name: str) -> tuple[str, str]:
     return metric, evaluation or TRAINED
 
 
-class TaskResults:
-    """Writes one `zoo task` invocation's runs into a store; reads every stored task run."""
+def save_trained(
+    store: ResultStore,
+    run_id: str,
+    spec_key: dict[str, Any],
+    rows: list[dict[str, Any]],
+    curves: dict[str, Any] | None = None,
+    *,
+    environment: Environment | None = None,
+) -> str:
+    """Commit one finished run's tidy rows (all share one identity) to `run_id`.
 
-    def __init__(
-        self, path: str | Path, *, meta: dict[str, Any] | None = None, device: str = "cpu"
-    ) -> None:
-        self.store = ResultStore(path)
-        try:
-            self.store.check_writable()  # before any model is trained
-        except StoreError:
-            self.store.close()
-            raise
-        self.meta, self.device = meta or {}, device
-        self._run_id: str | None = None
+    curves (loss and eval curves) are kept in the stored config under "curves", outside the
+    case identity, so a re-run of the same spec is still recognised. environment: of the
+    process that trained it (None: the run's).
+    """
+    config = case_config(rows[0], spec_key)
+    values = [
+        (encode_metric(r["metric"], r["eval"]), r["value"], metric_spec(r["metric"]).unit)
+        for r in rows
+    ]
+    stored = {**config, "curves": curves} if curves else config
+    return store.add_rows(
+        run_id, case_key(config), stored, values, status=OK, environment=environment
+    )
 
-    def __enter__(self) -> TaskResults:
-        return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        """The run is finished when the block ends normally, marked interrupted on Ctrl-C, also
-        one that arrives while the run is being marked finished."""
-        try:
-            if self._run_id is not None:
-                if exc_type is None:
-                    try:
-                        self.store.finish_run(self._run_id)
-                    except KeyboardInterrupt:
-                        self.store.mark_interrupted(self._run_id)
-                        raise
-                elif issubclass(exc_type, KeyboardInterrupt):
-                    self.store.mark_interrupted(self._run_id)
-        finally:
-            self.store.close()
+def save_failed(
+    store: ResultStore,
+    run_id: str,
+    identity: dict[str, Any],
+    spec_key: dict[str, Any],
+    *,
+    status: str,
+    error: str,
+    environment: Environment | None = None,
+) -> str:
+    """Record a run that failed (error) or ran out of memory (oom), with the reason; the next
+    invocation trains it again (engine.RUN_RULE)."""
+    config = case_config(identity, spec_key)
+    return store.add_rows(
+        run_id, case_key(config), config, [], status=status, error=error, environment=environment
+    )
 
-    def stored(self, keys: set[str]) -> int:
-        """How many of these case keys this invocation's run holds."""
-        return len(self.store.completed_cases(self._run_id) & keys) if self._run_id else 0
 
-    @property
-    def run_id(self) -> str:
-        if self._run_id is None:
-            self._run_id = self.store.start_run(kind=KIND, device=self.device, meta=self.meta)
-        return self._run_id
-
-    def has_run(self, spec_key: dict[str, Any], identity: dict[str, Any], status: str = OK) -> bool:
-        """True when a case with this identity and status is stored (in any earlier invocation)."""
-        key = case_key(case_config(identity, spec_key))
-        return any(c["case_key"] == key and c["status"] == status for c in self.store.cases())
-
-    def save(
-        self,
-        spec_key: dict[str, Any],
-        rows: list[dict[str, Any]],
-        curves: dict[str, Any] | None = None,
-        *,
-        environment: Environment | None = None,
-    ) -> str:
-        """Commit one finished run's tidy rows (all share one identity).
-
-        curves (loss and eval curves) are kept in the stored config under "curves", outside the
-        case identity, so a re-run of the same spec is still recognised. environment: of the
-        process that trained it (None: this one's).
-        """
-        config = case_config(rows[0], spec_key)
-        key = case_key(config)
-        values = [
-            (encode_metric(r["metric"], r["eval"]), r["value"], metric_spec(r["metric"]).unit)
-            for r in rows
-        ]
-        stored = {**config, "curves": curves} if curves else config
-        return self.store.add_rows(
-            self.run_id, key, stored, values, status=OK, environment=environment
-        )
-
-    def save_failed(
-        self,
-        identity: dict[str, Any],
-        spec_key: dict[str, Any],
-        *,
-        status: str,
-        error: str,
-        environment: Environment | None = None,
-    ) -> str:
-        """Record a run that failed (error) or ran out of memory (oom), with the reason; the next
-        invocation trains it again (only ok runs count as done)."""
-        config = case_config(identity, spec_key)
-        return self.store.add_rows(
-            self.run_id,
-            case_key(config),
-            config,
-            [],
-            status=status,
-            error=error,
-            environment=environment,
-        )
-
-    def save_skipped(self, identity: dict[str, Any], spec_key: dict[str, Any], reason: str) -> str:
-        """Record a grid entry that could not run here, with its reason (once per store)."""
-        config = case_config(identity, spec_key)
-        if self.has_run(spec_key, identity, status=SKIPPED):
-            return case_key(config)
-        return self.store.add_rows(
-            self.run_id, case_key(config), config, [], status=SKIPPED, error=reason
-        )
+def save_skipped(
+    store: ResultStore,
+    run_id: str,
+    identity: dict[str, Any],
+    spec_key: dict[str, Any],
+    reason: str,
+) -> str:
+    """Record a grid entry that could not run here, with its reason."""
+    config = case_config(identity, spec_key)
+    return store.add_rows(run_id, case_key(config), config, [], status=SKIPPED, error=reason)
 
 
 def stored_rows(
@@ -176,5 +127,5 @@ def load_rows(
     """Tidy rows of the stored task runs at `path` (an empty list when there is no store)."""
     if not Path(path).exists():
         return []
-    with ResultStore(path, create=False) as store:
+    with open_store(path, write=False) as store:
         return stored_rows(store, task=task, preset=preset)

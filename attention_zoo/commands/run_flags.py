@@ -1,0 +1,36 @@
+"""--run-id, --resume and --force: one meaning on every command that runs jobs (engine.RUN_RULE)."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+from ..engine import RUN_RULE, RunPolicy
+
+
+def add_run_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The three flags, with the same help everywhere."""
+    parser.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="name of the run; an existing one is continued (the jobs it holds are not run again)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the latest run of the same jobs (an interrupted one): only the missing "
+        "jobs run",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="run every job again, also those the store holds"
+    )
+
+
+def run_rule_text() -> str:
+    """RUN_RULE for an epilog, wrapped to the width of the examples."""
+    return "\n".join(textwrap.wrap(RUN_RULE, width=96))
+
+
+def policy_from_args(args: argparse.Namespace) -> RunPolicy:
+    """The run policy the flags ask for; conflicting flags are a one-line UsageError."""
+    return RunPolicy(run_id=args.run_id, resume=args.resume, force=args.force)

@@ -1,0 +1,197 @@
+"""The one run pipeline: bench cases and training runs are jobs of a plan, run by one executor
+interface into one store run, case by case, under one resume rule (RUN_RULE).
+
+A plan (sweep.BenchPlan, tasks.driver.TrainPlan) names its units by case key, turns the units
+still to do into executor jobs, and stores each outcome; `run_plan` does the rest for every plan:
+which run to continue, what not to run again, progress, finishing the run, and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .errors import Interrupted, UsageError
+from .executors import Executor, Job, LocalExecutor, Outcome
+from .executors.progress import CaseProgress
+from .measure.env import Environment
+from .measure.load import Load
+from .measure.status import ERROR, OOM, STATUSES
+from .store import ResultStore
+
+RUN_RULE = (
+    "Each invocation writes one run of the store. A job (a bench case, a training run) is not "
+    "run again when the run it continues holds it: --run-id ID continues run ID (or starts it "
+    "under that name), --resume the latest run of the same jobs. A training run is also not "
+    "trained again when any earlier run stored it (same model, same seed); a bench case is "
+    "measured anew unless its run is continued (a time belongs to the machine's state now). "
+    "A job stored as error or oom is run again; --force runs every job again."
+)
+RETRIED = frozenset({ERROR, OOM})  # a failure that may not recur: run again
+DONE = frozenset(STATUSES) - RETRIED  # what a job did is known: not run again
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPolicy:
+    """Which run an invocation continues and what it runs again (RUN_RULE); the same flags on
+    every command that runs jobs."""
+
+    run_id: str | None = None  # continue (or name) this run
+    resume: bool = False  # continue the latest run of the same jobs
+    force: bool = False  # run every job again
+
+    def __post_init__(self) -> None:
+        if self.resume and self.run_id is not None:
+            raise UsageError(
+                "--resume and --run-id cannot be combined: --resume continues the latest run of "
+                "the same jobs, --run-id the run it names"
+            )
+        if self.resume and self.force:
+            raise UsageError(
+                "--resume and --force cannot be combined: --resume runs only the missing jobs, "
+                "--force every job again"
+            )
+
+
+class Stored(NamedTuple):
+    """One unit a plan stored: its case key, what progress calls it, its status."""
+
+    key: str
+    label: str
+    status: str
+
+
+class Plan:
+    """What `run_plan` runs: units named by case key, the executor jobs for those still to do,
+    and how an outcome is stored. Subclasses set `kind` (the store run's kind), `desc` (the
+    progress bar's name) and `reuse_stored` (RUN_RULE: True when a unit stored by any earlier
+    run of the kind is as good as one run now)."""
+
+    kind: str = ""
+    desc: str = ""
+    reuse_stored: bool = False
+
+    def keys(self) -> list[str]:
+        """Every unit's case key, in order."""
+        raise NotImplementedError
+
+    def jobs(self, todo: Sequence[str]) -> list[Job]:
+        """Executor jobs running the units of `todo` that run (a job may run several units; its
+        key is the first one's); units stored by `begin` have none."""
+        raise NotImplementedError
+
+    def save(self, store: ResultStore, run_id: str, outcome: Outcome) -> list[Stored]:
+        """Store a finished job's units (a failed job: each as error, or oom)."""
+        raise NotImplementedError
+
+    def reused(self, keys: Sequence[str]) -> None:
+        """Told which units are not run again (RUN_RULE), before anything runs."""
+
+    def begin(self, store: ResultStore, run_id: str, todo: set[str]) -> list[Stored]:
+        """Store the units of `todo` known without running (e.g. a variant unavailable here).
+        Called once the run is known, before any job runs."""
+        return []
+
+
+def fingerprint(keys: Iterable[str]) -> str:
+    """Identity of a set of units (order-independent): --resume looks runs up by it."""
+    return hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()[:16]
+
+
+@dataclass
+class RunResult:
+    """What one `run_plan` call did."""
+
+    run_id: str | None  # None: nothing to do and no run continued, so no run was started
+    statuses: dict[str, str] = field(default_factory=dict)  # case key -> status, stored now
+    skipped: list[str] = field(default_factory=list)  # keys not run again (RUN_RULE)
+    total: int = 0
+    load_end: Load | None = None  # the machine's load when the run finished (None: not now)
+
+
+class RunInterrupted(Interrupted):
+    """Ctrl-C while a plan ran: what finished is stored, the run marked interrupted."""
+
+    def __init__(self, run_id: str, *, held: int, stored_now: int, todo: int) -> None:
+        super().__init__(f"interrupted: {held} cases stored in run {run_id}")
+        self.run_id, self.stored = run_id, held  # units of the plan the run holds
+        self.stored_now, self.todo = stored_now, todo  # of the units this invocation had to do
+
+
+def run_plan(
+    plan: Plan,
+    store: ResultStore,
+    *,
+    policy: RunPolicy = RunPolicy(),
+    executor: Executor | None = None,
+    device: str = "cpu",
+    environment: Environment | None = None,
+    meta: dict[str, Any] | None = None,
+    load_start: Load | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Run `plan`'s units that RUN_RULE does not skip, through `executor` (default: this
+    process; the caller closes it), storing each outcome as it finishes: only this process
+    writes the store. The run is finished once every unit is stored; Ctrl-C marks it
+    interrupted and raises RunInterrupted."""
+    executor = executor or LocalExecutor()
+    keys = plan.keys()
+    executor.prepare(plan.jobs(keys))  # a bad cluster fails here, before the store is touched
+    identity = fingerprint(keys)
+    run_id = policy.run_id
+    if policy.resume:
+        run_id = store.latest_run(kind=plan.kind, fingerprint=identity)
+    skip: set[str] = set()
+    if not policy.force:
+        if run_id is not None:
+            skip |= store.held_cases(statuses=DONE, run_id=run_id)
+        if plan.reuse_stored:
+            skip |= store.held_cases(statuses=DONE, kind=plan.kind)
+    todo = [k for k in keys if k not in skip]
+    skipped = [k for k in keys if k in skip]
+    plan.reused(skipped)
+    if not todo and run_id is None:
+        return RunResult(run_id=None, skipped=skipped, total=len(keys))
+    run_id = store.start_run(
+        kind=plan.kind,
+        run_id=run_id,
+        fingerprint=identity,
+        device=device,
+        environment=environment,
+        meta={**(meta or {}), "executor": executor.name},
+        load=load_start,
+    )
+    finished = store.run(run_id)["finished_at"] is not None
+    result = RunResult(run_id=run_id, skipped=skipped, total=len(keys))
+    bar = CaseProgress(len(keys), len(skipped), desc=plan.desc, enabled=progress)
+    try:
+        stored = plan.begin(store, run_id, set(todo))
+        for unit in stored:
+            bar.finished(unit.status, unit.label)
+        with closing(executor.run(plan.jobs(todo), on_start=bar.started)) as outcomes:
+            for outcome in outcomes:  # in the order they finish
+                for unit in plan.save(store, run_id, outcome):
+                    result.statuses[unit.key] = unit.status
+                    bar.finished(unit.status, unit.label)
+        bar.close()
+        for unit in stored:
+            result.statuses[unit.key] = unit.status
+        complete = set(todo) <= store.completed_cases(run_id)
+        if complete and (todo or not finished):  # a finished run that ran nothing keeps its end
+            result.load_end = store.finish_run(run_id)  # Ctrl-C here: interrupted
+    except KeyboardInterrupt:
+        store.mark_interrupted(run_id)
+        held = len(store.completed_cases(run_id) & set(keys))
+        now = len(store.completed_cases(run_id) & set(todo))
+        raise RunInterrupted(run_id, held=held, stored_now=now, todo=len(todo)) from None
+    finally:
+        bar.close()
+    return result
+
+
+def failed_status(outcome: Outcome) -> str:
+    """The status of a job that failed outside its own error handling (its worker died)."""
+    return OOM if outcome.oom else ERROR
