@@ -12,8 +12,8 @@ import torch
 from attention_zoo.cli import main
 from attention_zoo.config import ReformerConfig
 from attention_zoo.errors import ConfigError, UnknownNameError
-from attention_zoo.store import ResultStore
-from attention_zoo.tasks.results import TaskResults, load_rows
+from attention_zoo.store import ResultStore, case_key
+from attention_zoo.tasks.results import KIND, case_config, load_rows, save_trained
 from attention_zoo.tasks.runner import eval_variants, plan_runs, train_variants
 from attention_zoo.tasks.suite import REQUIRED, find_suite, load_task_preset
 from attention_zoo.tasks.table2 import build_table2, format_table2
@@ -152,9 +152,11 @@ def test_table2_pivot_mean_spread_and_order() -> None:
 def test_results_round_trip_through_the_store(tmp_path: Path) -> None:
     path = tmp_path / "zoo.sqlite"
     rows = _rows("shared-qk", 0, {"trained": 1.0, "lsh-4": 0.9}, None)
-    with TaskResults(path) as results:
-        results.save({"spec": 1}, rows, {"loss": [[10, 2.5]]})
-        assert results.has_run({"spec": 1}, rows[0]) and not results.has_run({"spec": 2}, rows[0])
+    with ResultStore(path) as store:
+        run_id = store.start_run(kind=KIND)
+        key = save_trained(store, run_id, {"spec": 1}, rows, {"loss": [[10, 2.5]]})
+        assert key == case_key(case_config(rows[0], {"spec": 1}))
+        assert store.held_cases(statuses={"ok"}, kind=KIND) == {key}
     back = load_rows(path, task="duplication")
 
     def key(r):

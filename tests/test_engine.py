@@ -1,0 +1,159 @@
+"""The one run pipeline: --resume, --run-id and --force mean the same on `zoo bench` and `zoo task`
+(engine.RUN_RULE), and every command opens the store through one function with one set of
+messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from attention_zoo.cli import main
+from attention_zoo.engine import RUN_RULE
+from attention_zoo.measure import load
+from attention_zoo.measure import runner as measure_runner
+from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.runner import CaseResult
+from attention_zoo.store import ResultStore
+from attention_zoo.sweep import run_sweep
+
+BENCH = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict"]
+BENCH += ["--threads", "1", "--no-progress"]
+TASK = ["task", "duplication", "--preset", "smoke", "--backends", "full", "--seeds", "0"]
+TASK += ["--eval-hashes", "", "--quiet"]
+COMMANDS = {"bench": (BENCH, "bench"), "task": (TASK, "task")}  # argv, the store run's kind
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh folder, trainings that take no time (a stand-in outcome), torch threads restored."""
+    import attention_zoo.tasks.runner as runner
+    from attention_zoo.tasks.trainer import TrainResult
+
+    def trained(spec, *, device="cpu", on_step=None):
+        result = TrainResult(
+            steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
+            stopped="max_steps", wall_time_s=0.0,
+        )  # fmt: skip
+        return runner.RunOutcome(spec=spec, result=result, evals={})
+
+    monkeypatch.setattr(runner, "run_one", trained)
+    monkeypatch.setattr(load, "SAMPLE_S", 0.0)  # the load sampled at each run's start and end
+    # no collection after each case: these cases only predict, and this process's heap is large
+    monkeypatch.setattr(measure_runner, "gc", SimpleNamespace(collect=lambda: 0))
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    yield tmp_path
+    torch.set_num_threads(threads)
+
+
+def _zoo(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def _runs(kind: str) -> list[tuple[str, int]]:
+    """(run id, cases it holds) of every run of `kind`, oldest first."""
+    with ResultStore("results/zoo.sqlite", create=False) as store:
+        return [(r["run_id"], r["n_cases"]) for r in store.runs(kind=kind)]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_resume_run_id_and_force_mean_the_same_on_bench_and_task(
+    workdir: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    argv, kind = COMMANDS[command]
+    assert _zoo([*argv, "--run-id", "first"], capsys)[0] == 0
+    assert _runs(kind) == [("first", 1)]
+    # --resume continues the latest run of the same jobs; --run-id the one it names: nothing new
+    assert _zoo([*argv, "--resume"], capsys)[0] == 0
+    assert _zoo([*argv, "--run-id", "first"], capsys)[0] == 0
+    assert _runs(kind) == [("first", 1)]
+    # --force runs every job again, into a new run (or the one --run-id names)
+    assert _zoo([*argv, "--force"], capsys)[0] == 0
+    assert _zoo([*argv, "--force", "--run-id", "first"], capsys)[0] == 0
+    runs = _runs(kind)
+    assert len(runs) == 2 and runs[0] == ("first", 1) and runs[1][1] == 1
+    # the conflicting flags are refused the same way on both commands
+    for flags, text in (
+        (["--resume", "--run-id", "x"], "--resume and --run-id cannot be combined"),
+        (["--resume", "--force"], "--resume and --force cannot be combined"),
+    ):
+        code, err = _zoo([*argv, *flags], capsys)
+        assert code == 2 and text in err and len(err.splitlines()) == 1, err
+    assert len(_runs(kind)) == 2
+
+
+def test_without_flags_a_training_is_reused_and_a_measurement_is_taken_anew(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rule's one difference between the jobs: a training run stored by any earlier run is
+    the same model; a time belongs to the machine's state when it is taken."""
+    for argv, kind, runs_after_second in ((BENCH, "bench", 2), (TASK, "task", 1)):
+        assert _zoo(argv, capsys)[0] == 0 and _zoo(argv, capsys)[0] == 0
+        assert len(_runs(kind)) == runs_after_second  # no empty run when nothing was left to do
+
+
+def test_help_states_the_one_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    first_words = " ".join(RUN_RULE.split()[:8])
+    for command in ("bench", "task"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert first_words in text and "--force runs every job again" in text
+
+
+def test_a_failed_case_is_run_again_on_resume_a_finished_one_is_not(tmp_path: Path) -> None:
+    cases = [
+        BenchCase(target="attention", backend="full", seq_len=n, num_heads=1, head_dim=8)
+        for n in (8, 16)
+    ]
+    calls: list[int] = []
+
+    def flaky(case: BenchCase, settings) -> CaseResult:
+        calls.append(case.seq_len)
+        if case.seq_len == 16 and len(calls) <= 2:
+            raise RuntimeError("transient")
+        return CaseResult(case=case, status="ok", rows=[("flops", 1.0, "flop")])
+
+    with ResultStore(tmp_path / "zoo.sqlite") as store:
+        first = run_sweep(cases, store, measure=flaky, progress=False)
+        again = run_sweep(cases, store, measure=flaky, resume=True, progress=False)
+        statuses = {c["config"]["seq_len"]: c["status"] for c in store.cases(first.run_id)}
+    assert calls == [8, 16, 16] and again.run_id == first.run_id and again.already_done == 1
+    assert statuses == {8: "ok", 16: "ok"}
+
+
+STORE_COMMANDS = {
+    "bench": BENCH,
+    "task": TASK,
+    "results": ["results"],
+    "report": ["report"],
+}
+
+
+@pytest.mark.parametrize("bad", ["folder", "garbage"])
+def test_a_bad_store_gives_one_message_from_every_command(
+    workdir: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    pytest.importorskip("matplotlib")  # zoo report needs its extra before it opens the store
+    path = workdir / "store"
+    if bad == "folder":
+        path.mkdir()
+    else:
+        path.write_text("not a database\n" * 100)
+    lines = {}
+    for name, argv in STORE_COMMANDS.items():
+        code, err = _zoo([*argv, "--store", str(path)], capsys)
+        assert code == 2 and len(err.splitlines()) == 1, (name, err)
+        prefix = f"zoo {name}: error: "
+        assert err.startswith(prefix), err
+        lines[name] = err.removeprefix(prefix).strip()
+    assert len(set(lines.values())) == 1, lines
+    (line,) = set(lines.values())
+    assert (
+        "is a folder; give a file such as" if bad == "folder" else "not an attention-zoo"
+    ) in line
