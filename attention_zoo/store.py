@@ -2,14 +2,14 @@
 
 API (everything a writer needs; benchmarks and tasks share it):
 
-    from attention_zoo import ResultStore
-    with ResultStore("results/zoo.sqlite") as store:                # created if missing
+    from attention_zoo.store import open_store
+    with open_store("results/zoo.sqlite", write=True) as store:    # checked, created if missing
         run_id = store.start_run(kind="task", device="cpu")        # environment captured here
         store.add_rows(run_id, case_key, case_config,              # case_key: any str, or
                        [("accuracy", 0.97, "fraction"),            #   case_key(case_config)
                         ("steps_to_target", 420, "steps")],
                        status="ok")                                # ok | oom | error | skipped
-        store.completed_cases(run_id)                              # -> {case_key, ...} (resume)
+        store.completed_cases(run_id)                              # -> {case_key, ...}
         store.finish_run(run_id)                                   # or mark_interrupted(run_id)
         store.rows(run_id=..., metric=...)                         # -> list of dicts
         store.to_dataframe(); store.export_csv("out.csv")

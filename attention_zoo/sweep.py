@@ -1,12 +1,12 @@
 """Sweeps: a grid (backends x lengths x batches x options x modes ...) expanded into cases, measured
-one by one into the results store, crash-safe and resumable.
+one by one into the results store by the run engine (engine.run_plan), crash-safe and resumable.
 
 Each case is committed to the store as soon as it is measured, so an interrupted sweep loses at
 most the case in flight; re-running with `resume=True` (or the same run id) measures only the
-cases the store lacks. A case that fails is stored with status `error` and its message, an
-out-of-memory case with status `oom` (CPU: a case predicted to exceed the memory limit is not run
-at all; in a subprocess an address-space limit turns a runaway allocation into an error), and the
-sweep goes on.
+cases the store lacks (engine.RUN_RULE). A case that fails is stored with status `error` and its
+message, an out-of-memory case with status `oom` (CPU: a case predicted to exceed the memory limit
+is not run at all; in a subprocess an address-space limit turns a runaway allocation into an
+error), and the sweep goes on.
 """
 
 from __future__ import annotations

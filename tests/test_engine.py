@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from attention_zoo.cli import main
-from attention_zoo.engine import RUN_RULE
+from attention_zoo.engine import RUN_RULE, RunPolicy
 from attention_zoo.measure import load
 from attention_zoo.measure import runner as measure_runner
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import CaseResult
-from attention_zoo.store import ResultStore
+from attention_zoo.store import ResultStore, open_store
 from attention_zoo.sweep import run_sweep
+from attention_zoo.tasks.driver import TaskRequest, train_task
 
 BENCH = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict"]
 BENCH += ["--threads", "1", "--no-progress"]
@@ -157,3 +158,18 @@ def test_a_bad_store_gives_one_message_from_every_command(
     assert (
         "is a folder; give a file such as" if bad == "folder" else "not an attention-zoo"
     ) in line
+
+
+def test_train_task_is_the_function_behind_zoo_task(workdir: Path) -> None:
+    """What `zoo task` runs, callable with an open store (as `zoo reproduce` needs it)."""
+    request = TaskRequest(
+        run_spec="duplication", preset="smoke", backends=("full",), seeds=(0,), eval_hashes=()
+    )
+    lines: list[str] = []
+    with open_store(None, write=True) as store:
+        train_task(request, store, progress=False, say=lines.append)
+        train_task(request, store, progress=False, say=lines.append)
+        train_task(request, store, policy=RunPolicy(force=True), progress=False, say=lines.append)
+    trained = [line for line in lines if line.startswith("[1/1] full seed 0:")]
+    assert len(trained) == 2 and sum("already in the store" in line for line in lines) == 1
+    assert len(_runs("task")) == 2

@@ -8,8 +8,13 @@ import textwrap
 from ..engine import RUN_RULE, RunPolicy
 
 
-def add_run_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """The three flags, with the same help everywhere."""
+def add_run_args(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    force_aliases: tuple[str, ...] = (),
+) -> None:
+    """The three flags, with the same help everywhere; force_aliases: older names of --force
+    that keep working (e.g. "--fresh")."""
     parser.add_argument(
         "--run-id",
         metavar="ID",
@@ -22,7 +27,11 @@ def add_run_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
         "jobs run",
     )
     parser.add_argument(
-        "--force", action="store_true", help="run every job again, also those the store holds"
+        "--force",
+        *force_aliases,
+        dest="force",
+        action="store_true",
+        help="run every job again, also those the store holds",
     )
 
 
@@ -31,6 +40,8 @@ def run_rule_text() -> str:
     return "\n".join(textwrap.wrap(RUN_RULE, width=96))
 
 
-def policy_from_args(args: argparse.Namespace) -> RunPolicy:
-    """The run policy the flags ask for; conflicting flags are a one-line UsageError."""
-    return RunPolicy(run_id=args.run_id, resume=args.resume, force=args.force)
+def policy_from_args(args: argparse.Namespace, *, default: RunPolicy | None = None) -> RunPolicy:
+    """The run policy the flags ask for (none given: `default`, else RunPolicy()); conflicting
+    flags are a one-line UsageError."""
+    policy = RunPolicy(run_id=args.run_id, resume=args.resume, force=args.force)
+    return default if default is not None and policy == RunPolicy() else policy

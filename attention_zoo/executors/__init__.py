@@ -2,9 +2,9 @@
 (one Ray task per case on a cluster, or on a Ray runtime started on this machine).
 
 Commands add the same flags with `add_executor_args(parser)`, build the executor with
-`executor_from_args(args)` and hold it open with `with executor:` while `run_sweep(...,
-executor=...)` and the task driver use it; `executor_argv(args)` passes the same flags on to a
-command run from inside another.
+`executor_from_args(args)` and hold it open with `with executor:` while the run engine
+(engine.run_plan: bench sweeps and task trainings alike) uses it; `executor_argv(args)` passes
+the same flags on to a command run from inside another.
 """
 
 from __future__ import annotations
