@@ -138,7 +138,7 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
     counts = {t: len(rows) for t, (_, rows) in tables.items()}
     if not sum(counts.values()):
         raise StoreError(f"no row of {path} can be read; nothing was written")
-    with open_store(dest, write=True) as store:
+    with open_store(dest, write=True, flag="--recover") as store:
         store.import_rows(tables)
         cases = {(r["run_id"], r["case_key"]) for r in store.cases()}
     columns, rows = tables.get("results", ([], []))

@@ -623,14 +623,15 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
-def open_store(path: str | Path | None, *, write: bool) -> ResultStore:
+def open_store(path: str | Path | None, *, write: bool, flag: str = "--store") -> ResultStore:
     """The results store a command reads or writes, with every check and message in one place:
     None is DEFAULT_STORE (its folder created when writing); a given path to write must be in
     an existing folder (a mistyped folder is an error, not a new folder) and writable, checked
-    before anything is measured or trained; a store to read must exist."""
+    before anything is measured or trained; a store to read must exist. flag: the option that
+    gave the path, as messages name it."""
     where = Path(DEFAULT_STORE if path is None else path)
     if write and path is not None and not where.is_dir():
-        require_folder(where.parent, f"--store {path}")
+        require_folder(where.parent, f"{flag} {path}")
     store = ResultStore(where, create=write)
     if write:
         try:

@@ -19,7 +19,9 @@ from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import CaseResult
 from attention_zoo.store import ResultStore, open_store
 from attention_zoo.sweep import run_sweep
+from attention_zoo.tasks import runner
 from attention_zoo.tasks.driver import TaskRequest, train_task
+from attention_zoo.tasks.trainer import TrainResult
 
 BENCH = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict"]
 BENCH += ["--threads", "1", "--no-progress"]
@@ -31,8 +33,6 @@ COMMANDS = {"bench": (BENCH, "bench"), "task": (TASK, "task")}  # argv, the stor
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh folder, trainings that take no time (a stand-in outcome), torch threads restored."""
-    import attention_zoo.tasks.runner as runner
-    from attention_zoo.tasks.trainer import TrainResult
 
     def trained(spec, *, device="cpu", on_step=None):
         result = TrainResult(
