@@ -144,6 +144,11 @@ def run_plan(
     run_id = policy.run_id
     if policy.resume:
         run_id = store.latest_run(kind=plan.kind, fingerprint=identity)
+    elif run_id is not None and (run := store.run(run_id)) and run["kind"] != plan.kind:
+        raise UsageError(
+            f"--run-id {run_id}: that run holds {run['kind']} jobs, not {plan.kind} jobs; "
+            "give another name, or leave --run-id out for a new run"
+        )
     skip: set[str] = set()
     if not policy.force:
         if run_id is not None:

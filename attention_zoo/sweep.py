@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .attention.spec import get_backend, list_backends
-from .engine import Plan, RunInterrupted, RunPolicy, Stored, failed_status, fingerprint, run_plan
+from .engine import Plan, RunPolicy, Stored, failed_status, fingerprint, run_plan
 from .errors import ConfigError
 from .executors import Executor, Job, Outcome
 from .measure.cases import MODES, TARGETS, BenchCase, comparison_key
@@ -297,9 +297,6 @@ def case_job(
         device=case.device,
         threads=settings.threads,
     )
-
-
-SweepInterrupted = RunInterrupted  # Ctrl-C during a sweep (the engine's, for every plan)
 
 
 class BenchPlan(Plan):

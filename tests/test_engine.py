@@ -173,3 +173,12 @@ def test_train_task_is_the_function_behind_zoo_task(workdir: Path) -> None:
     trained = [line for line in lines if line.startswith("[1/1] full seed 0:")]
     assert len(trained) == 2 and sum("already in the store" in line for line in lines) == 1
     assert len(_runs("task")) == 2
+
+
+def test_run_id_of_another_kind_of_run_is_refused(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _zoo([*TASK, "--run-id", "mine"], capsys)[0] == 0
+    code, err = _zoo([*BENCH, "--run-id", "mine"], capsys)
+    assert code == 2 and "--run-id mine: that run holds task jobs, not bench jobs" in err, err
+    assert _runs("bench") == []

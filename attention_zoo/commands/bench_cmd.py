@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from ..engine import RunInterrupted
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
 from ..measure.cases import DTYPES, MODES
@@ -22,7 +23,7 @@ from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE, open_store
-from ..sweep import AUTO, SweepGrid, SweepInterrupted, run_sweep
+from ..sweep import AUTO, SweepGrid, run_sweep
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
@@ -356,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
                 executor=executor,
                 load_start=load_start,
             )
-        except SweepInterrupted as stop:
+        except RunInterrupted as stop:
             raise Interrupted(
                 f"interrupted: {stop.stored} of {len(cases)} cases are stored in run "
                 f"{stop.run_id} (marked interrupted); rerun the same command with --resume "
