@@ -115,10 +115,9 @@ class RunResult:
 class RunInterrupted(Interrupted):
     """Ctrl-C while a plan ran: what finished is stored, the run marked interrupted."""
 
-    def __init__(self, run_id: str, *, held: int, stored_now: int, todo: int) -> None:
-        super().__init__(f"interrupted: {held} cases stored in run {run_id}")
-        self.run_id, self.stored = run_id, held  # units of the plan the run holds
-        self.stored_now, self.todo = stored_now, todo  # of the units this invocation had to do
+    def __init__(self, run_id: str, stored: int) -> None:
+        super().__init__(f"interrupted: {stored} cases stored in run {run_id}")
+        self.run_id, self.stored = run_id, stored  # the plan's units the run holds
 
 
 def run_plan(
@@ -173,8 +172,8 @@ def run_plan(
     result = RunResult(run_id=run_id, skipped=skipped, total=len(keys))
     bar = CaseProgress(len(keys), len(skipped), desc=plan.desc, enabled=progress)
     try:
-        stored = plan.begin(store, run_id, set(todo))
-        for unit in stored:
+        known = plan.begin(store, run_id, set(todo))
+        for unit in known:
             bar.finished(unit.status, unit.label)
         with closing(executor.run(plan.jobs(todo), on_start=bar.started)) as outcomes:
             for outcome in outcomes:  # in the order they finish
@@ -182,16 +181,15 @@ def run_plan(
                     result.statuses[unit.key] = unit.status
                     bar.finished(unit.status, unit.label)
         bar.close()
-        for unit in stored:
+        for unit in known:
             result.statuses[unit.key] = unit.status
         complete = set(todo) <= store.completed_cases(run_id)
         if complete and (todo or not finished):  # a finished run that ran nothing keeps its end
             result.load_end = store.finish_run(run_id)  # Ctrl-C here: interrupted
     except KeyboardInterrupt:
         store.mark_interrupted(run_id)
-        held = len(store.completed_cases(run_id) & set(keys))
-        now = len(store.completed_cases(run_id) & set(todo))
-        raise RunInterrupted(run_id, held=held, stored_now=now, todo=len(todo)) from None
+        stored = len(store.completed_cases(run_id) & set(keys))
+        raise RunInterrupted(run_id, stored) from None
     finally:
         bar.close()
     return result
