@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_zoo import BackendSpec, Capabilities, Case, build_attention, get_backend
+from attention_zoo import BackendSpec, Capabilities, RunTarget, build_attention, get_backend
 from attention_zoo.attention import list_backends
 from attention_zoo.measure.validate import reference_backend_for
 
@@ -34,8 +34,8 @@ class Variant:
     def caps(self) -> Capabilities:
         return self.spec.caps_for(**self.options)
 
-    def unsupported(self, case: Case) -> str | None:
-        return self.spec.unsupported(case)
+    def unsupported(self, target: RunTarget) -> str | None:
+        return self.spec.unsupported(target)
 
     def defaults(self) -> dict[str, Any]:
         return self.spec.defaults()

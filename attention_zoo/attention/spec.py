@@ -54,8 +54,9 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
-class Case:
-    """One thing a caller wants to run: used to ask a backend whether it can."""
+class RunTarget:
+    """Where and how a caller wants a backend to run (device, dtype, causal): what
+    `BackendSpec.unsupported` is asked about before anything is built."""
 
     device: str = "cpu"
     dtype: str = "float32"
@@ -117,16 +118,16 @@ class BackendSpec:
             return f"{self.name!r} does not run on {device!r} (it runs on: {devices})"
         return None
 
-    def unsupported(self, case: Case) -> str | None:
-        """None when the backend can run `case`, else the reason to skip it."""
-        if reason := self.unavailable_reason(case.device):
+    def unsupported(self, target: RunTarget) -> str | None:
+        """None when the backend can run as `target` asks, else the reason to skip it."""
+        if reason := self.unavailable_reason(target.device):
             return reason
-        if case.dtype not in self.caps.dtypes:
+        if target.dtype not in self.caps.dtypes:
             dtypes = ", ".join(sorted(self.caps.dtypes))
-            return f"{self.name!r} does not support dtype {case.dtype} (supports: {dtypes})"
-        if case.causal and not self.caps.causal:
+            return f"{self.name!r} does not support dtype {target.dtype} (supports: {dtypes})"
+        if target.causal and not self.caps.causal:
             return f"{self.name!r} cannot run causally (bidirectional only)"
-        if not case.causal and not self.caps.non_causal:
+        if not target.causal and not self.caps.non_causal:
             return f"{self.name!r} only runs causally"
         return None
 
@@ -238,7 +239,7 @@ __all__ = [
     "BACKENDS",
     "BackendSpec",
     "Capabilities",
-    "Case",
+    "RunTarget",
     "build_attention",
     "causal_error",
     "default_device",

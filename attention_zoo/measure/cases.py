@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention.spec import Case, build_attention, get_backend
+from ..attention.spec import RunTarget, build_attention, get_backend
 from ..declarative import checked_dataclass
 from ..errors import ConfigError, UnavailableError
 from .peers import get_peer, is_peer
@@ -144,7 +144,7 @@ class BenchCase:
                     return reason
                 continue
             reason = get_backend(name).unsupported(
-                Case(device=torch.device(device).type, dtype=self.dtype, causal=self.causal)
+                RunTarget(device=torch.device(device).type, dtype=self.dtype, causal=self.causal)
             )
             if reason:
                 return reason

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..attention.spec import Case, build_attention, get_backend
+from ..attention.spec import RunTarget, build_attention, get_backend
 from .cases import DTYPES, BenchCase, Runnable
 from .peers import is_peer
 
@@ -147,7 +147,7 @@ def _check_dtypes(name: str, options: dict[str, Any], case: BenchCase) -> list[s
     device = torch.device(case.device).type
     out = []
     for dtype in dict.fromkeys((*CHECK_DTYPES, case.dtype)):
-        probe = Case(device=device, dtype=dtype, causal=case.causal)
+        probe = RunTarget(device=device, dtype=dtype, causal=case.causal)
         if dtype in dtypes and not spec.unsupported(probe):
             out.append(dtype)
     return out

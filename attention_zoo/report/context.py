@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.status import OK, STATUS_TEXT
+from ..measure.table import DEFAULT_REFERENCE
 from ..measure.trust import BUSY, UNSTABLE, time_trusted
 from .document import Heading, Para
 from .ledger import Ledger, Ref
@@ -26,7 +27,7 @@ class Context:
     tasks: Any  # selected task runs (frame.task_frame)
     runs: list[dict[str, Any]]
     out_dir: Path
-    reference: str = "sdpa"
+    reference: str = DEFAULT_REFERENCE
     earlier_runs: dict[str, int] = field(default_factory=dict)  # identity -> older runs not shown
     ledger: Ledger = field(default_factory=Ledger)
     plots: list[Path] = field(default_factory=list)
