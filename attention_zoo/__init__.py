@@ -23,10 +23,11 @@ from .errors import (
 from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
 from .registry import Registry
 from .store import ResultStore, StoreError
-
-__version__ = "0.1.0"
+from .tasks import TASKS  # importing the package registers every built-in before any plugin
+from .version import __version__
 
 __all__ = [
+    "TASKS",
     "AttentionCore",
     "BackendSpec",
     "Capabilities",
@@ -46,6 +47,7 @@ __all__ = [
     "UnavailableError",
     "UnknownNameError",
     "ZooError",
+    "__version__",
     "build_attention",
     "get_backend",
     "list_backends",

@@ -12,17 +12,36 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from .attention.spec import get_backend
-from .config import HF_BACKEND_OPTIONS, ReformerConfig
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: the config reads this module, not the reverse
+    from .config import ReformerConfig
 
 HF_ATTENTION = ("local", "lsh")  # the attention types HF's Reformer knows
 HF_SEMANTICS = {"semantics": "hf"}  # core option for transformers' LSH/local attention
+
+# Backend options the HF-named fields stand for: backend -> {option: config field}.
+HF_BACKEND_OPTIONS: dict[str, dict[str, str]] = {
+    "local": {
+        "chunk_length": "local_attn_chunk_length",
+        "num_chunks_before": "local_num_chunks_before",
+        "num_chunks_after": "local_num_chunks_after",
+    },
+    "lsh": {
+        "num_hashes": "num_hashes",
+        "num_buckets": "num_buckets",
+        "chunk_length": "lsh_attn_chunk_length",
+        "num_chunks_before": "lsh_num_chunks_before",
+        "num_chunks_after": "lsh_num_chunks_after",
+        "seed": "hash_seed",
+    },
+}
 
 # HF config fields that ReformerConfig has under the same name and meaning.
 SAME_FIELDS = (
@@ -57,8 +76,6 @@ SAME_FIELDS = (
     "pad_token_id",
     "vocab_size",
 )
-# Fields HF derives or checks: num_hidden_layers is len(attn_layers) in HF whatever the file says.
-CHECKED_FIELDS = ("num_hidden_layers", "model_type", "is_encoder_decoder")
 
 
 class HFConversionWarning(UserWarning):

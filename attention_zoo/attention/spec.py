@@ -220,8 +220,9 @@ def build_attention(
     return spec.cls(spec.make_config(**options), causal=causal)
 
 
-def _names_where(flag: str) -> str:
-    return ", ".join(s.name for s in BACKENDS if getattr(s.caps, flag))
+def backends_where(keep: Callable[[BackendSpec], bool]) -> list[str]:
+    """Names of the registered backends `keep` accepts, in registration order."""
+    return [s.name for s in BACKENDS if keep(s)]
 
 
 def causal_error(name: str, fix: str = "run it with causal=False") -> str:
@@ -229,7 +230,7 @@ def causal_error(name: str, fix: str = "run it with causal=False") -> str:
     how the caller turns causal off)."""
     return (
         f"backend {name!r} cannot run causally (it is bidirectional only); {fix}, "
-        f"or use a causal backend: {_names_where('causal')}"
+        f"or use a causal backend: {', '.join(backends_where(lambda s: s.caps.causal))}"
     )
 
 
@@ -240,6 +241,7 @@ __all__ = [
     "BackendSpec",
     "Capabilities",
     "RunTarget",
+    "backends_where",
     "build_attention",
     "causal_error",
     "default_device",

@@ -9,6 +9,8 @@ import sys
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..install import install_hint
 from ..measure.table import DEFAULT_REFERENCE
+from ..report import build_report
+from ..report.index import write_index
 from ..store import DEFAULT_STORE, ResultStore
 from .validate import check_output_file, check_output_folder
 
@@ -92,9 +94,6 @@ def require_report_extra() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import build_report
-    from ..report.index import write_index
-
     require_report_extra()
     args.out = str(check_output_folder(args.out or DEFAULT_OUT, "--out", default=args.out is None))
     if args.index:

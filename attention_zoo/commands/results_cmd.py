@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 from ..errors import UsageError, did_you_mean
 from ..measure.table import DEFAULT_REFERENCE, comparison_table, format_table, group_cases
 from ..recover import recover
-from ..store import DEFAULT_STORE, ResultStore, run_status
+from ..store import DEFAULT_STORE, EXPORT_COLUMNS, ResultStore, run_status
 from .validate import DeprecatedAlias, check_output_file, reject_together
 
 EXAMPLE = """examples:
@@ -140,11 +142,6 @@ def _recover(store: Path, dest: str) -> int:
 def _render(store: ResultStore, run_id: str | None, args: argparse.Namespace) -> str:
     rows = store.rows(run_id, metric=args.metric)
     if args.format == "csv":
-        import csv
-        import io
-
-        from ..store import EXPORT_COLUMNS
-
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(EXPORT_COLUMNS))
         writer.writeheader()

@@ -13,8 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import UnavailableError, UsageError, did_you_mean
-from ..store import StoreError
+from ..measure.units import parse_bytes
+from ..store import ResultStore, StoreError
 
 # ---- argparse types: each raises ArgumentTypeError, which the parser turns into one line --------
 
@@ -79,8 +82,6 @@ def names(text: str) -> list[str]:
 
 def size(text: str) -> int:
     """A memory size > 0: 8GiB, 8GB, 512MiB, or a bare number of GiB."""
-    from ..measure.units import parse_bytes
-
     try:
         value = parse_bytes(text)
     except ValueError as err:
@@ -119,8 +120,6 @@ def check_device(
         forms = ", ".join(a + (", cuda:N" if a == "cuda" else "") for a in allowed)
         raise UsageError(f"{flag} {device!r}: unknown device; use {forms}")
     if present and kind == "cuda":
-        import torch
-
         if not torch.cuda.is_available():
             why = (
                 "this torch build has no CUDA"
@@ -182,8 +181,6 @@ def store_path(path: str | None, default: str) -> Path:
 
 def open_store_for_writing(path: str | None, default: str) -> Any:
     """A ResultStore this process can write to, checked before anything is measured or trained."""
-    from ..store import ResultStore
-
     store = ResultStore(store_path(path, default))
     try:
         store.check_writable()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+from ..attention.lsh import auto_buckets
 from ..declarative import check_keys, field_names
 from ..errors import OptionError, UnknownNameError
 from ..registry import Registry
@@ -129,8 +130,6 @@ def resolve_buckets(seq_len: int, chunk: int, num_buckets: Any) -> Any:
     hash into the same number of buckets)."""
     if num_buckets is not None:
         return list(num_buckets) if isinstance(num_buckets, (tuple, list)) else num_buckets
-    from ..attention.lsh import auto_buckets
-
     buckets = auto_buckets(math.ceil(seq_len / chunk) * chunk, chunk)
     return list(buckets) if isinstance(buckets, tuple) else buckets
 

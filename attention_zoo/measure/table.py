@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..labels import case_label, resolve_options
 from .cases import comparison_key
+from .labels import case_label, resolve_options
 from .metrics import table_columns
 from .peers import peer_note, reference_backend
 from .status import OK

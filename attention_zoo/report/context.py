@@ -11,7 +11,7 @@ from ..measure.status import OK, STATUS_TEXT
 from ..measure.table import DEFAULT_REFERENCE
 from ..measure.trust import BUSY, UNSTABLE, time_trusted
 from .document import Heading, Para
-from .ledger import Ledger, Ref
+from .ledger import Ledger, Ref, config_value
 
 BUSY_MARK = "†"  # a timing taken while the machine was busy
 UNSTABLE_MARK = "‡"  # a timing whose repeats disagreed (measure/trust.py)
@@ -70,8 +70,6 @@ class Context:
         )
 
     def config(self, row: Any, path: str, kind: str = "length") -> str:
-        from .ledger import config_value
-
         what = path if path.startswith("config.") else f"config.{path}"
         return self.ledger.value(kind, config_value(row["config"], what), self.ref(row, what))
 
