@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,14 @@ from .blocks.feedforward import ACTIVATIONS
 from .blocks.residual import RESIDUALS
 from .declarative import check_keys, field_names
 from .errors import ConfigError, OptionError
-from .hf_reformer import HF_BACKEND_OPTIONS, read_hf_config, translate_config
+from .hf_reformer import (
+    HF_ATTENTION,
+    HF_BACKEND_OPTIONS,
+    SAME_FIELDS,
+    HFConversionWarning,
+    read_hf_config,
+    translate_config,
+)
 
 # The backend option that receives the attention-probability dropout, when a backend has it.
 ATTENTION_DROPOUT_OPTION = "dropout"
@@ -113,6 +121,40 @@ class ReformerConfig:
         to config.json (or its folder). local/lsh layers get HF's semantics; fields that change
         nothing computed here go to hf_extra, named in a warning; what HF cannot run is refused."""
         return cls(**translate_config(read_hf_config(source)))
+
+    def hf_fields(self) -> dict[str, Any]:
+        """HF config fields of this config: what its layers really run, under HF's names."""
+        backends = self.layer_backends()
+        others = sorted(set(backends) - set(HF_ATTENTION))
+        if others:
+            raise ConfigError(
+                "HF's Reformer has only 'local' and 'lsh' attention; layers use "
+                + ", ".join(others)
+            )
+        if self.residual != "reversible":
+            raise ConfigError(
+                f"HF's Reformer is reversible; this model uses residual={self.residual!r}: "
+                "config.replace(residual='reversible') keeps the weights"
+            )
+        data = dict(self.hf_extra)
+        data.update({name: _thaw(getattr(self, name)) for name in SAME_FIELDS})
+        data["attn_layers"] = backends
+        data["num_hidden_layers"] = len(backends)
+        data["attention_head_size"] = self.head_size
+        for backend in HF_ATTENTION:  # the options the cores get, attn_options included
+            options = self.attention_options(backend)
+            for option, name in HF_BACKEND_OPTIONS[backend].items():
+                data[name] = _thaw(options[option])
+            data[f"{backend}_attention_probs_dropout_prob"] = options.get("dropout", 0.0)
+            if backend in backends and options.get("semantics") != "hf":
+                warnings.warn(
+                    f"{backend!r} layers run exact semantics here; transformers runs its own, so "
+                    "the HF model computes something else on the same weights",
+                    HFConversionWarning,
+                    stacklevel=3,
+                )
+        data.pop("model_type", None)
+        return data
 
     # ---- derived values -------------------------------------------------------------------
 

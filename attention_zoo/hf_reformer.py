@@ -12,16 +12,13 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .attention.spec import get_backend
 from .errors import ConfigError
-
-if TYPE_CHECKING:  # annotations only: the config reads this module, not the reverse
-    from .config import ReformerConfig
 
 HF_ATTENTION = ("local", "lsh")  # the attention types HF's Reformer knows
 HF_SEMANTICS = {"semantics": "hf"}  # core option for transformers' LSH/local attention
@@ -172,44 +169,6 @@ def translate_config(data: Mapping[str, Any]) -> dict[str, Any]:
         )
     fields["hf_extra"] = extra
     return fields
-
-
-def config_to_hf(config: ReformerConfig) -> dict[str, Any]:
-    """HF config fields of `config`: what its layers really run, under HF's names."""
-    backends = config.layer_backends()
-    others = sorted(set(backends) - set(HF_ATTENTION))
-    if others:
-        raise ConfigError(
-            f"HF's Reformer has only 'local' and 'lsh' attention; layers use {', '.join(others)}"
-        )
-    if config.residual != "reversible":
-        raise ConfigError(
-            f"HF's Reformer is reversible; this model uses residual={config.residual!r}: "
-            "config.replace(residual='reversible') keeps the weights"
-        )
-    data = dict(config.hf_extra)
-    data.update({name: _plain(getattr(config, name)) for name in SAME_FIELDS})
-    data["attn_layers"] = backends
-    data["num_hidden_layers"] = len(backends)
-    data["attention_head_size"] = config.head_size
-    for backend in HF_ATTENTION:  # the options the cores get, attn_options included
-        options = config.attention_options(backend)
-        for option, name in HF_BACKEND_OPTIONS[backend].items():
-            data[name] = _plain(options[option])
-        data[f"{backend}_attention_probs_dropout_prob"] = options.get("dropout", 0.0)
-        if backend in backends and options.get("semantics") != "hf":
-            warnings.warn(
-                f"{backend!r} layers run exact semantics here; transformers runs its own, so the "
-                "HF model computes something else on the same weights",
-                HFConversionWarning,
-                stacklevel=3,
-            )
-    data.pop("model_type", None)
-    return data
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _takes_semantics(backend: str) -> bool:

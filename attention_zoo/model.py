@@ -383,7 +383,7 @@ def _to_hf(model: nn.Module, hf_class: type, prefix: str) -> Any:
     from transformers import ReformerConfig as HFReformerConfig
 
     backends = model.config.layer_backends()
-    hf_model = hf_class(HFReformerConfig(**hf.config_to_hf(model.config)))
+    hf_model = hf_class(HFReformerConfig(**model.config.hf_fields()))
     reference = next(model.parameters())
     hf_model.to(device=reference.device, dtype=reference.dtype)
     state = {prefix + k: v for k, v in model.state_dict().items()}

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from torch import Tensor, nn
 
@@ -24,8 +24,17 @@ from ..declarative import check_keys, field_names
 from ..errors import OptionError, UnknownNameError
 from ..registry import Registry
 
-if TYPE_CHECKING:
-    from .cases import BenchCase
+
+class PeerCase(Protocol):
+    """What a peer reads of the case it is built for (a BenchCase has all of it)."""
+
+    target: str
+    seq_len: int
+    num_heads: int
+    head_dim: int
+    hidden: int
+    causal: bool
+    options: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,9 +46,9 @@ class PeerSpec:
     module: str  # import name, e.g. "transformers"
     mirrors: str  # our backend it is compared with
     options: type  # frozen dataclass: the options it takes (names as the mirrored backend's)
-    build: Callable[[BenchCase, Any], nn.Module]  # (case, options) -> block module
+    build: Callable[[PeerCase, Any], nn.Module]  # (case, options) -> block module
     note: str  # what it computes differently from the mirrored backend's default
-    check: Callable[[BenchCase, Any], str | None] = lambda case, options: None  # extra limits
+    check: Callable[[PeerCase, Any], str | None] = lambda case, options: None  # extra limits
 
     @property
     def family(self) -> str:
@@ -66,7 +75,7 @@ class PeerSpec:
         accepted = set(field_names(self.options))
         return {k: v for k, v in options.items() if k in accepted}
 
-    def unsupported(self, case: BenchCase) -> str | None:
+    def unsupported(self, case: PeerCase) -> str | None:
         """Why `case` cannot run with this peer here, or None."""
         if self.version() is None or importlib.util.find_spec(self.module) is None:
             return f"{self.package} is not installed (pip install {self.package})"
@@ -172,7 +181,7 @@ class HFBlock(nn.Module):
         return self.out(self.attention(x).hidden_states)
 
 
-def _hf_config(case: BenchCase, **fields: Any) -> Any:
+def _hf_config(case: PeerCase, **fields: Any) -> Any:
     from transformers import ReformerConfig
 
     return ReformerConfig(
@@ -188,7 +197,7 @@ def _hf_config(case: BenchCase, **fields: Any) -> Any:
     )
 
 
-def _build_hf_lsh(case: BenchCase, options: HFLSHOptions) -> nn.Module:
+def _build_hf_lsh(case: PeerCase, options: HFLSHOptions) -> nn.Module:
     from transformers.models.reformer.modeling_reformer import LSHSelfAttention
 
     config = _hf_config(
@@ -203,7 +212,7 @@ def _build_hf_lsh(case: BenchCase, options: HFLSHOptions) -> nn.Module:
     return HFBlock(LSHSelfAttention(config), case.num_heads * case.head_dim, case.hidden)
 
 
-def _build_hf_local(case: BenchCase, options: HFLocalOptions) -> nn.Module:
+def _build_hf_local(case: PeerCase, options: HFLocalOptions) -> nn.Module:
     from transformers.models.reformer.modeling_reformer import LocalSelfAttention
 
     config = _hf_config(
@@ -263,7 +272,7 @@ class LucidLSHOptions:
     num_chunks_after: int = 0  # fixed at 0 by reformer-pytorch
 
 
-def _check_lucid(case: BenchCase, options: LucidLSHOptions) -> str | None:
+def _check_lucid(case: PeerCase, options: LucidLSHOptions) -> str | None:
     if (options.num_chunks_before, options.num_chunks_after) != (1, 0):
         return (
             "reformer-pytorch attends exactly one chunk back and none ahead "
@@ -278,7 +287,7 @@ def _check_lucid(case: BenchCase, options: LucidLSHOptions) -> str | None:
     return None
 
 
-def _build_lucid_lsh(case: BenchCase, options: LucidLSHOptions) -> nn.Module:
+def _build_lucid_lsh(case: PeerCase, options: LucidLSHOptions) -> nn.Module:
     from reformer_pytorch import LSHSelfAttention
 
     return LSHSelfAttention(
@@ -357,11 +366,11 @@ class LucidNystromOptions:
 
 def _lucid_check(
     package: str, *, bidirectional_only: bool
-) -> Callable[[BenchCase, Any], str | None]:
+) -> Callable[[PeerCase, Any], str | None]:
     """What a lucidrains attention module cannot run: causal (when bidirectional only), heads
     that do not divide the hidden size, lengths past its projections' max_length."""
 
-    def check(case: BenchCase, options: Any) -> str | None:
+    def check(case: PeerCase, options: Any) -> str | None:
         if bidirectional_only and case.causal:
             return f"{package} is bidirectional only (run with causal off)"
         if case.hidden % case.num_heads:
@@ -373,7 +382,7 @@ def _lucid_check(
     return check
 
 
-def _check_lucid_sliding(case: BenchCase, options: LucidSlidingOptions) -> str | None:
+def _check_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> str | None:
     if options.global_tokens:
         return (
             f"local-attention has no global tokens (global_tokens=0), not {options.global_tokens}"
@@ -381,7 +390,7 @@ def _check_lucid_sliding(case: BenchCase, options: LucidSlidingOptions) -> str |
     return None
 
 
-def _local_mha(case: BenchCase, window: int, before: int, after: int, exact: bool) -> nn.Module:
+def _local_mha(case: PeerCase, window: int, before: int, after: int, exact: bool) -> nn.Module:
     from local_attention import LocalMHA
 
     return LocalMHA(
@@ -397,18 +406,18 @@ def _local_mha(case: BenchCase, window: int, before: int, after: int, exact: boo
     )
 
 
-def _build_lucid_local(case: BenchCase, options: LucidLocalOptions) -> nn.Module:
+def _build_lucid_local(case: PeerCase, options: LucidLocalOptions) -> nn.Module:
     before, after = options.num_chunks_before, options.num_chunks_after
     return _local_mha(case, options.chunk_length, before, after, exact=False)
 
 
-def _build_lucid_sliding(case: BenchCase, options: LucidSlidingOptions) -> nn.Module:
+def _build_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> nn.Module:
     """Its exact window w sees i - w <= j <= i (bidirectional: |i - j| <= w), so w = window - 1
     is our band i - window < j <= i (|i - j| < window); window 1 cannot be matched (w >= 1)."""
     return _local_mha(case, max(options.window - 1, 1), 1, 1, exact=True)
 
 
-def _build_lucid_performer(case: BenchCase, options: LucidPerformerOptions) -> nn.Module:
+def _build_lucid_performer(case: PeerCase, options: LucidPerformerOptions) -> nn.Module:
     from performer_pytorch import SelfAttention
 
     return SelfAttention(
@@ -420,7 +429,7 @@ def _build_lucid_performer(case: BenchCase, options: LucidPerformerOptions) -> n
     )
 
 
-def _build_lucid_linformer(case: BenchCase, options: LucidLinformerOptions) -> nn.Module:
+def _build_lucid_linformer(case: PeerCase, options: LucidLinformerOptions) -> nn.Module:
     from linformer import LinformerSelfAttention
 
     return LinformerSelfAttention(
@@ -433,7 +442,7 @@ def _build_lucid_linformer(case: BenchCase, options: LucidLinformerOptions) -> n
     )
 
 
-def _build_lucid_nystrom(case: BenchCase, options: LucidNystromOptions) -> nn.Module:
+def _build_lucid_nystrom(case: PeerCase, options: LucidNystromOptions) -> nn.Module:
     from nystrom_attention import NystromAttention
 
     return NystromAttention(
