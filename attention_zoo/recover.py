@@ -8,7 +8,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from .salvage import TABLES, open_damaged, readable_rows, table_columns, table_names, table_rows
+from .salvage import TABLES, column_names, open_damaged, readable_rows, table_names, table_rows
 from .store import ResultStore, StoreError, is_ours
 
 
@@ -44,9 +44,7 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
             f"no row of {path} can be read (SQLite says: {err}); nothing was written"
         ) from None
     with closing(db):
-        tables = {
-            t: (table_columns(db, t), list(table_rows(db, t))) for t in TABLES if t in present
-        }
+        tables = {t: (column_names(db, t), list(table_rows(db, t))) for t in TABLES if t in present}
     counts = {t: len(rows) for t, (_, rows) in tables.items()}
     if not sum(counts.values()):
         raise StoreError(f"no row of {path} can be read; nothing was written")

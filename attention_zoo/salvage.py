@@ -28,7 +28,7 @@ def open_damaged(path: Path) -> sqlite3.Connection:
     return db
 
 
-def table_columns(db: sqlite3.Connection, table: str) -> list[str]:
+def column_names(db: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
 
 
