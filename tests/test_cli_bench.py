@@ -11,7 +11,7 @@ import pytest
 
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.cli import main
-from attention_zoo.measure.table import DEFAULT_REFERENCE
+from attention_zoo.measure.labels import DEFAULT_REFERENCE
 
 FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
 

@@ -66,6 +66,7 @@ PENDING: dict[str, set[str]] = {
     "attention_zoo.reproduce.reformer": {"attention_zoo.presets"},
     "attention_zoo.store": {"attention_zoo.recover"},
     "attention_zoo.sweep": {"attention_zoo.measure.runner", "dataclasses", "torch"},
+    "attention_zoo.tasks.results": {"json"},
     "attention_zoo.tasks.runner": {"attention_zoo.config", "attention_zoo.model"},
 }
 

@@ -18,8 +18,8 @@ from attention_zoo.attention.base import AttentionCore
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.errors import ConfigError, OptionError
 from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.labels import DEFAULT_REFERENCE
 from attention_zoo.measure.runner import CaseResult, MeasureSettings, Metric
-from attention_zoo.measure.table import DEFAULT_REFERENCE
 from attention_zoo.measure.worker import run_isolated
 from attention_zoo.presets import builtin_presets, load_sweep_preset, parse_sweep_preset
 from attention_zoo.store import ResultStore

@@ -8,7 +8,7 @@ import sys
 
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..install import install_hint
-from ..measure.table import DEFAULT_REFERENCE
+from ..measure.labels import DEFAULT_REFERENCE
 from ..report import build_report
 from ..report.index import write_index
 from ..store import DEFAULT_STORE, ResultStore

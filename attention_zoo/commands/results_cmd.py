@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError, did_you_mean
-from ..measure.table import DEFAULT_REFERENCE, comparison_table, format_table, group_cases
+from ..measure.labels import DEFAULT_REFERENCE
+from ..measure.table import comparison_table, format_table, group_cases
 from ..recover import recover
 from ..store import DEFAULT_STORE, EXPORT_COLUMNS, ResultStore, run_status
 from .validate import DeprecatedAlias, check_output_file, reject_together

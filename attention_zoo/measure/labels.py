@@ -14,6 +14,10 @@ from ..attention.spec import get_backend
 from ..errors import ZooError
 from . import peers
 
+# The backend every ratio divides by unless --reference says otherwise: today's fused exact kernel,
+# what a user would run instead (full, the naive n x n one, is the dense reference of exactness).
+DEFAULT_REFERENCE = "sdpa"
+
 
 def resolve_options(backend: str, options: dict[str, Any] | str | None) -> dict[str, Any]:
     """`options` without those equal to `backend`'s registered defaults (JSON text accepted)."""

@@ -8,15 +8,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .cases import comparison_key
-from .labels import case_label, resolve_options
+from .labels import DEFAULT_REFERENCE, case_label, resolve_options
 from .metrics import table_columns
 from .peers import peer_note, reference_backend
 from .status import OK
 from .trust import MARK_RULES, time_trusted, timing_marks
-
-# The backend that comparison ratios divide by unless told otherwise: today's fused exact kernel,
-# what a user would otherwise run (full, the naive n x n one, is the exactness oracle instead).
-DEFAULT_REFERENCE = "sdpa"
 
 
 def format_table(

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from ..declarative import check_keys, checked_dataclass, parse_toml, table
 from ..errors import ConfigError, did_you_mean
+from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.runner import MeasureSettings
-from ..measure.table import DEFAULT_REFERENCE
 from ..sweep import SweepGrid
 
 TOP_KEYS = ("description", "grid", "measure")

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.status import OK, STATUS_TEXT
-from ..measure.table import DEFAULT_REFERENCE
 from ..measure.trust import BUSY, UNSTABLE, time_trusted
 from .document import Heading, Para
 from .ledger import Ledger, Ref, config_value

@@ -8,7 +8,6 @@ evaluation override is kept in the metric name ("accuracy@lsh-8"; "accuracy" = a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +146,8 @@ def stored_rows(
     store: ResultStore, *, task: str | None = None, preset: str | None = None
 ) -> list[dict[str, Any]]:
     """Tidy rows of every finished task run in `store`; a run stored twice counts once (latest)."""
+    import json
+
     task_runs = {r["run_id"] for r in store.runs(kind=KIND)}
     latest: dict[str, tuple[str, list[dict[str, Any]]]] = {}
     for row in store.rows(status=OK):
