@@ -535,6 +535,7 @@ for _spec in (
 
 __all__ = [
     "PEERS",
+    "PeerCase",
     "PeerSpec",
     "families",
     "get_peer",
