@@ -4,7 +4,7 @@ from .attention import (
     AttentionCore,
     BackendSpec,
     Capabilities,
-    Case,
+    RunTarget,
     build_attention,
     get_backend,
     list_backends,
@@ -23,14 +23,14 @@ from .errors import (
 from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
 from .registry import Registry
 from .store import ResultStore, StoreError
-
-__version__ = "0.1.0"
+from .tasks import TASKS  # importing the package registers every built-in before any plugin
+from .version import __version__
 
 __all__ = [
+    "TASKS",
     "AttentionCore",
     "BackendSpec",
     "Capabilities",
-    "Case",
     "ConfigError",
     "OptionError",
     "ReformerConfig",
@@ -40,12 +40,14 @@ __all__ = [
     "ReformerOutput",
     "Registry",
     "ResultStore",
+    "RunTarget",
     "SelfAttention",
     "ShapeError",
     "StoreError",
     "UnavailableError",
     "UnknownNameError",
     "ZooError",
+    "__version__",
     "build_attention",
     "get_backend",
     "list_backends",

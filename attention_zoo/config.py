@@ -11,31 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .attention.spec import causal_error, get_backend
+from .attention.spec import backends_where, causal_error, get_backend
 from .blocks.feedforward import ACTIVATIONS
 from .blocks.residual import RESIDUALS
 from .declarative import check_keys, field_names
 from .errors import ConfigError, OptionError
+from .hf_reformer import (
+    HF_ATTENTION,
+    HF_BACKEND_OPTIONS,
+    SAME_FIELDS,
+    HFConversionWarning,
+    read_hf_config,
+    translate_config,
+)
 
-# Backend options the HF-named fields stand for: backend -> {option: config field}.
-HF_BACKEND_OPTIONS: dict[str, dict[str, str]] = {
-    "local": {
-        "chunk_length": "local_attn_chunk_length",
-        "num_chunks_before": "local_num_chunks_before",
-        "num_chunks_after": "local_num_chunks_after",
-    },
-    "lsh": {
-        "num_hashes": "num_hashes",
-        "num_buckets": "num_buckets",
-        "chunk_length": "lsh_attn_chunk_length",
-        "num_chunks_before": "lsh_num_chunks_before",
-        "num_chunks_after": "lsh_num_chunks_after",
-        "seed": "hash_seed",
-    },
-}
 # The backend option that receives the attention-probability dropout, when a backend has it.
 ATTENTION_DROPOUT_OPTION = "dropout"
 # HF's per-backend attention dropout fields; other backends take attention_probs_dropout_prob.
@@ -127,9 +120,41 @@ class ReformerConfig:
         """The config of a Hugging Face Reformer: a transformers ReformerConfig, its dict, or a path
         to config.json (or its folder). local/lsh layers get HF's semantics; fields that change
         nothing computed here go to hf_extra, named in a warning; what HF cannot run is refused."""
-        from .hf_reformer import read_hf_config, translate_config
-
         return cls(**translate_config(read_hf_config(source)))
+
+    def hf_fields(self) -> dict[str, Any]:
+        """HF config fields of this config: what its layers really run, under HF's names."""
+        backends = self.layer_backends()
+        others = sorted(set(backends) - set(HF_ATTENTION))
+        if others:
+            raise ConfigError(
+                "HF's Reformer has only 'local' and 'lsh' attention; layers use "
+                + ", ".join(others)
+            )
+        if self.residual != "reversible":
+            raise ConfigError(
+                f"HF's Reformer is reversible; this model uses residual={self.residual!r}: "
+                "config.replace(residual='reversible') keeps the weights"
+            )
+        data = dict(self.hf_extra)
+        data.update({name: _thaw(getattr(self, name)) for name in SAME_FIELDS})
+        data["attn_layers"] = backends
+        data["num_hidden_layers"] = len(backends)
+        data["attention_head_size"] = self.head_size
+        for backend in HF_ATTENTION:  # the options the cores get, attn_options included
+            options = self.attention_options(backend)
+            for option, name in HF_BACKEND_OPTIONS[backend].items():
+                data[name] = _thaw(options[option])
+            data[f"{backend}_attention_probs_dropout_prob"] = options.get("dropout", 0.0)
+            if backend in backends and options.get("semantics") != "hf":
+                warnings.warn(
+                    f"{backend!r} layers run exact semantics here; transformers runs its own, so "
+                    "the HF model computes something else on the same weights",
+                    HFConversionWarning,
+                    stacklevel=3,
+                )
+        data.pop("model_type", None)
+        return data
 
     # ---- derived values -------------------------------------------------------------------
 
@@ -274,7 +299,7 @@ class ReformerConfig:
                 raise ConfigError(f"backend {backend!r} only runs causally; set is_decoder=True")
             dropout = self.attention_dropout(backend)
             if dropout > 0 and ATTENTION_DROPOUT_OPTION not in spec.defaults():
-                with_dropout = _backends_with(ATTENTION_DROPOUT_OPTION)
+                with_dropout = backends_where(lambda s: ATTENTION_DROPOUT_OPTION in s.defaults())
                 raise ConfigError(
                     f"attention-probability dropout {dropout} needs a backend with a "
                     f"{ATTENTION_DROPOUT_OPTION!r} option, but {backend!r} has none; set it to 0 "
@@ -321,12 +346,6 @@ def hf_num_buckets(max_positions: int, chunk_length: int) -> int | tuple[int, in
     if 2**power > 2 * max(int(chunks**0.5), chunk_length):
         return (2 ** (power // 2), 2 ** (power - power // 2))
     return 2**power
-
-
-def _backends_with(option: str) -> list[str]:
-    from .attention.spec import list_backends
-
-    return [s.name for s in list_backends() if option in s.defaults()]
 
 
 def _freeze(value: Any) -> Any:

@@ -18,11 +18,27 @@ import torch
 from torch import Tensor
 
 from .attention.spec import get_backend
-from .config import HF_BACKEND_OPTIONS, ReformerConfig
 from .errors import ConfigError
 
 HF_ATTENTION = ("local", "lsh")  # the attention types HF's Reformer knows
 HF_SEMANTICS = {"semantics": "hf"}  # core option for transformers' LSH/local attention
+
+# Backend options the HF-named fields stand for: backend -> {option: config field}.
+HF_BACKEND_OPTIONS: dict[str, dict[str, str]] = {
+    "local": {
+        "chunk_length": "local_attn_chunk_length",
+        "num_chunks_before": "local_num_chunks_before",
+        "num_chunks_after": "local_num_chunks_after",
+    },
+    "lsh": {
+        "num_hashes": "num_hashes",
+        "num_buckets": "num_buckets",
+        "chunk_length": "lsh_attn_chunk_length",
+        "num_chunks_before": "lsh_num_chunks_before",
+        "num_chunks_after": "lsh_num_chunks_after",
+        "seed": "hash_seed",
+    },
+}
 
 # HF config fields that ReformerConfig has under the same name and meaning.
 SAME_FIELDS = (
@@ -57,8 +73,6 @@ SAME_FIELDS = (
     "pad_token_id",
     "vocab_size",
 )
-# Fields HF derives or checks: num_hidden_layers is len(attn_layers) in HF whatever the file says.
-CHECKED_FIELDS = ("num_hidden_layers", "model_type", "is_encoder_decoder")
 
 
 class HFConversionWarning(UserWarning):
@@ -155,44 +169,6 @@ def translate_config(data: Mapping[str, Any]) -> dict[str, Any]:
         )
     fields["hf_extra"] = extra
     return fields
-
-
-def config_to_hf(config: ReformerConfig) -> dict[str, Any]:
-    """HF config fields of `config`: what its layers really run, under HF's names."""
-    backends = config.layer_backends()
-    others = sorted(set(backends) - set(HF_ATTENTION))
-    if others:
-        raise ConfigError(
-            f"HF's Reformer has only 'local' and 'lsh' attention; layers use {', '.join(others)}"
-        )
-    if config.residual != "reversible":
-        raise ConfigError(
-            f"HF's Reformer is reversible; this model uses residual={config.residual!r}: "
-            "config.replace(residual='reversible') keeps the weights"
-        )
-    data = dict(config.hf_extra)
-    data.update({name: _plain(getattr(config, name)) for name in SAME_FIELDS})
-    data["attn_layers"] = backends
-    data["num_hidden_layers"] = len(backends)
-    data["attention_head_size"] = config.head_size
-    for backend in HF_ATTENTION:  # the options the cores get, attn_options included
-        options = config.attention_options(backend)
-        for option, name in HF_BACKEND_OPTIONS[backend].items():
-            data[name] = _plain(options[option])
-        data[f"{backend}_attention_probs_dropout_prob"] = options.get("dropout", 0.0)
-        if backend in backends and options.get("semantics") != "hf":
-            warnings.warn(
-                f"{backend!r} layers run exact semantics here; transformers runs its own, so the "
-                "HF model computes something else on the same weights",
-                HFConversionWarning,
-                stacklevel=3,
-            )
-    data.pop("model_type", None)
-    return data
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _takes_semantics(backend: str) -> bool:

@@ -20,14 +20,15 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import is_fake
 
 from . import hf_reformer as hf
-from .attention.spec import get_backend
+from .attention.spec import BACKENDS, get_backend
 from .blocks.attention import SelfAttention
 from .blocks.feedforward import ChunkedFeedForward, chunked
 from .blocks.layer import PreNorm, ReformerLayer
 from .blocks.position import AxialPositionEmbedding, TablePositionEmbedding, check_length
 from .blocks.residual import RESIDUALS, StandardResidual
-from .config import HF_BACKEND_OPTIONS, ReformerConfig
+from .config import ReformerConfig
 from .errors import ConfigError, InputError, OptionError, ShapeError
+from .hf_reformer import HF_BACKEND_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class ReformerModel(nn.Module):
             old = self.layers[i].attention.spec
             if old.caps.shared_qk != new.caps.shared_qk:
                 layout = {True: "[qk, v] (shared QK)", False: "[q, k, v]"}
-                same = _backends_with_layout(old.caps.shared_qk)
+                same = [s.name for s in BACKENDS if s.caps.shared_qk == old.caps.shared_qk]
                 raise OptionError(
                     f"layer {i} uses {old.name!r} with projections {layout[old.caps.shared_qk]}; "
                     f"{backend!r} needs {layout[new.caps.shared_qk]}, so the weights cannot be "
@@ -382,7 +383,7 @@ def _to_hf(model: nn.Module, hf_class: type, prefix: str) -> Any:
     from transformers import ReformerConfig as HFReformerConfig
 
     backends = model.config.layer_backends()
-    hf_model = hf_class(HFReformerConfig(**hf.config_to_hf(model.config)))
+    hf_model = hf_class(HFReformerConfig(**model.config.hf_fields()))
     reference = next(model.parameters())
     hf_model.to(device=reference.device, dtype=reference.dtype)
     state = {prefix + k: v for k, v in model.state_dict().items()}
@@ -434,12 +435,6 @@ def _init_weights(module: nn.Module, std: float) -> None:
             nn.init.normal_(m.weight, std=std)
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
-
-
-def _backends_with_layout(shared_qk: bool) -> list[str]:
-    from .attention.spec import list_backends
-
-    return [s.name for s in list_backends() if s.caps.shared_qk == shared_qk]
 
 
 def _shortest_cycle(per_layer: list[str]) -> tuple[str, ...]:

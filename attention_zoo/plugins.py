@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import PluginError
-from .registry import Registry
+from .registry import Registry, pluggable_registries
 
 ENTRY_POINT_GROUP = "attention_zoo.plugins"
 ENV_VAR = "ZOO_IMPORT"
@@ -57,16 +57,7 @@ class PluginFailure:
         return f"{self.origin} failed to load: {self.error}"
 
 
-PLUGINS: Registry[Plugin] = Registry("plugin")
-
-
-def plugin_registries() -> list[Registry[Any]]:
-    """Every registry a plugin may add to, with the built-ins registered first."""
-    from .attention.spec import BACKENDS
-    from .blocks.residual import RESIDUALS
-    from .tasks import TASKS  # the package registers the built-in tasks
-
-    return [BACKENDS, TASKS, RESIDUALS]
+PLUGINS: Registry[Plugin] = Registry("plugin", pluggable=False)
 
 
 def load_plugins(modules: Sequence[str] = (), *, report: bool = True) -> list[PluginFailure]:
@@ -134,7 +125,8 @@ def _load(
 ) -> list[PluginFailure]:
     if target in PLUGINS:
         return []
-    registries = plugin_registries()
+    # importing the package registered every built-in first (attention_zoo/__init__.py)
+    registries = pluggable_registries()
     before = [dict(_items(r)) for r in registries]
     try:
         load()

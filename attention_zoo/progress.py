@@ -7,6 +7,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 
 def progress(
     total: int,
@@ -20,8 +22,6 @@ def progress(
     every_s: float = 30.0,
 ) -> Any:
     """A tqdm-like bar (update, set_postfix_str, set_postfix, close, n) suited to `stream`."""
-    from tqdm import tqdm
-
     stream = stream or sys.stderr
     if not enabled:
         return tqdm(total=total, disable=True)

@@ -1,13 +1,13 @@
-"""A small typed name -> item registry, shared by attention backends, residuals and tasks.
+"""A small typed name -> item registry, shared by attention backends, residuals, tasks and peers.
 
 Each entry remembers its origin ("built-in", or the plugin or module that registered it), which
-`zoo list` shows.
+`zoo list` shows. Every registry a plugin may add to is listed by `pluggable_registries()`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .errors import UnknownNameError, ZooError
 
@@ -17,10 +17,14 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Named items of one kind; duplicate names are refused, unknown names listed in the error."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, pluggable: bool = True) -> None:
+        """pluggable: plugins may add to it (their additions get their origin, and are undone when
+        the plugin fails)."""
         self.kind = kind
         self._items: dict[str, T] = {}
         self._origins: dict[str, str] = {}
+        if pluggable:
+            _PLUGGABLE.append(self)
 
     def add(self, name: str, item: T, *, replace: bool = False, origin: str | None = None) -> T:
         """Register `item`; origin by default "built-in" or "module NAME" (where it is defined)."""
@@ -66,6 +70,14 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+_PLUGGABLE: list[Registry[Any]] = []  # in creation order
+
+
+def pluggable_registries() -> list[Registry[Any]]:
+    """Every registry plugins may add to, in the order they were created."""
+    return list(_PLUGGABLE)
 
 
 def origin_of(item: object) -> str:

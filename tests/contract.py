@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_zoo import BackendSpec, Capabilities, Case, build_attention, get_backend
+from attention_zoo import BackendSpec, Capabilities, RunTarget, build_attention, get_backend
 from attention_zoo.attention import list_backends
-from attention_zoo.measure.validate import reference_backend_for
+from attention_zoo.measure.validate import dense_reference
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class Variant:
     def caps(self) -> Capabilities:
         return self.spec.caps_for(**self.options)
 
-    def unsupported(self, case: Case) -> str | None:
-        return self.spec.unsupported(case)
+    def unsupported(self, target: RunTarget) -> str | None:
+        return self.spec.unsupported(target)
 
     def defaults(self) -> dict[str, Any]:
         return self.spec.defaults()
@@ -115,7 +115,7 @@ def build(
 
 def reference_for(spec: BackendSpec | Variant) -> str:
     """The dense backend an exact backend must equal (the runner checks every case against it)."""
-    return reference_backend_for(spec.caps.shared_qk)
+    return dense_reference(spec.caps.shared_qk)
 
 
 def reference(spec: BackendSpec | Variant, *, causal: bool) -> torch.nn.Module:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_zoo import Case, SelfAttention
+from attention_zoo import RunTarget, SelfAttention
 from attention_zoo.attention.kernels.dense import dense_attention
 
 from .contract import build, make_qkv, reference, small_options, variants, with_grads
@@ -21,7 +21,7 @@ def _modes(spec) -> list[bool]:
 def _skip_unless_runs(
     spec, *, device: str = "cpu", dtype: str = "float32", causal: bool = False
 ) -> None:
-    if reason := spec.unsupported(Case(device=device, dtype=dtype, causal=causal)):
+    if reason := spec.unsupported(RunTarget(device=device, dtype=dtype, causal=causal)):
         pytest.skip(reason)
 
 

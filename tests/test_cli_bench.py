@@ -11,6 +11,7 @@ import pytest
 
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.cli import main
+from attention_zoo.measure.labels import DEFAULT_REFERENCE
 
 FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
 
@@ -200,7 +201,7 @@ def test_quick_preset_prints_comparison_of_every_backend(
     assert code == 0, err
     for name in BACKENDS.names():
         assert f" {name} " in out
-    assert "time x full" in out
+    assert f"time x {DEFAULT_REFERENCE}" in out
 
 
 def test_memory_rows_of_an_option_axis_are_told_apart(capsys: pytest.CaptureFixture[str]) -> None:

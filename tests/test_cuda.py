@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from attention_zoo import Case, ReformerLM
+from attention_zoo import ReformerLM, RunTarget
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK
@@ -62,7 +62,7 @@ def _outputs_and_grads(attn: torch.nn.Module, shared: bool, inputs: list[torch.T
 def test_every_backend_on_cuda_equals_cpu(variant) -> None:
     """Outputs and input gradients at an odd length (padding inside chunks), float32."""
     for causal in _modes(variant):
-        if reason := variant.unsupported(Case(device="cuda", dtype="float32", causal=causal)):
+        if reason := variant.unsupported(RunTarget(device="cuda", dtype="float32", causal=causal)):
             pytest.skip(reason)
         q, k, v = make_qkv(variant, n=45)
         cpu = _on_cpu(variant, causal=causal)
@@ -83,7 +83,7 @@ EXACT = [v for v in VARIANTS if v.caps.exact]
 @pytest.mark.parametrize("variant", EXACT, ids=[v.id for v in EXACT])
 def test_bfloat16_on_cuda_stays_near_float32(variant) -> None:
     for causal in _modes(variant):
-        if reason := variant.unsupported(Case(device="cuda", dtype="bfloat16", causal=causal)):
+        if reason := variant.unsupported(RunTarget(device="cuda", dtype="bfloat16", causal=causal)):
             pytest.skip(reason)
         q, k, v = make_qkv(variant, n=300, d=64, device="cuda")
         attn = build(variant, causal=causal, device="cuda")

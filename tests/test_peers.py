@@ -179,7 +179,7 @@ def test_peer_is_measured_by_the_same_runner_with_the_same_metrics(monkeypatch, 
         ("time_until_stable", peer),
     ]
     built = build_runnable(case(peer))
-    assert type(built.module).__module__ == "attention_zoo.measure.peers"  # HF module + out proj
+    assert type(built.module).__module__ == "attention_zoo.measure.peers.hf"  # HF module + out proj
     x = built.inputs[0]
     assert built.module(x).shape == x.shape
 

@@ -9,7 +9,8 @@ import torch
 
 from attention_zoo import build_attention
 from attention_zoo.measure.cases import BenchCase
-from attention_zoo.measure.peers import PEERS, LucidSlidingOptions, PeerSpec, select_peers
+from attention_zoo.measure.peers import PEERS, PeerSpec, select_peers
+from attention_zoo.measure.peers.lucid import LucidSlidingOptions
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 
 LUCID = [

@@ -16,7 +16,9 @@ import torch
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.cli import main
-from attention_zoo.plugins import PLUGINS, child_environment, import_target
+from attention_zoo.measure.peers import PEERS
+from attention_zoo.plugins import PLUGINS, child_environment, import_target, load_plugins
+from attention_zoo.registry import pluggable_registries
 from attention_zoo.tasks import TASKS
 
 from . import test_attention_contract as contract
@@ -82,10 +84,11 @@ FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
 def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Whatever a test's plugins register is removed afterwards, so other tests never see it."""
     monkeypatch.delenv("ZOO_IMPORT", raising=False)
-    before = {id(r): set(r.names()) for r in (BACKENDS, RESIDUALS, TASKS, PLUGINS)}
+    registries = [*pluggable_registries(), PLUGINS]
+    before = {id(r): set(r.names()) for r in registries}
     modules = set(sys.modules)
     yield
-    for registry in (BACKENDS, RESIDUALS, TASKS, PLUGINS):
+    for registry in registries:
         for name in set(registry.names()) - before[id(registry)]:
             registry.remove(name)
     for name in set(sys.modules) - modules:
@@ -229,6 +232,27 @@ def test_a_broken_plugin_is_one_warning_and_the_rest_works(
     code, _, err = run(capsys, "list", "--import", "zoo_broken_plugin")
     assert code == 2 and len(err.splitlines()) == 2  # the entry point's warning + the error
     assert err.splitlines()[1].startswith("zoo list: error: --import zoo_broken_plugin failed")
+
+
+def test_every_pluggable_registry_is_tracked_a_peer_too(
+    tmp_path: Path, clean_registries: None
+) -> None:
+    """A plugin's additions to any registry (here a peer) get its origin, or are undone when it
+    fails; the plugins' own registry is not one a plugin adds to."""
+    assert {BACKENDS, RESIDUALS, TASKS, PEERS} <= set(pluggable_registries())
+    assert PLUGINS not in pluggable_registries()
+    source = (
+        "import dataclasses\n"
+        "from attention_zoo.measure.peers import PEERS, get_peer\n"
+        'PEERS.add("mine:lsh", dataclasses.replace(get_peer("hf:lsh"), name="mine:lsh"))\n'
+    )
+    broken, working = tmp_path / "zoo_peer_broken.py", tmp_path / "zoo_peer_working.py"
+    broken.write_text(source + "1 / 0\n")
+    working.write_text(source)
+    (failure,) = load_plugins([str(broken)], report=False)
+    assert "ZeroDivisionError" in failure.error and "mine:lsh" not in PEERS
+    assert load_plugins([str(working)], report=False) == []
+    assert PEERS.origin("mine:lsh") == f"--import {working}"
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
 from attention_zoo.cli import main as zoo_main
-from attention_zoo.labels import case_label, variant_label
+from attention_zoo.measure.labels import case_label, variant_label
 from attention_zoo.report import build_report
 from attention_zoo.report.index import write_index
 from attention_zoo.store import ResultStore

@@ -18,6 +18,7 @@ from attention_zoo.attention.base import AttentionCore
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.errors import ConfigError, OptionError
 from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.labels import DEFAULT_REFERENCE
 from attention_zoo.measure.runner import CaseResult, MeasureSettings, Metric
 from attention_zoo.measure.worker import run_isolated
 from attention_zoo.presets import builtin_presets, load_sweep_preset, parse_sweep_preset
@@ -83,7 +84,7 @@ def test_bad_grid_values() -> None:
 def test_builtin_presets_load() -> None:
     assert {"quick", "standard", "crime-and-punishment"} <= set(builtin_presets())
     quick = load_sweep_preset("quick")
-    assert quick.settings.threads == 2 and quick.reference == "full"
+    assert quick.settings.threads == 2 and quick.reference == DEFAULT_REFERENCE
     assert quick.grid.cases()  # expands against the current registry
 
 

@@ -54,8 +54,9 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
-class Case:
-    """One thing a caller wants to run: used to ask a backend whether it can."""
+class RunTarget:
+    """Where and how a caller wants a backend to run (device, dtype, causal): what
+    `BackendSpec.unsupported` is asked about before anything is built."""
 
     device: str = "cpu"
     dtype: str = "float32"
@@ -117,16 +118,16 @@ class BackendSpec:
             return f"{self.name!r} does not run on {device!r} (it runs on: {devices})"
         return None
 
-    def unsupported(self, case: Case) -> str | None:
-        """None when the backend can run `case`, else the reason to skip it."""
-        if reason := self.unavailable_reason(case.device):
+    def unsupported(self, target: RunTarget) -> str | None:
+        """None when the backend can run as `target` asks, else the reason to skip it."""
+        if reason := self.unavailable_reason(target.device):
             return reason
-        if case.dtype not in self.caps.dtypes:
+        if target.dtype not in self.caps.dtypes:
             dtypes = ", ".join(sorted(self.caps.dtypes))
-            return f"{self.name!r} does not support dtype {case.dtype} (supports: {dtypes})"
-        if case.causal and not self.caps.causal:
+            return f"{self.name!r} does not support dtype {target.dtype} (supports: {dtypes})"
+        if target.causal and not self.caps.causal:
             return f"{self.name!r} cannot run causally (bidirectional only)"
-        if not case.causal and not self.caps.non_causal:
+        if not target.causal and not self.caps.non_causal:
             return f"{self.name!r} only runs causally"
         return None
 
@@ -219,8 +220,9 @@ def build_attention(
     return spec.cls(spec.make_config(**options), causal=causal)
 
 
-def _names_where(flag: str) -> str:
-    return ", ".join(s.name for s in BACKENDS if getattr(s.caps, flag))
+def backends_where(keep: Callable[[BackendSpec], bool]) -> list[str]:
+    """Names of the registered backends `keep` accepts, in registration order."""
+    return [s.name for s in BACKENDS if keep(s)]
 
 
 def causal_error(name: str, fix: str = "run it with causal=False") -> str:
@@ -228,7 +230,7 @@ def causal_error(name: str, fix: str = "run it with causal=False") -> str:
     how the caller turns causal off)."""
     return (
         f"backend {name!r} cannot run causally (it is bidirectional only); {fix}, "
-        f"or use a causal backend: {_names_where('causal')}"
+        f"or use a causal backend: {', '.join(backends_where(lambda s: s.caps.causal))}"
     )
 
 
@@ -238,7 +240,8 @@ __all__ = [
     "BACKENDS",
     "BackendSpec",
     "Capabilities",
-    "Case",
+    "RunTarget",
+    "backends_where",
     "build_attention",
     "causal_error",
     "default_device",

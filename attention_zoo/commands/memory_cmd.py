@@ -6,10 +6,10 @@ import argparse
 import json
 
 from ..errors import ZooError
-from ..labels import case_label
-from ..measure.cases import BenchCase
+from ..measure.cases import BenchCase, build_runnable
+from ..measure.labels import case_label
 from ..measure.memory import profiled_peak
-from ..measure.predict import predict_case
+from ..measure.predict import predict_case, stand_in_device
 from ..measure.runner import describe_error, is_oom
 from ..measure.table import CASE_HEADERS, case_cells, format_table
 from ..measure.units import format_bytes
@@ -149,8 +149,6 @@ def _predict(case: BenchCase, check: bool) -> dict:
 
 
 def _skip_reason(case: BenchCase) -> str | None:
-    from ..measure.predict import stand_in_device
-
     try:
         return case.unsupported(stand_in_device(case.device))
     except ZooError as exc:
@@ -159,8 +157,6 @@ def _skip_reason(case: BenchCase) -> str | None:
 
 def _check(case: BenchCase, predicted_total: int) -> dict:
     """Measure the case's peak on CPU with the profiler, if it safely fits."""
-    from ..measure.cases import build_runnable
-
     if case.device != "cpu":
         return {"check": "cpu only"}
     limit = default_memory_limit()

@@ -8,6 +8,9 @@ import sys
 
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..install import install_hint
+from ..measure.labels import DEFAULT_REFERENCE
+from ..report import build_report
+from ..report.index import write_index
 from ..store import DEFAULT_STORE, open_store
 from .validate import check_output_file, check_output_folder
 
@@ -51,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--reference",
-        default="sdpa",
+        default=DEFAULT_REFERENCE,
         help="variant the headline's ratios divide by, or a peer family (hf: each variant by "
         "Hugging Face's module of the same mechanism) (default: %(default)s)",
     )
@@ -69,7 +72,7 @@ def _command(args: argparse.Namespace) -> str:
     parts = ["zoo report", f"--store {args.store}", f"--out {args.out}"]
     if args.run_id:
         parts.append(f"--run-id {args.run_id}")
-    if args.reference != "sdpa":
+    if args.reference != DEFAULT_REFERENCE:
         parts.append(f"--reference {args.reference}")
     if args.index:
         parts.append(f"--index {args.index}")
@@ -91,9 +94,6 @@ def require_report_extra() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import build_report
-    from ..report.index import write_index
-
     require_report_extra()
     args.out = str(check_output_folder(args.out or DEFAULT_OUT, "--out", default=args.out is None))
     if args.index:

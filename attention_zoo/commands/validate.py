@@ -13,7 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import UnavailableError, UsageError, did_you_mean
+from ..measure.units import parse_bytes
 from ..paths import require_folder
 
 # ---- argparse types: each raises ArgumentTypeError, which the parser turns into one line --------
@@ -79,8 +82,6 @@ def names(text: str) -> list[str]:
 
 def size(text: str) -> int:
     """A memory size > 0: 8GiB, 8GB, 512MiB, or a bare number of GiB."""
-    from ..measure.units import parse_bytes
-
     try:
         value = parse_bytes(text)
     except ValueError as err:
@@ -119,8 +120,6 @@ def check_device(
         forms = ", ".join(a + (", cuda:N" if a == "cuda" else "") for a in allowed)
         raise UsageError(f"{flag} {device!r}: unknown device; use {forms}")
     if present and kind == "cuda":
-        import torch
-
         if not torch.cuda.is_available():
             why = (
                 "this torch build has no CUDA"

@@ -11,6 +11,8 @@ runner.py   measure_case: one case -> status + metric rows; measure_group: compa
             round-robin; worker.py: one case in a subprocess
 peers.py    other libraries' Reformer attention (transformers, reformer-pytorch) as bench targets
 env.py      git commit, torch version, device name, threads
+labels.py   how a measured variant is named (one spelling for tables and reports), the default
+            reference of ratios; table.py: the plain-text tables
 """
 
 from .cases import BenchCase, build_runnable

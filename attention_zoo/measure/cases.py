@@ -21,9 +21,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention.spec import Case, build_attention, get_backend
+from ..attention.spec import RunTarget, build_attention, get_backend
+from ..blocks.attention import SelfAttention
+from ..config import ReformerConfig
 from ..declarative import checked_dataclass
 from ..errors import ConfigError, UnavailableError
+from ..model import ReformerLM
 from .peers import get_peer, is_peer
 
 TARGETS = ("attention", "block", "model")
@@ -144,7 +147,7 @@ class BenchCase:
                     return reason
                 continue
             reason = get_backend(name).unsupported(
-                Case(device=torch.device(device).type, dtype=self.dtype, causal=self.causal)
+                RunTarget(device=torch.device(device).type, dtype=self.dtype, causal=self.causal)
             )
             if reason:
                 return reason
@@ -152,8 +155,6 @@ class BenchCase:
 
     def reformer_config(self) -> Any:
         """The ReformerConfig of a model case (imports the model lazily)."""
-        from ..config import ReformerConfig
-
         fields = {
             "hidden_size": self.hidden,
             "num_attention_heads": self.num_heads,
@@ -310,8 +311,6 @@ def _build_attention(case: BenchCase, device: torch.device, dtype: torch.dtype) 
 
 
 def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
-    from ..blocks.attention import SelfAttention
-
     with _defaults(device, dtype):
         if is_peer(case.backend):  # another library's module, built where ours would be
             spec = get_peer(case.backend)
@@ -338,8 +337,6 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
 
 
 def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
-    from ..model import ReformerLM
-
     config = case.reformer_config()
     with _defaults(device, dtype):
         model = ReformerLM(config, device=device.type)

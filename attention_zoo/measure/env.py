@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ..version import __version__
+
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -64,8 +66,6 @@ def git_commit(repo: Path = _REPO) -> str:
 
 def zoo_version() -> str:
     """The version of the attention-zoo code running (the package's __version__)."""
-    from .. import __version__
-
     return __version__
 
 

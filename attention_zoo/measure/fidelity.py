@@ -15,6 +15,7 @@ from ..attention.spec import BACKENDS, build_attention, get_backend
 from .cases import DTYPES, BenchCase
 from .metrics import FIDELITY_INPUTS, Metric, approx_error_name, metric_row
 from .predict import predict_case
+from .validate import dense_reference
 
 FIDELITY_SEED = 0  # inputs and any random state of the backend (LSH rotations without a seed)
 PEAK_GROUP = 4  # peaked inputs: tokens per group of mutually matching queries and keys
@@ -83,11 +84,6 @@ def is_approximate(case: BenchCase) -> bool:
     )
 
 
-def reference_name(backend: str, options: dict) -> str:
-    """The dense backend an approximation is compared with: shared-qk for shared-QK cores."""
-    return "shared-qk" if get_backend(backend).caps_for(**options).shared_qk else "full"
-
-
 def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> Fidelity:
     """approx_error of each input family for an approximate backend's core, at the case's core
     shapes (b, h, n, d), dtype, device, causal flag and options (the block's core for target
@@ -102,7 +98,7 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
         )
     ref_case = BenchCase(
         target="attention",
-        backend=reference_name(case.backend, case.options),
+        backend=dense_reference(get_backend(case.backend).caps_for(**case.options).shared_qk),
         seq_len=case.seq_len,
         batch=case.batch,
         num_heads=case.num_heads,

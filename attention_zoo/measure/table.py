@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..labels import case_label, resolve_options
 from .cases import comparison_key
+from .labels import DEFAULT_REFERENCE, case_label, resolve_options
 from .metrics import table_columns
 from .peers import peer_note, reference_backend
 from .status import OK
@@ -76,7 +76,9 @@ def case_cells(config: dict[str, Any]) -> list[Any]:
     ]
 
 
-def comparison_table(cases: Sequence[dict[str, Any]], reference: str | None = "full") -> str:
+def comparison_table(
+    cases: Sequence[dict[str, Any]], reference: str | None = DEFAULT_REFERENCE
+) -> str:
     """One line per case: time, measured and predicted memory, FLOPs, ratios to `reference`.
 
     The reference is the case with the same shape, mode, dtype and device whose backend is

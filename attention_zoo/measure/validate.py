@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..attention.spec import Case, build_attention, get_backend
+from ..attention.spec import RunTarget, build_attention, get_backend
 from .cases import DTYPES, BenchCase, Runnable
 from .peers import is_peer
 
@@ -23,8 +23,9 @@ TOLERANCE = {"float64": 1e-6, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2
 CHECK_DTYPES = ("float64", "float32")  # the most exact dtype the backend runs, then the case's
 
 
-def reference_backend_for(shared_qk: bool) -> str:
-    """The dense backend an exact backend must equal: shared-qk for shared-QK cores, else full."""
+def dense_reference(shared_qk: bool) -> str:
+    """The dense backend an exact core must equal and an approximate one is measured against
+    (approx_error): shared-qk for shared-QK cores, else full."""
     return "shared-qk" if shared_qk else "full"
 
 
@@ -81,7 +82,7 @@ def disagreement(case: BenchCase) -> str | None:
     neither float64 nor the dtype already compared: a kernel may take another path there."""
     for name, options in _cores(case):
         caps = get_backend(name).caps_for(**options)
-        reference = reference_backend_for(caps.shared_qk)
+        reference = dense_reference(caps.shared_qk)
         if not caps.exact or name == reference:
             continue
         candidates = _check_dtypes(name, options, case)
@@ -147,7 +148,7 @@ def _check_dtypes(name: str, options: dict[str, Any], case: BenchCase) -> list[s
     device = torch.device(case.device).type
     out = []
     for dtype in dict.fromkeys((*CHECK_DTYPES, case.dtype)):
-        probe = Case(device=device, dtype=dtype, causal=case.causal)
+        probe = RunTarget(device=device, dtype=dtype, causal=case.causal)
         if dtype in dtypes and not spec.unsupported(probe):
             out.append(dtype)
     return out

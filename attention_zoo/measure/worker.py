@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..plugins import child_environment
+from ..plugins import child_environment, load_plugins
 from .cases import BenchCase
 from .limits import capped, vm_size_bytes
 from .metrics import Metric
@@ -117,8 +117,6 @@ def run_isolated(
 
 
 def main() -> int:
-    from ..plugins import load_plugins
-
     load_plugins()  # the parent's plugins, named in ZOO_IMPORT by child_environment()
     payload = json.loads(sys.stdin.read())
     if payload.get("rlimit_bytes"):

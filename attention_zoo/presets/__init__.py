@@ -15,7 +15,7 @@ Built-in presets live next to this file (`quick.toml`, ...); any path to a .toml
     [measure]                    # fields of attention_zoo.measure.runner.MeasureSettings
     time_budget_s = 0.2
     threads = 2
-    reference = "full"           # the backend the comparison table divides by
+    reference = "hf"             # the backend (or peer family) the comparison table divides by
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..declarative import check_keys, checked_dataclass, parse_toml, table
 from ..errors import ConfigError, did_you_mean
+from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.runner import MeasureSettings
 from ..sweep import SweepGrid
 
@@ -42,7 +43,7 @@ class SweepPreset:
     description: str
     grid: SweepGrid
     settings: MeasureSettings
-    reference: str | None = None  # backend the comparison table is relative to
+    reference: str = DEFAULT_REFERENCE  # backend the comparison table is relative to
 
 
 def builtin_presets() -> list[str]:
@@ -86,7 +87,7 @@ def parse_sweep_preset(text: str, *, name: str = "preset", source: str = "<strin
         SweepGrid, table(data, "grid", where=source), where=f"{source} [grid]", tuples=True
     )
     measure = table(data, "measure", where=source)
-    reference = measure.pop("reference", None)
+    reference = measure.pop("reference", DEFAULT_REFERENCE)
     check_keys(
         measure,
         [*MeasureSettings.__dataclass_fields__, *PRESET_ONLY_MEASURE_KEYS],

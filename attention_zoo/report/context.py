@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.status import OK, STATUS_TEXT
 from ..measure.trust import BUSY, UNSTABLE, time_trusted
 from .document import Heading, Para
-from .ledger import Ledger, Ref
+from .ledger import Ledger, Ref, config_value
 
 BUSY_MARK = "†"  # a timing taken while the machine was busy
 UNSTABLE_MARK = "‡"  # a timing whose repeats disagreed (measure/trust.py)
@@ -26,7 +27,7 @@ class Context:
     tasks: Any  # selected task runs (frame.task_frame)
     runs: list[dict[str, Any]]
     out_dir: Path
-    reference: str = "sdpa"
+    reference: str = DEFAULT_REFERENCE
     earlier_runs: dict[str, int] = field(default_factory=dict)  # identity -> older runs not shown
     ledger: Ledger = field(default_factory=Ledger)
     plots: list[Path] = field(default_factory=list)
@@ -69,8 +70,6 @@ class Context:
         )
 
     def config(self, row: Any, path: str, kind: str = "length") -> str:
-        from .ledger import config_value
-
         what = path if path.startswith("config.") else f"config.{path}"
         return self.ledger.value(kind, config_value(row["config"], what), self.ref(row, what))
 

@@ -1,0 +1,283 @@
+"""lucidrains' attention packages as peers: reformer-pytorch (`lucid:lsh`), local-attention
+(`lucid:local`, `lucid:sliding-window`), performer-pytorch, linformer and nystrom-attention."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from .spec import PEERS, PeerCase, PeerSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidLSHOptions:
+    """Options of reformer-pytorch's LSHSelfAttention (names as our lsh's)."""
+
+    num_hashes: int = 1  # n_hashes
+    chunk_length: int = 64  # bucket_size: it attends its chunk and one chunk back
+    num_chunks_before: int = 1  # fixed at 1 by reformer-pytorch
+    num_chunks_after: int = 0  # fixed at 0 by reformer-pytorch
+
+
+def _check_lucid(case: PeerCase, options: LucidLSHOptions) -> str | None:
+    if (options.num_chunks_before, options.num_chunks_after) != (1, 0):
+        return (
+            "reformer-pytorch attends exactly one chunk back and none ahead "
+            f"(num_chunks_before=1, num_chunks_after=0), not {options.num_chunks_before}/"
+            f"{options.num_chunks_after}"
+        )
+    if case.seq_len % (2 * options.chunk_length):
+        return (
+            f"reformer-pytorch needs the length to be a multiple of 2 x chunk_length "
+            f"({2 * options.chunk_length}); L={case.seq_len} is not"
+        )
+    return None
+
+
+def _build_lucid_lsh(case: PeerCase, options: LucidLSHOptions) -> nn.Module:
+    from reformer_pytorch import LSHSelfAttention
+
+    return LSHSelfAttention(
+        dim=case.hidden,
+        heads=case.num_heads,
+        dim_head=case.head_dim,
+        bucket_size=options.chunk_length,
+        n_hashes=options.num_hashes,
+        causal=case.causal,
+    )
+
+
+PEERS.add(
+    "lucid:lsh",
+    PeerSpec(
+        name="lucid:lsh",
+        package="reformer-pytorch",
+        module="reformer_pytorch",
+        mirrors="lsh",
+        options=LucidLSHOptions,
+        build=_build_lucid_lsh,
+        check=_check_lucid,
+        note=(
+            "reformer-pytorch's LSHSelfAttention: attends across buckets (its default), "
+            "L / chunk_length buckets (its fixed rule, ours 2L / chunk), unseeded rotations, "
+            "output Linear with bias; closest to our lsh with semantics='hf'"
+        ),
+    ),
+)
+
+
+# ---- lucidrains' efficient-attention packages ---------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidLocalOptions:
+    """Options of local-attention's LocalMHA as chunked windows (names as our local's)."""
+
+    chunk_length: int = 64  # window_size: its chunk
+    num_chunks_before: int = 1  # look_backward
+    num_chunks_after: int = 0  # look_forward (none when causal)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidSlidingOptions:
+    """Options of local-attention's LocalMHA as an exact-size window (names as sliding-window's)."""
+
+    window: int = 256  # window_size, with exact_windowsize=True
+    global_tokens: int = 0  # local-attention has none: only 0 runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidPerformerOptions:
+    """Options of performer-pytorch's SelfAttention (names as our performer's)."""
+
+    nb_features: int = 256  # random features per head
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidLinformerOptions:
+    """Options of linformer's LinformerSelfAttention (names as our linformer's)."""
+
+    proj_length: int = 256  # k: the projected length of keys and values
+    max_length: int = 4096  # seq_len: the length its projections are made for
+    share_kv: bool = True  # one projection (and one key/value linear) for keys and values
+
+
+@dataclass(frozen=True, kw_only=True)
+class LucidNystromOptions:
+    """Options of nystrom-attention's NystromAttention (names as our nystrom's)."""
+
+    num_landmarks: int = 64
+    pinv_iterations: int = 6
+    conv_kernel: int = 0  # residual_conv_kernel; 0: residual=False
+
+
+def _lucid_check(
+    package: str, *, bidirectional_only: bool
+) -> Callable[[PeerCase, Any], str | None]:
+    """What a lucidrains attention module cannot run: causal (when bidirectional only), heads
+    that do not divide the hidden size, lengths past its projections' max_length."""
+
+    def check(case: PeerCase, options: Any) -> str | None:
+        if bidirectional_only and case.causal:
+            return f"{package} is bidirectional only (run with causal off)"
+        if case.hidden % case.num_heads:
+            return f"{package} needs hidden ({case.hidden}) divisible by heads ({case.num_heads})"
+        if getattr(options, "max_length", case.seq_len) < case.seq_len:
+            return f"{package} projections are made for L <= max_length={options.max_length}"
+        return None
+
+    return check
+
+
+def _check_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> str | None:
+    if options.global_tokens:
+        return (
+            f"local-attention has no global tokens (global_tokens=0), not {options.global_tokens}"
+        )
+    return None
+
+
+def _local_mha(case: PeerCase, window: int, before: int, after: int, exact: bool) -> nn.Module:
+    from local_attention import LocalMHA
+
+    return LocalMHA(
+        dim=case.hidden,
+        window_size=window,
+        dim_head=case.head_dim,
+        heads=case.num_heads,
+        causal=case.causal,
+        exact_windowsize=exact,
+        look_backward=before,
+        look_forward=0 if case.causal else after,
+        use_rotary_pos_emb=False,  # ours has no position embedding inside attention
+    )
+
+
+def _build_lucid_local(case: PeerCase, options: LucidLocalOptions) -> nn.Module:
+    before, after = options.num_chunks_before, options.num_chunks_after
+    return _local_mha(case, options.chunk_length, before, after, exact=False)
+
+
+def _build_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> nn.Module:
+    """Its exact window w sees i - w <= j <= i (bidirectional: |i - j| <= w), so w = window - 1
+    is our band i - window < j <= i (|i - j| < window); window 1 cannot be matched (w >= 1)."""
+    return _local_mha(case, max(options.window - 1, 1), 1, 1, exact=True)
+
+
+def _build_lucid_performer(case: PeerCase, options: LucidPerformerOptions) -> nn.Module:
+    from performer_pytorch import SelfAttention
+
+    return SelfAttention(
+        dim=case.hidden,
+        causal=case.causal,
+        heads=case.num_heads,
+        dim_head=case.head_dim,
+        nb_features=options.nb_features,
+    )
+
+
+def _build_lucid_linformer(case: PeerCase, options: LucidLinformerOptions) -> nn.Module:
+    from linformer import LinformerSelfAttention
+
+    return LinformerSelfAttention(
+        dim=case.hidden,
+        seq_len=options.max_length,
+        k=options.proj_length,
+        heads=case.num_heads,
+        dim_head=case.head_dim,
+        share_kv=options.share_kv,
+    )
+
+
+def _build_lucid_nystrom(case: PeerCase, options: LucidNystromOptions) -> nn.Module:
+    from nystrom_attention import NystromAttention
+
+    return NystromAttention(
+        dim=case.hidden,
+        dim_head=case.head_dim,
+        heads=case.num_heads,
+        num_landmarks=options.num_landmarks,
+        pinv_iterations=options.pinv_iterations,
+        residual=options.conv_kernel > 0,
+        residual_conv_kernel=options.conv_kernel or 33,
+    )
+
+
+for _spec in (
+    PeerSpec(
+        name="lucid:local",
+        package="local-attention",
+        module="local_attention",
+        mirrors="local",
+        options=LucidLocalOptions,
+        build=_build_lucid_local,
+        note=(
+            "local-attention's LocalMHA (rotary embeddings off): the chunked windows of our local "
+            "(exact semantics), materialised scores; bidirectional at a length not a multiple of "
+            "the chunk, queries also see the zero keys its padding appends"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:sliding-window",
+        package="local-attention",
+        module="local_attention",
+        mirrors="sliding-window",
+        options=LucidSlidingOptions,
+        build=_build_lucid_sliding,
+        check=_check_lucid_sliding,
+        note=(
+            "local-attention's LocalMHA with exact_windowsize (rotary embeddings off) built with "
+            "window_size = window - 1, so it sees our band: window keys causal (i - window < j "
+            "<= i), 2 window - 1 bidirectional (|i - j| < window); window 1 runs its window 1 "
+            "(2 keys causal, 3 bidirectional); no global tokens, materialised chunk scores; "
+            "bidirectional at a length not a multiple of window - 1, queries also see the zero "
+            "keys its padding appends"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:performer",
+        package="performer-pytorch",
+        module="performer_pytorch",
+        mirrors="performer",
+        options=LucidPerformerOptions,
+        build=_build_lucid_performer,
+        check=_lucid_check("performer-pytorch", bidirectional_only=False),
+        note=(
+            "performer-pytorch's SelfAttention: FAVOR+ positive orthogonal features drawn at "
+            "init, unseeded (redrawn only by its Performer wrapper), causal by its chunked "
+            "prefix sums without CUDA, output Linear with bias"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:linformer",
+        package="linformer",
+        module="linformer",
+        mirrors="linformer",
+        options=LucidLinformerOptions,
+        build=_build_lucid_linformer,
+        check=_lucid_check("linformer", bidirectional_only=True),
+        note=(
+            "linformer's LinformerSelfAttention: projections made for max_length, sliced for "
+            "shorter inputs; share_kv also shares the key and value linear maps (values = keys), "
+            "output Linear with bias"
+        ),
+    ),
+    PeerSpec(
+        name="lucid:nystrom",
+        package="nystrom-attention",
+        module="nystrom_attention",
+        mirrors="nystrom",
+        options=LucidNystromOptions,
+        build=_build_lucid_nystrom,
+        check=_lucid_check("nystrom-attention", bidirectional_only=True),
+        note=(
+            "nystrom-attention's NystromAttention: pads the front of the sequence to a multiple "
+            "of the landmarks, pseudo-inverse initialised from the whole batch's maximum, output "
+            "Linear with bias and dropout layer"
+        ),
+    ),
+):
+    PEERS.add(_spec.name, _spec)

@@ -1,0 +1,99 @@
+"""Read what a damaged results store still holds, without writing it.
+
+The file is opened read-only and immutable (never written, its journal ignored), with SQLite's
+writable_schema on so a file shorter than its header says (a crash, a full disk) still opens. Each
+table is read in rowid order; where a page cannot be read, the scan looks further on for the next
+readable row, so the rows on either side of the damage come back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+TABLES = ("runs", "cases", "results")  # in the order they are copied: a case's run comes first
+_FIRST_ROWID = 0  # rowids are positive
+_MAX_SKIP_BITS = 40  # the farthest a scan looks past damage: 2**40 rowids
+_MAX_RESTARTS = 10_000  # a scan gives up after this many unreadable stretches
+_STEP_BUDGET = 500_000_000  # SQLite VM steps for reading a whole damaged file, then it stops
+
+
+def open_damaged(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    db.execute("PRAGMA writable_schema = ON")  # read a file shorter than its header's page count
+    calls = iter(range(10**18))  # a damaged tree must not keep a query going for ever
+    db.set_progress_handler(lambda: next(calls) > _STEP_BUDGET // 1000, 1000)
+    return db
+
+
+def column_names(db: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+
+
+_TYPES = {"TEXT": (str,), "REAL": (int, float), "INTEGER": (int,)}
+
+
+def table_rows(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
+    """The readable rows that fit the table's declared columns: a page read past the end of a
+    cut file can decode as rows of garbage, which fail these checks."""
+    info = list(db.execute(f"PRAGMA table_info({table})"))  # (cid, name, type, notnull, ...)
+    for row in _scan(db, table):
+        if len(row) == len(info) and all(
+            (v is not None or not col[3])
+            and (v is None or isinstance(v, _TYPES.get(col[2].upper(), (object,))))
+            for v, col in zip(row, info)
+        ):
+            yield row
+
+
+def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
+    """Every row of `table` that can be read, in rowid order, going past unreadable pages."""
+    after, failed_at = _FIRST_ROWID, None
+    for _ in range(_MAX_RESTARTS):
+        try:
+            for row in db.execute(
+                f"SELECT rowid, * FROM {table} WHERE rowid > ? ORDER BY rowid", (after,)
+            ):
+                if row[0] <= after:  # a damaged tree can lead back to rows already read
+                    continue
+                after = row[0]
+                yield row[1:]
+            return
+        except sqlite3.DatabaseError:
+            if after == failed_at:  # no row since the last failure: that row cannot be read
+                after += 1
+            failed_at = after
+            found = _next_readable(db, table, after)
+            if found is None:
+                return
+            after = max(after, found - 1)
+
+
+def _next_readable(db: sqlite3.Connection, table: str, after: int) -> int | None:
+    """The first readable rowid past `after` found by looking 1, 2, 4, ... rowids further."""
+    for bits in range(_MAX_SKIP_BITS):
+        try:
+            row = db.execute(
+                f"SELECT rowid FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT 1",
+                (after + 2**bits,),
+            ).fetchone()
+        except sqlite3.DatabaseError:
+            continue
+        return None if row is None else row[0]
+    return None
+
+
+def readable_rows(path: Path) -> dict[str, int]:
+    """How many rows of each table can still be read ({} when not even the schema can)."""
+    try:
+        with closing(open_damaged(path)) as db:
+            present = set(table_names(db))
+            return {t: sum(1 for _ in table_rows(db, t)) for t in TABLES if t in present}
+    except sqlite3.DatabaseError:
+        return {}
+
+
+def table_names(db: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
