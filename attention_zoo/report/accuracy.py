@@ -17,6 +17,10 @@ from .plots import axis_label, pareto_plot
 TASK_COMMAND = "zoo task duplication --preset cpu --table2"
 COST_COMMAND = "zoo task duplication --preset cpu --cost"
 TRAIN_STEP = "train-step"
+NO_COST = (
+    "No task run has a cost row of the same model configuration yet; run "
+    f"`{COST_COMMAND}` to measure them."
+)
 
 
 def _steps_metric(metrics: dict[str, float]) -> str | None:
@@ -36,15 +40,25 @@ def accuracy_cost(ctx: Context) -> list[Any]:
     if ctx.tasks.empty:
         return empty_section("Accuracy x cost", TASK_COMMAND)
     tasks = ctx.tasks.assign(task_row=range(len(ctx.tasks)))
+    blocks: list[Any] = [
+        Heading(1, "Accuracy x cost"),
+        Para(
+            "Each trained model's final accuracy (as trained) and steps to the target accuracy, "
+            "beside the measured median time and peak memory of one training step of the same "
+            "model configuration at the task's length and batch (bench target `model`, mode "
+            "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
+            "is marked; a time set aside (busy †, unstable ‡) is on no front."
+        ),
+    ]
     bench = ctx.bench
-    costs = bench.iloc[0:0]
-    if not bench.empty:
-        costs = bench[
-            (bench["target"] == "model")
-            & (bench["mode"] == TRAIN_STEP)
-            & (bench["status"] == "ok")
-            & (bench["model_key"] != "")
-        ]
+    if bench.empty:  # a store of task runs only: no cost row to join
+        return [*blocks, Para(NO_COST)]
+    costs = bench[
+        (bench["target"] == "model")
+        & (bench["mode"] == TRAIN_STEP)
+        & (bench["status"] == "ok")
+        & (bench["model_key"] != "")
+    ]
     columns = ["model_key", "seq_len", "batch", "run_id", "case_key", "metrics", "config"]
     cost_cols = costs[[*columns, "busy", "unstable"]]
     cost_cols = cost_cols.rename(
@@ -59,24 +73,8 @@ def accuracy_cost(ctx: Context) -> list[Any]:
         }
     )
     joined = join_tasks_costs(tasks, cost_cols, on=("model_key", "length", "batch"))
-    blocks: list[Any] = [
-        Heading(1, "Accuracy x cost"),
-        Para(
-            "Each trained model's final accuracy (as trained) and steps to the target accuracy, "
-            "beside the measured median time and peak memory of one training step of the same "
-            "model configuration at the task's length and batch (bench target `model`, mode "
-            "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
-            "is marked; a time set aside (busy †, unstable ‡) is on no front."
-        ),
-    ]
     if joined.empty:
-        return [
-            *blocks,
-            Para(
-                "No task run has a cost row of the same model configuration yet; run "
-                f"`{COST_COMMAND}` to measure them."
-            ),
-        ]
+        return [*blocks, Para(NO_COST)]
     for (task, preset), part in joined.groupby(["task", "preset"], sort=True):
         part = part[
             [
