@@ -177,7 +177,7 @@ def test_sections_without_rows_name_their_command(tmp_path):
     df, runs = _two_runs(tmp_path / "s.sqlite", second={})
     text = build_report(df, tmp_path / "rep", runs=runs, reproductions=[REFORMER])
     text = text.markdown.read_text()
-    assert "## Task results\n\nNo rows for this section; run `zoo task duplication" in text
+    assert "## Task results\n\nNo rows for this section; run `zoo task NAME" in text
     assert "## Table 2\n\nNo rows for this section; run `zoo reproduce reformer" in text
     assert "## Block variants\n\nNo rows for this section; run `" in text
 

@@ -14,8 +14,8 @@ from .document import Heading, Image, Para, Table
 from .ledger import FORMATS
 from .plots import axis_label, pareto_plot
 
-TASK_COMMAND = "zoo task duplication --preset cpu --table2"
-COST_COMMAND = "zoo task duplication --preset cpu --cost"
+TASK_COMMAND = "zoo task NAME --preset cpu"  # NAME: a task of `zoo task --list`
+COST_COMMAND = "zoo task NAME --preset cpu --cost"
 TRAIN_STEP = "train-step"
 NO_COST = (
     "No task run has a cost row of the same model configuration yet; run "
