@@ -1,6 +1,7 @@
 """Reproductions: one paper each, in its own folder, registered by name (`zoo reproduce --list`).
 
-base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `REPRODUCTIONS`);
+base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `REPRODUCTIONS`),
+stored.py reads stored rows as cases for claims (`stored_cases`, `task_cases`);
 importing this package registers the built-in ones (the Reformer: reformer/).
 """
 
@@ -17,16 +18,20 @@ from .base import (
     register_reproduction,
     render_claims,
 )
+from .stored import StoredCase, stored_cases, task_cases
 
 __all__ = [
     "REPRODUCTIONS",
     "SIZES",
     "Reproduction",
     "RunOptions",
+    "StoredCase",
     "TaskRun",
     "claims_frame",
     "get_reproduction",
     "list_reproductions",
     "register_reproduction",
     "render_claims",
+    "stored_cases",
+    "task_cases",
 ]

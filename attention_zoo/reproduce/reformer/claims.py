@@ -10,7 +10,6 @@ and size; a claim without rows says which command measures it.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
@@ -20,6 +19,7 @@ from typing import Any
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimRow
 from ...tasks.base import tabulation_of
 from ...tasks.results import TRAINED
+from ..stored import StoredCase, stored_cases, task_cases
 from .experiments import PREFIX, SIZES
 from .published import PUBLISHED, TRAINED_AS, table2
 
@@ -117,49 +117,7 @@ def verdict(rule: str, ours: float | None, published: float) -> str:
     return RULES[rule].judge(ours, published)
 
 
-# ---- stored rows -> cases -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoredCase:
-    """One stored case (its latest run): key, config, status and metric values."""
-
-    key: str
-    run_id: str
-    status: str
-    config: dict[str, Any]
-    metrics: dict[str, float]
-
-    @property
-    def ref(self) -> str:
-        return f"{self.run_id}/{self.key}"
-
-    def memory(self) -> tuple[float | None, str]:
-        """Total peak bytes of one step and how it was obtained (measured, else predicted)."""
-        if self.status == "ok" and self.metrics.get("peak_total_bytes") is not None:
-            return self.metrics["peak_total_bytes"], "measured"
-        if self.metrics.get("predicted_total_bytes") is not None:
-            return self.metrics["predicted_total_bytes"], "predicted"
-        return None, self.status
-
-
-def stored_cases(rows: Any) -> list[StoredCase]:
-    """The latest stored version of every case in a `ResultStore.to_dataframe()` frame."""
-    if rows is None or not len(rows):
-        return []
-    latest: dict[str, StoredCase] = {}
-    order = rows.sort_values("created_at", kind="stable") if "created_at" in rows else rows
-    for (run_id, key), part in order.groupby(["run_id", "case_key"], sort=False):
-        first = part.iloc[0]
-        config = first["config"]
-        config = json.loads(config) if isinstance(config, str) else dict(config)
-        metrics = {
-            str(m): float(v)
-            for m, v in zip(part["metric"], part["value"])
-            if isinstance(m, str) and v is not None and not (isinstance(v, float) and math.isnan(v))
-        }
-        latest[key] = StoredCase(key, str(run_id), str(first["status"]), config, metrics)
-    return list(latest.values())
+# ---- stored cases by claim ---------------------------------------------------------------------
 
 
 def _labelled(cases: Iterable[StoredCase], size: str, claim: str) -> dict[str, list[StoredCase]]:
@@ -484,10 +442,8 @@ def _task_matrices(rows: Any) -> dict[tuple[str, int], tuple[dict, tuple[str, ..
     LSH-trained ones; "as trained" accuracy fills the diagonal."""
     tabulation = tabulation_of(TASK)
     out: dict[tuple[str, int], tuple[dict, list[str]]] = {}
-    for case in stored_cases(rows):
+    for case in task_cases(rows, TASK):
         cfg = case.config
-        if cfg.get("kind") != "task" or cfg.get("task") != TASK or case.status != "ok":
-            continue
         train = cfg["backend"]
         if train != FULL_ROW and not _hashes(train):
             continue
