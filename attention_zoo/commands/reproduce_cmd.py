@@ -60,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--preset",
         choices=["full", "smoke"],
         default="full",
-        help="smoke: the whole pipeline at toy sizes, Table 2 included (default: full)",
+        help="smoke: the whole pipeline at toy sizes, task runs included (default: full)",
     )
     p.add_argument(
         "--with-tasks",
