@@ -229,7 +229,7 @@ def test_claims_section_renders_each_reproductions_claims(tmp_path):
     with its command."""
 
     class Given:
-        name, title, command = "given", "Given claims", "zoo reproduce given"
+        name, title, command, plots = "given", "Given claims", "zoo reproduce given", ()
 
         def __init__(self, verdict):
             self.verdict = verdict

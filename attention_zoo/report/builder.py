@@ -30,8 +30,7 @@ PLOT_PATTERNS = (
     "scaling-*.png",
     "fidelity-*.png",
     "pareto-*.png",
-    "table2-*.png",
-)  # written when there is data
+)  # written when there is data (and the plots of the reproductions' own sections)
 
 
 @dataclass
@@ -99,7 +98,8 @@ def build_report(
     leaves the previous report as it was."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with staged_folder(out_dir, regenerated=PLOT_PATTERNS) as stage:
+    plots = (*PLOT_PATTERNS, *(p for r in reproductions for p in r.plots))
+    with staged_folder(out_dir, regenerated=plots) as stage:
         files = _write_report(df, stage, runs, reference, title, command, reproductions)
     log.info("report written to %s", out_dir / files.markdown.name)
     return ReportFiles(

@@ -3,7 +3,8 @@ reproduction words them. The report names no paper: the reproductions are handed
 
 A reproduction (attention_zoo.reproduce) is anything with the `ClaimsSource` shape: a name, a
 title, the command that measures it, `claims(rows) -> list[ClaimRow]` from stored rows, and
-`report_sections(ctx)` for tables of its own (e.g. a paper's table beside ours).
+`report_sections(ctx)` for tables of its own (e.g. a paper's table beside ours), and `plots`, the
+file patterns of the plots those write (a rebuilt report drops the old ones it did not write).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class ClaimsSource(Protocol):
 
     name: str
     title: str  # e.g. "The Reformer's claims"
+    plots: tuple[str, ...]  # glob patterns of the plot files its report sections write
 
     @property
     def command(self) -> str: ...  # the command that measures it

@@ -69,6 +69,7 @@ class Reproduction:
     description: str = ""  # one line for --list
     sources: tuple[str, ...] = ()  # where its published numbers come from
     sizes: tuple[str, ...] = SIZES  # the sizes it runs at (--preset smoke, --scale cpu|paper)
+    plots: tuple[str, ...] = ()  # file patterns of the plots `report_sections` writes
 
     @property
     def command(self) -> str:

@@ -33,6 +33,7 @@ class Reformer(Reproduction):
         "Table 2's pattern"
     )
     sources = (BLOG, TABLE2_CITATION)
+    plots = ("table2-*.png",)
 
     def device(self, size: str) -> str:
         """The published settings on CUDA when there is one (predicted on the meta device
