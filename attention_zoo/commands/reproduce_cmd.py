@@ -7,8 +7,14 @@ import sys
 
 from ..errors import UsageError, ZooError
 from ..executors import add_executor_args, executor_argv, executor_from_args
-from ..reproduce import RunOptions, TaskRun, get_reproduction, list_reproductions, render_claims
-from ..reproduce.base import Reproduction
+from ..reproduce import (
+    Reproduction,
+    RunOptions,
+    TaskRun,
+    get_reproduction,
+    list_reproductions,
+    render_claims,
+)
 from ..store import DEFAULT_STORE, ResultStore
 from . import task_cmd
 
