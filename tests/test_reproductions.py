@@ -12,6 +12,7 @@ import pytest
 from attention_zoo.cli import main
 from attention_zoo.reproduce import REPRODUCTIONS, Reproduction, register_reproduction
 from attention_zoo.reproduce.reformer.published import PUBLISHED, table2
+from attention_zoo.store import ResultStore
 from attention_zoo.tasks.results import TaskResults
 
 from .test_plugins import clean_registries  # noqa: F401  (fixture)
@@ -125,6 +126,39 @@ def test_an_imported_task_and_reproduction_are_in_the_report(
     assert "| x. it learns | preset tiny | 90% | 95% | holds: ours >= 90% | holds |" in claims
     assert "# Throwaway table\n\nthe reproduction's own section" in text
     assert "## Table 2\n\nNo rows for this section; run `zoo reproduce reformer" in text
+
+
+SUITE = """
+task = "throwaway-task"
+[presets.smoke]
+description = "a few steps of a tiny model"
+task = { seq_len = 8, vocab_size = 4, eval_size = 16 }
+model = { hidden_size = 16, num_attention_heads = 2, feed_forward_size = 32, num_hidden_layers = 1 }
+grid = { backends = ["full"], seeds = [0] }
+[presets.smoke.train]
+max_steps = 5
+eval_every = 5
+batch_size = 4
+learning_rate = 1e-3
+target_accuracy = 0.9
+"""
+
+
+def test_zoo_reproduce_runs_an_imported_reproduction_s_task_and_prints_its_claims(
+    plugin: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`zoo reproduce NAME` trains the reproduction's task runs by calling the task engine (no
+    second CLI), then prints its claims from the store."""
+    (plugin / "tasks").mkdir()
+    (plugin / "tasks" / "throwaway-task.toml").write_text(SUITE)
+    argv = ["reproduce", "throwaway", "--preset", "smoke", "--store", "zoo.sqlite"]
+    out = _run(capsys, *argv, "--no-progress", "--import", MODULE)
+    assert "reproducing The throwaway paper's claims, size smoke, on cpu -> zoo.sqlite" in out
+    assert "throwaway-task: zoo task throwaway-task --preset smoke --store zoo.sqlite" in out
+    assert "[1/1] full seed 0:" in out
+    assert "The throwaway paper's claims, reproduced" in out and "x. it learns" in out
+    with ResultStore("zoo.sqlite", create=False) as store:
+        assert {c["config"]["task"] for c in store.cases()} == {"throwaway-task"}
 
 
 def test_a_reproduction_is_registered_once_by_name(clean_registries: None) -> None:  # noqa: F811
