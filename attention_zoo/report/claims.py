@@ -51,7 +51,7 @@ class ClaimsSource(Protocol):
     """What the report needs of a reproduction."""
 
     name: str
-    title: str  # e.g. "The Reformer's claims"
+    title: str  # the heading of its claims, e.g. "<paper>'s claims"
     plots: tuple[str, ...]  # glob patterns of the plot files its report sections write
 
     @property
