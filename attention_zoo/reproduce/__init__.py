@@ -1,7 +1,6 @@
 """Reproductions: one paper each, in its own folder, registered by name (`zoo reproduce --list`).
 
-base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `REPRODUCTIONS`),
-stored.py reads stored rows as cases for claims (`stored_cases`, `task_cases`);
+base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `REPRODUCTIONS`);
 importing this package registers the built-in ones (the Reformer: reformer/).
 """
 
