@@ -15,7 +15,7 @@ pytest.importorskip("seaborn")
 from attention_zoo.cli import main as zoo_main
 from attention_zoo.labels import case_label, variant_label
 from attention_zoo.report import build_report
-from attention_zoo.report.claims import NOT_MEASURED, ClaimRow
+from attention_zoo.report.claims import NOT_MEASURED, ClaimRow, claim_verdicts
 from attention_zoo.report.index import write_index
 from attention_zoo.reproduce import get_reproduction
 from attention_zoo.store import ResultStore
@@ -253,6 +253,7 @@ def test_claims_section_renders_each_reproductions_claims(tmp_path):
                        f"`{len(df) - 1} rows`"]]  # fmt: skip
     recorded = {e["text"] for e in json.loads(files.numbers.read_text()) if e["source"] == "claims"}
     assert {"0.23x", "0.31x", "within 2x"} <= recorded
+    assert claim_verdicts(df, [Given("holds")]) == [("holds", f"{len(df)} rows")]
     files = build_report(df, tmp_path / "rep", runs=runs, reproductions=[Given(NOT_MEASURED)])
     text = files.markdown.read_text()
     assert "No rows for any claim yet: `given` (Given claims: run `zoo reproduce given`)" in text

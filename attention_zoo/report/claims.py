@@ -18,6 +18,7 @@ from .document import Heading, Para, Table
 from .ledger import numbers_in
 
 CLAIM_COLUMNS = ("claim", "setting", "published", "ours", "ratio_rule", "verdict", "rows used")
+HEADERS = {"ratio_rule": "verdict rule"}  # the columns as a reader reads them in the report
 HOLDS, WEAKER, FAILS, NOT_MEASURED = "holds", "holds weaker", "does not hold here", "not measured"
 
 
@@ -72,12 +73,18 @@ def claims_section(ctx: Context, rows: Any, sources: Sequence[ClaimsSource]) -> 
         if not any(c.verdict != NOT_MEASURED for c in claims):
             waiting.append(f"`{source.name}` ({source.title}: run `{source.command}`)")
             continue
-        blocks += [Heading(2, source.title), Table(list(CLAIM_COLUMNS), _cells(ctx, claims))]
+        headers = [HEADERS.get(c, c) for c in CLAIM_COLUMNS]
+        blocks += [Heading(2, source.title), Table(headers, _cells(ctx, claims))]
     if not sources:
         blocks.append(Para("No reproduction is registered; `zoo reproduce --list` lists them."))
     elif waiting:
         blocks.append(Para("No rows for any claim yet: " + "; ".join(waiting) + "."))
     return blocks
+
+
+def claim_verdicts(rows: Any, sources: Sequence[ClaimsSource]) -> list[tuple[str, str]]:
+    """(verdict, rows used) of every claim of every reproduction, e.g. to count them."""
+    return [(c.verdict, " ".join(c.rows_used)) for s in sources for c in s.claims(rows)]
 
 
 def _cells(ctx: Context, claims: Sequence[ClaimRow]) -> list[list[str]]:
@@ -103,5 +110,6 @@ __all__ = [
     "WEAKER",
     "ClaimRow",
     "ClaimsSource",
+    "claim_verdicts",
     "claims_section",
 ]
