@@ -178,7 +178,7 @@ def test_sections_without_rows_name_their_command(tmp_path):
     text = build_report(df, tmp_path / "rep", runs=runs, reproductions=[REFORMER])
     text = text.markdown.read_text()
     assert "## Task results\n\nNo rows for this section; run `zoo task NAME" in text
-    assert "## Table 2\n\nNo rows for this section; run `zoo reproduce reformer" in text
+    assert "## Table 2" not in text  # the Reformer's own section: only with duplication runs
     assert "## Block variants\n\nNo rows for this section; run `" in text
 
 
