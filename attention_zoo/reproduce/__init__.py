@@ -8,6 +8,7 @@ from . import reformer  # noqa: F401  (registers the built-in reproductions)
 from .base import (
     REPRODUCTIONS,
     SIZES,
+    ClaimRow,
     Reproduction,
     RunOptions,
     TaskRun,
@@ -22,6 +23,7 @@ from .stored import StoredCase, stored_cases, task_cases
 __all__ = [
     "REPRODUCTIONS",
     "SIZES",
+    "ClaimRow",
     "Reproduction",
     "RunOptions",
     "StoredCase",
