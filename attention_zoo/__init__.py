@@ -22,11 +22,13 @@ from .errors import (
 )
 from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
 from .registry import Registry
+from .reproduce import REPRODUCTIONS  # registers every built-in reproduction before any plugin
 from .store import ResultStore, StoreError
 from .tasks import TASKS  # importing the package registers every built-in before any plugin
 from .version import __version__
 
 __all__ = [
+    "REPRODUCTIONS",
     "TASKS",
     "AttentionCore",
     "BackendSpec",

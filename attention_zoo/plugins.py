@@ -1,4 +1,5 @@
-"""Plugins: code outside attention-zoo that registers attention backends, tasks, residual variants.
+"""Plugins: code outside attention-zoo that registers attention backends, tasks, residual variants,
+reproductions.
 
 Every `zoo` command (and the asv suite, the isolated worker and the test suite) loads, in order:
   - installed packages' entry points in the group `attention_zoo.plugins`, e.g. in pyproject.toml

@@ -11,6 +11,7 @@ from ..install import install_hint
 from ..measure.labels import DEFAULT_REFERENCE
 from ..report import build_report
 from ..report.index import write_index
+from ..reproduce import REPRODUCTIONS
 from ..store import DEFAULT_STORE, open_store
 from .validate import check_output_file, check_output_folder
 
@@ -114,7 +115,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     files = build_report(
-        df, args.out, runs=runs, reference=args.reference, title=args.title, command=_command(args)
+        df,
+        args.out,
+        runs=runs,
+        reference=args.reference,
+        title=args.title,
+        command=_command(args),
+        reproductions=list(REPRODUCTIONS),
     )
     print(f"report: {files.html}\n        {files.markdown}")
     print("".join(f"plot:   {p}\n" for p in files.plots) + f"rows:   {files.csv}")
