@@ -20,7 +20,13 @@ from .errors import (
     UnknownNameError,
     ZooError,
 )
-from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
+from .model import (
+    ReformerForSequenceClassification,
+    ReformerLM,
+    ReformerLMOutput,
+    ReformerModel,
+    ReformerOutput,
+)
 from .registry import Registry
 from .store import ResultStore, StoreError
 
@@ -34,6 +40,7 @@ __all__ = [
     "ConfigError",
     "OptionError",
     "ReformerConfig",
+    "ReformerForSequenceClassification",
     "ReformerLM",
     "ReformerLMOutput",
     "ReformerModel",

@@ -1,0 +1,68 @@
+"""ReformerForSequenceClassification: transformers' class of that name, weights in and out."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from attention_zoo import ConfigError, ReformerConfig, ReformerForSequenceClassification
+from attention_zoo.errors import ShapeError
+from attention_zoo.hf_reformer import HFConversionWarning
+
+from .hf_parity import BASE
+
+transformers = pytest.importorskip("transformers", reason="the HF parity tests need transformers")
+
+ENCODER = {
+    **BASE,
+    "attn_layers": ["local", "lsh"],
+    "is_decoder": False,
+    "num_hashes": 2,
+    "num_buckets": [8],
+    "hash_seed": 2,
+    "local_num_chunks_after": 1,
+    "lsh_num_chunks_after": 1,
+}
+
+
+def _hf_classifier(num_labels: int = 5):
+    torch.manual_seed(0)
+    config = transformers.ReformerConfig(**ENCODER, num_labels=num_labels)
+    return transformers.ReformerForSequenceClassification(config).eval()
+
+
+def test_from_hf_computes_what_transformers_computes_and_to_hf_round_trips() -> None:
+    hf = _hf_classifier()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFConversionWarning)
+        ours = ReformerForSequenceClassification.from_hf(hf).eval()
+        back = ours.to_hf()
+    assert ours.num_labels == 5 and back.config.num_labels == 5
+    assert back.state_dict().keys() == hf.state_dict().keys()
+    for name, tensor in hf.state_dict().items():
+        assert torch.equal(back.state_dict()[name], tensor), name
+    ids = torch.randint(0, BASE["vocab_size"], (3, 16), generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([0, 4, 2])
+    mine, theirs = ours(ids, labels=labels), hf(ids, labels=labels)
+    assert mine.logits.shape == (3, 5)
+    torch.testing.assert_close(mine.logits, theirs.logits, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(mine.loss, theirs.loss, atol=1e-6, rtol=1e-5)
+
+
+def test_head_reads_the_first_token_only_and_refuses_causal_and_bad_labels() -> None:
+    config = ReformerConfig(
+        vocab_size=7, hidden_size=16, num_attention_heads=2, feed_forward_size=32,
+        attn_layers=("full",), axial_pos_embds=False, max_position_embeddings=8,
+        hidden_dropout_prob=0.0, residual="standard",
+    )  # fmt: skip
+    model = ReformerForSequenceClassification(config, num_labels=3).eval()
+    hidden = torch.randn(2, 8, 32)
+    changed = hidden.clone()
+    changed[:, 1:] = 0.0
+    torch.testing.assert_close(model.classifier(hidden), model.classifier(changed))
+    with pytest.raises(ConfigError, match="set is_decoder=False"):
+        ReformerForSequenceClassification(config.replace(is_decoder=True))
+    with pytest.raises(ShapeError, match=r"one class id per sequence, shape \(2,\)"):
+        model(torch.zeros(2, 8, dtype=torch.long), labels=torch.zeros(2, 8, dtype=torch.long))
