@@ -19,6 +19,7 @@ from .validate import (
     integers,
     names,
     reject_together,
+    require,
     store_path,
 )
 
@@ -30,6 +31,8 @@ EXAMPLE = """examples:
   zoo task associative-recall --preset cpu
   zoo task --table2                                the matrix from every stored run
   zoo task --list                                  tasks and their presets
+  zoo task listops --dump 3 --preset smoke --seed 1
+                                                   3 generated examples as JSON lines
   zoo task duplication --preset paper --device cuda --executor ray --ray-address auto
                                                    one Ray task (one GPU) per training run
 
@@ -93,6 +96,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "batch (time, memory) into the store: the report's Accuracy x cost joins them",
     )
     p.add_argument("--list", action="store_true", help="list tasks and their suite presets")
+    p.add_argument(
+        "--dump",
+        type=integer(1),
+        metavar="N",
+        help="print the first N training examples of the preset's task as JSON lines "
+        '{"input": ..., "target": ...} (null targets: not scored) and exit',
+    )
+    p.add_argument(
+        "--seed", type=integer(0), help="with --dump: the run seed to draw from (default: 0)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_executor_args(p)
     p.set_defaults(run=run)
@@ -114,6 +127,12 @@ TRAINING_FLAGS = (
 
 def check_flags(args: argparse.Namespace) -> None:
     """Flags that conflict or would do nothing, refused before anything is loaded or trained."""
+    require(args, "seed", "dump", "--seeds lists the seeds to train")
+    if args.dump is not None:
+        if args.run_spec is None:
+            raise UsageError("--dump needs a RUN_SPEC: the task (or suite file) to draw from")
+        for flag in ("list", "table2", *TRAINING_FLAGS):
+            reject_together(args, "dump", flag, "--dump only prints generated examples")
     if args.list:
         if args.run_spec is not None:
             raise UsageError("--list takes no RUN_SPEC: it lists every task and its presets")
@@ -132,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks.base import TASKS
 
     check_flags(args)
+    if args.dump is not None:
+        return _dump(args)
     if args.device is not None:
         check_device(args.device, flag="--device", present=True)
     args.device = args.device or "cpu"
@@ -248,6 +269,17 @@ def _train_suite(args: argparse.Namespace, store: str, executor: Executor):  # -
     if args.cost and runs:
         _measure_cost(runs, store, args, executor)
     return preset
+
+
+def _dump(args: argparse.Namespace) -> int:
+    import json
+
+    from ..tasks.suite import load_task_preset
+
+    task = load_task_preset(args.run_spec, args.preset).task
+    for example in task.first_examples(args.seed or 0, args.dump):
+        print(json.dumps(example))
+    return 0
 
 
 def _measure_cost(runs, store: str, args: argparse.Namespace, executor: Executor) -> None:
