@@ -1,5 +1,6 @@
 """Zoology's MQAR sweep (Arora, Eyuboglu et al. 2023, Figure 2): accuracy against model width,
 one line per mechanism, one panel per (length, key-value pairs), on the associative-recall task.
+
 The sweep's axes are typed here once per preset; each point is the base preset `zoology-<preset>`
 of the associative-recall suite with its length, pairs and width replaced. The published claim:
 attention solves MQAR at every width tried. Our mechanisms are not Zoology's (theirs: gated
