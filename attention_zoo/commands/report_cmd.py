@@ -8,6 +8,7 @@ import sys
 
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..install import install_hint
+from ..reproduce import REPRODUCTIONS
 from ..store import DEFAULT_STORE, ResultStore
 from .validate import check_output_file, check_output_folder
 
@@ -114,7 +115,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     files = build_report(
-        df, args.out, runs=runs, reference=args.reference, title=args.title, command=_command(args)
+        df,
+        args.out,
+        runs=runs,
+        reference=args.reference,
+        title=args.title,
+        command=_command(args),
+        reproductions=list(REPRODUCTIONS),
     )
     print(f"report: {files.html}\n        {files.markdown}")
     print("".join(f"plot:   {p}\n" for p in files.plots) + f"rows:   {files.csv}")

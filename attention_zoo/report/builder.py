@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import accuracy, cost, fidelity, misc, variants
+from .claims import ClaimsSource, claims_section
 from .context import Context
 from .document import Document, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
@@ -87,16 +89,18 @@ def build_report(
     reference: str = "sdpa",
     title: str = DEFAULT_TITLE,
     command: str = "",
+    reproductions: Sequence[ClaimsSource] = (),
 ) -> ReportFiles:
     """Write the report of ResultStore rows (`to_dataframe()` or `rows()`) into out_dir.
 
     runs: ResultStore.runs() (load at start and end, for the busy marks and provenance).
+    reproductions: whose claims and own tables to add (`zoo report`: every registered one).
     The folder is built beside out_dir and swapped in whole (report.output): a write that fails
     leaves the previous report as it was."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with staged_folder(out_dir, regenerated=PLOT_PATTERNS) as stage:
-        files = _write_report(df, stage, runs, reference, title, command)
+        files = _write_report(df, stage, runs, reference, title, command, reproductions)
     log.info("report written to %s", out_dir / files.markdown.name)
     return ReportFiles(
         **{k: out_dir / v.name for k, v in vars(files).items() if k != "plots"},
@@ -111,6 +115,7 @@ def _write_report(
     reference: str,
     title: str,
     command: str,
+    reproductions: Sequence[ClaimsSource],
 ) -> ReportFiles:
     ctx = select(df, runs)
     ctx.out_dir, ctx.reference = out_dir, reference
@@ -128,9 +133,10 @@ def _write_report(
         cost.scaling,
         fidelity.fidelity_cost,
         accuracy.accuracy_cost,
-        accuracy.table2,
+        accuracy.task_tables,
         variants.block_variants,
-        lambda c: misc.claims(c, rows),
+        lambda c: claims_section(c, rows, reproductions),
+        *(r.report_sections for r in reproductions),
         misc.missing,
         misc.provenance,
     ):

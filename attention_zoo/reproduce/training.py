@@ -1,5 +1,5 @@
 """Train a reproduction's task presets into the store with the task engine (resumable: a run the
-store already holds is not trained again unless `fresh`)."""
+store already holds is not trained again unless `fresh`), and read their tidy rows back."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from ..executors import Executor
 from ..executors.local import LocalExecutor
 from ..tasks.driver import train_runs
-from ..tasks.results import TaskResults
+from ..tasks.results import TaskResults, tidy_rows
 from ..tasks.runner import identity, plan_runs, skipped_key
 from ..tasks.suite import TaskPreset
 
@@ -69,3 +69,24 @@ def train_presets(
         )
     done.trained = len(todo)
     return done
+
+
+def task_rows(frame: Any) -> list[dict[str, Any]]:
+    """Tidy task rows (task, preset, backend, length, seed, metric, value, eval) of the claims'
+    input, a `ResultStore.to_dataframe()` frame."""
+    if frame is None or not len(frame):
+        return []
+    return tidy_rows(frame.to_dict("records"))
+
+
+def report_rows(tasks: Any) -> list[dict[str, Any]]:
+    """Tidy task rows of the report's selected task runs (`Context.tasks`)."""
+    from ..tasks.results import decode_metric
+
+    rows = []
+    for _, r in tasks.iterrows() if len(tasks) else ():
+        identity = {k: r[k] for k in ("task", "preset", "backend", "length", "seed")}
+        for name, value in r["metrics"].items():
+            metric, evaluation = decode_metric(name)
+            rows.append({**identity, "metric": metric, "value": value, "eval": evaluation})
+    return rows

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..tasks.suite import TaskPreset, load_task_preset
+from ...report.claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimRow
+from ...tasks.suite import TaskPreset, load_task_preset
 
 TASK = "associative-recall"
 REFERENCE = "full"  # the attention every other mechanism is compared with
@@ -95,24 +96,24 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
         accs = {w: grid.get((REFERENCE, seq_len, w)) for w in sweep.widths}
         measured = {w: a for w, a in accs.items() if a is not None}
         if not measured:
-            verdict = "not measured"
+            verdict = NOT_MEASURED
         elif len(measured) == len(accs) and all(a >= target for a in measured.values()):
-            verdict = "holds"
+            verdict = HOLDS
         elif (a := accs[max(sweep.widths)]) is not None and a >= target:
-            verdict = "holds weaker"
+            verdict = WEAKER
         else:
-            verdict = "does not hold here"
+            verdict = FAILS
         out.append(
-            {
-                "claim": f"{PUBLISHED['solves']} (L {seq_len}, {pairs} pairs)",
-                "published": f"~100% at d {', '.join(map(str, PUBLISHED['widths']))}",
-                "ours": ", ".join(
+            ClaimRow(
+                claim=PUBLISHED["solves"],
+                setting=f"MQAR sweep, preset {preset}, L {seq_len}, {pairs} pairs",
+                published=f"~100% at d {', '.join(map(str, PUBLISHED['widths']))}",
+                ours=", ".join(
                     f"d {w}: " + ("-" if a is None else f"{100 * a:.0f}%") for w, a in accs.items()
                 ),
-                "rule": rule,
-                "verdict": verdict,
-                "source": SOURCE,
-            }
+                rule=rule,
+                verdict=verdict,
+            )
         )
     compared = [
         (b, n, w, a, grid[(REFERENCE, n, w)])
@@ -121,23 +122,21 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
     ]
     lost = [(b, n, w) for b, n, w, a, ref in compared if ref < a - ORDER_SLACK]
     share = 1 - len(lost) / len(compared) if compared else 0.0
+    if not compared:
+        verdict = NOT_MEASURED
+    else:
+        verdict = HOLDS if not lost else WEAKER if share >= MOSTLY else FAILS
+    behind = f"; behind: {', '.join(f'{b} L{n} d{w}' for b, n, w in lost[:4])}" if lost else ""
     out.append(
-        {
-            "claim": PUBLISHED["ordering"] + " (our mechanisms, not Zoology's mixers)",
-            "published": "every point of Figure 2",
-            "ours": f"{len(compared) - len(lost)}/{len(compared)} comparisons"
-            + (f"; behind: {', '.join(f'{b} L{n} d{w}' for b, n, w in lost[:4])}" if lost else ""),
-            "rule": f"attention >= other - {ORDER_SLACK:.0%}: holds at every comparison, holds "
+        ClaimRow(
+            claim=PUBLISHED["ordering"],
+            setting=f"MQAR sweep, preset {preset}; our mechanisms, not Zoology's mixers",
+            published="every point of Figure 2",
+            ours=f"{len(compared) - len(lost)}/{len(compared)} comparisons{behind}",
+            rule=f"attention >= other - {ORDER_SLACK:.0%}: holds at every comparison, holds "
             f"weaker at >= {MOSTLY:.0%} of them, else does not hold",
-            "verdict": "not measured"
-            if not compared
-            else "holds"
-            if not lost
-            else "holds weaker"
-            if share >= MOSTLY
-            else "does not hold here",
-            "source": SOURCE,
-        }
+            verdict=verdict,
+        )
     )
     return out
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...report.claims import FAILS, HOLDS, NOT_MEASURED, ClaimRow
+
 TASK = "listops"
 REFERENCE = "full"
+REFERENCE_VERDICT, OURS_ONLY = "reference", "ours only"  # rows without a verdict of their own
 SOURCE = "Long Range Arena (Tay et al. 2021), Table 1, ListOps accuracy [%]"
 # LRA's model -> its accuracy [%]
 PUBLISHED = {
@@ -51,7 +54,7 @@ def level(gap: float) -> str:
     return "level" if abs(gap) <= LEVEL_BAND else "below" if gap < 0 else "above"
 
 
-def claims(rows: Iterable[Mapping[str, Any]], preset: str) -> list[dict[str, Any]]:
+def claims(rows: Iterable[Mapping[str, Any]], preset: str) -> list[ClaimRow]:
     """One line per LRA model: published accuracy and gap to the Transformer, ours beside them."""
     ours = accuracies(rows, preset)
     reference = ours.get(REFERENCE)
@@ -65,34 +68,34 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str) -> list[dict[str, Any
         pub_gap = published - PUBLISHED["Transformer"]
         mine = ours.get(backend)
         if mine is None or reference is None:
-            text, verdict = "-", "not measured"
+            text, verdict = "-", NOT_MEASURED
         else:
             gap = mine - reference
             text = f"{mine:.1f} ({gap:+.1f})"
             if backend == REFERENCE:
-                verdict = "reference"
+                verdict = REFERENCE_VERDICT
             else:
-                verdict = "holds" if level(gap) == level(pub_gap) else "does not hold here"
+                verdict = HOLDS if level(gap) == level(pub_gap) else FAILS
         out.append(
-            {
-                "claim": f"{model} ({backend})",
-                "published": f"{published:.2f} ({pub_gap:+.2f})",
-                "ours": text,
-                "rule": rule,
-                "verdict": verdict,
-                "source": SOURCE,
-            }
+            ClaimRow(
+                claim=f"{model}: accuracy (gap to the Transformer)",
+                setting=f"listops, preset {preset}, backend {backend}",
+                published=f"{published:.2f} ({pub_gap:+.2f})",
+                ours=text,
+                rule=rule,
+                verdict=verdict,
+            )
         )
     for backend in sorted(set(ours) - set(OURS.values())):
         gap = "" if reference is None else f" ({ours[backend] - reference:+.1f})"
         out.append(
-            {
-                "claim": f"{backend} (no LRA row)",
-                "published": "-",
-                "ours": f"{ours[backend]:.1f}{gap}",
-                "rule": "no published figure",
-                "verdict": "ours only",
-                "source": SOURCE,
-            }
+            ClaimRow(
+                claim="accuracy (gap to full attention); no LRA row",
+                setting=f"listops, preset {preset}, backend {backend}",
+                published="-",
+                ours=f"{ours[backend]:.1f}{gap}",
+                rule="-",
+                verdict=OURS_ONLY,
+            )
         )
     return out
