@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from attention_zoo.reproduce import lra_listops, zoology
+from attention_zoo.reproduce.lra_listops import claims as lra_listops
+from attention_zoo.reproduce.zoology import sweep as zoology
 
 
 def _row(task: str, preset: str, backend: str, length: int, accuracy: float) -> dict:
@@ -52,10 +53,10 @@ def _zoology_rows(full: dict[tuple[int, int], float], other: float) -> list[dict
 )
 def test_zoology_verdicts_follow_the_stated_rule(full: dict, verdicts: list[str]) -> None:
     lines = zoology.claims(_zoology_rows(full, other=0.1), "smoke", target=0.95)
-    assert [line["verdict"] for line in lines[:-1]] == verdicts
-    assert lines[-1]["verdict"] == "holds" and lines[-1]["ours"] == "4/4 comparisons"
+    assert [line.verdict for line in lines[:-1]] == verdicts
+    assert lines[-1].verdict == "holds" and lines[-1].ours == "4/4 comparisons"
     behind = zoology.claims(_zoology_rows(full, other=1.0), "smoke", target=0.95)[-1]
-    assert behind["verdict"] != "holds" and "behind: local" in behind["ours"]
+    assert behind.verdict != "holds" and "behind: local" in behind.ours
 
 
 @pytest.mark.slow  # matplotlib
@@ -63,19 +64,35 @@ def test_zoology_plot_and_nothing_stored(tmp_path: Path) -> None:
     rows = _zoology_rows({(16, 16): 0.5, (16, 32): 0.9, (24, 16): 0.4, (24, 32): 0.8}, 0.1)
     assert zoology.plot(rows, "smoke", tmp_path / "z.png").stat().st_size > 1000
     assert zoology.plot([], "smoke", tmp_path / "none.png") is None
-    assert {c["verdict"] for c in zoology.claims([], "smoke", 0.95)} == {"not measured"}
+    assert {c.verdict for c in zoology.claims([], "smoke", 0.95)} == {"not measured"}
 
 
 def test_lra_gaps_are_classed_against_full_attention() -> None:
     accs = {"full": 0.40, "local": 0.20, "lsh-2": 0.41, "performer": 0.39, "linear": 0.3}
     rows = [_row("listops", "cpu", b, 128, a) for b, a in accs.items()]
     rows.append(_row("listops", "smoke", "linformer", 64, 0.9))  # another preset: ignored
-    lines = {line["claim"]: line for line in lra_listops.claims(rows, "cpu")}
-    assert lines["Transformer (full)"]["verdict"] == "reference"
-    assert lines["Local Attention (local)"]["verdict"] == "holds"  # below, as in LRA
-    assert lines["Local Attention (local)"]["ours"] == "20.0 (-20.0)"
-    assert lines["Reformer (lsh-2)"]["verdict"] == "holds"  # level, as in LRA
-    assert lines["Performer (performer)"]["verdict"] == "does not hold here"  # LRA: far below
-    assert lines["Linformer (linformer)"]["verdict"] == "not measured"
-    assert lines["linear (no LRA row)"]["ours"] == "30.0 (-10.0)"
-    assert lines["Transformer (full)"]["published"] == "36.37 (+0.00)"
+    lines = {line.setting.split()[-1]: line for line in lra_listops.claims(rows, "cpu")}
+    assert lines["full"].verdict == "reference"
+    assert lines["local"].verdict == "holds"  # below, as in LRA
+    assert lines["local"].ours == "20.0 (-20.0)"
+    assert lines["lsh-2"].verdict == "holds"  # level, as in LRA
+    assert lines["performer"].verdict == "does not hold here"  # LRA: far below
+    assert lines["linformer"].verdict == "not measured"
+    assert lines["linear"].ours == "30.0 (-10.0)" and lines["linear"].verdict == "ours only"
+    assert lines["full"].published == "36.37 (+0.00)"
+
+
+@pytest.mark.slow  # trains the smoke presets: ~15 s each on 2 cores
+@pytest.mark.parametrize("name", ["lra-listops", "zoology"])
+def test_smoke_reproduction_trains_stores_and_prints_its_claims(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from attention_zoo.cli import main
+
+    argv = ["reproduce", name, "--preset", "smoke", "--store", str(tmp_path / "r.db")]
+    assert main([*argv, "--no-progress", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "reproduced" in out and "rules:" in out
+    assert "not measured" not in out.split("reproduced")[1].splitlines()[2]  # first claim measured
+    assert main([*argv, "--no-progress"]) == 0  # again: everything is found in the store
+    assert "trained" not in capsys.readouterr().out.replace("0 run(s) trained", "")

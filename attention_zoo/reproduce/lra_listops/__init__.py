@@ -8,7 +8,8 @@ from typing import Any
 from ...report.claims import ClaimRow
 from ..base import Reproduction, TaskRun, register_reproduction
 from ..training import task_rows
-from .claims import SOURCE, TASK, claims
+from . import claims as table1
+from .claims import SOURCE, TASK
 
 
 @register_reproduction
@@ -26,7 +27,7 @@ class LRAListOps(Reproduction):
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows)
         presets = sorted({r["preset"] for r in tidy if r["task"] == TASK}) or ["cpu"]
-        return [line for preset in presets for line in claims(tidy, preset)]
+        return [line for preset in presets for line in table1.claims(tidy, preset)]
 
 
 __all__ = ["LRAListOps"]
