@@ -66,3 +66,20 @@ def test_head_reads_the_first_token_only_and_refuses_causal_and_bad_labels() -> 
         ReformerForSequenceClassification(config.replace(is_decoder=True))
     with pytest.raises(ShapeError, match=r"one class id per sequence, shape \(2,\)"):
         model(torch.zeros(2, 8, dtype=torch.long), labels=torch.zeros(2, 8, dtype=torch.long))
+
+
+@pytest.mark.slow  # builds through the measurement stack (~3 s of first-use imports)
+def test_a_bidirectional_model_case_is_measured_as_a_sequence_classifier() -> None:
+    from attention_zoo.measure.cases import CLASSIFIER_LABELS, BenchCase, build_runnable
+    from attention_zoo.measure.validate import invalid_output
+
+    case = BenchCase(
+        target="model", backend="nystrom", seq_len=16, batch=2, num_heads=2, head_dim=8,
+        hidden=16, causal=False, mode="train-step",
+        model={"vocab_size": 11, "num_hidden_layers": 1},
+    )  # fmt: skip
+    runnable = build_runnable(case, "cpu")
+    assert isinstance(runnable.module, ReformerForSequenceClassification)
+    assert runnable.output().shape == (2, CLASSIFIER_LABELS)
+    assert invalid_output(runnable) is None
+    runnable.step()  # a training step with its loss
