@@ -86,6 +86,7 @@ def report_rows(tasks: Any) -> list[dict[str, Any]]:
     rows = []
     for _, r in tasks.iterrows() if len(tasks) else ():
         identity = {k: r[k] for k in ("task", "preset", "backend", "length", "seed")}
+        identity["ref"] = (r["run_id"], r["case_key"])  # where the report's ledger finds it
         for name, value in r["metrics"].items():
             metric, evaluation = decode_metric(name)
             rows.append({**identity, "metric": metric, "value": value, "eval": evaluation})

@@ -8,12 +8,12 @@ from typing import Any
 
 from ...report.claims import ClaimRow
 from ...report.context import Context
-from ...report.document import Heading, Image, Para
+from ...report.document import Heading, Image, Para, Table
 from ...store import ResultStore
 from ...sweep import SweepResult
 from ..base import Reproduction, RunOptions, register_reproduction
 from ..training import report_rows, task_rows, train_presets
-from .sweep import SOURCE, SWEEPS, claims, plot, point_name, sweep_presets
+from .sweep import SOURCE, SWEEPS, accuracy_rows, claims, plot, point_name, sweep_presets
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,22 @@ class Zoology(Reproduction):
         blocks: list[Any] = [Heading(1, "Zoology MQAR sweep")]
         for size in SWEEPS:
             path = plot(rows, size, ctx.out_dir / f"zoology-{size}.png")
-            if path is not None:
-                ctx.plots.append(path)
-                blocks.append(Image(path, f"MQAR accuracy against model width, preset {size}"))
+            if path is None:
+                continue
+            ctx.plots.append(path)
+            blocks.append(Image(path, f"MQAR accuracy against model width, preset {size}"))
+            widths = SWEEPS[size].widths
+            table = [
+                [f"`{backend}`", str(length)]
+                + [
+                    "-"
+                    if cell is None
+                    else ctx.ledger.value("fraction", cell[0], [*cell[1], "accuracy"])
+                    for cell in cells
+                ]
+                for backend, length, cells in accuracy_rows(rows, size)
+            ]
+            blocks.append(Table(["mechanism", "L", *(f"d {w}" for w in widths)], table))
         if len(blocks) == 1:
             blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
         return blocks

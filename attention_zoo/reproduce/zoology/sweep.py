@@ -81,6 +81,23 @@ def accuracy_grid(
     return {k: sum(v) / len(v) for k, v in values.items()}
 
 
+def accuracy_rows(
+    rows: Iterable[Mapping[str, Any]], preset: str
+) -> list[tuple[str, int, list[tuple[float, tuple[str, str]] | None]]]:
+    """(backend, length, per width: (accuracy, (run, case)) or None) of one seed's stored sweep
+    rows that carry a `ref` (the report's), reference mechanism first: the table beside the plot."""
+    widths = {point_name(preset, w): w for w in SWEEPS[preset].widths}
+    found: dict[tuple[str, int], dict[int, tuple[float, tuple[str, str]]]] = {}
+    for r in rows:
+        if r["task"] != TASK or r["preset"] not in widths or r.get("ref") is None:
+            continue
+        if r["metric"] == "accuracy" and r["eval"] == "trained" and r["value"] is not None:
+            cell = (float(r["value"]), tuple(r["ref"]))
+            found.setdefault((r["backend"], int(r["length"])), {})[widths[r["preset"]]] = cell
+    order = sorted(found, key=lambda k: (k[1], k[0] != REFERENCE, k[0]))
+    return [(b, n, [found[(b, n)].get(w) for w in SWEEPS[preset].widths]) for b, n in order]
+
+
 def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> list[dict[str, Any]]:
     """The published claims beside ours, one line per panel plus the ordering, with verdicts.
 
