@@ -72,11 +72,11 @@ def train_presets(
 
 
 def task_rows(frame: Any) -> list[dict[str, Any]]:
-    """Tidy task rows (task, preset, backend, length, seed, metric, value, eval) of the claims'
-    input, a `ResultStore.to_dataframe()` frame."""
+    """Tidy task rows (task, preset, backend, length, seed, metric, value, eval, ref "run/case")
+    of the claims' input, a `ResultStore.to_dataframe()` frame."""
     if frame is None or not len(frame):
         return []
-    return tidy_rows(frame.to_dict("records"))
+    return tidy_rows(frame.to_dict("records"), with_ref=True)
 
 
 def report_rows(tasks: Any) -> list[dict[str, Any]]:
@@ -86,7 +86,7 @@ def report_rows(tasks: Any) -> list[dict[str, Any]]:
     rows = []
     for _, r in tasks.iterrows() if len(tasks) else ():
         identity = {k: r[k] for k in ("task", "preset", "backend", "length", "seed")}
-        identity["ref"] = (r["run_id"], r["case_key"])  # where the report's ledger finds it
+        identity["ref"] = f"{r['run_id']}/{r['case_key']}"  # where the report's ledger finds it
         for name, value in r["metrics"].items():
             metric, evaluation = decode_metric(name)
             rows.append({**identity, "metric": metric, "value": value, "eval": evaluation})

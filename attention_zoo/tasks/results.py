@@ -153,10 +153,15 @@ def stored_rows(
 
 
 def tidy_rows(
-    records: Iterable[Mapping[str, Any]], *, task: str | None = None, preset: str | None = None
+    records: Iterable[Mapping[str, Any]],
+    *,
+    task: str | None = None,
+    preset: str | None = None,
+    with_ref: bool = False,
 ) -> list[dict[str, Any]]:
     """Tidy rows of the task cases among stored rows (oldest first: `ResultStore.rows()`, or the
-    records of its `to_dataframe()`), ok ones only; a case stored twice counts once (latest)."""
+    records of its `to_dataframe()`), ok ones only; a case stored twice counts once (latest).
+    with_ref: each row also names its stored case, "ref": "run/case"."""
     import json
 
     latest: dict[str, tuple[str, list[dict[str, Any]]]] = {}
@@ -175,6 +180,8 @@ def tidy_rows(
             "value": row["value"],
             "eval": evaluation,
         }
+        if with_ref:
+            tidy["ref"] = f"{row['run_id']}/{row['case_key']}"
         seen = latest.get(row["case_key"])
         if seen is None or seen[0] != row["run_id"]:
             # rows come oldest first: a later run of the same case replaces the earlier one

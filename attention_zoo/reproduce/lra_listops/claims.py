@@ -50,12 +50,23 @@ def accuracies(rows: Iterable[Mapping[str, Any]], preset: str) -> dict[str, floa
     return {b: sum(v) / len(v) for b, v in values.items()}
 
 
+def refs(rows: Iterable[Mapping[str, Any]], preset: str, backend: str) -> tuple[str, ...]:
+    """The stored cases ("run/case") a backend's accuracy was read from."""
+    return tuple(
+        r["ref"]
+        for r in rows
+        if r["task"] == TASK and r["preset"] == preset and r["backend"] == backend
+        and r["metric"] == "accuracy" and r["eval"] == "trained" and r.get("ref")
+    )  # fmt: skip
+
+
 def level(gap: float) -> str:
     return "level" if abs(gap) <= LEVEL_BAND else "below" if gap < 0 else "above"
 
 
 def claims(rows: Iterable[Mapping[str, Any]], preset: str) -> list[ClaimRow]:
     """One line per LRA model: published accuracy and gap to the Transformer, ours beside them."""
+    rows = list(rows)
     ours = accuracies(rows, preset)
     reference = ours.get(REFERENCE)
     rule = (
@@ -84,6 +95,9 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str) -> list[ClaimRow]:
                 ours=text,
                 rule=rule,
                 verdict=verdict,
+                rows_used=refs(rows, preset, backend) + refs(rows, preset, REFERENCE)
+                if backend != REFERENCE
+                else refs(rows, preset, REFERENCE),
             )
         )
     for backend in sorted(set(ours) - set(OURS.values())):
@@ -96,6 +110,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str) -> list[ClaimRow]:
                 ours=f"{ours[backend]:.1f}{gap}",
                 rule="-",
                 verdict=OURS_ONLY,
+                rows_used=refs(rows, preset, backend),
             )
         )
     return out

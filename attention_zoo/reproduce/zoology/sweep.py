@@ -81,6 +81,22 @@ def accuracy_grid(
     return {k: sum(v) / len(v) for k, v in values.items()}
 
 
+def _refs(rows: Iterable[Mapping[str, Any]], preset: str) -> dict[tuple[str, int, int], list[str]]:
+    """(backend, length, width) -> the stored cases ("run/case") its accuracy was read from."""
+    widths = {point_name(preset, w): w for w in SWEEPS[preset].widths}
+    out: dict[tuple[str, int, int], list[str]] = {}
+    for r in rows:
+        if (
+            r["task"] == TASK
+            and r["preset"] in widths
+            and r["metric"] == "accuracy"
+            and r.get("ref")
+        ):
+            key = (r["backend"], int(r["length"]), widths[r["preset"]])
+            out.setdefault(key, []).append(r["ref"])
+    return out
+
+
 def accuracy_rows(
     rows: Iterable[Mapping[str, Any]], preset: str
 ) -> list[tuple[str, int, list[tuple[float, tuple[str, str]] | None]]]:
@@ -92,7 +108,7 @@ def accuracy_rows(
         if r["task"] != TASK or r["preset"] not in widths or r.get("ref") is None:
             continue
         if r["metric"] == "accuracy" and r["eval"] == "trained" and r["value"] is not None:
-            cell = (float(r["value"]), tuple(r["ref"]))
+            cell = (float(r["value"]), tuple(r["ref"].split("/", 1)))
             found.setdefault((r["backend"], int(r["length"])), {})[widths[r["preset"]]] = cell
     order = sorted(found, key=lambda k: (k[1], k[0] != REFERENCE, k[0]))
     return [(b, n, [found[(b, n)].get(w) for w in SWEEPS[preset].widths]) for b, n in order]
@@ -102,7 +118,8 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
     """The published claims beside ours, one line per panel plus the ordering, with verdicts.
 
     target: the accuracy counted as solved (the preset's target_accuracy)."""
-    grid = accuracy_grid(rows, preset)
+    rows = list(rows)
+    grid, refs = accuracy_grid(rows, preset), _refs(rows, preset)
     sweep = SWEEPS[preset]
     rule = (
         f"solved = accuracy >= {target:.0%}; holds: at every width; holds weaker: at the widest "
@@ -130,6 +147,9 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
                 ),
                 rule=rule,
                 verdict=verdict,
+                rows_used=tuple(
+                    ref for w in sweep.widths for ref in refs.get((REFERENCE, seq_len, w), ())
+                ),
             )
         )
     compared = [
@@ -153,6 +173,12 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
             rule=f"attention >= other - {ORDER_SLACK:.0%}: holds at every comparison, holds "
             f"weaker at >= {MOSTLY:.0%} of them, else does not hold",
             verdict=verdict,
+            rows_used=tuple(
+                ref
+                for b, n, w, _, _ in compared
+                for key in ((b, n, w), (REFERENCE, n, w))
+                for ref in refs.get(key, ())
+            ),
         )
     )
     return out
