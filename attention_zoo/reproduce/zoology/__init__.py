@@ -27,6 +27,12 @@ class Zoology(Reproduction):
     description = "MQAR accuracy against model width, every causal backend, three lengths"
     sources = (SOURCE,)
 
+    def device(self, size: str) -> str:
+        """Figure 2's scale on CUDA when there is one; the smaller sizes on the CPU."""
+        import torch
+
+        return "cuda" if size == "paper" and torch.cuda.is_available() else "cpu"
+
     def announce(self, size: str, device: str, store: str) -> list[str]:
         sweep = SWEEPS[size]
         points = ", ".join(f"L {n} / {kv} pairs" for n, kv in sweep.points)
