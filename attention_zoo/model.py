@@ -488,18 +488,22 @@ def _from_hf(
 
 def _with_prefix(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """HF names under `prefix` ("reformer." for the encoder); a state dict already under it (an HF
-    model with an LM head) keeps its names, its lm_head.* weights dropped with a warning."""
+    model with a head) keeps its names, its head's weights dropped with a warning."""
     if not prefix or not any(k.startswith(prefix) for k in state):
         return {prefix + k: v for k, v in state.items()}
-    head = sorted(k for k in state if k.startswith("lm_head."))
-    if head:
-        warnings.warn(
-            f"ReformerModel.from_hf ignores the LM head's weights ({', '.join(head)}); "
-            "ReformerLM.from_hf loads them",
-            hf.HFConversionWarning,
-            stacklevel=4,
-        )
-    return {k: v for k, v in state.items() if not k.startswith("lm_head.")}
+    heads = {"lm_head.": ("LM head", "ReformerLM"), "classifier.": ("classifier", _CLASSIFIER)}
+    for start, (what, loader) in heads.items():
+        if names := sorted(k for k in state if k.startswith(start)):
+            warnings.warn(
+                f"ReformerModel.from_hf ignores the {what}'s weights ({', '.join(names)}); "
+                f"{loader}.from_hf loads them",
+                hf.HFConversionWarning,
+                stacklevel=4,
+            )
+    return {k: v for k, v in state.items() if not k.startswith(tuple(heads))}
+
+
+_CLASSIFIER = "ReformerForSequenceClassification"
 
 
 def _to_hf(model: nn.Module, hf_class: type, prefix: str, **hf_fields: Any) -> Any:

@@ -83,3 +83,17 @@ def test_a_bidirectional_model_case_is_measured_as_a_sequence_classifier() -> No
     assert runnable.output().shape == (2, CLASSIFIER_LABELS)
     assert invalid_output(runnable) is None
     runnable.step()  # a training step with its loss
+
+
+def test_the_encoder_alone_from_a_classifiers_state_dict() -> None:
+    from attention_zoo import ReformerModel
+
+    hf = _hf_classifier()
+    with pytest.warns(
+        HFConversionWarning, match=r"ignores the classifier's weights \(classifier\."
+    ):
+        encoder = ReformerModel.from_hf(hf.state_dict(), config=hf.config)
+    ids = torch.randint(0, BASE["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(
+        encoder.eval()(ids).last_hidden_state, hf.reformer(ids).last_hidden_state
+    )
