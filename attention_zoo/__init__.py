@@ -20,7 +20,13 @@ from .errors import (
     UnknownNameError,
     ZooError,
 )
-from .model import ReformerLM, ReformerLMOutput, ReformerModel, ReformerOutput
+from .model import (
+    ReformerForSequenceClassification,
+    ReformerLM,
+    ReformerLMOutput,
+    ReformerModel,
+    ReformerOutput,
+)
 from .registry import Registry
 from .reproduce import REPRODUCTIONS  # registers every built-in reproduction before any plugin
 from .store import ResultStore, StoreError
@@ -36,6 +42,7 @@ __all__ = [
     "ConfigError",
     "OptionError",
     "ReformerConfig",
+    "ReformerForSequenceClassification",
     "ReformerLM",
     "ReformerLMOutput",
     "ReformerModel",

@@ -201,6 +201,7 @@ _TOP_NAMES = {
     "lm_head.decoder.weight": "lm_head.weight",
     "lm_head.bias": "lm_head.bias",
 }
+_HEADS = ("classifier.",)  # head weights HF and this package name alike (sequence classification)
 _AXIAL = re.compile(r"^reformer\.embeddings\.position_embeddings\.weights\.(\d+)$")
 
 
@@ -220,6 +221,8 @@ def state_dict_from_hf(
     for name, tensor in hf_state.items():
         if name in _TOP_NAMES:
             ours[_TOP_NAMES[name]] = tensor
+        elif name.startswith(_HEADS):
+            ours[name] = tensor
         elif m := _AXIAL.match(name):
             ours[f"reformer.positions.weights.{m.group(1)}"] = tensor
         elif m := _LAYER.match(name):
@@ -263,6 +266,8 @@ def state_dict_to_hf(state: Mapping[str, Tensor], layer_backends: list[str]) -> 
     for name, tensor in state.items():
         if name in top:
             out[top[name]] = tensor
+        elif name.startswith(_HEADS):
+            out[name] = tensor
         elif m := re.match(r"^reformer\.positions\.weights\.(\d+)$", name):
             out[f"reformer.embeddings.position_embeddings.weights.{m.group(1)}"] = tensor
         elif m := re.match(r"^reformer\.encoder\.layers\.(\d+)\.(.+)$", name):

@@ -1,5 +1,6 @@
 """The Reformer skeleton (Kitaev et al. 2020) as Hugging Face builds it: embeddings, a residual
-stack of (attention, FFN) layers, a LayerNorm over the two concatenated streams, a causal LM head.
+stack of (attention, FFN) layers, a LayerNorm over the two concatenated streams, a causal LM head
+or a pooled sequence-classification head.
 Which attention fills each layer, the residual variant, FFN chunking and the position embeddings are
 independent fields of ReformerConfig; `from_hf`/`to_hf` move weights from and to transformers.
 """
@@ -56,6 +57,17 @@ class ReformerLMOutput:
     logits: Tensor
     loss: Tensor | None = None
     hidden_states: Tensor | None = None
+
+
+@dataclass
+class SequenceClassifierOutput:
+    """ReformerForSequenceClassification output.
+
+    logits: (b, num_labels); loss: mean cross-entropy against labels (b,) (None without labels).
+    """
+
+    logits: Tensor
+    loss: Tensor | None = None
 
 
 def build_layer(
@@ -312,6 +324,115 @@ class ReformerLM(nn.Module):
     replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
 
 
+class ReformerClassificationHead(nn.Module):
+    """HF's head: the first token's state (b, 2 * hidden) -> dropout, dense, tanh, dropout, out."""
+
+    def __init__(self, config: ReformerConfig, num_labels: int, dropout: float | None) -> None:
+        super().__init__()
+        self.dense = nn.Linear(2 * config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.out_proj = nn.Linear(config.hidden_size, num_labels)
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        """(b, n, 2 * hidden) -> (b, num_labels), read at position 0 (a [CLS] token)."""
+        x = self.dropout(hidden_states[:, 0])
+        x = self.dropout(torch.tanh(self.dense(x)))
+        return self.out_proj(x)
+
+
+class ReformerForSequenceClassification(nn.Module):
+    """Sequence classifier as transformers': ReformerModel + a head on the first token's state.
+
+    A bidirectional encoder (is_decoder=False); num_labels and classifier_dropout are HF's
+    config fields of the same names (None: hidden_dropout_prob).
+    """
+
+    def __init__(
+        self,
+        config: ReformerConfig,
+        *,
+        num_labels: int = 2,
+        classifier_dropout: float | None = None,
+        device: str | torch.device | None = None,
+    ) -> None:
+        super().__init__()
+        if config.is_decoder:
+            raise ConfigError(
+                "sequence classification reads the whole sequence: set is_decoder=False "
+                "(causal attention would hide every later token from the pooled first one)"
+            )
+        if num_labels < 2:
+            raise ConfigError(f"num_labels must be >= 2 (classes), got {num_labels}")
+        self.num_labels, self.classifier_dropout = num_labels, classifier_dropout
+        self.reformer = ReformerModel(config, device=device)
+        self.classifier = ReformerClassificationHead(config, num_labels, classifier_dropout)
+        _init_weights(self.classifier, config.initializer_range)
+
+    @property
+    def config(self) -> ReformerConfig:
+        return self.reformer.config
+
+    def forward(
+        self, input_ids: Tensor, labels: Tensor | None = None, attention_mask: Tensor | None = None
+    ) -> SequenceClassifierOutput:
+        """input_ids (b, n) with the token to pool first; labels (b,) class ids (optional)."""
+        hidden = self.reformer(input_ids, attention_mask).last_hidden_state
+        logits = self.classifier(hidden)  # (b, num_labels)
+        loss = None
+        if labels is not None:
+            if labels.shape != input_ids.shape[:1]:
+                raise ShapeError(
+                    f"labels must be one class id per sequence, shape ({input_ids.shape[0]},), "
+                    f"got {tuple(labels.shape)}"
+                )
+            loss = F.cross_entropy(logits, labels)
+        return SequenceClassifierOutput(logits=logits, loss=loss)
+
+    @classmethod
+    def from_hf(
+        cls, source: Any, *, config: Any = None, device: str | torch.device | None = None
+    ) -> ReformerForSequenceClassification:
+        """The model of a transformers ReformerForSequenceClassification (sources as
+        ReformerLM.from_hf); num_labels is read from the head's weights."""
+        state = source.state_dict() if isinstance(source, nn.Module) else source
+        if isinstance(state, Mapping):
+            num_labels = state["classifier.out_proj.weight"].shape[0]
+        else:
+            num_labels = hf.load_weights(Path(source))["classifier.out_proj.weight"].shape[0]
+        hf_config = source.config if isinstance(source, nn.Module) else config or source
+        dropout = hf.read_hf_config(hf_config).get("classifier_dropout")
+        return _from_hf(
+            cls,
+            source,
+            config,
+            device,
+            prefix="",
+            num_labels=num_labels,
+            classifier_dropout=dropout,
+        )
+
+    def to_hf(self) -> Any:
+        """This model as a transformers ReformerForSequenceClassification (weights copied)."""
+        from transformers import ReformerForSequenceClassification as HFClassifier
+
+        return _to_hf(
+            self,
+            HFClassifier,
+            prefix="",
+            num_labels=self.num_labels,
+            classifier_dropout=self.classifier_dropout,
+        )
+
+    def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
+        return self.reformer.set_attention_options(backend, **options)
+
+    def replace_attention(self, layers: str | int | Iterable[int], backend: str) -> ReformerConfig:
+        return self.reformer.replace_attention(layers, backend)
+
+    set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
+    replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
+
+
 def hf_padding(config: ReformerConfig, n: int) -> int:
     """Positions HF appends to a length-n batch: up to a multiple of the lcm of the chunk lengths,
     when n exceeds the smallest chunk. Only layers with HF semantics ask for it."""
@@ -325,8 +446,11 @@ def hf_padding(config: ReformerConfig, n: int) -> int:
     return multiple - n % multiple
 
 
-def _from_hf(cls: type, source: Any, config: Any, device: Any, prefix: str) -> Any:
-    """Build `cls` (ReformerLM, or ReformerModel with prefix "reformer.") from an HF source."""
+def _from_hf(
+    cls: type, source: Any, config: Any, device: Any, prefix: str, **model_kwargs: Any
+) -> Any:
+    """Build `cls` (ReformerLM, or ReformerModel with prefix "reformer.") from an HF source;
+    `model_kwargs` go to its constructor."""
     if isinstance(source, nn.Module):
         hf_config, state = source.config, source.state_dict()
         training = source.training
@@ -357,7 +481,7 @@ def _from_hf(cls: type, source: Any, config: Any, device: Any, prefix: str) -> A
     ours = hf.state_dict_from_hf(state, our_config.layer_backends())
     reference = next(t for t in ours.values() if t.is_floating_point())
     target = torch.device(device) if device is not None else reference.device
-    model = cls(our_config, device=target)
+    model = cls(our_config, device=target, **model_kwargs)
     model.to(device=target, dtype=reference.dtype)
     model.load_state_dict({k[len(prefix) :]: v for k, v in ours.items()} if prefix else ours)
     return model.train(training)
@@ -365,25 +489,33 @@ def _from_hf(cls: type, source: Any, config: Any, device: Any, prefix: str) -> A
 
 def _with_prefix(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """HF names under `prefix` ("reformer." for the encoder); a state dict already under it (an HF
-    model with an LM head) keeps its names, its lm_head.* weights dropped with a warning."""
+    model with a head) keeps its names, its head's weights dropped with a warning."""
     if not prefix or not any(k.startswith(prefix) for k in state):
         return {prefix + k: v for k, v in state.items()}
-    head = sorted(k for k in state if k.startswith("lm_head."))
-    if head:
-        warnings.warn(
-            f"ReformerModel.from_hf ignores the LM head's weights ({', '.join(head)}); "
-            "ReformerLM.from_hf loads them",
-            hf.HFConversionWarning,
-            stacklevel=4,
-        )
-    return {k: v for k, v in state.items() if not k.startswith("lm_head.")}
+    heads = {"lm_head.": ("LM head", "ReformerLM"), "classifier.": ("classifier", _CLASSIFIER)}
+    for start, (what, loader) in heads.items():
+        if names := sorted(k for k in state if k.startswith(start)):
+            warnings.warn(
+                f"ReformerModel.from_hf ignores the {what}'s weights ({', '.join(names)}); "
+                f"{loader}.from_hf loads them",
+                hf.HFConversionWarning,
+                stacklevel=4,
+            )
+    return {k: v for k, v in state.items() if not k.startswith(tuple(heads))}
 
 
-def _to_hf(model: nn.Module, hf_class: type, prefix: str) -> Any:
+_CLASSIFIER = "ReformerForSequenceClassification"
+
+
+def _to_hf(model: nn.Module, hf_class: type, prefix: str, **hf_fields: Any) -> Any:
+    """`model` as an instance of `hf_class`; `hf_fields` set HF config fields (e.g. num_labels)."""
     from transformers import ReformerConfig as HFReformerConfig
 
     backends = model.config.layer_backends()
-    hf_model = hf_class(HFReformerConfig(**model.config.hf_fields()))
+    data = model.config.hf_fields()
+    if "num_labels" in hf_fields:  # HF derives it from id2label: a stale one would override it
+        data.pop("id2label", None), data.pop("label2id", None)
+    hf_model = hf_class(HFReformerConfig(**{**data, **hf_fields}))
     reference = next(model.parameters())
     hf_model.to(device=reference.device, dtype=reference.dtype)
     state = {prefix + k: v for k, v in model.state_dict().items()}
@@ -446,4 +578,13 @@ def _shortest_cycle(per_layer: list[str]) -> tuple[str, ...]:
     return tuple(per_layer)
 
 
-__all__ = ["ReformerLM", "ReformerLMOutput", "ReformerModel", "ReformerOutput", "build_layer"]
+__all__ = [
+    "ReformerClassificationHead",
+    "ReformerForSequenceClassification",
+    "ReformerLM",
+    "ReformerLMOutput",
+    "ReformerModel",
+    "ReformerOutput",
+    "SequenceClassifierOutput",
+    "build_layer",
+]

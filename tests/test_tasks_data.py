@@ -119,3 +119,18 @@ def test_task_registry_and_make_task_errors() -> None:
     )
     with pytest.raises(ConfigError):
         make_task("duplication", seq_len=9, vocab_size=4)
+
+
+def test_mqar_query_gaps_follow_zoologys_power_law() -> None:
+    """One pair: the query's gap g (in key-value slots after the context) has Zoology's
+    p(g) ~ a (g + 1)^(a - 1), g = 0 .. slots - 1 (multiquery_ar.py), checked by chi-square."""
+    task = AssociativeRecallTask(seq_len=18, vocab_size=32, num_kv_pairs=1, power_a=0.3)
+    batch = task.sample(4000, torch.Generator().manual_seed(0))
+    query_at = batch.scored().float().argmax(1) - 1  # the query key sits before its scored value
+    gaps = (query_at - 2) // 2
+    slots = 8
+    counts = torch.bincount(gaps, minlength=slots).double()
+    p = torch.arange(1, slots + 1, dtype=torch.float64) ** (0.3 - 1)
+    expected = 4000 * p / p.sum()
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert counts[0] > 2 * counts[-1] and chi2 < 25, (counts, expected)  # 7 dof: p ~ 1e-3

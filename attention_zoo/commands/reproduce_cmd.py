@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from ..engine import RunPolicy
 from ..errors import UsageError, ZooError
-from ..executors import add_executor_args, executor_argv, executor_from_args
+from ..executors import add_executor_args, executor_from_args
 from ..reproduce import (
+    SIZES,
     Reproduction,
     RunOptions,
-    TaskRun,
     get_reproduction,
     list_reproductions,
     render_claims,
 )
-from ..store import DEFAULT_STORE, ResultStore
-from . import task_cmd
+from ..store import DEFAULT_STORE, open_store
+from ..tasks.driver import TaskRequest, train_task
+from .run_flags import add_run_args, policy_from_args, run_rule_text
+
+DEFAULT_SCALE = "cpu"
 
 EXAMPLE = """examples:
   zoo reproduce --list                          the registered reproductions
   zoo reproduce reformer                        claims a-e at CPU scale (<= 15 min on 2 cores)
   zoo reproduce reformer --with-table2          ... and Table 2 (the duplication task; long)
   zoo reproduce reformer --preset smoke         the whole pipeline at toy sizes (< 2 min; CI)
+  zoo reproduce zoology --preset cpu            a preset names the size: smoke, cpu or paper
   zoo reproduce reformer --scale paper          the published settings: measured on CUDA,
                                                 predicted on the meta device without it
   zoo report                                    the report, with its Claims section
@@ -34,8 +40,10 @@ position embeddings (parameters, memory); e. a 0.5M-token training step in 8 GB;
 pattern. Each is compared as a ratio of the same kind, with the verdict rule printed beside it.
 Memory is measured with the profiler on CPU (or CUDA's allocator); 'predicted' marks meta-device
 numbers. Rows go to --store; an interrupted run resumes when the same command is run again, and a
-finished one is not measured again (--fresh measures anew). Plugins (--import MODULE) may register
-more reproductions.
+finished one is not measured again (--force, or its old name --fresh, measures anew). Plugins
+(--import MODULE) may register more reproductions.
+
+%(rule)s
 """
 
 
@@ -46,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run the experiments behind a paper's published claims (a registered "
         "reproduction: the Reformer's, or a plugin's), store them, and print each claim: the "
         "published figure, ours as the same kind of ratio, and a verdict.",
-        epilog=EXAMPLE,
+        epilog=EXAMPLE % {"rule": run_rule_text()},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -59,14 +67,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--scale",
         choices=["cpu", "paper"],
-        default="cpu",
+        default=DEFAULT_SCALE,
         help="cpu: scaled to minutes on 2 cores (default); paper: the published settings",
     )
     p.add_argument(
         "--preset",
-        choices=["full", "smoke"],
+        choices=["full", *SIZES],
         default="full",
-        help="smoke: the whole pipeline at toy sizes, task runs included (default: full)",
+        help="smoke: the whole pipeline at toy sizes, task runs included; cpu or paper: that "
+        "size, as --scale (default: full, at --scale)",
     )
     p.add_argument(
         "--with-tasks",
@@ -77,10 +86,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "task duplication at the scale's preset)",
     )
     p.add_argument("--threads", type=int, help="torch threads, fixed and recorded")
-    p.add_argument(
-        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
-    )
-    p.add_argument("--fresh", action="store_true", help="measure again instead of resuming")
+    p.add_argument("--store", help=f"SQLite results file (default: {DEFAULT_STORE})")
+    add_run_args(p, force_aliases=("--fresh",))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_executor_args(p)
     p.set_defaults(run=run)
@@ -95,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.paper is None:
         raise UsageError("name a reproduction (zoo reproduce --list lists them)")
     reproduction = get_reproduction(args.paper)
-    size = "smoke" if args.preset == "smoke" else args.scale
+    size = _size(args)
     if size not in reproduction.sizes:
         raise UsageError(
             f"reproduction {reproduction.name!r} has no size {size!r}; sizes: "
@@ -105,19 +112,20 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"zoo reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
+    policy = policy_from_args(args, default=RunPolicy(resume=True))
     try:
         executor = executor_from_args(args)
-        store = ResultStore(args.store)
+        store = open_store(args.store, write=True)
     except ZooError as err:
         print(f"zoo reproduce: {err}", file=sys.stderr)
         return 2
     with store, executor:
-        for line in reproduction.announce(size, device, args.store):
+        for line in reproduction.announce(size, device, str(store.path)):
             print(line)
         options = RunOptions(
             device=device,
             threads=args.threads,
-            fresh=args.fresh,
+            policy=policy,
             progress=not args.no_progress,
             meta={"command": " ".join(["zoo", *sys.argv[1:]])},
             executor=executor,
@@ -137,30 +145,39 @@ def run(args: argparse.Namespace) -> int:
                 f"run {sweep.run_id}: {counts or 'nothing new'}"
                 + (f"; {sweep.already_done} already stored" if sweep.already_done else "")
             )
-    for task in reproduction.task_runs(size):
-        if not task.optional or args.with_tasks:
-            if status := train_task(task, args):
-                return status
-    print(claims_text(reproduction, args.store))
+        for task in reproduction.task_runs(size):
+            if not task.optional or args.with_tasks:
+                request = TaskRequest(
+                    run_spec=task.task, preset=task.preset, device=device, threads=args.threads
+                )
+                print(
+                    f"{task.title or task.task}: zoo task {task.task} --preset {task.preset} "
+                    f"--store {store.path}"
+                )
+                train_task(
+                    request,
+                    store,
+                    executor=executor,
+                    policy=options.task_policy,
+                    progress=not args.no_progress,
+                    say=lambda line: print(line, flush=True),
+                    meta=options.meta,
+                )
+    print(claims_text(reproduction, store.path))
     return 0
 
 
-def train_task(task: TaskRun, args: argparse.Namespace) -> int:
-    """Train one task preset as `zoo task` would (same flags, checks and messages), by calling
-    the task command's function inside this command's error boundary."""
-    argv = [task.task, "--preset", task.preset, "--store", args.store]
-    argv += ["--quiet"] if args.no_progress else []
-    argv += ["--threads", str(args.threads)] if args.threads else []
-    argv += executor_argv(args)
-    print(f"{task.title or task.task}: zoo task " + " ".join(argv), flush=True)
-    parser = argparse.ArgumentParser(prog="zoo")
-    task_cmd.add_parser(parser.add_subparsers())
-    task_args = parser.parse_args(["task", *argv])
-    return int(task_cmd.run(task_args) or 0)
+def _size(args: argparse.Namespace) -> str:
+    """The size --preset and --scale name together (a preset other than full names it)."""
+    if args.preset == "full":
+        return args.scale
+    if args.preset != "smoke" and args.scale not in (DEFAULT_SCALE, args.preset):
+        raise UsageError(f"--preset {args.preset} and --scale {args.scale} disagree; give one")
+    return args.preset
 
 
-def claims_text(reproduction: Reproduction, path: str) -> str:
+def claims_text(reproduction: Reproduction, path: str | Path) -> str:
     """The claims of `reproduction` from everything stored at `path`, as plain text."""
-    with ResultStore(path, create=False) as store:
+    with open_store(path, write=False) as store:
         rows = store.to_dataframe()
     return render_claims(reproduction, rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections import defaultdict
@@ -14,7 +15,7 @@ from ..errors import UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
 from ..store import DEFAULT_STORE
 from ..tasks.driver import TaskRequest, train_task
-from ..tasks.suite import TaskPreset
+from ..tasks.suite import TaskPreset, load_task_preset
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
@@ -23,6 +24,7 @@ from .validate import (
     integers,
     names,
     reject_together,
+    require,
 )
 
 EXAMPLE = """examples:
@@ -33,6 +35,8 @@ EXAMPLE = """examples:
   zoo task associative-recall --preset cpu
   zoo task --table2                                the matrix from every stored run
   zoo task --list                                  tasks and their presets
+  zoo task listops --dump 3 --preset smoke --seed 1
+                                                   3 generated examples as JSON lines
   zoo task duplication --preset paper --device cuda --executor ray --ray-address auto
                                                    one Ray task (one GPU) per training run
 
@@ -97,6 +101,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "batch (time, memory) into the store: the report's Accuracy x cost joins them",
     )
     p.add_argument("--list", action="store_true", help="list tasks and their suite presets")
+    p.add_argument(
+        "--dump",
+        type=integer(1),
+        metavar="N",
+        help="print the first N training examples of the preset's task as JSON lines "
+        '{"input": ..., "target": ...} (null targets: not scored) and exit',
+    )
+    p.add_argument(
+        "--seed", type=integer(0), help="with --dump: the run seed to draw from (default: 0)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_run_args(p)
     add_executor_args(p)
@@ -121,6 +135,12 @@ TRAINING_FLAGS = (
 
 def check_flags(args: argparse.Namespace) -> None:
     """Flags that conflict or would do nothing, refused before anything is loaded or trained."""
+    require(args, "seed", "dump", "--seeds lists the seeds to train")
+    if args.dump is not None:
+        if args.run_spec is None:
+            raise UsageError("--dump needs a RUN_SPEC: the task (or suite file) to draw from")
+        for flag in ("list", "table2", *TRAINING_FLAGS):
+            reject_together(args, "dump", flag, "--dump only prints generated examples")
     if args.list:
         if args.run_spec is not None:
             raise UsageError("--list takes no RUN_SPEC: it lists every task and its presets")
@@ -139,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks.base import TASKS
 
     check_flags(args)
+    if args.dump is not None:
+        return _dump(args)
     policy = policy_from_args(args)
     if args.device is not None:
         check_device(args.device, flag="--device", present=True)
@@ -185,6 +207,14 @@ def _train(args: argparse.Namespace, policy: RunPolicy) -> TaskPreset:
             say=say,
             meta={"command": "zoo task", "argv": sys.argv[1:]},
         )
+
+
+def _dump(args: argparse.Namespace) -> int:
+    """Print the preset's first generated training examples as JSON lines."""
+    task = load_task_preset(args.run_spec, args.preset).task
+    for example in task.first_examples(args.seed or 0, args.dump):
+        print(json.dumps(example))
+    return 0
 
 
 def _tuple(values: list | None) -> tuple | None:

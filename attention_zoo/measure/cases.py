@@ -1,10 +1,11 @@
 """What one measurement is (`BenchCase`) and how to build it into a runnable step on a device.
 
 Targets: an attention core alone on (q, k, v); the `SelfAttention` block around it (projections from
-(b, n, hidden)); a whole `ReformerLM`. Modes: `forward` (inference, no autograd graph),
-`forward+backward` (loss = sum of outputs, or the LM loss; gradients cleared after each step),
-`train-step` (forward+backward and an AdamW step). Every step leaves no gradients behind, so each
-call starts from the same resident state and repeated calls measure the same thing.
+(b, n, hidden)); a whole model: `ReformerLM`, or `ReformerForSequenceClassification` when not
+causal. Modes: `forward` (inference, no autograd graph), `forward+backward` (loss = sum of outputs,
+or the model's loss; gradients cleared after each step), `train-step` (forward+backward and an AdamW
+step). Every step leaves no gradients behind, so each call starts from the same resident state and
+repeated calls measure the same thing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..blocks.attention import SelfAttention
 from ..config import ReformerConfig
 from ..declarative import checked_dataclass
 from ..errors import ConfigError, UnavailableError
-from ..model import ReformerLM
+from ..model import ReformerForSequenceClassification, ReformerLM
 from .peers import get_peer, is_peer
 
 TARGETS = ("attention", "block", "model")
@@ -336,18 +337,28 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
     return Runnable(case, block, (x,), step, optimizer, output=lambda: block(x))
 
 
+CLASSIFIER_LABELS = 2  # classes of a non-causal model case's head (a small part of its cost)
+
+
 def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
     config = case.reformer_config()
-    with _defaults(device, dtype):
-        model = ReformerLM(config, device=device.type)
     ids = torch.randint(0, config.vocab_size, (case.batch, case.seq_len), device=device)
+    with _defaults(device, dtype):
+        if case.causal:
+            model: torch.nn.Module = ReformerLM(config, device=device.type)
+            labels = ids
+        else:  # a bidirectional model: the sequence classifier
+            model = ReformerForSequenceClassification(
+                config, num_labels=CLASSIFIER_LABELS, device=device.type
+            )
+            labels = torch.zeros(case.batch, dtype=torch.long, device=device)
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
     if case.mode == "forward":
         model.eval()
 
     def forward() -> Tensor:
-        out = model(ids, labels=None if case.mode == "forward" else ids)
+        out = model(ids, labels=None if case.mode == "forward" else labels)
         return out.logits if out.loss is None else out.loss
 
     step = _make_step(case, forward, params, optimizer)

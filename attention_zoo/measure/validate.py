@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..attention.spec import RunTarget, build_attention, get_backend
-from .cases import DTYPES, BenchCase, Runnable
+from .cases import CLASSIFIER_LABELS, DTYPES, BenchCase, Runnable
 from .peers import is_peer
 
 # The reference check's size: small enough to cost nothing, long enough that chunked kernels pad
@@ -31,13 +31,16 @@ def dense_reference(shared_qk: bool) -> str:
 
 def expected_output(case: BenchCase) -> tuple[tuple[int, ...], torch.dtype]:
     """The shape and dtype a case's forward must return: (b, h, n, d) like q for an attention
-    core, (b, n, hidden) for a block, (b, n, vocab) logits for a model; the case's dtype."""
+    core, (b, n, hidden) for a block, (b, n, vocab) logits for a model ((b, classes) when not
+    causal); the case's dtype."""
     if case.target == "attention":
         shape: tuple[int, ...] = (case.batch, case.num_heads, case.seq_len, case.head_dim)
     elif case.target == "block":
         shape = (case.batch, case.seq_len, case.hidden)
-    else:
+    elif case.causal:
         shape = (case.batch, case.seq_len, case.reformer_config().vocab_size)
+    else:  # a bidirectional model is measured as a sequence classifier
+        shape = (case.batch, CLASSIFIER_LABELS)
     return shape, DTYPES[case.dtype]
 
 
@@ -69,7 +72,7 @@ def _shape_names(case: BenchCase) -> str:
     return {
         "attention": "batch, heads, length, head_dim, like q",
         "block": "batch, length, hidden",
-        "model": "batch, length, vocab_size",
+        "model": "batch, length, vocab_size" if case.causal else "batch, classes",
     }[case.target]
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ..engine import RunPolicy
 from ..executors import Executor
 from ..measure.table import format_table
 from ..registry import Registry
@@ -54,10 +55,16 @@ class RunOptions:
 
     device: str = "cpu"
     threads: int | None = None
-    fresh: bool = False  # measure again instead of resuming
+    policy: RunPolicy = field(default_factory=lambda: RunPolicy(resume=True))  # resumes by default
     progress: bool = True
     meta: dict[str, Any] = field(default_factory=dict)  # recorded with every run
     executor: Executor | None = None
+
+    @property
+    def task_policy(self) -> RunPolicy:
+        """The policy of task trainings: --force carries over; --run-id names the benchmark run
+        (a run holds one kind of job), and a stored training is reused (engine.RUN_RULE)."""
+        return RunPolicy(force=self.policy.force)
 
 
 class Reproduction:

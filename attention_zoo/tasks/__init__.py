@@ -7,10 +7,11 @@ outcome = run_one(runs[0])                           # train from the seed, eval
 outcome.result.steps_to_target, outcome.evals["lsh-1"].accuracy
 """
 
-from . import associative_recall, duplication  # noqa: F401  (registers the built-in tasks)
+from . import associative_recall, duplication, listops  # noqa: F401  (registers the built-in tasks)
 from .associative_recall import AssociativeRecallTask
 from .base import TASKS, Batch, TaskConfig, TaskData, get_task, make_task, register_task
 from .duplication import DuplicationTask
+from .listops import ListOpsTask
 from .runner import (
     EvalVariant,
     RunOutcome,
@@ -33,6 +34,7 @@ __all__ = [
     "DuplicationTask",
     "EvalResult",
     "EvalVariant",
+    "ListOpsTask",
     "MatrixTable",
     "RunOutcome",
     "RunSpec",

@@ -2,9 +2,10 @@
 how its stored results are tabulated (`tabulation`).
 
 A built task gives fresh training batches every step (an endless seeded stream) and one fixed
-evaluation set. `labels` follow the Hugging Face causal-LM convention: labels[:, i] is the token the
-model must produce at position i having seen only positions < i (the model shifts), -100 where
-nothing is scored, so loss and metric count exactly the scored positions.
+evaluation set. Token tasks' `labels` follow the Hugging Face causal-LM convention: labels[:, i] is
+the token the model must produce at position i having seen only positions < i (the model shifts),
+-100 where nothing is scored, so loss and metric count exactly the scored positions. A sequence
+classification task (`num_classes` set) has one label per sequence: labels (b,).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ _TRAIN_STREAM, _EVAL_STREAM = 1, 2
 
 @dataclass(frozen=True)
 class Batch:
-    """Token ids (b, n) and labels (b, n): expected token where scored, IGNORE_INDEX elsewhere."""
+    """Token ids (b, n) and labels: (b, n), the expected token where scored and IGNORE_INDEX
+    elsewhere; or (b,), one class per sequence (sequence classification)."""
 
     input_ids: Tensor
     labels: Tensor
@@ -61,6 +63,9 @@ class TaskConfig:
     """Base class of task configs: subclasses add their fields and implement `sample`."""
 
     name: ClassVar[str] = ""
+    # None: next-token prediction (a causal LM); else classes of a sequence classification task
+    # (a bidirectional encoder with a pooled head)
+    num_classes: ClassVar[int | None] = None
     # how the report and `zoo task --table2` tabulate this task's stored runs
     tabulation: ClassVar[TrainEvalMatrix] = TrainEvalMatrix()
     seq_len: int  # tokens per sequence, the model's input length
@@ -81,6 +86,21 @@ class TaskConfig:
     def chance_accuracy(self) -> float:
         """Accuracy of a uniform guess over the symbols that can appear at a scored position."""
         raise NotImplementedError
+
+    def examples(self, batch: Batch) -> list[dict[str, Any]]:
+        """JSON-friendly examples: token ids, and the scored targets (None where not scored)."""
+        return [
+            {
+                "input": ids.tolist(),
+                "target": [None if t == IGNORE_INDEX else t for t in lab.tolist()],
+            }
+            for ids, lab in zip(batch.input_ids, batch.labels)
+        ]
+
+    def first_examples(self, seed: int, n: int) -> list[dict[str, Any]]:
+        """The first `n` training sequences of run seed `seed`, drawn as one batch."""
+        generator = torch.Generator().manual_seed(stream_seed(seed, _TRAIN_STREAM))
+        return self.examples(self.sample(n, generator))
 
     def build(self, seed: int) -> TaskData:
         """The data of one run: a seeded training stream and a fixed evaluation set."""

@@ -211,13 +211,65 @@ def train_task(
     store: an open store, or a path (None: the default) opened for writing once the suite,
     preset and grid are known to be good, so bad input leaves no store behind.
     """
-    executor = executor or LocalExecutor()
     preset = load_task_preset(request.run_spec, request.preset)
     if request.max_steps:
         preset = dataclasses.replace(
             preset, train=dataclasses.replace(preset.train, max_steps=request.max_steps)
         )
-    runs, skipped = plan_runs(
+    runs, skipped = _plan(preset, request)
+    with (
+        nullcontext(store)
+        if isinstance(store, ResultStore)
+        else open_store(store, write=True) as db
+    ):
+        return _train(
+            preset,
+            runs,
+            skipped,
+            request,
+            db,
+            executor or LocalExecutor(),
+            policy,
+            progress,
+            say,
+            meta,
+        )
+
+
+def train_preset(
+    preset: TaskPreset,
+    store: ResultStore,
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    executor: Executor | None = None,
+    policy: RunPolicy | None = None,
+    progress: bool = True,
+    say: Say = print,
+    meta: dict[str, Any] | None = None,
+) -> TaskPreset:
+    """train_task for a preset built in code (a reproduction's sweep point) rather than read
+    from a suite: its whole grid, the same engine, rule and messages."""
+    request = TaskRequest(
+        run_spec=preset.task.name, preset=preset.name, device=device, threads=threads
+    )
+    runs, skipped = _plan(preset, request)
+    return _train(
+        preset,
+        runs,
+        skipped,
+        request,
+        store,
+        executor or LocalExecutor(),
+        policy,
+        progress,
+        say,
+        meta,
+    )
+
+
+def _plan(preset: TaskPreset, request: TaskRequest) -> tuple[list[RunSpec], list[Skipped]]:
+    return plan_runs(
         preset,
         backends=request.backends,
         seeds=request.seeds,
@@ -225,12 +277,6 @@ def train_task(
         eval_hashes=request.eval_hashes,
         device=request.device,
     )
-    with (
-        nullcontext(store)
-        if isinstance(store, ResultStore)
-        else open_store(store, write=True) as db
-    ):
-        return _train(preset, runs, skipped, request, db, executor, policy, progress, say, meta)
 
 
 def _train(

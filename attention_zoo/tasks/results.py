@@ -9,6 +9,7 @@ evaluation override is kept in the metric name ("accuracy@lsh-8"; "accuracy" = a
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +98,31 @@ def stored_rows(
     store: ResultStore, *, task: str | None = None, preset: str | None = None
 ) -> list[dict[str, Any]]:
     """Tidy rows of every finished task run in `store`; a run stored twice counts once (latest)."""
+    task_runs = {r["run_id"] for r in store.runs(kind=KIND)}
+    records = (r for r in store.rows(status=OK) if r["run_id"] in task_runs)
+    return tidy_rows(records, task=task, preset=preset)
+
+
+def tidy_rows(
+    records: Iterable[Mapping[str, Any]],
+    *,
+    task: str | None = None,
+    preset: str | None = None,
+    with_ref: bool = False,
+) -> list[dict[str, Any]]:
+    """Tidy rows of the task cases among stored rows (oldest first: `ResultStore.rows()`, or the
+    records of its `to_dataframe()`), ok ones only; a case stored twice counts once (latest).
+    with_ref: each row also names its stored case, "ref": "run/case"."""
     import json
 
-    task_runs = {r["run_id"] for r in store.runs(kind=KIND)}
     latest: dict[str, tuple[str, list[dict[str, Any]]]] = {}
-    for row in store.rows(status=OK):
-        if row["run_id"] not in task_runs or row["metric"] is None:
+    for row in records:
+        if row["status"] != OK or not isinstance(row["metric"], str):
             continue
-        config = json.loads(row["config"])
+        config = row["config"]
+        config = json.loads(config) if isinstance(config, str) else config
+        if config.get("kind") != KIND:
+            continue
         if (task and config["task"] != task) or (preset and config["preset"] != preset):
             continue
         metric, evaluation = decode_metric(row["metric"])
@@ -113,6 +131,8 @@ def stored_rows(
             "value": row["value"],
             "eval": evaluation,
         }
+        if with_ref:
+            tidy["ref"] = f"{row['run_id']}/{row['case_key']}"
         seen = latest.get(row["case_key"])
         if seen is None or seen[0] != row["run_id"]:
             # rows come oldest first: a later run of the same case replaces the earlier one

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention.spec import get_backend
+from ..attention.spec import RunTarget, get_backend, list_backends
 from ..errors import ConfigError
 from .base import stream_seed
 from .suite import TaskPreset
@@ -29,6 +29,7 @@ LSH = "lsh"
 SHARED_QK_FULL = "shared-qk"
 SWAPPABLE = (LSH, SHARED_QK_FULL)  # layers an evaluation override may swap (same [qk, v] weights)
 _EVAL_HASH_STREAM = 3  # LSH rotations at evaluation come from this stream of the run seed
+EVERY_BACKEND = "all"  # in grid.backends: every registered backend (those that cannot run skip)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,8 +74,13 @@ class RunSpec:
             attn_layers=list(self.variant.attn_layers),
             vocab_size=self.preset.task.vocab_size,
             max_position_embeddings=self.preset.task.seq_len,
-            is_decoder=True,
+            is_decoder=is_causal(self.preset),
         )
+        if "attn_options" in fields:  # a preset gives options for every backend it may train
+            layers = self.variant.attn_layers
+            fields["attn_options"] = {
+                b: o for b, o in fields["attn_options"].items() if b in layers
+            }
         if self.variant.num_hashes is not None:
             fields["num_hashes"] = self.variant.num_hashes
         # a mix of n backends has at least n layers (one of each)
@@ -119,6 +125,19 @@ def split_mix(name: str) -> tuple[str, ...]:
     return parts
 
 
+def is_causal(preset: TaskPreset) -> bool:
+    """Next-token tasks train causal decoders; sequence classification, bidirectional encoders."""
+    return preset.task.num_classes is None
+
+
+def expand_backends(backends: Sequence[str]) -> list[str]:
+    """grid.backends with "all" replaced by every registered backend, in registration order."""
+    out: list[str] = []
+    for mix in backends:
+        out += [s.name for s in list_backends()] if mix == EVERY_BACKEND else [mix]
+    return list(dict.fromkeys(out))
+
+
 def train_variants(backends: Sequence[str], train_hashes: Sequence[int]) -> list[TrainVariant]:
     """Every backend mix, mixes containing lsh once per hash count."""
     out = []
@@ -161,7 +180,7 @@ def plan_runs(
     run on `device` (e.g. xformers without CUDA) is skipped with its reason.
     """
     grid = preset.grid
-    backends = list(backends if backends is not None else grid.backends)
+    backends = expand_backends(backends if backends is not None else grid.backends)
     seeds = list(seeds if seeds is not None else grid.seeds)
     train_hashes = list(train_hashes if train_hashes is not None else grid.train_hashes)
     eval_hashes = list(eval_hashes if eval_hashes is not None else grid.eval_hashes)
@@ -175,10 +194,9 @@ def plan_runs(
     if eval_hashes:
         _check_available(LSH, device)
     runs, skipped = [], []
+    case = RunTarget(device=device, causal=is_causal(preset))
     for variant in train_variants(backends, train_hashes):
-        reason = next(
-            (r for r in (_unavailable(b, device) for b in variant.attn_layers) if r), None
-        )
+        reason = next((r for r in (_unsupported(b, case) for b in variant.attn_layers) if r), None)
         if reason:
             skipped.append(Skipped(label=variant.label, reason=reason))
             log.info("skipping %s: %s", variant.label, reason)
@@ -189,12 +207,16 @@ def plan_runs(
 
 
 def build_model(spec: RunSpec, device: str = "cpu") -> nn.Module:
-    """A freshly initialised ReformerLM for `spec`, seeded by the run seed."""
+    """A freshly initialised model for `spec`, seeded by the run seed: a ReformerLM, or for a
+    classification task a ReformerForSequenceClassification."""
     from ..config import ReformerConfig
-    from ..model import ReformerLM
+    from ..model import ReformerForSequenceClassification, ReformerLM
 
     config = ReformerConfig.from_dict(spec.model_fields())
     torch.manual_seed(spec.seed)  # init, then the LSH rotations drawn while training
+    if (classes := spec.preset.task.num_classes) is not None:
+        model = ReformerForSequenceClassification(config, num_labels=classes, device=device)
+        return model.to(device)
     return ReformerLM(config, device=device).to(device)
 
 
@@ -283,6 +305,11 @@ def _maybe(value: int | None) -> float | None:
 
 def _unavailable(backend: str, device: str) -> str | None:
     reason = get_backend(backend).unavailable_reason(device)
+    return f"backend {backend!r} unavailable: {reason}" if reason else None
+
+
+def _unsupported(backend: str, case: RunTarget) -> str | None:
+    reason = get_backend(backend).unsupported(case)
     return f"backend {backend!r} unavailable: {reason}" if reason else None
 
 

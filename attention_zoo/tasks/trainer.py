@@ -55,11 +55,11 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Token accuracy and mean cross-entropy over the scored positions of an eval set."""
+    """Accuracy and mean cross-entropy over the scored positions (or sequences) of an eval set."""
 
     accuracy: float
     loss: float
-    scored: int  # number of scored tokens
+    scored: int  # number of scored tokens (sequences, for sequence classification)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,15 +89,20 @@ class TrainResult:
 
 
 def logits_of(output: Any) -> Tensor:
-    """The (b, n, vocab) logits of a model output (an object with .logits, or the tensor)."""
+    """The logits of a model output (an object with .logits, or the tensor): (b, n, vocab) for a
+    language model, (b, classes) for a sequence classifier."""
     return output.logits if hasattr(output, "logits") else output
 
 
 def scored_loss(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Shifted causal-LM cross-entropy over scored positions: (mean loss, correct, count).
 
-    The prediction for labels[:, i] is read at position i - 1 (Hugging Face convention).
+    The prediction for labels[:, i] is read at position i - 1 (Hugging Face convention). Labels
+    (b,) are one class per sequence, read from logits (b, classes) (sequence classification).
     """
+    if labels.dim() == 1:
+        loss = F.cross_entropy(logits.float(), labels)
+        return loss, (logits.argmax(-1) == labels).sum(), labels.new_tensor(labels.numel())
     pred_logits = logits[:, :-1].flatten(0, 1)  # (b*(n-1), vocab)
     target = labels[:, 1:].flatten()
     loss = F.cross_entropy(pred_logits.float(), target, ignore_index=IGNORE_INDEX)

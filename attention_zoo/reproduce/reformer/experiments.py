@@ -316,14 +316,16 @@ def run_reformer(size: str, store: ResultStore, options: RunOptions) -> list[Swe
                     cases,
                     store,
                     settings=MeasureSettings(metrics=metrics, threads=options.threads),
-                    resume=not options.fresh,
+                    run_id=options.policy.run_id,
+                    resume=options.policy.resume,
+                    force=options.policy.force,
                     memory_limit_bytes=limit,
                     progress=options.progress,
                     meta=meta,
                     executor=options.executor,
                 )
             )
-    store_parameter_counts(size, store, fresh=options.fresh, meta=meta)
+    store_parameter_counts(size, store, fresh=options.policy.force, meta=meta)
     return sweeps
 
 

@@ -1,0 +1,97 @@
+"""Zoology's MQAR sweep (Arora, Eyuboglu et al. 2023, Figure 2) on the associative-recall task:
+the sweep, its claims and its plot (sweep.py)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ...report.claims import ClaimRow
+from ...report.context import Context
+from ...report.document import Heading, Image, Para, Table
+from ...store import ResultStore
+from ...sweep import SweepResult
+from ..base import Reproduction, RunOptions, register_reproduction
+from ..training import report_rows, task_rows, train_presets
+from .sweep import SOURCE, SWEEPS, accuracy_rows, claims, plot, point_name, sweep_presets
+
+log = logging.getLogger(__name__)
+
+
+@register_reproduction
+class Zoology(Reproduction):
+    """Which mechanisms solve MQAR at which model width (Zoology's Figure 2 layout)."""
+
+    name = "zoology"
+    title = "Zoology's MQAR sweep (Figure 2)"
+    description = "MQAR accuracy against model width, every causal backend, three lengths"
+    sources = (SOURCE,)
+
+    def device(self, size: str) -> str:
+        """Figure 2's scale on CUDA when there is one; the smaller sizes on the CPU."""
+        import torch
+
+        return "cuda" if size == "paper" and torch.cuda.is_available() else "cpu"
+
+    def announce(self, size: str, device: str, store: str) -> list[str]:
+        sweep = SWEEPS[size]
+        points = ", ".join(f"L {n} / {kv} pairs" for n, kv in sweep.points)
+        widths = ", ".join(map(str, sweep.widths))
+        return [
+            f"reproducing {self.title}, size {size}, on {device} -> {store}",
+            f"sweep: {points}; widths {widths}; every causal backend",
+        ]
+
+    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
+        train_presets(
+            sweep_presets(size),
+            store,
+            device=options.device,
+            threads=options.threads,
+            policy=options.task_policy,
+            progress=options.progress,
+            meta={**options.meta, "reproduce": self.name, "size": size},
+            executor=options.executor,
+        )
+        return []
+
+    def claims(self, rows: Any) -> list[ClaimRow]:
+        tidy = task_rows(rows)
+        out = []
+        for size in SWEEPS:
+            if any(r["preset"] in _names(size) for r in tidy):
+                target = sweep_presets(size)[0].train.target_accuracy
+                out += claims(tidy, size, target)
+        return out or claims([], "cpu", sweep_presets("cpu")[0].train.target_accuracy)
+
+    def report_sections(self, ctx: Context) -> list[Any]:
+        rows = report_rows(ctx.tasks)
+        blocks: list[Any] = [Heading(1, "Zoology MQAR sweep")]
+        for size in SWEEPS:
+            path = plot(rows, size, ctx.out_dir / f"zoology-{size}.png")
+            if path is None:
+                continue
+            ctx.plots.append(path)
+            blocks.append(Image(path, f"MQAR accuracy against model width, preset {size}"))
+            widths = SWEEPS[size].widths
+            table = [
+                [f"`{backend}`", str(length)]
+                + [
+                    "-"
+                    if cell is None
+                    else ctx.ledger.value("fraction", cell[0], [*cell[1], "accuracy"])
+                    for cell in cells
+                ]
+                for backend, length, cells in accuracy_rows(rows, size)
+            ]
+            blocks.append(Table(["mechanism", "L", *(f"d {w}" for w in widths)], table))
+        if len(blocks) == 1:
+            blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
+        return blocks
+
+
+def _names(size: str) -> set[str]:
+    return {point_name(size, w) for w in SWEEPS[size].widths}
+
+
+__all__ = ["Zoology"]

@@ -1,0 +1,54 @@
+"""`zoo task NAME --dump N`: every task shows its generated data, the same for the same seed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attention_zoo.cli import main
+from attention_zoo.tasks.base import TASKS
+from attention_zoo.tasks.suite import builtin_suite
+
+BUILT_IN = [name for name in TASKS.names() if builtin_suite(name) is not None]
+
+
+def _dump(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
+    assert main(["task", *argv]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_task_dumps_json_lines_reproducibly(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _dump(capsys, name, "--dump", "3", "--preset", "smoke", "--seed", "5")
+    assert len(first) == 3 and all(set(e) == {"input", "target"} for e in first)
+    assert first == _dump(capsys, name, "--dump", "3", "--preset", "smoke", "--seed", "5")
+    assert first != _dump(capsys, name, "--dump", "3", "--preset", "smoke", "--seed", "6")
+    example = first[0]
+    if isinstance(example["input"], str):  # sequence classification: the expression, one class
+        assert isinstance(example["target"], int)
+    else:  # token task: ids, and a target per position, null where nothing is scored
+        assert len(example["target"]) == len(example["input"])
+        assert None in example["target"] and any(t is not None for t in example["target"])
+
+
+def test_listops_dump_is_lras_notation(capsys: pytest.CaptureFixture[str]) -> None:
+    (example,) = _dump(capsys, "listops", "--dump", "1", "--preset", "smoke")
+    tokens = example["input"].split()
+    assert tokens[0] in {"[MIN", "[MAX", "[MED", "[SM"} and tokens[-1] == "]"
+    assert set(tokens) <= {"[MIN", "[MAX", "[MED", "[SM", "]", *map(str, range(10))}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dump", "2"], "--dump needs a RUN_SPEC"),
+        (["listops", "--seed", "1"], "--seed needs --dump"),
+        (["listops", "--dump", "2", "--max-steps", "5"], "--dump and --max-steps cannot be"),
+    ],
+)
+def test_dump_usage_errors(argv: list[str], message: str, capsys) -> None:
+    assert main(["task", *argv]) == 2
+    assert message in capsys.readouterr().err
