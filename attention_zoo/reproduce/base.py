@@ -164,7 +164,7 @@ def claims_frame(claims: list[ClaimRow]) -> Any:
 
 def list_reproductions() -> str:
     """`zoo reproduce --list`: every registered reproduction, its sizes, sources and origin."""
-    lines = ["reproductions (zoo reproduce NAME [--preset smoke | --scale cpu|paper]):"]
+    lines = ["reproductions (zoo reproduce NAME [--preset smoke|cpu|paper]):"]
     for name in REPRODUCTIONS.names():
         r = REPRODUCTIONS.get(name)
         lines.append(
