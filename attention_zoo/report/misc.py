@@ -14,6 +14,7 @@ from .frame import SELECTION_RULE
 from .ledger import numbers_in
 
 REPRODUCE = "zoo reproduce reformer"
+HEADERS = {"ratio_rule": "verdict rule"}  # the claims table's column names as a reader reads them
 CLAIMS = (
     "a. inference memory: global vs local+LSH attention by length, and vs SDPA",
     "b. chunked feed-forward: no gain at the default config, a gain with a wide feed-forward",
@@ -42,7 +43,7 @@ def claims(ctx: Context, rows: Any) -> list[Any]:
     table = claims_table(rows)
     if table is None or len(table) == 0:
         return [*blocks, Para(f"No rows for any claim yet; run `{REPRODUCE}` to fill them.")]
-    headers = [str(c) for c in table.columns]
+    headers = [HEADERS.get(str(c), str(c)) for c in table.columns]
     used_col = next((c for c in table.columns if str(c).startswith("rows")), None)
     out_rows = []
     for _, r in table.iterrows():
