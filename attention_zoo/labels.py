@@ -95,6 +95,11 @@ def backend_kind(backend: str, options: dict[str, Any] | str | None = None) -> s
     return max(kinds, key=order.index)
 
 
+def kind_text(kind: str) -> str:
+    """How a table names what a variant computes (KIND_TEXT; '?' for an unknown backend)."""
+    return KIND_TEXT.get(kind, UNKNOWN_KIND)
+
+
 def kind_class(kind: str) -> str:
     """EXACT_CLASS for full attention; APPROX_CLASS for what computes something else."""
     return EXACT_CLASS if kind == "full" else APPROX_CLASS

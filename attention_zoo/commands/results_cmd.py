@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError, did_you_mean
+from ..labels import DEFAULT_REFERENCE
 from ..measure.table import comparison_table, format_table, group_cases
 from ..recover import recover
 from ..store import DEFAULT_STORE, ResultStore, run_status
@@ -48,7 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--format", choices=["table", "csv", "json"], default="table", help="output format"
     )
     p.add_argument("--metric", help="only rows of this metric (csv/json)")
-    p.add_argument("--reference", help="backend the table's ratios divide by (default: full)")
+    p.add_argument(
+        "--reference", help=f"backend the table's ratios divide by (default: {DEFAULT_REFERENCE})"
+    )
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument(
         "--recover",
@@ -152,7 +155,7 @@ def _render(store: ResultStore, run_id: str | None, args: argparse.Namespace) ->
         return json.dumps([{**r, "config": json.loads(r["config"])} for r in rows], indent=2)
     cases = group_cases(rows)
     if all("seq_len" in c["config"] and "backend" in c["config"] for c in cases):
-        reference = args.reference or "full"
+        reference = args.reference or DEFAULT_REFERENCE
         benched = sorted({c["config"]["backend"] for c in cases})
         if args.reference is not None and reference not in benched:
             raise UsageError(

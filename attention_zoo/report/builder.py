@@ -33,6 +33,7 @@ PLOT_PATTERNS = (
     "fidelity-*.png",
     "pareto-*.png",
     "table2-*.png",
+    "first-screen.png",  # report.browser, when asked for: never a picture of an older report
 )  # written when there is data
 
 
@@ -93,16 +94,19 @@ def build_report(
     reference: str = DEFAULT_REFERENCE,
     title: str = DEFAULT_TITLE,
     command: str = "",
+    measured_by: list[str] | None = None,
 ) -> ReportFiles:
     """Write the report of ResultStore rows (`to_dataframe()` or `rows()`) into out_dir.
 
     runs: ResultStore.runs() (load at start and end, for the busy marks and provenance).
+    measured_by: the measuring commands to record when the runs' metadata names none (a folder
+    rebuilt from its own rows: report.rebuild).
     The folder is built beside out_dir and swapped in whole (report.output): a write that fails
     leaves the previous report as it was."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with staged_folder(out_dir, regenerated=PLOT_PATTERNS) as stage:
-        files = _write_report(df, stage, runs, reference, title, command)
+        files = _write_report(df, stage, runs, reference, title, command, measured_by or [])
     log.info("report written to %s", out_dir / files.markdown.name)
     return ReportFiles(
         **{k: out_dir / v.name for k, v in vars(files).items() if k != "plots"},
@@ -117,6 +121,7 @@ def _write_report(
     reference: str,
     title: str,
     command: str,
+    measured_by: list[str],
 ) -> ReportFiles:
     ctx = select(df, runs)
     ctx.out_dir, ctx.reference = out_dir, reference
@@ -170,7 +175,7 @@ def _write_report(
     used_runs = [r for r in ctx.runs if r["run_id"] in used]
     with writing(files.runs):
         files.runs.write_text(json.dumps(used_runs, indent=1, default=str))
-    measured_by = sorted({c for r in used_runs if (c := _command_of(r["meta"]))})
+    measured_by = sorted({c for r in used_runs if (c := _command_of(r["meta"]))}) or measured_by
     meta = {
         "title": title,
         "command": command,

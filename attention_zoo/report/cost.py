@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..labels import APPROX_CLASS, EXACT_CLASS, KIND_TEXT, kind_class, ratio_header, status_text
+from ..labels import APPROX_CLASS, EXACT_CLASS, kind_class, kind_text, ratio_header, status_text
 from ..measure.metrics import METRICS, reported
 from ..measure.peers import families, reference_backend
 from ..measure.status import OK
@@ -85,7 +85,7 @@ def note(row: Any) -> str:
 
 def computes(row: Any) -> str:
     """The 'computes' cell: exact, exact pattern or approximate (the backend's capabilities)."""
-    return KIND_TEXT.get(row["computes"], row["computes"])
+    return kind_text(row["computes"])
 
 
 COMPUTES_RULE = (
@@ -204,7 +204,7 @@ def scaling(ctx: Context) -> list[Any]:
             "its R² (1 = an exact power law); the crossover tables say from which length the "
             "row's variant is below the column's, interpolated log-log between the two measured "
             "lengths around the crossing — or that it is not within the measured range. Both "
-            f"need {MIN_FIT_LENGTHS} measured lengths or more; with fewer the cell says "
+            f"need `{MIN_FIT_LENGTHS}` measured lengths or more; with fewer the cell says "
             f"{NOT_ENOUGH}. Times set aside (busy or unstable) are plotted but never fitted or "
             "crossed."
         ),

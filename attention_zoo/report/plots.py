@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from ..labels import KIND_TEXT, UNKNOWN_KIND, backend_kind
+from ..labels import UNKNOWN_KIND, backend_kind, kind_text
 from ..measure.metrics import METRICS
 from .output import writing
 
@@ -116,7 +116,7 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
                 data.append(
                     {
                         "panel": metric,
-                        "variant": f"{r['variant']} ({KIND_TEXT.get(r['computes'], '?')})",
+                        "variant": f"{r['variant']} ({kind_text(r['computes'])})",
                         "computes": r["computes"],
                         "L": r["seq_len"],
                         "y": r["metrics"][metric] / scale,
@@ -182,8 +182,8 @@ def pareto_plot(points: Any, front: list[bool], x: str, y: str, title: str, path
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     kinds = [backend_kind(str(b)) for b in points.get("backend", points["label"])]
-    data = points.assign(computes=[KIND_TEXT.get(k, k) for k in kinds], **{"run": points["label"]})
-    markers = {KIND_TEXT.get(k, k): kind_style(k)[0] for k in set(kinds)}
+    data = points.assign(computes=[kind_text(k) for k in kinds], **{"run": points["label"]})
+    markers = {kind_text(k): kind_style(k)[0] for k in set(kinds)}
     sns.scatterplot(
         data=data, x=x, y=y, hue="run", style="computes", markers=markers, s=60, ax=ax, zorder=2
     )

@@ -86,10 +86,10 @@ def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
     return (
         f"{_count(ctx, [_length_input(r) for r in firsts])} settings on {devices}, lengths "
         f"{ctx.config(shortest, 'seq_len')} to {ctx.config(longest, 'seq_len')}. Every ratio "
-        f"divides by `{ctx.reference}` at the same setting and length (below 1: better than it). "
+        f"divides by `{ctx.reference}` at the same setting and length (below one: better than it). "
         f"**{EXACT_CLASS}**: equals full softmax attention; **{APPROX_CLASS}**: computes something "
         "else — softmax under a fixed pattern such as a local window, or an approximation — shown "
-        f"with its approx_error against full attention on peaked inputs (`{SHOWN_ERROR}`; 0 = "
+        f"with its approx_error against full attention on peaked inputs (`{SHOWN_ERROR}`; zero: "
         "the same output). Times taken on a busy machine or with disagreeing repeats are never "
         "ranked."
     )
