@@ -20,20 +20,21 @@ SCREEN = (1280, 900)  # a laptop's first screen, in CSS pixels
 TIMEOUT_S = 120
 # Appended to a copy of the page: after load, writes what the layout tests read into the DOM.
 PROBE = """<script>window.addEventListener('load',()=>{
-const vw=document.documentElement.clientWidth;
+const vw=Math.round(document.documentElement.getBoundingClientRect().width);
 const inScroll=e=>{for(let p=e.parentElement;p;p=p.parentElement){
   if(p.classList&&p.classList.contains('scroll'))return true;}return false;};
-const overflow=[...document.body.querySelectorAll('*')].filter(e=>{
-  const r=e.getBoundingClientRect();return r.width>0&&r.right>vw+1&&!inScroll(e);})
+const outside=[...document.body.querySelectorAll('*')].filter(e=>!inScroll(e)&&
+  e.getBoundingClientRect().width>0);
+const overflow=outside.filter(e=>e.getBoundingClientRect().right>vw+1)
   .map(e=>e.tagName+(e.className?'.'+e.className:'')).slice(0,20);
+const widest=Math.max(0,...outside.map(e=>Math.ceil(e.getBoundingClientRect().right)));
 const sections=[...document.querySelectorAll('body > section')].map(s=>({id:s.id,
   blocks:s.querySelectorAll('p,table,figure,ul').length}));
 const figures=[...document.querySelectorAll('figure')].map(f=>{
   const c=f.querySelector('figcaption');return c?c.textContent.trim():'';});
 const images=[...document.images].map(i=>[i.complete,i.naturalWidth,i.naturalHeight]);
 const p=document.createElement('pre');p.id='zoo-probe';
-p.textContent=JSON.stringify({width:vw,overflow,sections,figures,images,
-  scrollWidth:document.documentElement.scrollWidth});
+p.textContent=JSON.stringify({width:vw,overflow,widest,sections,figures,images});
 document.body.appendChild(p);});</script>"""
 
 
@@ -66,7 +67,8 @@ def screenshot(html: Path, png: Path, size: tuple[int, int] = SCREEN) -> Path:
 
 def probe(html: Path, width: int = SCREEN[0]) -> dict[str, Any]:
     """The page's layout at `width` px: its sections in order (id, how many blocks), figure
-    captions, decoded image sizes, and the elements wider than the viewport outside a scroll box."""
+    captions, decoded image sizes, the elements reaching past `width` outside a scroll box
+    (`overflow`) and the right edge of the widest of them (`widest`)."""
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "probe.html"
         # headless Chromium keeps its window at least 500 px wide: the root is set to `width`
