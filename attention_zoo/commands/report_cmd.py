@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {files.html}\n        {files.markdown}\nsummary: {files.summary}")
     print("".join(f"plot:   {p}\n" for p in files.plots) + f"rows:   {files.csv}")
     if args.screenshot:
-        print(f"screen: {screenshot(files.html, Path(args.out) / FIRST_SCREEN)}")
+        screenshot(files.html, Path(args.out) / FIRST_SCREEN)
+        print(f"screen: {Path(args.out) / FIRST_SCREEN}")
     if args.index:
         print(f"index:  {write_index(args.index)}")
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..labels import APPROX_CLASS, EXACT_CLASS
+from ..labels import APPROX_CLASS, EXACT_CLASS, kind_class
 from ..measure.metrics import METRICS, approx_error_name
 from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED
 from .context import TIME, Context, flag
@@ -95,9 +95,10 @@ def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
     )
 
 
-def _cell(ctx: Context, part: Any, row: Any, metric: str) -> str:
+def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -> str:
     if row is None:
-        return "none ranked"
+        present = any(kind_class(k) == cls for k in at_n["computes"])
+        return "none ranked" if present else "none measured"
     ratio = ratio_cell(ctx, row, reference_row(part, row["seq_len"], ctx.reference, row["backend"]),
                        metric)  # fmt: skip
     absolute = f"{ctx.metric(row, metric)} {METRICS[metric].display_unit}"
@@ -109,16 +110,18 @@ def _cell(ctx: Context, part: Any, row: Any, metric: str) -> str:
 
 
 def _crossing(ctx: Context, ok: Any, metric: str) -> str:
-    """Where the not-exact variant best at the longest length gets below the exact one best
-    there."""
-    longest = ok[ok["seq_len"] == ok["seq_len"].max()]
-    found = best(longest, metric)
-    a, b = found[APPROX_CLASS], found[EXACT_CLASS]
-    if a is None or b is None:
-        return "-"
-    s = series(ok, metric)
-    text = crossover_text(ctx, s[a["variant"]], s[b["variant"]], metric)
-    return f"`{a['variant']}` below `{b['variant']}`: {text}" if text != NOT_ENOUGH else text
+    """Where the not-exact variant best at the longest length ranking both classes gets below
+    the exact one best there."""
+    for _, at_n in sorted(ok.groupby("seq_len"), key=lambda g: -g[0]):
+        found = best(at_n, metric)
+        a, b = found[APPROX_CLASS], found[EXACT_CLASS]
+        if a is not None and b is not None:
+            s = series(ok, metric)
+            text = crossover_text(ctx, s[a["variant"]], s[b["variant"]], metric)
+            return (
+                f"`{a['variant']}` below `{b['variant']}`: {text}" if text != NOT_ENOUGH else text
+            )
+    return "no length ranks both classes"
 
 
 def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str, list[Any]]]:
@@ -128,12 +131,14 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
     for setting, part in groups:
         ok = part[part["status"] == OK]
         first = True
-        for _, at_n in ok.groupby("seq_len", sort=True):
+        for n, at_n in ok.groupby("seq_len", sort=True):
             cells = [f"`{names[setting]}`" if first else "", ctx.config(at_n.iloc[0], "seq_len")]
             for word, metric in (("fastest", TIME), ("leanest", MEMORY)):
                 found = best(at_n, metric)
                 for cls in (EXACT_CLASS, APPROX_CLASS):
-                    cells.append(_cell(ctx, part, found[cls], metric))
+                    cells.append(
+                        _cell(ctx, part, part[part["seq_len"] == n], found[cls], metric, cls)
+                    )
                     if found[cls] is not None:
                         wins.setdefault(f"{word} {cls}", []).append((found[cls], metric))
             cells += [_crossing(ctx, ok, TIME), _crossing(ctx, ok, MEMORY)] if first else ["", ""]
@@ -152,8 +157,10 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
     caption = (
         "Per setting (the parameters that differ between settings) and length: the variant with "
         "the smallest median time and the smallest peak memory in each class, with its ratio to "
-        f"`{ctx.reference}`; a crossover is where the not-exact variant best at the longest "
-        "length gets below the exact one best there."
+        f"`{ctx.reference}` (none ranked: its times were set aside or it has no number there; "
+        "none measured: no variant of that class at that length); a crossover is where the "
+        "not-exact variant best at the longest length ranking both classes gets below the exact "
+        "one best there."
     )
     return Table(headers, rows, caption=caption), wins
 
