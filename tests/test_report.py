@@ -108,17 +108,17 @@ def test_accuracy_cost_table2_and_block_variants(built):
     }
     assert published["`lsh-4`"][1] == "100.0%"
     blocks = _table(text.split("## Block variants")[1], "Residual", "setting")
-    per_layer = {r[1]: (r[3], r[5]) for r in blocks}
+    per_layer = {r[1]: (r[4], r[6]) for r in blocks}
     assert per_layer == {"`reversible`": ("1.00", "1.50x"), "`standard`": ("4.00", "1.00x")}
     chunks = _table(text.split("## Block variants")[1], "Feed-forward", "setting")
-    assert chunks[0][3:] == ["0.500x", "1.00x"]
+    assert chunks[0][2] == "exact pattern" and chunks[0][4:] == ["0.500x", "1.00x"]
 
 
 @pytest.mark.slow
 def test_missing_provenance_claims_and_the_same_content_in_html(built):
     files, text = built
     missing = _table(text, "## Cases without numbers", "case")
-    assert missing[0][3:] == ["OOM", "`predicted 30 GiB > 20 GiB`"]
+    assert missing[0][1] == "exact" and missing[0][4:] == ["OOM", "`predicted 30 GiB > 20 GiB`"]
     provenance = _table(text, "## Provenance", "run")
     assert any(r[8] == "40.00" and r[10] == "yes" for r in provenance)
     assert "## Claims" in text

@@ -28,6 +28,17 @@ def header(metric: str, short: str = "") -> str:
     return name if spec.display_unit in ("ratio", name) else f"{name} [{spec.display_unit}]"
 
 
+def column_legend() -> str:
+    """What each metric column of the tables is (the catalogue's label), where its short name
+    (the bench table's, shared with `zoo bench`) does not say it all."""
+    specs = [METRICS[m] for m in (TIME, MEMORY, *extra_metrics())]
+    return (
+        "Columns: "
+        + "; ".join(f"**{s.column}**: {s.label}" for s in specs if s.column and s.column != s.label)
+        + "."
+    )
+
+
 def extra_metrics() -> list[str]:
     """The catalogue's reported metrics beyond time and peak memory (predicted memory, FLOPs)."""
     return [m.name for m in reported() if m.name not in (TIME, MEMORY)]
@@ -113,7 +124,7 @@ def headline(ctx: Context) -> list[Any]:
             f"every variant's median time (with its interquartile range) and peak memory, each "
             f"also as a ratio to {to} at the same setting and length (ratio = variant / reference; "
             f"smaller is better). {BUSY_MARK} marks a time measured while the machine was busy, "
-            f"{UNSTABLE_MARK} one whose repeats disagreed. {COMPUTES_RULE}"
+            f"{UNSTABLE_MARK} one whose repeats disagreed. {COMPUTES_RULE} {column_legend()}"
         ),
     ]
     if aside := ctx.set_aside():
