@@ -107,7 +107,7 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
     import seaborn as sns
 
     plt = _pyplot()
-    panels = [(m, axis_label(m), METRICS[m].scale) for m in SCALING_METRICS]
+    panels = [(m, axis_label(m, METRICS[m].column), METRICS[m].scale) for m in SCALING_METRICS]
     data = []
     for _, r in ok.iterrows():
         for metric, _, scale in panels:
@@ -127,12 +127,17 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
         return None
     import pandas as pd
 
-    frame = pd.DataFrame(data).sort_values(["computes", "variant", "L"])
+    order = list(KIND_STYLE)  # exact first, then pattern, then approximate
+    frame = pd.DataFrame(data)
+    frame = frame.assign(
+        rank=[order.index(k) if k in order else len(order) for k in frame["computes"]]
+    )
+    frame = frame.sort_values(["rank", "variant", "L"])
     names = list(dict.fromkeys(frame["variant"]))
     kinds = dict(zip(frame["variant"], frame["computes"]))
     markers = {v: kind_style(kinds[v])[0] for v in names}
     dashes = {v: kind_style(kinds[v])[1] for v in names}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     lengths = sorted(frame["L"].unique())
     shown = None
     for ax, (metric, label, _) in zip(axes, panels):
@@ -160,7 +165,7 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
             xscale="log",
             yscale="log",
             xlabel="sequence length L (log scale)",
-            ylabel=f"{label} (log scale)",
+            ylabel=f"{label}, log scale",
         )
         ax.set_xticks(lengths, [str(n) for n in lengths], rotation=45 if len(lengths) > 5 else 0)
         ax.minorticks_off()
