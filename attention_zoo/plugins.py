@@ -1,4 +1,5 @@
-"""Plugins: code outside attention-zoo that registers attention backends, tasks, residual variants.
+"""Plugins: code outside attention-zoo that registers attention backends, tasks, residual variants,
+reproductions.
 
 Every `zoo` command (and the asv suite, the isolated worker and the test suite) loads, in order:
   - installed packages' entry points in the group `attention_zoo.plugins`, e.g. in pyproject.toml
@@ -64,9 +65,10 @@ def plugin_registries() -> list[Registry[Any]]:
     """Every registry a plugin may add to, with the built-ins registered first."""
     from .attention.spec import BACKENDS
     from .blocks.residual import RESIDUALS
+    from .reproduce import REPRODUCTIONS  # the package registers the built-in reproductions
     from .tasks import TASKS  # the package registers the built-in tasks
 
-    return [BACKENDS, TASKS, RESIDUALS]
+    return [BACKENDS, TASKS, RESIDUALS, REPRODUCTIONS]
 
 
 def load_plugins(modules: Sequence[str] = (), *, report: bool = True) -> list[PluginFailure]:

@@ -7,23 +7,23 @@ import pytest
 
 from attention_zoo.cli import main as zoo
 from attention_zoo.measure.cases import BenchCase, build_runnable
-from attention_zoo.report import claims
-from attention_zoo.report.claims import (
-    COLUMNS,
-    FAILS,
-    HOLDS,
-    NOT_MEASURED,
-    PUBLISHED,
-    WEAKER,
-    claims_table,
+from attention_zoo.report.claims import CLAIM_COLUMNS, FAILS, HOLDS, NOT_MEASURED, WEAKER
+from attention_zoo.reproduce import SIZES, claims_frame, get_reproduction
+from attention_zoo.reproduce.reformer.claims import (
+    CLAIM_TITLES,
     diagonal_ratio,
     monotone_score,
     verdict,
 )
-from attention_zoo.reproduce.reformer import SIZES, experiments
+from attention_zoo.reproduce.reformer.experiments import experiments
+from attention_zoo.reproduce.reformer.published import PUBLISHED, table2
 from attention_zoo.store import ResultStore
 
 MIB = 2**20
+
+
+def claims_table(rows):
+    return claims_frame(get_reproduction("reformer").claims(rows))
 
 
 @pytest.mark.parametrize(
@@ -57,16 +57,14 @@ def test_verdict_rules(rule, ours, published, expected) -> None:
 
 
 def test_table2_pattern_of_the_paper() -> None:
-    matrix = {
-        t: {e: v / 100 for e, v in row.items()} for t, row in PUBLISHED["f"]["accuracy"].items()
-    }
+    matrix = table2()
     assert monotone_score(matrix) == 2.0
     assert diagonal_ratio(matrix) == pytest.approx(0.999)
     matrix["lsh-2"]["lsh-4"] = 0.90  # lsh-2's row dips from 98.1% (2 hashes) to 90% (4)
     assert monotone_score(matrix) == 1.0  # most hashes still beat one hash
     matrix["lsh-2"]["lsh-8"] = 0.80  # now 80% with 8 hashes < 86.8% with 1
     assert monotone_score(matrix) == 0.0
-    assert monotone_score({"full": {"full": 1.0}}) is None
+    assert monotone_score({"shared-qk": {"full": 1.0}}) is None
 
 
 def memory_case(store, run_id, label, bytes_, *, status="ok", metric="peak_total_bytes", **cfg):
@@ -107,7 +105,7 @@ def test_claims_from_synthetic_rows(store) -> None:
             [("parameters", PUBLISHED["d"][f"{role}_parameters"], "count")],
         )
     table = claims_table(store.to_dataframe())
-    assert list(table.columns) == COLUMNS
+    assert list(table.columns) == list(CLAIM_COLUMNS)
     rows = {(r["claim"][:40], r["setting"].split(":")[0]): r for _, r in table.iterrows()}
     a = table[table["claim"].str.startswith("a. local+LSH")].iloc[0]
     assert a["verdict"] == HOLDS and a["ours"].startswith("0.25 at L=8192 (measured")
@@ -128,7 +126,7 @@ def test_claims_from_synthetic_rows(store) -> None:
 
 def test_no_rows_means_every_claim_not_measured(store) -> None:
     table = claims_table(store.to_dataframe())
-    assert list(table["verdict"]) == [NOT_MEASURED] * len(claims.CLAIM_TITLES)
+    assert list(table["verdict"]) == [NOT_MEASURED] * len(CLAIM_TITLES)
 
 
 def test_table2_rows_from_the_task_store(store) -> None:

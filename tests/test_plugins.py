@@ -14,10 +14,8 @@ import pytest
 import torch
 
 from attention_zoo.attention.spec import BACKENDS
-from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.cli import main
-from attention_zoo.plugins import PLUGINS, child_environment, import_target
-from attention_zoo.tasks import TASKS
+from attention_zoo.plugins import PLUGINS, child_environment, import_target, plugin_registries
 
 from . import test_attention_contract as contract
 
@@ -82,10 +80,11 @@ FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
 def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Whatever a test's plugins register is removed afterwards, so other tests never see it."""
     monkeypatch.delenv("ZOO_IMPORT", raising=False)
-    before = {id(r): set(r.names()) for r in (BACKENDS, RESIDUALS, TASKS, PLUGINS)}
+    registries = (*plugin_registries(), PLUGINS)
+    before = {id(r): set(r.names()) for r in registries}
     modules = set(sys.modules)
     yield
-    for registry in (BACKENDS, RESIDUALS, TASKS, PLUGINS):
+    for registry in registries:
         for name in set(registry.names()) - before[id(registry)]:
             registry.remove(name)
     for name in set(sys.modules) - modules:

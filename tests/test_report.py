@@ -15,7 +15,9 @@ pytest.importorskip("seaborn")
 from attention_zoo.cli import main as zoo_main
 from attention_zoo.labels import case_label, variant_label
 from attention_zoo.report import build_report
+from attention_zoo.report.claims import NOT_MEASURED, ClaimRow, claim_verdicts
 from attention_zoo.report.index import write_index
+from attention_zoo.reproduce import get_reproduction
 from attention_zoo.store import ResultStore
 
 from .report_fixtures import LSH_BEATS_SDPA_FROM, SET_ASIDE_LENGTH, block_case, make_store
@@ -34,6 +36,7 @@ def _table(text: str, heading: str, header: str) -> list[list[str]]:
     return rows
 
 
+REFORMER = get_reproduction("reformer")
 FORWARD = "### `block, forward, causal, batch=1, heads=4, head_dim=64, hidden=256, float32"
 
 
@@ -42,7 +45,13 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     path = make_store(tmp / "s.sqlite", busy=True)
     with ResultStore(path) as store:
-        files = build_report(store.to_dataframe(), tmp / "rep", runs=store.runs(), reference="sdpa")
+        files = build_report(
+            store.to_dataframe(),
+            tmp / "rep",
+            runs=store.runs(),
+            reference="sdpa",
+            reproductions=[REFORMER],
+        )
     return files, files.markdown.read_text()
 
 
@@ -100,7 +109,8 @@ def test_accuracy_cost_table2_and_block_variants(built):
     assert ["`lsh-2`", "`seed=1`", "70.0%", "200", "10.0", "3.00", "yes"] in acc
     assert ["`shared-qk`", "`seed=0`", "90.0%", "100", "20.0", "4.00", ""] in acc
     table2 = {
-        r[0]: r[1:] for r in _table(text.split("## Table 2")[1], "preset `tiny`", "train \\ eval")
+        r[0]: r[1:]
+        for r in _table(text.split("## Task results")[1], "preset `tiny`", "train \\ eval")
     }
     assert table2["`shared-qk`"][:2] == ["95.0%", "47.5%"]  # mean over two seeds
     published = {
@@ -179,8 +189,10 @@ def test_report_of_an_empty_store_says_which_command_fills_each_section(tmp_path
 @pytest.mark.slow
 def test_sections_without_rows_name_their_command(tmp_path):
     df, runs = _two_runs(tmp_path / "s.sqlite", second={})
-    text = build_report(df, tmp_path / "rep", runs=runs).markdown.read_text()
-    assert "## Table 2\n\nNo rows for this section; run `zoo task duplication" in text
+    text = build_report(df, tmp_path / "rep", runs=runs, reproductions=[REFORMER])
+    text = text.markdown.read_text()
+    assert "## Task results\n\nNo rows for this section; run `zoo task NAME" in text
+    assert "## Table 2" not in text  # the Reformer's own section: only with duplication runs
     assert "## Block variants\n\nNo rows for this section; run `" in text
 
 
@@ -225,29 +237,40 @@ def test_cost_cases_have_the_model_key_of_their_task_runs():
 
 
 @pytest.mark.slow
-def test_claims_section_renders_the_claims_module_table(tmp_path, monkeypatch):
-    """With a claims module installed, its table is printed as given; its numbers are recorded
-    with the rows it used (numbers.json)."""
-    import sys
-    import types
+def test_claims_section_renders_each_reproductions_claims(tmp_path):
+    """A reproduction's claims are printed as it gives them, with its own heading; their numbers
+    are recorded with the rows they used (numbers.json); one without a measured claim is named
+    with its command."""
 
-    import pandas as pd
+    class Given:
+        name, title, command, plots = "given", "Given claims", "zoo reproduce given", ()
 
-    fake = types.ModuleType("attention_zoo.report.claims")
-    fake.claims_table = lambda rows: pd.DataFrame(
-        [{"claim": "c. reversible", "setting": "batch 8", "published": "0.23x",
-          "ours": "0.31x", "ratio_rule": "within 2x", "verdict": "holds",
-          "rows used": f"{len(rows)} rows"}]
-    )  # fmt: skip
-    monkeypatch.setitem(sys.modules, "attention_zoo.report.claims", fake)
+        def __init__(self, verdict):
+            self.verdict = verdict
+
+        def claims(self, rows):
+            return [
+                ClaimRow(claim="c. reversible", setting="batch 8", published="0.23x",
+                         ours="0.31x", rule="within 2x", verdict=self.verdict,
+                         rows_used=(f"{len(rows)} rows",))
+            ]  # fmt: skip
+
+        def report_sections(self, ctx):
+            return []
+
     df, runs = _two_runs(tmp_path / "s.sqlite", second={})
-    files = build_report(df, tmp_path / "rep", runs=runs)
-    claims = _table(files.markdown.read_text(), "## Claims", "claim")
-    # the module is given the selected rows: the earlier run of the repeated case is left out
+    files = build_report(df, tmp_path / "rep", runs=runs, reproductions=[Given("holds")])
+    text = files.markdown.read_text()
+    claims = _table(text, "## Claims\n\n### Given claims", "claim")
+    # the reproduction is given the selected rows: the earlier run of the repeated case is left out
     assert claims == [["c. reversible", "batch 8", "0.23x", "0.31x", "within 2x", "holds",
                        f"`{len(df) - 1} rows`"]]  # fmt: skip
     recorded = {e["text"] for e in json.loads(files.numbers.read_text()) if e["source"] == "claims"}
     assert {"0.23x", "0.31x", "within 2x"} <= recorded
+    assert claim_verdicts(df, [Given("holds")]) == [("holds", f"{len(df)} rows")]
+    files = build_report(df, tmp_path / "rep", runs=runs, reproductions=[Given(NOT_MEASURED)])
+    text = files.markdown.read_text()
+    assert "No rows for any claim yet: `given` (Given claims: run `zoo reproduce given`)" in text
 
 
 def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(tmp_path):

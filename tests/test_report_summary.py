@@ -33,6 +33,7 @@ from attention_zoo.report.document import (
 )
 from attention_zoo.report.rebuild import runs_from_markdown
 from attention_zoo.report.summary import short_settings
+from attention_zoo.reproduce import get_reproduction
 from attention_zoo.store import ResultStore
 
 from .report_fixtures import LSH_BEATS_SDPA_FROM, make_store
@@ -102,7 +103,12 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("summary")
     path = make_store(tmp / "s.sqlite", busy=True)
     with ResultStore(path) as store:
-        files = build_report(store.to_dataframe(), tmp / "rep", runs=store.runs())
+        files = build_report(
+            store.to_dataframe(),
+            tmp / "rep",
+            runs=store.runs(),
+            reproductions=[get_reproduction("reformer")],
+        )
     return path, files
 
 

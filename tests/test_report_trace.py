@@ -2,7 +2,7 @@
 
 Each number outside code spans must be a number the builder recorded in numbers.json, and every
 recorded number is recomputed here from the store by plain SQL: a stored value formatted, or a
-named formula over stored values, or a published constant of the paper."""
+named formula over stored values, or a published constant of a reproduced paper."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ import pytest
 pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
-from attention_zoo.report import build_report, paper
+from attention_zoo.report import build_report
 from attention_zoo.report.ledger import config_value, fmt, load_ledger, numbers_in, recompute
+from attention_zoo.reproduce import get_reproduction
+from attention_zoo.reproduce.reformer.published import table2
 from attention_zoo.store import ResultStore
 
 from .report_fixtures import make_store
@@ -65,7 +67,12 @@ def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("trace")
     path = make_store(tmp / "s.sqlite", busy=True)
     with ResultStore(path) as store:
-        files = build_report(store.to_dataframe(), tmp / "rep", runs=store.runs())
+        files = build_report(
+            store.to_dataframe(),
+            tmp / "rep",
+            runs=store.runs(),
+            reproductions=[get_reproduction("reformer")],
+        )
     return path, files
 
 
@@ -92,7 +99,7 @@ def test_every_recorded_number_is_recomputed_from_the_store(report):
             assert recompute(e, fetch) == e.text, e
         elif e.source == "published":
             train, evaluation = re.fullmatch(r"TABLE2\[(.+),(.+)\]", e.constant).groups()
-            assert fmt(e.kind, paper.TABLE2[(train, evaluation)]) == e.text
+            assert fmt(e.kind, table2()[train][evaluation]) == e.text
     db.close()
 
 

@@ -16,7 +16,7 @@ from attention_zoo.store import ResultStore
 from attention_zoo.tasks.results import TaskResults, load_rows
 from attention_zoo.tasks.runner import eval_variants, plan_runs, train_variants
 from attention_zoo.tasks.suite import REQUIRED, find_suite, load_task_preset
-from attention_zoo.tasks.table2 import build_table2, format_table2
+from attention_zoo.tasks.tabulate import build_matrix, format_matrix
 
 SUITE = """
 task = "duplication"
@@ -137,12 +137,12 @@ def test_table2_pivot_mean_spread_and_order() -> None:
         + _rows("shared-qk", 1, {"trained": 1.0, "full": 1.0, "lsh-8": 0.98, "lsh-1": 0.80}, 200.0)
         + _rows("full", 0, {"trained": 0.99}, 50.0)
     )
-    table = build_table2(rows)
+    table = build_matrix(rows)
     assert table.rows == ("shared-qk", "full", "lsh-1")
     assert table.columns == ("trained", "full", "lsh-8", "lsh-1")
     cell = table.accuracy[("shared-qk", "lsh-1")]
     assert cell.mean == pytest.approx(0.75) and cell.spread == pytest.approx(math.sqrt(0.005))
-    text = format_table2(table)
+    text = format_matrix(table)
     assert "75.0% ± 7.1" in text and "150 ± 71" in text
     assert "not reached (cap 500)" in text
     header = text.splitlines()[0]

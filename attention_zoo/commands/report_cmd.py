@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..install import install_hint
 from ..labels import DEFAULT_REFERENCE
+from ..reproduce import REPRODUCTIONS
 from ..store import DEFAULT_STORE, ResultStore
 from .validate import check_output_file, check_output_folder
 
@@ -154,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         title=args.title,
         command=_command(args),
         measured_by=measured_by,
+        reproductions=list(REPRODUCTIONS),
     )
     print(f"report: {files.html}\n        {files.markdown}\nsummary: {files.summary}")
     print("".join(f"plot:   {p}\n" for p in files.plots) + f"rows:   {files.csv}")

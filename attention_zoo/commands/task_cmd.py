@@ -287,7 +287,8 @@ def _summary(outcome) -> str:
 
 def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
     from ..tasks import results
-    from ..tasks.table2 import build_table2, format_table2
+    from ..tasks.base import tabulation_of
+    from ..tasks.tabulate import build_matrix, format_matrix
 
     rows = results.load_rows(store, task=task, preset=preset)
     if not rows:
@@ -298,7 +299,7 @@ def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
         groups[(r["task"], r["preset"], r["length"])].append(r)
     for (t, p, n), group in sorted(groups.items()):
         print(f"\n{t} / preset {p} (length {n}): accuracy on the scored positions")
-        print(format_table2(build_table2(group)))
+        print(format_matrix(build_matrix(group, tabulation_of(t))))
     return 0
 
 

@@ -1,22 +1,26 @@
-"""Accuracy x cost and Table 2: task results, joined with the measured cost of the same model at
-the task's length and batch, and the train x eval accuracy matrix beside the paper's."""
+"""Accuracy x cost and task results: task runs joined with the measured cost of the same model at
+the task's length and batch, and each task's runs as the task tabulates them."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from ..measure.metrics import METRICS
-from . import paper
+from ..measure.metrics import METRICS, metric_spec
+from ..tasks.base import tabulation_of
 from .analysis import join_tasks_costs, pareto_front
 from .context import Context, empty_section, trusted
 from .cost import header
 from .document import Heading, Image, Para, Table
-from .plots import axis_label, heatmaps, pareto_plot
+from .ledger import FORMATS
+from .plots import axis_label, pareto_plot
 
-TASK_COMMAND = "zoo task duplication --preset cpu --table2"
-COST_COMMAND = "zoo task duplication --preset cpu --cost"
+TASK_COMMAND = "zoo task NAME --preset cpu"  # NAME: a task of `zoo task --list`
+COST_COMMAND = "zoo task NAME --preset cpu --cost"
 TRAIN_STEP = "train-step"
+NO_COST = (
+    "No task run has a cost row of the same model configuration yet; run "
+    f"`{COST_COMMAND}` to measure them."
+)
 
 
 def _steps_metric(metrics: dict[str, float]) -> str | None:
@@ -36,15 +40,25 @@ def accuracy_cost(ctx: Context) -> list[Any]:
     if ctx.tasks.empty:
         return empty_section("Accuracy x cost", TASK_COMMAND)
     tasks = ctx.tasks.assign(task_row=range(len(ctx.tasks)))
+    blocks: list[Any] = [
+        Heading(1, "Accuracy x cost"),
+        Para(
+            "Each trained model's final accuracy (as trained) and steps to the target accuracy, "
+            "beside the measured median time and peak memory of one training step of the same "
+            "model configuration at the task's length and batch (bench target `model`, mode "
+            "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
+            "is marked; a time set aside (busy †, unstable ‡) is on no front."
+        ),
+    ]
     bench = ctx.bench
-    costs = bench.iloc[0:0]
-    if not bench.empty:
-        costs = bench[
-            (bench["target"] == "model")
-            & (bench["mode"] == TRAIN_STEP)
-            & (bench["status"] == "ok")
-            & (bench["model_key"] != "")
-        ]
+    if bench.empty:  # a store of task runs only: no cost row to join
+        return [*blocks, Para(NO_COST)]
+    costs = bench[
+        (bench["target"] == "model")
+        & (bench["mode"] == TRAIN_STEP)
+        & (bench["status"] == "ok")
+        & (bench["model_key"] != "")
+    ]
     columns = ["model_key", "seq_len", "batch", "run_id", "case_key", "metrics", "config"]
     cost_cols = costs[[*columns, "busy", "unstable"]]
     cost_cols = cost_cols.rename(
@@ -59,24 +73,8 @@ def accuracy_cost(ctx: Context) -> list[Any]:
         }
     )
     joined = join_tasks_costs(tasks, cost_cols, on=("model_key", "length", "batch"))
-    blocks: list[Any] = [
-        Heading(1, "Accuracy x cost"),
-        Para(
-            "Each trained model's final accuracy (as trained) and steps to the target accuracy, "
-            "beside the measured median time and peak memory of one training step of the same "
-            "model configuration at the task's length and batch (bench target `model`, mode "
-            "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
-            "is marked; a time set aside (busy †, unstable ‡) is on no front."
-        ),
-    ]
     if joined.empty:
-        return [
-            *blocks,
-            Para(
-                "No task run has a cost row of the same model configuration yet; run "
-                f"`{COST_COMMAND}` to measure them."
-            ),
-        ]
+        return [*blocks, Para(NO_COST)]
     for (task, preset), part in joined.groupby(["task", "preset"], sort=True):
         part = part[
             [
@@ -160,101 +158,44 @@ def accuracy_cost(ctx: Context) -> list[Any]:
     return blocks
 
 
-def _eval_column(metric: str) -> str | None:
-    if metric == "accuracy":
-        return "trained"
-    if metric.startswith("accuracy@"):
-        return metric.split("@", 1)[1]
-    return None
-
-
-def _order(label: str) -> tuple[int, int, str]:
-    """`trained` first, then shared-QK full attention, then `<mix>-<hashes>` by hashes down."""
-    if label == "trained":
-        return (-1, 0, label)
-    if label in ("shared-qk", "full"):
-        return (0, 0, label)
-    if m := re.fullmatch(r"(.*)-(\d+)", label):
-        return (1, -int(m.group(2)), m.group(1))
-    return (2, 0, label)
-
-
-def table2(ctx: Context) -> list[Any]:
-    title = "Table 2"
-    tasks = ctx.tasks
-    if tasks.empty or not (tasks["task"] == "duplication").any():
+def task_tables(ctx: Context) -> list[Any]:
+    """Each stored task/preset as its task tabulates it (a train x eval matrix, a cell the mean
+    over seeds through the ledger)."""
+    title = "Task results"
+    if ctx.tasks.empty:
         return empty_section(title, TASK_COMMAND)
-    import pandas as pd
-
     blocks: list[Any] = [
         Heading(1, title),
         Para(
-            "Accuracy on the duplication task: rows are the attention a model was trained with, "
-            "columns the attention it was evaluated with (weights unchanged; `trained` = as "
-            "trained, `full` = shared-QK full attention). A cell is the mean over seeds. "
-            f"Published: `{paper.TABLE2_CITATION}` (its sequence length and model size differ "
-            "from a CPU preset's; compare the pattern, not the cells)."
+            "Each task's stored runs as the task tabulates them: rows are the attention a model "
+            "was trained with, columns the attention it was evaluated with (weights unchanged; "
+            "`trained` = as trained, `full` = shared-QK full attention). A cell is the mean over "
+            "seeds."
         ),
     ]
-    for preset, part in tasks[tasks["task"] == "duplication"].groupby("preset", sort=True):
-        cells: dict[tuple[str, str], list[Any]] = {}
-        for _, r in part.iterrows():
-            for metric in r["metrics"]:
-                column = _eval_column(metric)
-                if column is not None:
-                    cells.setdefault((r["backend"], column), []).append(ctx.input(r, metric))
-        trains = sorted({t for t, _ in cells}, key=_order)
-        evals = sorted({e for _, e in cells}, key=_order)
-        rows, means = [], {}
+    for (task, preset), part in ctx.tasks.groupby(["task", "preset"], sort=True):
+        tabulation = tabulation_of(task)
+        cells = {
+            cell: [ctx.input(r, metric) for metric, r in found]
+            for cell, found in tabulation.cells(
+                (r["backend"], r["metrics"], r) for _, r in part.iterrows()
+            ).items()
+        }
+        trains, evals = tabulation.axes(cells)
+        unit = metric_spec(tabulation.metric).unit
+        kind = unit if unit in FORMATS else tabulation.metric  # how the ledger prints a cell
+        rows = []
         for t in trains:
             line = [f"`{t}`"]
             for e in evals:
-                if (t, e) in cells:
-                    value, text = ctx.ledger.derive("fraction", "mean", cells[(t, e)])
-                    means[(t, e)] = value
-                    line.append(text)
-                else:
-                    line.append("-")
-            seeds = sorted(
-                {
-                    int(c["seed"])
-                    for ref, c, _ in (x for k, v in cells.items() if k[0] == t for x in v)
-                }
-            )
+                line.append(
+                    ctx.ledger.derive(kind, "mean", cells[(t, e)])[1] if (t, e) in cells else "-"
+                )
+            seeds = sorted({int(c["seed"]) for k, v in cells.items() if k[0] == t for _, c, _ in v})
             line.append(f"`{','.join(map(str, seeds))}`")
             rows.append(line)
         blocks += [
-            Heading(2, f"measured here: preset `{preset}`"),
+            Heading(2, f"`{task}` / preset `{preset}`: {tabulation.metric}"),
             Table(["train \\ eval", *[f"`{e}`" for e in evals], "seeds"], rows),
         ]
-        ours = pd.DataFrame(
-            [
-                [means.get((t, e), float("nan")) for e in paper.TABLE2_EVAL]
-                for t in paper.TABLE2_TRAIN
-            ],
-            index=list(paper.TABLE2_TRAIN),
-            columns=list(paper.TABLE2_EVAL),
-        )
-        published = pd.DataFrame(
-            [[paper.TABLE2[(t, e)] for e in paper.TABLE2_EVAL] for t in paper.TABLE2_TRAIN],
-            index=list(paper.TABLE2_TRAIN),
-            columns=list(paper.TABLE2_EVAL),
-        )
-        path = heatmaps(ours, published, ctx.out_dir / f"table2-{preset}.png")
-        ctx.plots.append(path)
-        blocks.append(Image(path, f"Table 2 heatmaps, preset {preset} and the paper"))
-    blocks += [
-        Heading(2, "published"),
-        Table(
-            ["train \\ eval", *[f"`{e}`" for e in paper.TABLE2_EVAL]],
-            [
-                [f"`{t}`"]
-                + [
-                    ctx.ledger.published("fraction", paper.TABLE2[(t, e)], f"TABLE2[{t},{e}]")
-                    for e in paper.TABLE2_EVAL
-                ]
-                for t in paper.TABLE2_TRAIN
-            ],
-        ),
-    ]
     return blocks

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..labels import DEFAULT_REFERENCE
 from . import accuracy, cost, fidelity, misc, summary, variants
+from .claims import ClaimsSource, claims_section
 from .context import Context
 from .document import Document, Image, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
@@ -32,9 +34,8 @@ PLOT_PATTERNS = (
     "scaling-*.png",
     "fidelity-*.png",
     "pareto-*.png",
-    "table2-*.png",
     "first-screen.png",  # report.browser, when asked for: never a picture of an older report
-)  # written when there is data
+)  # written when there is data (and the plots of the reproductions' own sections)
 
 
 @dataclass
@@ -95,18 +96,23 @@ def build_report(
     title: str = DEFAULT_TITLE,
     command: str = "",
     measured_by: list[str] | None = None,
+    reproductions: Sequence[ClaimsSource] = (),
 ) -> ReportFiles:
     """Write the report of ResultStore rows (`to_dataframe()` or `rows()`) into out_dir.
 
     runs: ResultStore.runs() (load at start and end, for the busy marks and provenance).
     measured_by: the measuring commands to record when the runs' metadata names none (a folder
     rebuilt from its own rows: report.rebuild).
+    reproductions: whose claims and own tables to add (`zoo report`: every registered one).
     The folder is built beside out_dir and swapped in whole (report.output): a write that fails
     leaves the previous report as it was."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with staged_folder(out_dir, regenerated=PLOT_PATTERNS) as stage:
-        files = _write_report(df, stage, runs, reference, title, command, measured_by or [])
+    plots = (*PLOT_PATTERNS, *(p for r in reproductions for p in r.plots))
+    with staged_folder(out_dir, regenerated=plots) as stage:
+        files = _write_report(
+            df, stage, runs, reference, title, command, measured_by or [], reproductions
+        )
     log.info("report written to %s", out_dir / files.markdown.name)
     return ReportFiles(
         **{k: out_dir / v.name for k, v in vars(files).items() if k != "plots"},
@@ -122,12 +128,13 @@ def _write_report(
     title: str,
     command: str,
     measured_by: list[str],
+    reproductions: Sequence[ClaimsSource],
 ) -> ReportFiles:
     ctx = select(df, runs)
     ctx.out_dir, ctx.reference = out_dir, reference
     doc = Document(title)
     rows = _rows_used(df, ctx)
-    doc.add(*summary.summary(ctx, rows))
+    doc.add(*summary.summary(ctx, rows, reproductions))
     doc.add(
         Para(
             "Every number in this report is a stored measurement or derived from stored "
@@ -142,9 +149,10 @@ def _write_report(
         cost.scaling,
         fidelity.fidelity_cost,
         accuracy.accuracy_cost,
-        accuracy.table2,
+        accuracy.task_tables,
         variants.block_variants,
-        lambda c: misc.claims(c, rows),
+        lambda c: claims_section(c, rows, reproductions),
+        *(r.report_sections for r in reproductions),
         misc.missing,
         misc.provenance,
     ):

@@ -1,649 +1,115 @@
-"""The Reformer's published claims beside our stored measurements, a verdict from a stated rule.
+"""The Claims section: each reproduction's claims (published figure, ours, rule, verdict) as the
+reproduction words them. The report names no paper: the reproductions are handed to it.
 
-`PUBLISHED` holds the published figures, typed once here and nowhere else (sources: the Hugging
-Face blog post "The Reformer - Pushing the limits of language modeling", von Platen 2020, and the
-Reformer paper, Kitaev, Kaiser, Levskaya 2020, Table 2). Every claim is compared as a ratio of
-the same kind on both sides, so absolute sizes (their 11 GB GPU and full-size models, our CPU
-scale) do not matter. `claims_table(rows)` reads the rows `zoo reproduce reformer` stored (cases
-labelled `reformer/<size>/<claim>/<role>`, task rows of `zoo task duplication`) and returns one line
-per claim and size; a claim without rows says which command measures it.
+A reproduction (attention_zoo.reproduce) is anything with the `ClaimsSource` shape: a name, a
+title, the command that measures it, `claims(rows) -> list[ClaimRow]` from stored rows, and
+`report_sections(ctx)` for tables of its own (e.g. a paper's table beside ours), and `plots`, the
+file patterns of the plots those write (a rebuilt report drops the old ones it did not write).
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import math
-import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-BLOG = "HF blog 'The Reformer - Pushing the limits of language modeling' (2020)"
-PAPER = "Reformer paper (Kitaev et al. 2020), Table 2"
-COLUMNS = ["claim", "setting", "published", "ours", "ratio_rule", "verdict", "rows used"]
+from .context import Context
+from .document import Heading, Para, Table
+from .ledger import numbers_in
+
+CLAIM_COLUMNS = ("claim", "setting", "published", "ours", "ratio_rule", "verdict", "rows used")
+HEADERS = {"ratio_rule": "verdict rule"}  # the columns as a reader reads them in the report
 HOLDS, WEAKER, FAILS, NOT_MEASURED = "holds", "holds weaker", "does not hold here", "not measured"
-LABEL_PREFIX = "reformer"
-SIZES = ("paper", "cpu", "smoke")  # the most faithful size first
-GB = 10**9  # the blog's "8GB" read as 8 * 10^9 bytes (the stricter reading)
-MIB = 2**20
-
-# ---- published figures (the only numbers typed in this module) ----------------------------------
-
-PUBLISHED: dict[str, Any] = {
-    # inference memory [MB], google/reformer-enwik8, batch 1; global = chunks as long as the input
-    "a": {
-        "source": BLOG,
-        "global_mb": {2048: 1465, 4096: 2757, 8192: 7893},  # 16386: out of memory
-        "local_lsh_mb": {2048: 1785, 4096: 2621, 8192: 4281, 16384: 7607},  # 32768: OOM
-    },
-    # inference memory [MB], batch 8, no chunk vs chunk_size_feed_forward=1
-    "b_default": {"source": BLOG, "mb": {1024: (4281, 4309), 2048: (7607, 7669)}},
-    "b_wide": {  # feed_forward_size 16384, 2 attention heads
-        "source": BLOG,
-        "mb": {1024: (3743, 2973), 2048: (5539, 3999), 4096: (9087, 6011)},
-    },
-    # training memory [MB], batch 8, n 512, by layers: bert-base-uncased vs reformer-enwik8
-    "c": {
-        "source": BLOG,
-        "standard_mb": {4: 4103, 8: 5759, 12: 7415},
-        "reversible_mb": {4: 4607, 8: 4987, 12: 5367},
-    },
-    # google/reformer-crime-and-punishment: ReformerModel parameters; inference batch 8, n 512
-    "d": {
-        "source": BLOG,
-        "axial_parameters": 2_584_064,
-        "standard_parameters": 136_572_416,
-        "axial_mb": 447,
-        "standard_mb": 959,
-    },
-    "e": {"source": BLOG, "tokens": 524_288, "budget_gb": 8},  # "less than 8GB of RAM"
-    "f": {  # duplication task, train (rows) x eval (columns) accuracy [%]
-        "source": PAPER,
-        "accuracy": {
-            "full": {"full": 100.0, "lsh-8": 94.8, "lsh-4": 92.5, "lsh-2": 76.9, "lsh-1": 52.5},
-            "lsh-4": {"full": 0.8, "lsh-8": 100.0, "lsh-4": 99.9, "lsh-2": 99.4, "lsh-1": 91.9},
-            "lsh-2": {"full": 0.8, "lsh-8": 100.0, "lsh-4": 99.9, "lsh-2": 98.1, "lsh-1": 86.8},
-            "lsh-1": {"full": 0.8, "lsh-8": 99.9, "lsh-4": 99.6, "lsh-2": 94.8, "lsh-1": 77.9},
-        },
-    },
-}
-
-# ---- verdict rules ------------------------------------------------------------------------------
-
-SAVING_FACTOR = 1.25  # a saving "holds" if ours is at most this factor above the published ratio
-NO_EFFECT_BAND = 0.10  # "no gain": the ratio within 1 +- this
-MATCH_FLOOR, MATCH_WEAKER = 0.98, 0.90  # "matches": ratio at least this (holds / holds weaker)
-MONOTONE_SLACK = 0.01  # accuracy may dip by one point between more and fewer hashes
 
 
-@dataclass(frozen=True)
-class Rule:
-    """How a claim's ratio is judged: the text printed beside it and the function applying it."""
-
-    text: str
-    judge: Callable[[float, float], str]  # (ours, published) -> verdict
-
-
-def _saving(ours: float, published: float) -> str:
-    if ours <= published * SAVING_FACTOR:
-        return HOLDS
-    return WEAKER if ours < 1 else FAILS
-
-
-def _no_effect(ours: float, published: float) -> str:
-    return HOLDS if abs(ours - 1) <= NO_EFFECT_BAND else FAILS
-
-
-def _match(ours: float, published: float) -> str:
-    if ours >= MATCH_FLOOR:
-        return HOLDS
-    return WEAKER if ours >= MATCH_WEAKER else FAILS
-
-
-def _exact(ours: float, published: float) -> str:
-    if ours == published:
-        return HOLDS
-    return WEAKER if abs(ours / published - 1) <= 0.05 else FAILS
-
-
-def _fits(ours: float, published: float) -> str:
-    # ours: 2 = fits in float32, 1 = fits only in bfloat16, 0 = fits in neither
-    return {2: HOLDS, 1: WEAKER}.get(int(ours), FAILS)
-
-
-def _monotone(ours: float, published: float) -> str:
-    # ours: 2 = every row non-decreasing in eval hashes, 1 = only most hashes > one hash, 0 = else
-    return {2: HOLDS, 1: WEAKER}.get(int(ours), FAILS)
-
-
-RULES: dict[str, Rule] = {
-    "saving": Rule(
-        f"ratio < 1 is the claimed saving. holds: ours <= {SAVING_FACTOR} x published; "
-        "holds weaker: ours < 1 (a smaller saving); does not hold: ours >= 1",
-        _saving,
-    ),
-    "no effect": Rule(
-        f"holds: |ours - 1| <= {NO_EFFECT_BAND} (no gain and no loss); does not hold otherwise",
-        _no_effect,
-    ),
-    "match": Rule(
-        f"holds: ours >= {MATCH_FLOOR}; holds weaker: ours >= {MATCH_WEAKER}; "
-        "does not hold otherwise",
-        _match,
-    ),
-    "exact": Rule(
-        "holds: our counts equal the published ones; holds weaker: the ratio within 5%; "
-        "does not hold otherwise",
-        _exact,
-    ),
-    "fits": Rule(
-        "holds: the float32 step fits the budget; holds weaker: only the bfloat16 step fits; "
-        "does not hold: neither fits",
-        _fits,
-    ),
-    "monotone": Rule(
-        f"holds: every row's accuracy rises (or dips < {100 * MONOTONE_SLACK:.0f} point) with "
-        "each doubling of eval hashes; holds weaker: only most hashes beat one hash in every row; "
-        "does not hold otherwise",
-        _monotone,
-    ),
-}
-
-
-def verdict(rule: str, ours: float | None, published: float) -> str:
-    """The verdict of `rule` for our ratio against the published one ('not measured' if None)."""
-    if ours is None or (isinstance(ours, float) and math.isnan(ours)):
-        return NOT_MEASURED
-    return RULES[rule].judge(ours, published)
-
-
-# ---- stored rows -> cases -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Case:
-    """One stored case (its latest run): label parts, config, status and metric values."""
-
-    key: str
-    run_id: str
-    status: str
-    config: dict[str, Any]
-    metrics: dict[str, float]
-
-    @property
-    def ref(self) -> str:
-        return f"{self.run_id}/{self.key}"
-
-    def memory(self) -> tuple[float | None, str]:
-        """Total peak bytes of one step and how it was obtained (measured, else predicted)."""
-        if self.status == "ok" and self.metrics.get("peak_total_bytes") is not None:
-            return self.metrics["peak_total_bytes"], "measured"
-        if self.metrics.get("predicted_total_bytes") is not None:
-            return self.metrics["predicted_total_bytes"], "predicted"
-        return None, self.status
-
-
-def stored_cases(rows: Any) -> list[Case]:
-    """The latest stored version of every case in a `ResultStore.to_dataframe()` frame."""
-    if rows is None or not len(rows):
-        return []
-    latest: dict[str, Case] = {}
-    order = rows.sort_values("created_at", kind="stable") if "created_at" in rows else rows
-    for (run_id, key), part in order.groupby(["run_id", "case_key"], sort=False):
-        first = part.iloc[0]
-        config = first["config"]
-        config = json.loads(config) if isinstance(config, str) else dict(config)
-        metrics = {
-            str(m): float(v)
-            for m, v in zip(part["metric"], part["value"])
-            if isinstance(m, str) and v is not None and not (isinstance(v, float) and math.isnan(v))
-        }
-        latest[key] = Case(key, str(run_id), str(first["status"]), config, metrics)
-    return list(latest.values())
-
-
-def _labelled(cases: Iterable[Case], size: str, claim: str) -> dict[str, list[Case]]:
-    """Cases of one claim at one size, by role (`reformer/<size>/<claim>/<role>`)."""
-    out: dict[str, list[Case]] = {}
-    for case in cases:
-        parts = str(case.config.get("label", "")).split("/")
-        if len(parts) == 4 and parts[:3] == [LABEL_PREFIX, size, claim]:
-            out.setdefault(parts[3], []).append(case)
-    return out
-
-
-def _by(cases: Iterable[Case], field: str) -> dict[Any, Case]:
-    return {_field(c, field): c for c in cases}
-
-
-def _field(case: Case, field: str) -> Any:
-    if field in case.config.get("model", {}):
-        return case.config["model"][field]
-    return case.config.get(field)
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / MIB:,.0f} MiB"
-
-
-# ---- the claims ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Line:
-    """One evaluated claim at one size."""
+@dataclass(frozen=True, kw_only=True)
+class ClaimRow:
+    """One claim at one setting: the published figure and ours as the same kind of number, the
+    rule that judges them, the verdict, and the stored cases (`run/case`) it read."""
 
     claim: str
     setting: str
     published: str
     ours: str
-    rule: str
-    ours_value: float | None
-    published_value: float
-    used: tuple[str, ...] = ()
+    rule: str  # the verdict rule in words ("-" when not measured)
+    verdict: str  # HOLDS, WEAKER, FAILS or NOT_MEASURED
+    rows_used: tuple[str, ...] = ()
 
-    def row(self) -> dict[str, Any]:
-        return {
-            "claim": self.claim,
-            "setting": self.setting,
-            "published": self.published,
-            "ours": self.ours,
-            "ratio_rule": RULES[self.rule].text,
-            "verdict": verdict(self.rule, self.ours_value, self.published_value),
-            "rows used": " ".join(self.used),
-        }
-
-
-def _ratio_at_longest(
-    num: Mapping[int, Case], den: Mapping[int, Case]
-) -> tuple[float | None, str, tuple[str, ...]]:
-    """num/den memory at the longest length where both have a number, as a ratio, the text
-    showing it (length, measured or predicted, both sizes) and the refs of the two cases."""
-    both = []
-    for n in sorted(set(num) & set(den)):
-        (a, how_a), (b, how_b) = num[n].memory(), den[n].memory()
-        if a is not None and b:
-            both.append((n, a, b, "measured" if how_a == how_b == "measured" else "predicted"))
-    if not both:
-        return None, "no length where both have a number", ()
-    n, a, b, how = both[-1]
-    text = f"{a / b:.2f} at L={n} ({how}: {_mib(a)} vs {_mib(b)})"
-    return a / b, text, (num[n].ref, den[n].ref)
+    def cells(self) -> list[str]:
+        """The row in CLAIM_COLUMNS order."""
+        return [
+            self.claim,
+            self.setting,
+            self.published,
+            self.ours,
+            self.rule,
+            self.verdict,
+            " ".join(self.rows_used),
+        ]
 
 
-def _growth(cases: Mapping[int, Case]) -> str:
-    values = [(n, c.memory()[0]) for n, c in sorted(cases.items()) if c.memory()[0]]
-    if len(values) < 2:
-        return ""
-    (n0, v0), (n1, v1) = values[0], values[-1]
-    return f"x{v1 / v0:.1f} from L={n0} to {n1}"
+class ClaimsSource(Protocol):
+    """What the report needs of a reproduction."""
+
+    name: str
+    title: str  # the heading of its claims, e.g. "<paper>'s claims"
+    plots: tuple[str, ...]  # glob patterns of the plot files its report sections write
+
+    @property
+    def command(self) -> str: ...  # the command that measures it
+
+    def claims(self, rows: Any) -> list[ClaimRow]: ...
+
+    def report_sections(self, ctx: Context) -> list[Any]: ...
 
 
-def _claim_a(cases: list[Case], size: str) -> list[Line]:
-    roles = _labelled(cases, size, "a")
-    if not roles:
-        return []
-    pub = PUBLISHED["a"]
-    common = sorted(set(pub["global_mb"]) & set(pub["local_lsh_mb"]))
-    n0, n_pub = common[0], common[-1]
-    glob, lsh_mb = pub["global_mb"], pub["local_lsh_mb"]
-    published = lsh_mb[n_pub] / glob[n_pub]
-    pub_text = (
-        f"{published:.2f} at n={n_pub} ({lsh_mb[n_pub]} vs {glob[n_pub]} MB); global "
-        f"x{glob[n_pub] / glob[n0]:.1f}, local+LSH x{lsh_mb[n_pub] / lsh_mb[n0]:.1f} "
-        f"from n={n0} to {n_pub}"
-    )
-    lsh = _by(roles.get("local+lsh", []), "seq_len")
-    lines = []
-    for other, claim in (
-        ("full", "a. local+LSH attention needs less inference memory than global attention"),
-        ("sdpa", "a. ... and than today's fused exact kernel (SDPA, not in the blog)"),
-    ):
-        ref = _by(roles.get(other, []), "seq_len")
-        ratio, ours, used = _ratio_at_longest(lsh, ref)
-        if ratio is not None:
-            ours += f"; {other} {_growth(ref)}, local+lsh {_growth(lsh)}"
-        lines.append(
-            Line(
-                claim,
-                f"{size}: ReformerLM inference, batch 1, peak memory local+lsh / {other}",
-                pub_text,
-                ours,
-                "saving",
-                ratio,
-                published,
-                used,
-            )
-        )
-    return lines
-
-
-def _claim_b(cases: list[Case], size: str) -> list[Line]:
-    roles = _labelled(cases, size, "b")
-    if not roles:
-        return []
-    lines = []
-    for config, claim, rule in (
-        ("default", "b. chunked feed-forward: no gain at the default config", "no effect"),
-        ("wide", "b. chunked feed-forward: a clear gain with d_ff 16384 and 2 heads", "saving"),
-    ):
-        table = PUBLISHED[f"b_{config}"]["mb"]
-        n_pub = max(table)
-        published = table[n_pub][1] / table[n_pub][0]
-        chunked = _by(roles.get(f"{config}-chunked", []), "seq_len")
-        plain = _by(roles.get(f"{config}-unchunked", []), "seq_len")
-        ratio, ours, used = _ratio_at_longest(chunked, plain)
-        lines.append(
-            Line(
-                claim,
-                f"{size}: ReformerLM inference, peak memory chunked / unchunked FFN",
-                f"{published:.2f} at n={n_pub} ({table[n_pub][1]} vs {table[n_pub][0]} MB)",
-                ours,
-                rule,
-                ratio,
-                published,
-                used,
-            )
-        )
-    return lines
-
-
-def _slope(points: list[tuple[float, float]]) -> float | None:
-    if len(points) < 2:
-        return None
-    mx = statistics.fmean(x for x, _ in points)
-    my = statistics.fmean(y for _, y in points)
-    den = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / den if den else None
-
-
-def _claim_c(cases: list[Case], size: str) -> list[Line]:
-    roles = _labelled(cases, size, "c")
-    if not roles:
-        return []
-    pub = PUBLISHED["c"]
-    per_layer_pub = {
-        k: _slope([(float(n), float(v)) for n, v in pub[f"{k}_mb"].items()])
-        for k in ("standard", "reversible")
-    }
-    published = per_layer_pub["reversible"] / per_layer_pub["standard"]
-    slopes, used, hows = {}, [], set()
-    for role in ("standard", "reversible"):
-        points = []
-        for case in roles.get(role, []):
-            value, how = case.memory()
-            if value is not None:
-                points.append((float(_field(case, "num_hidden_layers")), value))
-                used.append(case.ref)
-                hows.add(how)
-        slopes[role] = _slope(sorted(points))
-    ratio = None
-    if slopes["standard"] and slopes["reversible"] is not None:
-        ratio = slopes["reversible"] / slopes["standard"]
-    ours = (
-        f"{ratio:.2f} ({'/'.join(sorted(hows))}: {_mib(slopes['reversible'])} vs "
-        f"{_mib(slopes['standard'])} per layer)"
-        if ratio is not None
-        else "fewer than two layer counts with a number"
-    )
-    return [
-        Line(
-            "c. reversible residuals: far less training memory per added layer",
-            f"{size}: ReformerLM forward+backward, peak memory growth per layer, "
-            "reversible / standard (same model otherwise)",
-            f"{published:.2f} ({per_layer_pub['reversible']:.0f} vs "
-            f"{per_layer_pub['standard']:.0f} MB per layer)",
-            ours,
-            "saving",
-            ratio,
-            published,
-            tuple(used),
-        )
-    ]
-
-
-def _claim_d(cases: list[Case], size: str) -> list[Line]:
-    roles = _labelled(cases, size, "d")
-    if not roles:
-        return []
-    pub = PUBLISHED["d"]
-    lines = []
-    params = {
-        role: next((c for c in roles.get(f"{role}-parameters", [])), None)
-        for role in ("axial", "standard")
-    }
-    if params["axial"] and params["standard"]:
-        a, s = (params[r].metrics.get("parameters") for r in ("axial", "standard"))
-        exact = a == pub["axial_parameters"] and s == pub["standard_parameters"]
-        ratio = (s / a) if a and s else None
-        published_ratio = pub["standard_parameters"] / pub["axial_parameters"]
-        lines.append(
-            Line(
-                "d. axial position embeddings: 2,584,064 vs 136,572,416 parameters",
-                f"{size}: crime-and-punishment ReformerModel built on the meta device",
-                f"{pub['axial_parameters']:,} vs {pub['standard_parameters']:,} "
-                f"(x{published_ratio:.1f})",
-                f"{a:,.0f} vs {s:,.0f} (x{ratio:.1f})" if ratio else "not counted",
-                "exact",
-                published_ratio if exact else ratio,
-                published_ratio,
-                (params["axial"].ref, params["standard"].ref),
-            )
-        )
-    axial = _by(roles.get("axial", []), "seq_len")
-    standard = _by(roles.get("standard", []), "seq_len")
-    if axial or standard:
-        ratio, ours, used = _ratio_at_longest(axial, standard)
-        published = pub["axial_mb"] / pub["standard_mb"]
-        lines.append(
-            Line(
-                "d. axial position embeddings: the memory saving",
-                f"{size}: crime-and-punishment ReformerLM inference, peak memory axial / standard",
-                f"{published:.2f} at batch 8, n 512 ({pub['axial_mb']} vs {pub['standard_mb']} MB)",
-                ours,
-                "saving",
-                ratio,
-                published,
-                used,
-            )
-        )
-    return lines
-
-
-def _claim_e(cases: list[Case], size: str) -> list[Line]:
-    roles = _labelled(cases, size, "e")
-    if not roles:
-        return []
-    pub = PUBLISHED["e"]
-    budget = pub["budget_gb"] * GB
-    step = {_field(c, "dtype"): c for c in roles.get("train-step", [])}
-    totals = {dtype: step[dtype].memory() for dtype in ("float32", "bfloat16") if dtype in step}
-    fits = {d: v is not None and v <= budget for d, (v, _) in totals.items()}
-    score = None
-    if totals and all(v is not None for v, _ in totals.values()):
-        score = 2.0 if fits.get("float32") else 1.0 if fits.get("bfloat16") else 0.0
-    tokens = {_field(c, "seq_len") for c in step.values()}
-    ours = ", ".join(
-        f"{d} {v / GB:.2f} GB ({how})" if v is not None else f"{d} {how}"
-        for d, (v, how) in totals.items()
-    )
-    return [
-        Line(
-            "e. a 0.5M-token training step fits in 8 GB",
-            f"{size}: crime-and-punishment ReformerLM train step at L="
-            f"{', '.join(map(str, sorted(tokens)))} (blog: {pub['tokens']:,})",
-            f"< {pub['budget_gb']} GB",
-            ours or "no step with a number",
-            "fits",
-            score,
-            2.0,
-            tuple(c.ref for c in step.values()),
-        )
-    ]
-
-
-# ---- Table 2 ------------------------------------------------------------------------------------
-
-
-def _hashes(label: str) -> int | None:
-    head, _, tail = label.rpartition("-")
-    return int(tail) if head == "lsh" and tail.isdigit() else None
-
-
-def monotone_score(matrix: Mapping[str, Mapping[str, float]]) -> float | None:
-    """2: every row's accuracy is non-decreasing as eval hashes double (within the slack); 1: only
-    the most hashes beat one hash in every row; 0: neither; None: no row with two eval hashes."""
-    rows = []
-    for evals in matrix.values():
-        seq = [evals[e] for e in sorted(evals, key=lambda e: _hashes(e) or 0) if _hashes(e)]
-        if len(seq) >= 2:
-            rows.append(seq)
-    if not rows:
-        return None
-    if all(b >= a - MONOTONE_SLACK for seq in rows for a, b in itertools.pairwise(seq)):
-        return 2.0
-    return 1.0 if all(seq[-1] > seq[0] for seq in rows) else 0.0
-
-
-def diagonal_ratio(matrix: Mapping[str, Mapping[str, float]]) -> float | None:
-    """Accuracy of the LSH-trained model with the most hashes, evaluated as trained, over the
-    full-trained model's accuracy with full attention."""
-    lsh = [r for r in matrix if _hashes(r)]
-    if "full" not in matrix or "full" not in matrix["full"] or not lsh:
-        return None
-    best = max(lsh, key=_hashes)
-    own = matrix[best].get(best)
-    return own / matrix["full"]["full"] if own is not None and matrix["full"]["full"] else None
-
-
-def _task_matrices(rows: Any) -> dict[tuple[str, int], tuple[dict, tuple[str, ...]]]:
-    """(preset, length) -> ({train: {eval: accuracy}}, refs) from stored duplication task rows.
-
-    The paper's "Full attention" row is our shared-QK model (the paper's full attention shares QK);
-    an LSH-trained row is lsh-<train hashes>; "as trained" accuracy fills the diagonal.
-    """
-    from ..tasks.results import decode_metric
-
-    out: dict[tuple[str, int], tuple[dict, list[str]]] = {}
-    for case in stored_cases(rows):
-        cfg = case.config
-        if cfg.get("kind") != "task" or cfg.get("task") != "duplication" or case.status != "ok":
+def claims_section(ctx: Context, rows: Any, sources: Sequence[ClaimsSource]) -> list[Any]:
+    """Heading 'Claims', then each reproduction with a measured claim as its table (numbers
+    recorded with the rows they used); the others named with the command that measures them."""
+    blocks: list[Any] = [Heading(1, "Claims")]
+    waiting = []
+    for source in sources:
+        claims = source.claims(rows)
+        if not any(c.verdict != NOT_MEASURED for c in claims):
+            waiting.append(f"`{source.name}` ({source.title}: run `{source.command}`)")
             continue
-        train = "full" if cfg["backend"] == "shared-qk" else cfg["backend"]
-        if train != "full" and not _hashes(train):
-            continue
-        matrix, refs = out.setdefault((cfg["preset"], int(cfg["length"])), ({}, []))
-        # "as trained" last: it wins over an evaluation override naming the training attention
-        for name, value in sorted(case.metrics.items(), key=lambda kv: "@" not in kv[0]):
-            metric, evaluation = decode_metric(name)
-            if metric != "accuracy":
-                continue
-            evaluation = train if evaluation == "trained" else evaluation
-            matrix.setdefault(train, {})[evaluation] = value
-        refs.append(case.ref)
-    return {k: (m, tuple(r)) for k, (m, r) in out.items()}
+        headers = [HEADERS.get(c, c) for c in CLAIM_COLUMNS]
+        blocks += [Heading(2, source.title), Table(headers, _cells(ctx, claims))]
+    if not sources:
+        blocks.append(Para("No reproduction is registered; `zoo reproduce --list` lists them."))
+    elif waiting:
+        blocks.append(Para("No rows for any claim yet: " + "; ".join(waiting) + "."))
+    return blocks
 
 
-def _claim_f(rows: Any) -> list[Line]:
-    pub = {t: {e: v / 100 for e, v in row.items()} for t, row in PUBLISHED["f"]["accuracy"].items()}
-    lines = []
-    for (preset, length), (matrix, refs) in sorted(_task_matrices(rows).items()):
-        setting = f"duplication task, preset {preset}, L={length}"
-        mono = monotone_score(matrix)
-        lines.append(
-            Line(
-                "f. more evaluation hashes give higher accuracy",
-                setting + f" ({len(matrix)} trained model(s))",
-                "every row rises with eval hashes",
-                {2.0: "every row rises", 1.0: "most > one hash only", 0.0: "not in every row"}.get(
-                    mono, "no row with two eval hashes"
-                ),
-                "monotone",
-                mono,
-                monotone_score(pub) or 0.0,
-                refs,
-            )
-        )
-        diag = diagonal_ratio(matrix)
-        published = diagonal_ratio(pub) or 0.0
-        lines.append(
-            Line(
-                "f. LSH-trained models match full-trained ones on the diagonal",
-                setting,
-                f"{published:.3f} (LSH-4 as trained / full with full)",
-                f"{diag:.3f}" if diag is not None else "needs an LSH-trained and a full row",
-                "match",
-                diag,
-                published,
-                refs,
-            )
-        )
-    return lines
+def claim_verdicts(rows: Any, sources: Sequence[ClaimsSource]) -> list[tuple[str, str]]:
+    """(verdict, rows used) of every claim of every reproduction, e.g. to count them."""
+    return [(c.verdict, " ".join(c.rows_used)) for s in sources for c in s.claims(rows)]
 
 
-# ---- the table ----------------------------------------------------------------------------------
-
-MEASURED_BY = {
-    "a": "zoo reproduce reformer",
-    "b": "zoo reproduce reformer",
-    "c": "zoo reproduce reformer",
-    "d": "zoo reproduce reformer",
-    "e": "zoo reproduce reformer",
-    "f": "zoo reproduce reformer --with-table2 (or: zoo task duplication --preset cpu --table2)",
-}
-CLAIM_TITLES = {
-    "a": "a. local+LSH attention needs less inference memory than global attention",
-    "b": "b. chunked feed-forward: no gain at the default config, a gain with a wide FFN",
-    "c": "c. reversible residuals: far less training memory per added layer",
-    "d": "d. axial position embeddings: fewer parameters and less memory",
-    "e": "e. a 0.5M-token training step fits in 8 GB",
-    "f": "f. Table 2: more eval hashes help; LSH-trained matches full on the diagonal",
-}
-
-
-def claims_table(rows: Any) -> Any:
-    """One line per claim and size from stored rows (a `ResultStore.to_dataframe()` frame), with
-    COLUMNS; a claim with no rows is 'not measured' with the command that measures it."""
-    import pandas as pd
-
-    cases = stored_cases(rows)
-    found: dict[str, list[Line]] = {claim: [] for claim in CLAIM_TITLES}
-    for size in SIZES:
-        for claim, fn in (
-            ("a", _claim_a),
-            ("b", _claim_b),
-            ("c", _claim_c),
-            ("d", _claim_d),
-            ("e", _claim_e),
-        ):
-            found[claim] += fn(cases, size)
-    found["f"] = _claim_f(rows)
+def _cells(ctx: Context, claims: Sequence[ClaimRow]) -> list[list[str]]:
     out = []
-    for claim, lines in found.items():
-        out += [line.row() for line in lines]
-        if not lines:
-            out.append(
-                {
-                    "claim": CLAIM_TITLES[claim],
-                    "setting": "-",
-                    "published": "see " + PUBLISHED[claim if claim != "b" else "b_wide"]["source"],
-                    "ours": f"run: {MEASURED_BY[claim]}",
-                    "ratio_rule": "-",
-                    "verdict": NOT_MEASURED,
-                    "rows used": "",
-                }
-            )
-    return pd.DataFrame(out, columns=COLUMNS)
+    for claim in claims:
+        used = " ".join(claim.rows_used)
+        cells = []
+        for column, text in zip(CLAIM_COLUMNS, claim.cells()):
+            if column == "rows used":
+                text = f"`{text}`" if text else ""
+            elif numbers_in(text):
+                ctx.ledger.claims(text, used)
+            cells.append(text)
+        out.append(cells)
+    return out
 
 
 __all__ = [
-    "COLUMNS",
-    "PUBLISHED",
-    "RULES",
-    "claims_table",
-    "diagonal_ratio",
-    "monotone_score",
-    "stored_cases",
-    "verdict",
+    "CLAIM_COLUMNS",
+    "FAILS",
+    "HOLDS",
+    "NOT_MEASURED",
+    "WEAKER",
+    "ClaimRow",
+    "ClaimsSource",
+    "claim_verdicts",
+    "claims_section",
 ]

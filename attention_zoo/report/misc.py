@@ -1,4 +1,4 @@
-"""Claims, cases without numbers, and provenance sections."""
+"""Cases without numbers and provenance sections."""
 
 from __future__ import annotations
 
@@ -12,53 +12,6 @@ from ..measure.trust import UNSTABLE_IQR, UNSTABLE_MIN
 from .context import Context
 from .document import Heading, Para, Table
 from .frame import SELECTION_RULE
-from .ledger import numbers_in
-
-REPRODUCE = "zoo reproduce reformer"
-HEADERS = {"ratio_rule": "verdict rule"}  # the claims table's column names as a reader reads them
-CLAIMS = (
-    "a. inference memory: global vs local+LSH attention by length, and vs SDPA",
-    "b. chunked feed-forward: no gain at the default config, a gain with a wide feed-forward",
-    "c. reversible vs standard residuals: training memory per layer",
-    "d. axial position embeddings: parameters and memory",
-    "e. a long-sequence training step fits in the published memory budget (predicted)",
-    "f. Table 2's pattern: more evaluation hashes, higher accuracy; the diagonal matches",
-)
-
-
-def claims(ctx: Context, rows: Any) -> list[Any]:
-    """The claims module's table when it is installed, else which claims have no verdict yet."""
-    blocks: list[Any] = [Heading(1, "Claims")]
-    try:
-        from .claims import claims_table
-    except ImportError:
-        return [
-            *blocks,
-            Para(
-                "No claim has a verdict yet: this version has no claims module "
-                "(`attention_zoo.report.claims`). Claims without rows: "
-                + "; ".join(f"`{c}`" for c in CLAIMS)
-                + f". Run `{REPRODUCE}` to fill them."
-            ),
-        ]
-    table = claims_table(rows)
-    if table is None or len(table) == 0:
-        return [*blocks, Para(f"No rows for any claim yet; run `{REPRODUCE}` to fill them.")]
-    headers = [HEADERS.get(str(c), str(c)) for c in table.columns]
-    used_col = next((c for c in table.columns if str(c).startswith("rows")), None)
-    out_rows = []
-    for _, r in table.iterrows():
-        used = str(r[used_col]) if used_col is not None else ""
-        cells = []
-        for c in table.columns:
-            text = "" if r[c] is None or r[c] != r[c] else str(r[c])
-            if c == used_col:
-                text = f"`{text}`" if text else ""
-            elif numbers_in(text):
-                ctx.ledger.claims(text, used)
-            cells.append(text)
-        out_rows.append(cells)
-    return [*blocks, Table(headers, out_rows)]
 
 
 def _case_name(row: Any) -> str:

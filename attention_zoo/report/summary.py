@@ -6,11 +6,13 @@ alone (a pull-request comment)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from ..labels import APPROX_CLASS, EXACT_CLASS, kind_class
 from ..measure.metrics import METRICS, approx_error_name
 from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED
+from .claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimsSource, claim_verdicts
 from .context import TIME, Context, flag
 from .cost import (
     MEMORY,
@@ -29,25 +31,12 @@ TITLE = "Summary"
 SHOWN_ERROR = approx_error_name("peaked")  # sharp attention: where an approximation's error shows
 # How the summary counts cases without numbers (status -> words).
 SET_ASIDE = {OOM: "out of memory", SKIPPED: "unavailable here", ERROR: "failed", INVALID: "invalid"}
-VERDICT_ORDER = ("holds", "holds weaker", "does not hold here", "not measured")  # as written
+VERDICT_ORDER = (HOLDS, WEAKER, FAILS, NOT_MEASURED)
 CLAIMS_SECTION, MISSING_SECTION = "Claims", "Cases without numbers"
 
 
-def claim_verdicts(rows: Any) -> list[tuple[str, str]]:
-    """(verdict, rows used) per claim line; the one place the summary reads the claims module."""
-    try:
-        from .claims import claims_table
-    except ImportError:
-        return []
-    table = claims_table(rows)
-    if table is None or len(table) == 0:
-        return []
-    used = next((c for c in table.columns if str(c).startswith("rows")), None)
-    return [(str(r["verdict"]), str(r[used]) if used else "") for _, r in table.iterrows()]
-
-
-def summary(ctx: Context, rows: Any) -> list[Any]:
-    """The Summary section's blocks (heading first)."""
+def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ()) -> list[Any]:
+    """The Summary section's blocks (heading first); `reproductions`: whose claims to count."""
     blocks: list[Any] = [Heading(1, TITLE)]
     groups = settings(ctx)
     if groups:
@@ -55,7 +44,7 @@ def summary(ctx: Context, rows: Any) -> list[Any]:
         blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
     else:
         blocks.append(Para(f"No measured case yet: run `{QUICK}` to fill this report."))
-    if text := _claims(ctx, rows):
+    if text := _claims(ctx, rows, reproductions):
         blocks.append(Para(text))
     blocks.append(Para(_set_aside(ctx)))
     return blocks
@@ -186,8 +175,8 @@ def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
     )
 
 
-def _claims(ctx: Context, rows: Any) -> str:
-    verdicts = claim_verdicts(rows)
+def _claims(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) -> str:
+    verdicts = claim_verdicts(rows, reproductions)
     if not verdicts:
         return ""
     counts = Counter(v for v, _ in verdicts)

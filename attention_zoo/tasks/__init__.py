@@ -23,7 +23,7 @@ from .runner import (
     with_attention,
 )
 from .suite import TaskGrid, TaskPreset, load_task_preset
-from .table2 import Table2, build_table2, format_table2
+from .tabulate import MatrixTable, TrainEvalMatrix, build_matrix, format_matrix
 from .trainer import EvalResult, TrainConfig, TrainResult, evaluate, train
 
 __all__ = [
@@ -33,20 +33,21 @@ __all__ = [
     "DuplicationTask",
     "EvalResult",
     "EvalVariant",
+    "MatrixTable",
     "RunOutcome",
     "RunSpec",
-    "Table2",
     "TaskConfig",
     "TaskData",
     "TaskGrid",
     "TaskPreset",
     "TrainConfig",
+    "TrainEvalMatrix",
     "TrainResult",
     "TrainVariant",
+    "build_matrix",
     "build_model",
-    "build_table2",
     "evaluate",
-    "format_table2",
+    "format_matrix",
     "get_task",
     "load_task_preset",
     "make_task",

@@ -1,4 +1,5 @@
-"""Task engine basics: a task is a frozen config that builds its own data from a seed.
+"""Task engine basics: a task is a frozen config that builds its own data from a seed and declares
+how its stored results are tabulated (`tabulation`).
 
 A built task gives fresh training batches every step (an endless seeded stream) and one fixed
 evaluation set. `labels` follow the Hugging Face causal-LM convention: labels[:, i] is the token the
@@ -20,6 +21,7 @@ from ..declarative import checked_dataclass
 from ..errors import ConfigError, OptionError
 from ..model import IGNORE_INDEX
 from ..registry import Registry
+from .tabulate import TrainEvalMatrix
 
 # Independent streams derived from one run seed, so changing the eval set size never changes the
 # training data, and model init (torch.manual_seed(seed)) never shares a stream with the data.
@@ -59,6 +61,8 @@ class TaskConfig:
     """Base class of task configs: subclasses add their fields and implement `sample`."""
 
     name: ClassVar[str] = ""
+    # how the report and `zoo task --table2` tabulate this task's stored runs
+    tabulation: ClassVar[TrainEvalMatrix] = TrainEvalMatrix()
     seq_len: int  # tokens per sequence, the model's input length
     vocab_size: int  # token ids are 0 .. vocab_size - 1
     eval_size: int = 512  # sequences in the fixed evaluation set
@@ -126,6 +130,12 @@ def register_task(name: str, *, replace: bool = False) -> Callable[[C], C]:
 
 def get_task(name: str) -> type[TaskConfig]:
     return TASKS.get(name)
+
+
+def tabulation_of(name: str) -> TrainEvalMatrix:
+    """How task `name`'s stored runs are tabulated; the default for a task not registered here
+    (a store written with a plugin that is not loaded)."""
+    return TASKS.get(name).tabulation if name in TASKS else TrainEvalMatrix()
 
 
 def make_task(name: str, **fields: Any) -> TaskConfig:

@@ -1,8 +1,10 @@
-"""The Reformer's Table 2 from stored task runs: attention in training (rows) x at evaluation
-(columns).
+"""How a task's stored runs are tabulated: a task declares its tabulation (`TaskConfig.tabulation`)
+and the report and `zoo task --table2` render whatever the store holds with it.
 
-Cells are the mean over seeds of the eval accuracy, with the spread (sample standard deviation)
-when there is more than one seed. Built only from tidy result rows, so it works on any store.
+`TrainEvalMatrix`: rows are the attention a model was trained with, columns the attention it was
+evaluated with (weights unchanged; `trained` = as trained), a cell is one metric over seeds
+(mean, and the sample standard deviation when there is more than one seed). Built only from tidy
+result rows, so it works on any store.
 """
 
 from __future__ import annotations
@@ -13,10 +15,59 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..measure.table import format_table
-from .results import TRAINED
+from .results import TRAINED, decode_metric
+
+T = TypeVar("T")
+
+
+def variant_order(label: str) -> tuple[int, int, str]:
+    """`trained` first, then shared-QK full attention, full, then `<mix>-<hashes>` by hashes
+    down, then the others (by name)."""
+    if label == TRAINED:
+        return (-1, 0, label)
+    if label in ("shared-qk", "full"):
+        return (0, 0 if label == "shared-qk" else 1, label)
+    if m := re.fullmatch(r"(.*)-(\d+)", label):
+        return (1, -int(m.group(2)), m.group(1))
+    return (2, 0, label)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainEvalMatrix:
+    """A task's results as a train x eval matrix of one metric (stored as `metric` as trained,
+    `metric@<eval>` evaluated with another attention)."""
+
+    metric: str = "accuracy"
+
+    def place(self, backend: str, metric: str, evaluation: str = TRAINED) -> tuple[str, str] | None:
+        """The cell (trained with, evaluated with) of one stored value, None when the value is not
+        this matrix's metric; `metric` may carry its evaluation ("accuracy@lsh-8")."""
+        name, at = decode_metric(metric)
+        if name != self.metric:
+            return None
+        return backend, at if at != TRAINED else evaluation
+
+    def cells(
+        self, runs: Iterable[tuple[str, Iterable[str], T]]
+    ) -> dict[tuple[str, str], list[tuple[str, T]]]:
+        """(trained with, evaluated with) -> [(stored metric name, item)] from runs given as
+        (backend, stored metric names, item), e.g. one report row per run."""
+        out: dict[tuple[str, str], list[tuple[str, T]]] = {}
+        for backend, metrics, item in runs:
+            for metric in metrics:
+                if (cell := self.place(backend, metric)) is not None:
+                    out.setdefault(cell, []).append((metric, item))
+        return out
+
+    @staticmethod
+    def axes(cells: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
+        """The rows and columns of these cells, in `variant_order`."""
+        cells = list(cells)
+        rows = sorted({t for t, _ in cells}, key=variant_order)
+        return rows, sorted({e for _, e in cells}, key=variant_order)
 
 
 @dataclass(frozen=True)
@@ -36,9 +87,9 @@ class Cell:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Table2:
-    """Accuracy by (training variant, evaluation variant), plus steps-to-target per training
-    variant."""
+class MatrixTable:
+    """A task's matrix as `zoo task --table2` prints it: the metric by (training variant,
+    evaluation variant), plus steps-to-target per training variant."""
 
     rows: tuple[str, ...]
     columns: tuple[str, ...]
@@ -49,39 +100,29 @@ class Table2:
     seeds: Mapping[str, tuple[int, ...]]
 
 
-def _variant_order(label: str) -> tuple[int, int, str]:
-    """shared-qk first (the paper's 'Full attention' row), then lsh by hashes descending, then
-    the others."""
-    if label in ("shared-qk", "full"):
-        return (0 if label == "shared-qk" else 1, 0, label)
-    if m := re.fullmatch(r"(.*lsh)-(\d+)", label):
-        return (2 if m.group(1) == "lsh" else 3, -int(m.group(2)), label)
-    return (4, 0, label)
-
-
-def build_table2(rows: Iterable[Mapping[str, Any]]) -> Table2:
-    """Pivot tidy rows (backend, seed, metric, value, eval) of one task/preset into Table 2."""
+def build_matrix(
+    rows: Iterable[Mapping[str, Any]], tabulation: TrainEvalMatrix = TrainEvalMatrix()
+) -> MatrixTable:
+    """Pivot tidy rows (backend, seed, metric, value, eval) of one task/preset into its matrix."""
     acc: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     steps_to: dict[str, dict[int, float | None]] = defaultdict(dict)
     steps: dict[str, dict[int, float]] = defaultdict(dict)
     target_metric = ""
     for r in rows:
         variant, seed, metric, value = r["backend"], int(r["seed"]), r["metric"], r["value"]
-        evaluation = r.get("eval") or TRAINED
-        if metric == "accuracy":
-            acc[(variant, evaluation)][seed] = float(value)
+        cell = tabulation.place(variant, metric, r.get("eval") or TRAINED)
+        if cell is not None:
+            acc[cell][seed] = float(value)
         elif metric.startswith("steps_to_"):
             target_metric = metric
             steps_to[variant][seed] = None if value is None or _isnan(value) else float(value)
         elif metric == "steps":
             steps[variant][seed] = float(value)
-    variants = sorted({v for v, _ in acc}, key=_variant_order)
-    evals = {e for _, e in acc} - {TRAINED}
-    columns = [TRAINED, *sorted(evals, key=lambda e: (e != "full", *_variant_order(e)[1:]))]
+    variants, columns = tabulation.axes(acc)
     seeds = {
         v: tuple(sorted({s for (vv, _), d in acc.items() if vv == v for s in d})) for v in variants
     }
-    return Table2(
+    return MatrixTable(
         rows=tuple(variants),
         columns=tuple(columns),
         accuracy={k: Cell(tuple(d.values())) for k, d in acc.items()},
@@ -125,10 +166,10 @@ def _header(column: str) -> str:
     return "Full" if column == "full" else column.upper()
 
 
-def format_table2(table: Table2) -> str:
+def format_matrix(table: MatrixTable) -> str:
     """A plain-text matrix: rows = training attention, columns = evaluation attention."""
     if not table.rows:
-        return "(no stored task runs to build Table 2 from)"
+        return "(no stored task runs to tabulate)"
     target = table.target_metric.removeprefix("steps_to_")
     headers = [
         "train \\ eval",

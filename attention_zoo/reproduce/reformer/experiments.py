@@ -1,4 +1,4 @@
-"""The experiments behind the Reformer's published claims (see attention_zoo.report.claims).
+"""The experiments behind the Reformer's published claims (judged in claims.py), and their runs.
 
 Three sizes. `paper`: the published settings (google/reformer-enwik8-shaped models, batch 8,
 n up to 16384, BERT-base-shaped layers for residuals): measured on CUDA, predicted on the meta
@@ -11,13 +11,24 @@ every size but smoke. Every case is labelled `reformer/<size>/<claim>/<role>`.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..measure.cases import BenchCase
+import torch
 
-SIZES = ("smoke", "cpu", "paper")
+from ...config import ReformerConfig
+from ...measure.cases import BenchCase
+from ...measure.metrics import metric_row
+from ...measure.runner import MeasureSettings
+from ...model import ReformerModel
+from ...presets import load_sweep_preset
+from ...store import ResultStore
+from ...sweep import SweepResult, default_memory_limit, run_sweep
+from ..base import SIZES, RunOptions
+
 PREFIX = "reformer"
+KIND = "reproduce"  # the store run of claim d's parameter counts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,8 +169,6 @@ SETTINGS: dict[str, Sizes] = {
 
 def crime_and_punishment() -> dict[str, Any]:
     """The crime-and-punishment ReformerConfig fields, from the built-in preset of that name."""
-    from ..presets import load_sweep_preset
-
     model = dict(load_sweep_preset("crime-and-punishment").grid.models[0])
     model.pop("label", None)
     return model
@@ -282,3 +291,64 @@ def parameter_models(size: str) -> dict[str, dict[str, Any]]:
         f"{PREFIX}/{size}/d/{role}-parameters": {**crime, "axial_pos_embds": role == "axial"}
         for role in ("axial", "standard")
     }
+
+
+def run_reformer(size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
+    """Measure claims a-e at `size` into `store`, and store claim d's parameter counts. Paper size
+    on a CPU is predicted on the meta device (it would not fit or finish here); CPU cases
+    predicted above 90% of the available memory are stored as oom with their prediction."""
+    if size not in SIZES:
+        raise ValueError(f"size {size!r} is not one of: {', '.join(SIZES)}")
+    device = options.device
+    predicted_only = size == "paper" and device == "cpu"
+    meta = {"reproduce": PREFIX, "size": size, "note": SETTINGS[size].note, **options.meta}
+    measured, predicted = [], []
+    for exp in experiments(size, device=device):
+        (predicted if exp.predicted_only or predicted_only else measured).extend(exp.cases)
+    sweeps = []
+    for cases, metrics, limit in (
+        (measured, ("memory", "predict"), default_memory_limit() if device == "cpu" else None),
+        (predicted, ("predict",), None),
+    ):
+        if cases:
+            sweeps.append(
+                run_sweep(
+                    cases,
+                    store,
+                    settings=MeasureSettings(metrics=metrics, threads=options.threads),
+                    resume=not options.fresh,
+                    memory_limit_bytes=limit,
+                    progress=options.progress,
+                    meta=meta,
+                    executor=options.executor,
+                )
+            )
+    store_parameter_counts(size, store, fresh=options.fresh, meta=meta)
+    return sweeps
+
+
+def count_parameters(model: dict[str, Any]) -> int:
+    """Parameters of a ReformerModel (no LM head) with these config fields, built on the meta
+    device (nothing allocated)."""
+    with torch.device("meta"):
+        built = ReformerModel(ReformerConfig.from_dict(model), device="meta")
+    return sum(p.numel() for p in built.parameters())
+
+
+def store_parameter_counts(
+    size: str, store: ResultStore, *, fresh: bool = False, meta: dict[str, Any] | None = None
+) -> str:
+    """Store claim d's parameter counts (one case per position table) in a run of kind
+    'reproduce'; returns its id (the latest such run is reused unless `fresh`)."""
+    configs = {
+        label: {"kind": "parameters", "label": label, "model": model}
+        for label, model in parameter_models(size).items()
+    }
+    fingerprint = hashlib.sha1("\n".join(sorted(configs)).encode()).hexdigest()[:16]
+    run_id = None if fresh else store.latest_run(kind=KIND, fingerprint=fingerprint)
+    run_id = store.start_run(kind=KIND, run_id=run_id, fingerprint=fingerprint, meta=meta)
+    for config in configs.values():
+        count = count_parameters(config["model"])
+        store.add_rows(run_id, None, config, [metric_row("parameters", count)])
+    store.finish_run(run_id)
+    return run_id

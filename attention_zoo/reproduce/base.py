@@ -1,0 +1,182 @@
+"""What a reproduction is, and the registry `zoo reproduce` and the report read.
+
+A reproduction (one paper, one folder under attention_zoo/reproduce/) subclasses `Reproduction`
+and registers itself with `@register_reproduction`; a plugin (`--import MODULE`) does the same.
+It owns its experiments (`run`: benchmark sweeps into the store; `task_runs`: task suite presets
+that `zoo reproduce` trains), its published numbers with their sources, its verdict rules
+(`claims(rows) -> list[ClaimRow]`, read from stored rows) and any table of its own in the report
+(`report_sections(ctx)`). Nothing outside its folder names it.
+
+    @register_reproduction
+    class Mine(Reproduction):
+        name, title = "mine", "Mine's claims"
+        description = "one line for zoo reproduce --list"
+        sources = ("Author et al. 2024, Table 1",)
+
+        def task_runs(self, size):
+            return (TaskRun(task="my-task", preset=size),)
+
+        def claims(self, rows):
+            return [ClaimRow(claim=..., setting=..., published=..., ours=..., rule=...,
+                             verdict=HOLDS, rows_used=(...))]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..executors import Executor
+from ..measure.table import format_table
+from ..registry import Registry
+from ..report.claims import CLAIM_COLUMNS, ClaimRow
+from ..report.context import Context
+from ..store import ResultStore
+from ..sweep import SweepResult
+
+SIZES = ("smoke", "cpu", "paper")  # toy pipeline check, minutes on a CPU, the published settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRun:
+    """A task suite preset a reproduction trains (as `zoo task TASK --preset PRESET`)."""
+
+    task: str
+    preset: str
+    title: str = ""  # what it reproduces, printed before it runs, e.g. "Table 2 (claim f)"
+    optional: bool = False  # long: trained only when asked (zoo reproduce --with-tasks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How `Reproduction.run` measures: where, with how many threads, resuming or not."""
+
+    device: str = "cpu"
+    threads: int | None = None
+    fresh: bool = False  # measure again instead of resuming
+    progress: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)  # recorded with every run
+    executor: Executor | None = None
+
+
+class Reproduction:
+    """One paper's reproduction: override what it has (a subclass needs a name, a title and
+    `claims`; the rest defaults to nothing)."""
+
+    name: str = ""  # zoo reproduce NAME
+    title: str = ""  # heading of its claims, e.g. "The Reformer's claims"
+    description: str = ""  # one line for --list
+    sources: tuple[str, ...] = ()  # where its published numbers come from
+    sizes: tuple[str, ...] = SIZES  # the sizes it runs at (--preset smoke, --scale cpu|paper)
+    plots: tuple[str, ...] = ()  # file patterns of the plots `report_sections` writes
+
+    @property
+    def command(self) -> str:
+        return f"zoo reproduce {self.name}"
+
+    def device(self, size: str) -> str:
+        """Where `size` is measured (default: the CPU)."""
+        return "cpu"
+
+    def announce(self, size: str, device: str, store: str) -> list[str]:
+        """The lines printed before anything runs."""
+        return [f"reproducing {self.title}, size {size}, on {device} -> {store}"]
+
+    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
+        """Measure the benchmark experiments of `size` into `store` (resumable sweeps)."""
+        return []
+
+    def task_runs(self, size: str) -> tuple[TaskRun, ...]:
+        """The task suite presets trained at `size`, after `run`."""
+        return ()
+
+    def claims(self, rows: Any) -> list[ClaimRow]:
+        """One row per claim and setting from stored rows (`ResultStore.to_dataframe()`); a claim
+        without rows is NOT_MEASURED and says which command measures it."""
+        raise NotImplementedError
+
+    def report_sections(self, ctx: Context) -> list[Any]:
+        """Report blocks of its own beside the generic sections (e.g. a paper's table)."""
+        return []
+
+
+R = TypeVar("R", bound=Reproduction)
+REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")
+
+
+def register_reproduction(
+    cls: type[R] | None = None, *, replace: bool = False
+) -> type[R] | Callable[[type[R]], type[R]]:
+    """Class decorator: register one instance of a Reproduction subclass under its `name`
+    (`@register_reproduction` or `@register_reproduction(replace=True)`)."""
+
+    def wrap(cls: type[R]) -> type[R]:
+        if not (isinstance(cls, type) and issubclass(cls, Reproduction)):
+            raise TypeError(f"a reproduction must be a Reproduction subclass, got {cls!r}")
+        REPRODUCTIONS.add(cls.name, cls(), replace=replace)
+        return cls
+
+    return wrap if cls is None else wrap(cls)
+
+
+def get_reproduction(name: str) -> Reproduction:
+    return REPRODUCTIONS.get(name)
+
+
+def render_claims(reproduction: Reproduction, rows: Any) -> str:
+    """The claims of `reproduction` as plain text, the verdict rules numbered below the table."""
+    claims = reproduction.claims(rows)
+    rules = list(dict.fromkeys(c.rule for c in claims if c.rule != "-"))
+    body = [
+        [
+            c.claim,
+            c.setting,
+            c.published,
+            c.ours,
+            c.verdict,
+            f"[{rules.index(c.rule) + 1}]" if c.rule in rules else "-",
+        ]
+        for c in claims
+    ]
+    text = format_table(["claim", "setting", "published", "ours", "verdict", "rule"], body)
+    return (
+        f"\n{reproduction.title}, reproduced\n"
+        + text
+        + "\n\nrules:\n"
+        + "\n".join(f"  [{i}] {rule}" for i, rule in enumerate(rules, 1))
+    )
+
+
+def claims_frame(claims: list[ClaimRow]) -> Any:
+    """Claims as a DataFrame with CLAIM_COLUMNS (for tests and notebooks)."""
+    import pandas as pd
+
+    return pd.DataFrame([c.cells() for c in claims], columns=list(CLAIM_COLUMNS))
+
+
+def list_reproductions() -> str:
+    """`zoo reproduce --list`: every registered reproduction, its sizes, sources and origin."""
+    lines = ["reproductions (zoo reproduce NAME [--preset smoke | --scale cpu|paper]):"]
+    for name in REPRODUCTIONS.names():
+        r = REPRODUCTIONS.get(name)
+        lines.append(
+            f"  {name}: {r.description} (sizes {', '.join(r.sizes)}; {REPRODUCTIONS.origin(name)})"
+        )
+        lines += [f"      source: {s}" for s in r.sources]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "REPRODUCTIONS",
+    "SIZES",
+    "ClaimRow",
+    "Reproduction",
+    "RunOptions",
+    "TaskRun",
+    "claims_frame",
+    "get_reproduction",
+    "list_reproductions",
+    "register_reproduction",
+    "render_claims",
+]
