@@ -6,6 +6,7 @@ alone; a folder rebuilt from its own rows."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -138,7 +139,13 @@ def test_the_summary_is_first_and_made_of_the_numbers(built):
     assert rows["256"][6] == f"`lsh` below `sdpa`: from L ≈ {LSH_BEATS_SDPA_FROM:.0f}"
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     assert "**Exact**: fastest `sdpa` (at 3 of 4)" in summary
-    assert "[Claims](#claims)" in summary and "does not hold here" in summary
+    # the verdicts counted: as many as the Claims table has lines, each verdict as it says
+    counted = re.search(r"claims by verdict \(\[Claims\]\(#claims\)\): (.+)\.", summary)
+    counts = dict(part.rsplit(": ", 1) for part in counted.group(1).split(", "))
+    claims = text.split("## Claims", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in claims.splitlines() if line.startswith("| ")][1:]
+    assert sum(map(int, counts.values())) == len(lines) > 0
+    assert all(sum(f"| {v} |" in line for line in lines) == int(n) for v, n in counts.items())
     assert "1 taken while the machine was busy, 1 unstable" in summary
     assert "1 out of memory" in summary and "(#cases-without-numbers)" in summary
     assert "none measured" in summary  # a setting of local variants only: no exact one

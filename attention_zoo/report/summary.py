@@ -182,9 +182,9 @@ def _claims(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) -> s
     counts = Counter(v for v, _ in verdicts)
     order = [v for v in VERDICT_ORDER if v in counts] + sorted(set(counts) - set(VERDICT_ORDER))
     used = {v: " ".join(u for w, u in verdicts if w == v) for v in counts}
-    parts = [f"{ctx.ledger.claims(str(counts[v]), used[v])} {v}" for v in order]
+    parts = [f"{v}: {ctx.ledger.claims(str(counts[v]), used[v])}" for v in order]
     return (
-        f"The reproductions' claims ([{CLAIMS_SECTION}](#{anchor(CLAIMS_SECTION)})): "
+        f"The reproductions' claims by verdict ([{CLAIMS_SECTION}](#{anchor(CLAIMS_SECTION)})): "
         + ", ".join(parts)
         + "."
     )
