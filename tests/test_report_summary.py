@@ -149,6 +149,7 @@ def test_the_summary_is_first_and_made_of_the_numbers(built):
     assert "1 taken while the machine was busy, 1 unstable" in summary
     assert "1 out of memory" in summary and "(#cases-without-numbers)" in summary
     assert "none measured" in summary  # a setting of local variants only: no exact one
+    assert "hidden=64` (approx_error not measured)" in summary  # said once per setting
 
 
 @pytest.mark.slow

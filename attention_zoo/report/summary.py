@@ -92,10 +92,15 @@ def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -
                        metric)  # fmt: skip
     absolute = f"{ctx.metric(row, metric)} {METRICS[metric].display_unit}"
     text = f"`{row['variant']}` " + (ratio if ratio != "-" else absolute)
-    if row["computes"] != "full":
+    if row["computes"] != "full" and _has_error(part):
         error = ctx.metric(row, SHOWN_ERROR) if SHOWN_ERROR in row["metrics"] else "not measured"
         text += f", error {error}"
     return text
+
+
+def _has_error(part: Any) -> bool:
+    """Whether any case of the setting has its approx_error (else the setting says so once)."""
+    return any(SHOWN_ERROR in m for m in part["metrics"])
 
 
 def _crossing(ctx: Context, ok: Any, metric: str) -> str:
@@ -121,7 +126,10 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         ok = part[part["status"] == OK]
         first = True
         for n, at_n in ok.groupby("seq_len", sort=True):
-            cells = [f"`{names[setting]}`" if first else "", ctx.config(at_n.iloc[0], "seq_len")]
+            name = f"`{names[setting]}`" + (
+                "" if _has_error(part) else " (approx_error not measured)"
+            )
+            cells = [name if first else "", ctx.config(at_n.iloc[0], "seq_len")]
             for word, metric in (("fastest", TIME), ("leanest", MEMORY)):
                 found = best(at_n, metric)
                 for cls in (EXACT_CLASS, APPROX_CLASS):
