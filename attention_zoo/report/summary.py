@@ -206,6 +206,7 @@ def _set_aside(ctx: Context) -> str:
         f"{_count(ctx, [ctx.input(r, TIME) for r in rows])} {what}"
         for what, rows in (
             ("taken while the machine was busy", [r for r in timed if flag(r, "busy")]),
+            # a time both busy and unstable is counted once, as busy
             ("unstable", [r for r in timed if flag(r, "unstable") and not flag(r, "busy")]),
         )
         if rows
