@@ -186,8 +186,9 @@ def test_report_section_with_data(tmp_path) -> None:
     assert "fidelity-1.png" in section and (tmp_path / "rep" / "fidelity-1.png").exists()
     table = [line for line in section.splitlines() if line.startswith("| ")][1:]
     assert len(table) == 4  # one line per case
+    assert [line.split(" | ")[2] for line in table[:2]] == ["exact pattern", "approximate"]
     for inputs in FIDELITY_INPUTS:  # at each length, at least the best variant is on the front
-        column = 4 if inputs == "random" else 6
+        column = 5 if inputs == "random" else 7  # after L, variant, computes, time, error
         for n in (64, 128):
             cells = [line.split(" | ") for line in table if line.startswith(f"| {n} |")]
             assert any(c[column].strip(" |") == "front" for c in cells), (inputs, n, cells)

@@ -62,6 +62,19 @@ def test_failures_and_skips_are_told_apart() -> None:
     assert "one commit only" in notes[0]
 
 
+def test_the_comment_holds_the_verdict_and_the_report_summary(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("# attention-zoo comparison\n\n## Summary\n\n3 settings\n")
+    comment = tmp_path / "gate.md"
+    args = gate.parse_args(["--comment", str(comment), "--report-summary", str(summary)])
+    gate.write_comment(args, "REGRESSION (1)", ["time x: 1.00 -> 2.00 (2.00x)"], ["a note"])
+    text = comment.read_text()
+    assert text.startswith("**Regression gate: REGRESSION (1)**\n\n- time x: 1.00 -> 2.00")
+    assert "- a note" in text and text.endswith("## Summary\n\n3 settings\n")
+    with pytest.raises(SystemExit):  # a summary needs a comment to go into
+        gate.parse_args(["--report-summary", str(summary)])
+
+
 def test_the_fast_subset_selects_cores_and_one_block() -> None:
     import re
 

@@ -46,7 +46,11 @@ def built(tmp_path_factory):
     path = make_store(tmp / "s.sqlite", busy=True)
     with ResultStore(path) as store:
         files = build_report(
-            store.to_dataframe(), tmp / "rep", runs=store.runs(), reproductions=[REFORMER]
+            store.to_dataframe(),
+            tmp / "rep",
+            runs=store.runs(),
+            reference="sdpa",
+            reproductions=[REFORMER],
         )
     return files, files.markdown.read_text()
 
@@ -56,21 +60,25 @@ def test_headline_cells_hold_stored_numbers_ratios_and_statuses(built):
     _, text = built
     rows = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant")}
     # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms, IQR 1/20 of it
-    assert rows[("1024", "`full`")][2:5] == ["1.05", "0.0524", "2.00x"]
+    assert rows[("1024", "`full`")][2:6] == ["exact", "1.05", "0.0524", "2.00x"]
+    assert rows[("1024", "`lsh`")][2] == "approximate"  # from the backend's capabilities
     # set aside: shown with their marks, in no ratio; memory is never set aside
     at = str(SET_ASIDE_LENGTH)
-    assert rows[(at, "`full`")][2:7] == ["1,000†", "50.0", "-", "0.00000954", "1.00x"]
-    assert rows[(at, "`sdpa`")][2:5] == ["1,000‡", "1,000", "-"]
-    assert rows[("4096", "`full`")][2:7] == ["OOM", "OOM", "-", "OOM", "-"]
-    assert rows[("256", "`sdpa`")][4] == "1.00x"
+    assert rows[(at, "`full`")][3:8] == ["1,000†", "50.0", "-", "0.00000954", "1.00x"]
+    assert rows[(at, "`sdpa`")][3:6] == ["1,000‡", "1,000", "-"]
+    assert rows[("4096", "`full`")][3:8] == ["OOM", "OOM", "-", "OOM", "-"]
+    # a case without numbers says why in its note, as zoo bench does
+    assert rows[("4096", "`full`")][-1] == "`OOM: predicted 30 GiB > 20 GiB`"
+    assert rows[("256", "`sdpa`")][5] == "1.00x"
     # lsh with num_hashes=1 (the default) is plain `lsh`: one label per configuration
     assert ("1024", "`lsh`") in rows and not any("num_hashes=1" in k[1] for k in rows)
-    fastest = {r[0]: r[1:] for r in _table(text, FORWARD, "L | fastest")}
-    assert fastest["4096"][0] == "`lsh`"
+    # fastest and leanest per class: exact (time, its value), not exact (time, value), ...
+    fastest = {r[0]: r[1:] for r in _table(text, FORWARD, "L | fastest exact")}
+    assert fastest["4096"][:4] == ["`sdpa`", "6.36", "`lsh`", "4.10"]
     # the busy run's lsh read every core free around its own timing: kept, and the fastest
-    # there (full, timed in the same busy run without a reading, and the unstable sdpa are not)
-    assert fastest[at][:2] == ["`lsh`", "0.512"] and fastest[at][2] in ("`full`", "`sdpa`")
-    assert rows[(at, "`lsh`")][2:5] == ["0.512", "0.0256", "-"]  # no ratio to a time set aside
+    # there; full (timed in the same busy run without a reading) and the unstable sdpa are not
+    assert fastest[at][:4] == ["-", "-", "`lsh`", "0.512"]
+    assert rows[(at, "`lsh`")][3:6] == ["0.512", "0.0256", "-"]  # no ratio to a time set aside
     assert "2 of 19 times set aside (1 taken while the machine was busy, †; 1 unstable" in text
 
 
@@ -79,11 +87,17 @@ def test_scaling_exponents_and_crossovers(built):
     files, text = built
     scaling = text.split("## Scaling")[1]
     exponents = {r[0]: r[1:] for r in _table(scaling, FORWARD, "variant")}
-    assert exponents["`full`"] == ["2.00", "1.00"] and exponents["`lsh`"] == ["1.00", "1.00"]
-    assert exponents["`sdpa`"][0] == "1.80"
+    # columns: computes, time exponent, R², memory exponent, R²; full's times: two lengths only
+    assert exponents["`full`"][:3] == ["exact", "not enough lengths", "-"]
+    assert exponents["`lsh`"] == ["approximate", "1.00", "1.000", "1.00", "1.000"]
+    assert exponents["`sdpa`"][1:3] == ["1.80", "1.000"]
+    # sdpa's memory at the set-aside length is off its law (never set aside): a poor fit
+    assert float(exponents["`sdpa`"][4]) < 0.5
     times = {r[0]: r[1:] for r in _table(scaling, "Crossovers in time", "variant \\ beats")}
-    assert times["`lsh`"][2] == f"from L ≈ {LSH_BEATS_SDPA_FROM:.0f}"  # columns: full, lsh, sdpa
-    assert times["`sdpa`"][1] == "not within the measured range"
+    # full has two trusted times: in no crossover; columns: lsh, sdpa
+    assert "`full`" not in times
+    assert times["`lsh`"][1] == f"from L ≈ {LSH_BEATS_SDPA_FROM:.0f}"
+    assert times["`sdpa`"][0] == "not within the measured range"
     assert {p.name for p in files.plots} >= {"scaling-1.png", "pareto-duplication-tiny.png"}
     assert all(p.stat().st_size > 5000 for p in files.plots)
 
@@ -104,17 +118,17 @@ def test_accuracy_cost_table2_and_block_variants(built):
     }
     assert published["`lsh-4`"][1] == "100.0%"
     blocks = _table(text.split("## Block variants")[1], "Residual", "setting")
-    per_layer = {r[1]: (r[3], r[5]) for r in blocks}
+    per_layer = {r[1]: (r[4], r[6]) for r in blocks}
     assert per_layer == {"`reversible`": ("1.00", "1.50x"), "`standard`": ("4.00", "1.00x")}
     chunks = _table(text.split("## Block variants")[1], "Feed-forward", "setting")
-    assert chunks[0][3:] == ["0.500x", "1.00x"]
+    assert chunks[0][2] == "exact pattern" and chunks[0][4:] == ["0.500x", "1.00x"]
 
 
 @pytest.mark.slow
 def test_missing_provenance_claims_and_the_same_content_in_html(built):
     files, text = built
     missing = _table(text, "## Cases without numbers", "case")
-    assert missing[0][3:] == ["OOM", "`predicted 30 GiB > 20 GiB`"]
+    assert missing[0][1] == "exact" and missing[0][4:] == ["OOM", "`predicted 30 GiB > 20 GiB`"]
     provenance = _table(text, "## Provenance", "run")
     assert any(r[8] == "40.00" and r[10] == "yes" for r in provenance)
     assert "## Claims" in text
@@ -157,7 +171,7 @@ def test_one_row_per_configuration_latest_run_and_every_parameter_shown(tmp_path
     headline = text.split("## Scaling")[0]
     rows = _table(headline, FORWARD, "L | variant")
     # the latest run, not the mean (the † of a busy machine aside)
-    assert [[*r[:2], r[2].rstrip("†")] for r in rows] == [["1024", "`lsh`", "250"]]
+    assert [[*r[:2], r[3].rstrip("†")] for r in rows] == [["1024", "`lsh`", "250"]]
     assert "the latest stored run of it" in text
     # cases differing only in causal, batch or dtype are separate settings, named as such
     assert "### `block, forward, non-causal, batch=1" in headline
@@ -276,7 +290,8 @@ def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(
     assert "`hf`'s module of the same mechanism (e.g. `hf:lsh` for `lsh`)" in text
     rows = {(r[0], r[1].split("(")[0].strip("` ")): r for r in _table(text, "### ", "L | variant")}
     for n in ("1024", "2048"):
-        assert rows[(n, "lsh")][4] == "0.250x" and rows[(n, "lsh")][6] == "0.250x"
-        assert rows[(n, "local")][4] == "0.750x" and rows[(n, "local")][6] == "0.750x"
-        assert rows[(n, "hf:lsh")][4] == "1.00x"
+        assert rows[(n, "lsh")][5] == "0.250x" and rows[(n, "lsh")][7] == "0.250x"
+        assert rows[(n, "local")][5] == "0.750x" and rows[(n, "local")][7] == "0.750x"
+        assert rows[(n, "hf:lsh")][5] == "1.00x"
+        assert rows[(n, "hf:lsh")][2] == "approximate"  # a peer computes what it mirrors
     assert "no ratios" not in text.split("## Scaling")[0]

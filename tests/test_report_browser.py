@@ -1,5 +1,7 @@
 """report.html opens in a real browser (headless Chromium): every embedded image decodes, nothing
-is fetched from outside, and a screenshot of the page is a non-empty PNG."""
+is fetched from outside, the summary is the first section, every figure has a caption, no section
+is empty, nothing overflows a 400 px screen outside a scroll box, and `zoo report --screenshot`
+writes the first screen as a PNG."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import pytest
 pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
+from attention_zoo.cli import main as zoo_main
 from attention_zoo.report import build_report
+from attention_zoo.report.browser import probe
 from attention_zoo.store import ResultStore
 
 from .report_fixtures import make_store
@@ -55,7 +59,7 @@ def page(tmp_path_factory):
 
 def test_report_html_is_self_contained(page):
     text = page.html.read_text()
-    assert not re.search(r"""(src|href)=["'](?!data:)""", text)  # no external resource at all
+    assert not re.search(r"""(src|href)=["'](?!data:|#)""", text)  # nothing outside the page
     assert "http://" not in text and "https://" not in text
     assert text.count("<img") == len(page.plots) >= 4
 
@@ -75,4 +79,35 @@ def test_screenshot_is_a_non_empty_png(page, tmp_path):
     shot = tmp_path / "shot.png"
     _chromium(f"--screenshot={shot}", "--window-size=1200,2400", page.html.as_uri())
     data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_summary_first_every_figure_captioned_no_section_empty(page):
+    dom = probe(page.html)
+    assert [s["id"] for s in dom["sections"]][:2] == ["summary", "headline"]
+    assert all(s["blocks"] > 0 for s in dom["sections"]), dom["sections"]
+    assert len(dom["figures"]) == len(page.plots) and all(dom["figures"])
+
+
+def test_nothing_overflows_a_400_px_screen_outside_a_scroll_box(page):
+    dom = probe(page.html, width=400)
+    assert dom["width"] == 400
+    assert dom["overflow"] == [] and dom["widest"] <= 400
+
+
+def test_the_overflow_probe_sees_a_table_outside_a_scroll_box(tmp_path):
+    bare = tmp_path / "bare.html"
+    cells = "".join(f"<td>column{i}</td>" for i in range(30))
+    bare.write_text(f"<html><head></head><body><table><tr>{cells}</tr></table></body></html>")
+    dom = probe(bare, width=400)
+    assert "TABLE" in dom["overflow"] and dom["widest"] > 400
+
+
+def test_zoo_report_screenshot_writes_the_first_screen(page, tmp_path):
+    out = tmp_path / "rebuilt"
+    assert (
+        zoo_main(["report", "--from", str(page.html.parent), "--out", str(out), "--screenshot"])
+        == 0
+    )
+    data = (out / "first-screen.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000

@@ -19,6 +19,7 @@ def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     ok = pd.DataFrame(
         {
             "variant": ["full", "full"],
+            "computes": ["full", "full"],
             "seq_len": [256, 512],
             "metrics": [
                 {"time_median": 0.002, "time_iqr": 0.0001, "peak_bytes": 3 * 2**20},
@@ -29,8 +30,9 @@ def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     plots.scaling_plot(ok, "setting", tmp_path / "p.png")
     time_ax, memory_ax = saved[0].axes[:2]
     time, memory = METRICS["time_median"], METRICS["peak_bytes"]
-    assert time_ax.get_ylabel() == f"{time.label} [{time.display_unit}]"
-    assert memory_ax.get_ylabel() == f"{memory.label} [{memory.display_unit}]"
+    # the bench table's column names, as in every table of the report
+    assert time_ax.get_ylabel() == f"{time.column} [{time.display_unit}], log scale"
+    assert memory_ax.get_ylabel() == f"{memory.column} [{memory.display_unit}], log scale"
     assert list(time_ax.lines[0].get_ydata()) == pytest.approx([2.0, 8.0])  # ms
     assert list(memory_ax.lines[0].get_ydata()) == pytest.approx([3.0, 12.0])  # MiB
     plots._pyplot().close(saved[0])

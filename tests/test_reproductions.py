@@ -13,7 +13,6 @@ from attention_zoo.cli import main
 from attention_zoo.reproduce import REPRODUCTIONS, Reproduction, register_reproduction
 from attention_zoo.reproduce.reformer.published import PUBLISHED, table2
 from attention_zoo.store import ResultStore
-from attention_zoo.store import ResultStore
 from attention_zoo.tasks.results import KIND, save_trained
 
 from .test_plugins import clean_registries  # noqa: F401  (fixture)

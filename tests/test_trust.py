@@ -170,7 +170,7 @@ def test_invalid_cases_are_shown_like_oom_and_never_ranked(
     )  # fmt: skip
     assert code == 0, err
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("attention ")}
-    assert all(" INVALID " in rows[b] for b in BROKEN) and " ok " in rows["full"]
+    assert all(" invalid " in rows[b] for b in BROKEN) and " ok " in rows["full"]
     warned = [r.getMessage() for r in caplog.records]  # one line each
     assert any(
         "broken-nan L=32 b=1 forward float32 cpu: invalid: 8192 of 8192" in w for w in warned

@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
+from typing import Any
 
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..install import install_hint
 from ..measure.labels import DEFAULT_REFERENCE
 from ..report import build_report
+from ..report.browser import FIRST_SCREEN, chromium, screenshot
 from ..report.index import write_index
+from ..report.rebuild import folder_inputs
 from ..reproduce import REPRODUCTIONS
 from ..store import DEFAULT_STORE, open_store
 from .validate import check_output_file, check_output_folder
@@ -23,11 +27,15 @@ EXAMPLE = """examples:
   zoo report --out reports/cpu-2core --index reports/README.md
                                               a published folder, and the index of all of them
   zoo report --run-id RUN --store my.sqlite   one run of another store
-  zoo report --reference full                 ratios to full attention instead of sdpa
+  zoo report --reference sdpa                 ratios to sdpa instead of full attention
+  zoo report --from reports/cpu-2core --screenshot
+                                              rebuild a published folder from its own rows.csv
+                                              and runs.json, with first-screen.png
 
-Writes report.html (self-contained: plots embedded, no external URL), report.md with the same
-content and its PNG plots, rows.csv (the stored rows used) and numbers.json (every printed number
-with the stored rows it was computed from).
+Writes report.html (self-contained: plots embedded, no external URL; the summary first),
+report.md with the same content and its PNG plots, summary.md (the summary alone: a pull-request
+comment), rows.csv (the stored rows used), runs.json (their runs) and numbers.json (every printed
+number with the stored rows it was computed from).
 """
 
 
@@ -36,9 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "report",
         help="write an HTML + Markdown report from stored results",
         description="Build a comparison report (report.html, report.md, plots) from the results "
-        "store: headline ratios, scaling and crossovers, accuracy x cost, Table 2, block "
-        "variants, claims, cases without numbers, provenance. Only stored numbers (and numbers "
-        "derived from them) appear; cases without one show their status.",
+        "store: a summary, headline ratios, scaling and crossovers, accuracy x cost, Table 2, "
+        "block variants, claims, cases without numbers, provenance. Only stored numbers (and "
+        "numbers derived from them) appear; cases without one show their status.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -50,13 +58,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"output folder, created if missing; its parent must exist (default: {DEFAULT_OUT})",
     )
     p.add_argument(
+        "--from",
+        dest="source",
+        metavar="FOLDER",
+        help="rebuild a folder zoo report wrote, from its rows.csv and runs.json instead of a "
+        "store (--out defaults to FOLDER)",
+    )
+    p.add_argument(
+        "--screenshot",
+        action="store_true",
+        help="also write first-screen.png: the report's first screen in headless Chromium",
+    )
+    p.add_argument(
         "--run-id",
         help="report only this run (default: every run, the latest of each configuration)",
     )
     p.add_argument(
         "--reference",
         default=DEFAULT_REFERENCE,
-        help="variant the headline's ratios divide by, or a peer family (hf: each variant by "
+        help="variant the report's ratios divide by, or a peer family (hf: each variant by "
         "Hugging Face's module of the same mechanism) (default: %(default)s)",
     )
     p.add_argument("--title", default="attention-zoo comparison", help="report title")
@@ -70,13 +90,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _command(args: argparse.Namespace) -> str:
     """The command line that rebuilds this report (recorded in the folder and the index)."""
-    parts = ["zoo report", f"--store {args.store}", f"--out {args.out}"]
+    if args.source:
+        parts = ["zoo report", f"--from {args.source}"]
+        if Path(args.out) != Path(args.source):
+            parts.append(f"--out {args.out}")
+    else:
+        parts = ["zoo report", f"--store {args.store}", f"--out {args.out}"]
     if args.run_id:
         parts.append(f"--run-id {args.run_id}")
     if args.reference != DEFAULT_REFERENCE:
         parts.append(f"--reference {args.reference}")
     if args.index:
         parts.append(f"--index {args.index}")
+    if args.screenshot:
+        parts.append("--screenshot")
     return " ".join(parts)
 
 
@@ -96,21 +123,26 @@ def require_report_extra() -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_report_extra()
-    args.out = str(check_output_folder(args.out or DEFAULT_OUT, "--out", default=args.out is None))
+    if args.source and args.run_id:
+        raise UsageError("--run-id selects from a store; --from rebuilds a whole folder: use one")
+    if args.screenshot and chromium() is None:
+        raise UnavailableError(
+            "--screenshot needs Chromium on PATH (Debian: apt-get install chromium)"
+        )
+    out = args.out or args.source or DEFAULT_OUT
+    args.out = str(check_output_folder(out, "--out", default=args.out is None and not args.source))
     if args.index:
         check_output_file(args.index, "--index")
-    with open_store(args.store, write=False) as store:
-        if args.run_id and store.run(args.run_id) is None:
-            known = [r["run_id"] for r in store.runs()]
-            raise UsageError(
-                f"no run {args.run_id!r} in {args.store}; latest runs: "
-                f"{', '.join(known[-5:]) or '(none)'}" + did_you_mean(args.run_id, known)
-            )
-        df = store.to_dataframe(args.run_id)
-        runs = store.runs()
+    measured_by: list[str] = []
+    if args.source:
+        inputs = folder_inputs(args.source)
+        df, runs, measured_by = inputs.rows, inputs.runs, inputs.measured_by
+    else:
+        df, runs = _from_store(args)
     if not len(df):
         print(
-            f"zoo report: nothing stored in {args.store}; run 'zoo bench --preset quick' first",
+            f"zoo report: nothing stored in {args.source or args.store}; "
+            "run 'zoo bench --preset quick' first",
             file=sys.stderr,
         )
         return 1
@@ -121,10 +153,25 @@ def run(args: argparse.Namespace) -> int:
         reference=args.reference,
         title=args.title,
         command=_command(args),
+        measured_by=measured_by,
         reproductions=list(REPRODUCTIONS),
     )
-    print(f"report: {files.html}\n        {files.markdown}")
+    print(f"report: {files.html}\n        {files.markdown}\nsummary: {files.summary}")
     print("".join(f"plot:   {p}\n" for p in files.plots) + f"rows:   {files.csv}")
+    if args.screenshot:
+        screenshot(files.html, Path(args.out) / FIRST_SCREEN)
+        print(f"screen: {Path(args.out) / FIRST_SCREEN}")
     if args.index:
         print(f"index:  {write_index(args.index)}")
     return 0
+
+
+def _from_store(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
+    with open_store(args.store, write=False) as store:
+        if args.run_id and store.run(args.run_id) is None:
+            known = [r["run_id"] for r in store.runs()]
+            raise UsageError(
+                f"no run {args.run_id!r} in {args.store}; latest runs: "
+                f"{', '.join(known[-5:]) or '(none)'}" + did_you_mean(args.run_id, known)
+            )
+        return store.to_dataframe(args.run_id), store.runs()

@@ -8,11 +8,13 @@ such as `hf:lsh`, a plugin not imported) keep every option.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from ..attention.spec import get_backend
+from ..attention.spec import BACKENDS, get_backend
 from ..errors import ZooError
 from . import peers
+from .status import STATUS_TEXT
 
 # The backend every ratio divides by unless --reference says otherwise: today's fused exact kernel,
 # what a user would run instead (full, the naive n x n one, is the dense reference of exactness).
@@ -57,3 +59,56 @@ def case_label(config: dict[str, Any]) -> str:
         str(config.get("backend", "?")), config.get("options"), name=config.get("label") or ""
     )
     return f"{label} (peer)" if measured_on_peer(config) else label
+
+
+# ---- one vocabulary for `zoo bench`, `zoo results` and the report ----------------------------
+
+# What a backend computes (attention.spec.Capabilities.kind), as tables and plots name it.
+KIND_TEXT = {"full": "exact", "pattern": "exact pattern", "approximate": "approximate"}
+UNKNOWN_KIND = "?"  # a backend this version does not know (a plugin not imported)
+EXACT_CLASS, APPROX_CLASS = "exact", "not exact"  # full vs pattern-or-approximate
+RATIO_WORDS = {"time": "time", "memory": "memory"}  # the ratio columns' first word
+_KIND_ORDER = ("full", "pattern", "approximate")  # most exact first
+
+
+def backend_kind(backend: str, options: dict[str, Any] | str | None = None) -> str:
+    """'full', 'pattern' or 'approximate' for a registered backend (with its options), a peer
+    (its mirrored backend's kind) or a model's `a+b` layer mix (the least exact of its layers);
+    UNKNOWN_KIND otherwise."""
+    names = backend.split("+")
+    kinds = []
+    for name in names:
+        if name not in BACKENDS and (base := re.fullmatch(r"(.+)-\d+", name)):
+            name = base.group(1)  # a task's variant label: the hash count after a dash (lsh-2)
+        if name not in BACKENDS and name in peers.PEERS:
+            name = peers.PEERS.get(name).mirrors
+        if name not in BACKENDS:
+            return UNKNOWN_KIND
+        spec = BACKENDS.get(name)
+        try:
+            caps = spec.caps_for(**resolve_options(name, options)) if len(names) == 1 else spec.caps
+        except (ZooError, TypeError):  # options this version does not take: the default's kind
+            caps = spec.caps
+        kinds.append(caps.kind)
+    return max(kinds, key=_KIND_ORDER.index)
+
+
+def kind_text(kind: str) -> str:
+    """How a table names what a variant computes (KIND_TEXT; '?' for an unknown backend)."""
+    return KIND_TEXT.get(kind, UNKNOWN_KIND)
+
+
+def kind_class(kind: str) -> str:
+    """EXACT_CLASS for full attention; APPROX_CLASS for what computes something else."""
+    return EXACT_CLASS if kind == "full" else APPROX_CLASS
+
+
+def ratio_header(word: str, reference: str) -> str:
+    """The header of a ratio column: `time x sdpa` (value / the reference's value)."""
+    return f"{RATIO_WORDS[word]} x {reference}"
+
+
+def status_text(status: str, reason: str = "") -> str:
+    """A case's status as every table shows it, with its reason when it has one."""
+    text = STATUS_TEXT.get(status, status)
+    return f"{text}: {reason}" if reason else text

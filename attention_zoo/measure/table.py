@@ -8,7 +8,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .cases import comparison_key
-from .labels import DEFAULT_REFERENCE, case_label, resolve_options
+from .labels import (
+    DEFAULT_REFERENCE,
+    backend_kind,
+    case_label,
+    kind_text,
+    ratio_header,
+    resolve_options,
+    status_text,
+)
 from .metrics import table_columns
 from .peers import peer_note, reference_backend
 from .status import OK
@@ -79,7 +87,8 @@ def case_cells(config: dict[str, Any]) -> list[Any]:
 def comparison_table(
     cases: Sequence[dict[str, Any]], reference: str | None = DEFAULT_REFERENCE
 ) -> str:
-    """One line per case: time, measured and predicted memory, FLOPs, ratios to `reference`.
+    """One line per case: what it computes, time, measured and predicted memory, FLOPs, ratios
+    to `reference` (the report's words: measure/labels.py).
 
     The reference is the case with the same shape, mode, dtype and device whose backend is
     `reference` (the one without options, if several); a peer family as reference ('hf') means
@@ -96,9 +105,10 @@ def comparison_table(
             refs.setdefault((c["config"].get("backend", ""), comparison_key(c["config"])), c)
     columns = table_columns()
     varying = _varying(cases)
-    headers = [*CASE_HEADERS, *varying, "status", *(m.column for m in columns), "pred/meas"]
+    headers = [*CASE_HEADERS, *varying, "computes", "status", *(m.column for m in columns)]
+    headers.append("pred/meas")
     if reference:
-        headers += [f"time x {reference}", f"mem x {reference}"]
+        headers += [ratio_header("time", reference), ratio_header("memory", reference)]
     table = []
     order = sorted(
         cases,
@@ -113,13 +123,14 @@ def comparison_table(
     kinds = {id(c): [mark.kind for mark in _marks(c)] for c in cases}
     for c in order:
         cfg, m = c["config"], c["metrics"]
-        status = c["status"] if c["status"] == OK else c["status"].upper()
+        status = status_text(c["status"])  # the reason follows the table, in its notes
         if c["status"] == OK:  # a time set aside says why in the notes
             status += "".join(f" ({kind})" for kind in kinds[id(c)])
         meas, pred = m.get("peak_bytes"), m.get("predicted_peak_bytes")
         line = [
             *case_cells(cfg),
             *(c["threads"] if k == "threads" else cfg.get(k, "?") for k in varying),
+            kind_text(backend_kind(str(cfg.get("backend", "")), cfg.get("options"))),
             status,
             *(spec.fmt(m.get(spec.name)) for spec in columns),
             f"{pred / meas:.2f}" if meas and pred is not None else "-",

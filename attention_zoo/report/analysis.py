@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+MIN_FIT_LENGTHS = 3  # fewer measured lengths fit any line exactly: no exponent, no crossover
+
 
 @dataclass(frozen=True, kw_only=True)
 class PowerFit:

@@ -1,5 +1,7 @@
-"""Build the report: stored rows -> report.md + report.html (same blocks), PNG plots, the CSV of
-the rows used, and numbers.json (every printed number with its source).
+"""Build the report: stored rows -> report.md + report.html (same blocks; the summary first),
+summary.md (that section alone), PNG plots, the CSV of the rows used, runs.json (the runs they
+belong to: with rows.csv, what rebuilds the folder) and numbers.json (every printed number with
+its source).
 
 Only stored numbers appear, or numbers derived from them by a named formula (listed in
 numbers.json with their inputs); a case without numbers says why.
@@ -15,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import accuracy, cost, fidelity, misc, variants
+from ..measure.labels import DEFAULT_REFERENCE
+from . import accuracy, cost, fidelity, misc, summary, variants
 from .claims import ClaimsSource, claims_section
 from .context import Context
-from .document import Document, Para, to_html, to_markdown
+from .document import Document, Image, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
 from .output import staged_folder, writing
+from .plots import caption
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,7 @@ PLOT_PATTERNS = (
     "scaling-*.png",
     "fidelity-*.png",
     "pareto-*.png",
+    "first-screen.png",  # report.browser, when asked for: never a picture of an older report
 )  # written when there is data (and the plots of the reproductions' own sections)
 
 
@@ -39,7 +44,9 @@ class ReportFiles:
 
     markdown: Path
     html: Path
+    summary: Path
     csv: Path
+    runs: Path
     numbers: Path
     plots: list[Path] = field(default_factory=list)
 
@@ -85,14 +92,17 @@ def build_report(
     out_dir: str | Path,
     *,
     runs: list[dict[str, Any]] | None = None,
-    reference: str = "sdpa",
+    reference: str = DEFAULT_REFERENCE,
     title: str = DEFAULT_TITLE,
     command: str = "",
+    measured_by: list[str] | None = None,
     reproductions: Sequence[ClaimsSource] = (),
 ) -> ReportFiles:
     """Write the report of ResultStore rows (`to_dataframe()` or `rows()`) into out_dir.
 
     runs: ResultStore.runs() (load at start and end, for the busy marks and provenance).
+    measured_by: the measuring commands to record when the runs' metadata names none (a folder
+    rebuilt from its own rows: report.rebuild).
     reproductions: whose claims and own tables to add (`zoo report`: every registered one).
     The folder is built beside out_dir and swapped in whole (report.output): a write that fails
     leaves the previous report as it was."""
@@ -100,7 +110,9 @@ def build_report(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     plots = (*PLOT_PATTERNS, *(p for r in reproductions for p in r.plots))
     with staged_folder(out_dir, regenerated=plots) as stage:
-        files = _write_report(df, stage, runs, reference, title, command, reproductions)
+        files = _write_report(
+            df, stage, runs, reference, title, command, measured_by or [], reproductions
+        )
     log.info("report written to %s", out_dir / files.markdown.name)
     return ReportFiles(
         **{k: out_dir / v.name for k, v in vars(files).items() if k != "plots"},
@@ -115,19 +127,23 @@ def _write_report(
     reference: str,
     title: str,
     command: str,
+    measured_by: list[str],
     reproductions: Sequence[ClaimsSource],
 ) -> ReportFiles:
     ctx = select(df, runs)
     ctx.out_dir, ctx.reference = out_dir, reference
     doc = Document(title)
+    rows = _rows_used(df, ctx)
+    doc.add(*summary.summary(ctx, rows, reproductions))
     doc.add(
         Para(
-            "Every number below is a stored measurement or derived from stored measurements by a "
-            "formula named in `numbers.json` (ratios, fitted exponents, crossovers, means); "
-            "`rows.csv` holds the stored rows used. Cases without numbers say why."
+            "Every number in this report is a stored measurement or derived from stored "
+            "measurements by a formula named in `numbers.json` (ratios, fitted exponents, "
+            "crossovers, means, counts); `rows.csv` holds the stored rows used. Cases without "
+            "numbers say why."
         )
     )
-    rows = _rows_used(df, ctx)
+    first = Document(title, list(doc.blocks))
     for section in (
         cost.headline,
         cost.scaling,
@@ -141,15 +157,20 @@ def _write_report(
         misc.provenance,
     ):
         doc.add(*section(ctx))
+    doc.blocks = [_captioned(b) for b in doc.blocks]
     files = ReportFiles(
         markdown=out_dir / "report.md",
         html=out_dir / "report.html",
+        summary=out_dir / "summary.md",
         csv=out_dir / "rows.csv",
+        runs=out_dir / "runs.json",
         numbers=out_dir / "numbers.json",
         plots=list(ctx.plots),
     )
     with writing(files.markdown):
         files.markdown.write_text(to_markdown(doc))
+    with writing(files.summary):
+        files.summary.write_text(to_markdown(first, links_to=files.markdown.name))
     with writing(files.html):
         files.html.write_text(to_html(doc))
     with writing(files.csv):
@@ -159,9 +180,10 @@ def _write_report(
     with writing(files.numbers):
         ctx.ledger.write(files.numbers)
     used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
-    measured_by = sorted(
-        {c for r in ctx.runs if r["run_id"] in used and (c := _command_of(r["meta"]))}
-    )
+    used_runs = [r for r in ctx.runs if r["run_id"] in used]
+    with writing(files.runs):
+        files.runs.write_text(json.dumps(used_runs, indent=1, default=str))
+    measured_by = sorted({c for r in used_runs if (c := _command_of(r["meta"]))}) or measured_by
     meta = {
         "title": title,
         "command": command,
@@ -171,6 +193,13 @@ def _write_report(
     with writing(out_dir / META_FILE) as path:
         path.write_text(json.dumps(meta, indent=1))
     return files
+
+
+def _captioned(block: Any) -> Any:
+    """An image with its figure's caption (plots.CAPTIONS) when its section gave none."""
+    if isinstance(block, Image) and not block.caption:
+        return Image(block.path, block.alt, caption(block.path))
+    return block
 
 
 def _command_of(meta: dict[str, Any]) -> str:

@@ -6,20 +6,44 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..measure.labels import (
+    APPROX_CLASS,
+    EXACT_CLASS,
+    kind_class,
+    kind_text,
+    ratio_header,
+    status_text,
+)
 from ..measure.metrics import METRICS, reported
 from ..measure.peers import families, reference_backend
+from ..measure.status import OK
+from .analysis import MIN_FIT_LENGTHS, crossover
 from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, trusted
 from .document import Heading, Image, Para, Table
-from .plots import scaling_plot
+from .plots import caption, scaling_plot
 
 QUICK = "zoo bench --preset quick"
 MEMORY = "peak_bytes"
 
 
 def header(metric: str, short: str = "") -> str:
-    """A column header: the catalogue's label (or `short`) with its display unit."""
+    """A column header: the catalogue's bench-table column name (its label when it has none, or
+    `short` for a derived quantity such as memory per layer) with its display unit, so `zoo
+    bench`, `zoo results` and the report name a metric alike."""
     spec = METRICS[metric]
-    return f"{short or spec.label} [{spec.display_unit}]"
+    name = short or spec.column or spec.label
+    return name if spec.display_unit in ("ratio", name) else f"{name} [{spec.display_unit}]"
+
+
+def column_legend() -> str:
+    """What each metric column of the tables is (the catalogue's label), where its short name
+    (the bench table's, shared with `zoo bench`) does not say it all."""
+    specs = [METRICS[m] for m in (TIME, MEMORY, *extra_metrics())]
+    return (
+        "Columns: "
+        + "; ".join(f"**{s.column}**: {s.label}" for s in specs if s.column and s.column != s.label)
+        + "."
+    )
 
 
 def extra_metrics() -> list[str]:
@@ -41,18 +65,53 @@ def _references(part: Any, backend: str, reference: str) -> Any:
     return part[part["label"] == reference]
 
 
-def _reference_row(part: Any, seq_len: int, reference: str, backend: str = "") -> Any:
+def reference_row(part: Any, seq_len: int, reference: str, backend: str = "") -> Any:
     refs = _references(part, backend, reference)
     refs = refs[(refs["seq_len"] == seq_len) & (refs["status"] == "ok")]
     return None if refs.empty else refs.iloc[-1]
 
 
-def _ratio(ctx: Context, row: Any, ref: Any, metric: str) -> str:
+def ratio_cell(ctx: Context, row: Any, ref: Any, metric: str) -> str:
     if ref is None or not trusted(row, metric) or not trusted(ref, metric):
         return "-"
     if not ref["metrics"][metric]:
         return "-"
     return ctx.ledger.derive("ratio", "ratio", [ctx.input(row, metric), ctx.input(ref, metric)])[1]
+
+
+def best(at_n: Any, metric: str) -> dict[str, Any]:
+    """{EXACT_CLASS: row, APPROX_CLASS: row} of the rows of one setting and length: the smallest
+    trusted `metric` in each class (None where the class has no trusted value)."""
+    out: dict[str, Any] = {}
+    for cls in (EXACT_CLASS, APPROX_CLASS):
+        rows = [
+            r
+            for _, r in at_n.iterrows()
+            if kind_class(r["computes"]) == cls and trusted(r, metric) and r["computes"] != "?"
+        ]
+        out[cls] = min(rows, key=lambda r: r["metrics"][metric]) if rows else None
+    return out
+
+
+def note(row: Any) -> str:
+    """A row's note: its status with the reason when it has no numbers, else its peer note."""
+    if row["status"] != OK:
+        return f"`{status_text(row['status'], row['error'])}`"
+    text = "; ".join(t for t in (row["note"], row["error"]) if t)
+    return f"`{text}`" if text else ""
+
+
+def computes(row: Any) -> str:
+    """The 'computes' cell: exact, exact pattern or approximate (the backend's capabilities)."""
+    return kind_text(row["computes"])
+
+
+COMPUTES_RULE = (
+    "**computes** says what a variant computes, from its backend's registered capabilities: "
+    "`exact` (equals full softmax attention), `exact pattern` (exactly softmax attention under a "
+    "fixed mask, e.g. a local window: not what full attention computes) or `approximate`. "
+    "Fastest and leanest are named per class: exact, and not exact (pattern or approximate)."
+)
 
 
 def headline(ctx: Context) -> list[Any]:
@@ -68,74 +127,86 @@ def headline(ctx: Context) -> list[Any]:
     blocks: list[Any] = [
         Heading(1, "Headline"),
         Para(
-            f"Per setting and length: the fastest and the leanest variant, then every variant's "
-            f"median time (with its interquartile range) and peak memory, each also as a ratio to "
-            f"{to} at the same setting and length (ratio = variant / reference; smaller is "
-            f"better). {BUSY_MARK} marks a time measured while the machine was busy, "
-            f"{UNSTABLE_MARK} one whose repeats disagreed."
+            f"Per setting and length: the fastest and the leanest variant of each class, then "
+            f"every variant's median time (with its interquartile range) and peak memory, each "
+            f"also as a ratio to {to} at the same setting and length (ratio = variant / reference; "
+            f"smaller is better). {BUSY_MARK} marks a time measured while the machine was busy, "
+            f"{UNSTABLE_MARK} one whose repeats disagreed. {COMPUTES_RULE} {column_legend()}"
         ),
     ]
     if aside := ctx.set_aside():
         blocks.append(Para(aside))
+    time_header, memory_header = header(TIME), header(MEMORY)
     for setting, part in groups:
         blocks.append(Heading(2, f"`{setting}`"))
-        ok = part[part["status"] == "ok"]
+        ok = part[part["status"] == OK]
         best_rows = []
-        time_header, memory_header = header(TIME, "time"), header(MEMORY, "peak memory")
         for _, at_n in ok.groupby("seq_len", sort=True):
-            timed = at_n[[trusted(r, TIME) for _, r in at_n.iterrows()]]
-            sized = at_n[[MEMORY in m for m in at_n["metrics"]]]
-            fast = (
-                timed.loc[timed["metrics"].map(lambda m: m[TIME]).idxmin()] if len(timed) else None
-            )
-            lean = (
-                sized.loc[sized["metrics"].map(lambda m: m[MEMORY]).idxmin()]
-                if len(sized)
-                else None
-            )
-            best_rows.append(
-                [
-                    ctx.config(at_n.iloc[0], "seq_len"),
-                    f"`{fast['variant']}`" if fast is not None else "-",
-                    ctx.metric(fast, TIME) if fast is not None else "-",
-                    f"`{lean['variant']}`" if lean is not None else "-",
-                    ctx.metric(lean, MEMORY) if lean is not None else "-",
-                ]
-            )
+            fast, lean = best(at_n, TIME), best(at_n, MEMORY)
+            cells = [ctx.config(at_n.iloc[0], "seq_len")]
+            for found, metric in ((fast, TIME), (lean, MEMORY)):
+                for cls in (EXACT_CLASS, APPROX_CLASS):
+                    row = found[cls]
+                    cells += (
+                        [f"`{row['variant']}`", ctx.metric(row, metric)]
+                        if row is not None
+                        else ["-", "-"]
+                    )
+            best_rows.append(cells)
         if best_rows:
-            blocks.append(Table(["L", "fastest", time_header, "leanest", memory_header], best_rows))
+            blocks.append(
+                Table(
+                    [
+                        "L",
+                        f"fastest {EXACT_CLASS}",
+                        time_header,
+                        f"fastest {APPROX_CLASS}",
+                        time_header,
+                        f"leanest {EXACT_CLASS}",
+                        memory_header,
+                        f"leanest {APPROX_CLASS}",
+                        memory_header,
+                    ],
+                    best_rows,
+                )
+            )
         if not any(len(_references(part, b, ref)) for b in part["backend"].unique()):
             blocks.append(Para(f"No `{ref}` case in this setting: no ratios."))
         rows = []
         extra = [m for m in extra_metrics() if any(m in x for x in part["metrics"])]
         for _, row in part.sort_values(["seq_len", "variant"]).iterrows():
-            r = _reference_row(part, row["seq_len"], ref, row["backend"])
+            r = reference_row(part, row["seq_len"], ref, row["backend"])
             rows.append(
                 [
                     ctx.config(row, "seq_len"),
                     f"`{row['variant']}`",
+                    computes(row),
                     ctx.metric(row, TIME, mark_time=True),
                     ctx.metric(row, "time_iqr", TIME),  # in the median's unit
-                    _ratio(ctx, row, r, TIME),
+                    ratio_cell(ctx, row, r, TIME),
                     ctx.metric(row, MEMORY),
-                    _ratio(ctx, row, r, MEMORY),
+                    ratio_cell(ctx, row, r, MEMORY),
                     *(ctx.metric(row, m) for m in extra),
-                    f"`{row['note']}`" if row["note"] else "",
+                    note(row),
                 ]
             )
         headers = [
             "L",
             "variant",
-            header(TIME, "time"),
-            header(TIME, "IQR"),
-            f"time x {ref}",
-            header(MEMORY, "peak memory"),
-            f"memory x {ref}",
+            "computes",
+            time_header,
+            header(TIME, METRICS["time_iqr"].column),  # shown in the median's unit
+            ratio_header("time", ref),
+            memory_header,
+            ratio_header("memory", ref),
             *(header(m) for m in extra),
             "note",
         ]
         blocks.append(Table(headers, rows))
     return blocks
+
+
+NOT_ENOUGH = "not enough lengths"  # a fit or crossover with fewer than MIN_FIT_LENGTHS lengths
 
 
 def scaling(ctx: Context) -> list[Any]:
@@ -146,28 +217,39 @@ def scaling(ctx: Context) -> list[Any]:
         Heading(1, "Scaling"),
         Para(
             "Median time and peak memory against length, log-log (bars: the interquartile range "
-            "of the time). The exponent is the slope of a least-squares line through the log-log "
-            "points (time ∝ L^exponent); the crossover tables say from which length the row's "
-            "variant is below the column's, interpolated log-log between the two measured lengths "
-            "around the crossing — or that it is not within the measured range. Times set aside "
-            "(busy or unstable) are plotted but never fitted or crossed."
+            "of the time; solid lines exact variants, dashed ones not exact). The exponent is the "
+            "slope of a least-squares line through the log-log points (time ∝ L^exponent), with "
+            "its R² (1 = an exact power law); the crossover tables say from which length the "
+            "row's variant is below the column's, interpolated log-log between the two measured "
+            "lengths around the crossing — or that it is not within the measured range. Both "
+            f"need `{MIN_FIT_LENGTHS}` measured lengths or more; with fewer the cell says "
+            f"{NOT_ENOUGH}. Times set aside (busy or unstable) are plotted but never fitted or "
+            "crossed."
         ),
     ]
     if aside := ctx.set_aside():
         blocks.append(Para(aside))
     for index, (setting, part) in enumerate(groups):
         blocks.append(Heading(2, f"`{setting}`"))
-        ok = part[part["status"] == "ok"]
+        ok = part[part["status"] == OK]
         path = scaling_plot(ok, setting, ctx.out_dir / f"scaling-{index + 1}.png")
         if path is not None:
             ctx.plots.append(path)
-            blocks.append(Image(path, f"time and peak memory against length: {setting}"))
+            alt = f"time and peak memory against length: {setting}"
+            blocks.append(Image(path, alt, caption(path)))
         fits = []
         for variant, vpart in ok.groupby("variant", sort=True):
             fits.append(
-                [f"`{variant}`", _exponent(ctx, vpart, TIME), _exponent(ctx, vpart, MEMORY)]
+                [
+                    f"`{variant}`",
+                    computes(vpart.iloc[0]),
+                    *_exponent(ctx, vpart, TIME),
+                    *_exponent(ctx, vpart, MEMORY),
+                ]
             )
-        blocks.append(Table(["variant", "time exponent", "memory exponent"], fits))
+        blocks.append(
+            Table(["variant", "computes", "time exponent", "R²", "memory exponent", "R²"], fits)
+        )
         for metric, name in ((TIME, "time"), (MEMORY, "peak memory")):
             table = _crossovers(ctx, ok, metric)
             if table is not None:
@@ -178,48 +260,56 @@ def scaling(ctx: Context) -> list[Any]:
     return blocks
 
 
-def _exponent(ctx: Context, part: Any, metric: str) -> str:
+def fit_inputs(ctx: Context, part: Any, metric: str) -> list[Any]:
+    """The trusted positive values of one variant's rows: what an exponent is fitted through."""
     rows = [r for _, r in part.iterrows() if trusted(r, metric) and r["metrics"][metric] > 0]
-    if len({r["seq_len"] for r in rows}) < 2:
-        return "-"
-    return ctx.ledger.derive("exponent", "exponent", [ctx.input(r, metric) for r in rows])[1]
+    return [ctx.input(r, metric) for r in rows]
 
 
-def _crossovers(ctx: Context, ok: Any, metric: str) -> Table | None:
-    from .analysis import crossover
+def _exponent(ctx: Context, part: Any, metric: str) -> tuple[str, str]:
+    """(exponent, R²) cells; NOT_ENOUGH with fewer than MIN_FIT_LENGTHS lengths."""
+    inputs = fit_inputs(ctx, part, metric)
+    if len({c["seq_len"] for _, c, _ in inputs}) < MIN_FIT_LENGTHS:
+        return NOT_ENOUGH, "-"
+    exponent = ctx.ledger.derive("exponent", "exponent", inputs)[1]
+    return exponent, ctx.ledger.derive("r2", "r2", inputs)[1]
 
-    series = {
+
+def series(ok: Any, metric: str) -> dict[str, dict[int, Any]]:
+    """variant -> {length: row} of its trusted values of `metric`."""
+    return {
         v: {r["seq_len"]: r for _, r in p.iterrows() if trusted(r, metric)}
         for v, p in ok.groupby("variant", sort=True)
     }
-    series = {v: s for v, s in series.items() if len(s) >= 2}
-    if len(series) < 2:
+
+
+def crossover_text(ctx: Context, a: dict[int, Any], b: dict[int, Any], metric: str) -> str:
+    """From which length series `a` is below series `b` (through the largest common length)."""
+    common = sorted(set(a) & set(b))
+    if len(common) < MIN_FIT_LENGTHS:
+        return NOT_ENOUGH
+    found = crossover(
+        common, [a[n]["metrics"][metric] for n in common], [b[n]["metrics"][metric] for n in common]
+    )
+    if found is None:
+        return "-"
+    if found.kind == "always":
+        return "at every measured length"
+    if found.kind == "never":
+        return "not within the measured range"
+    inputs = [ctx.input(a[n], metric) for n in common] + [ctx.input(b[n], metric) for n in common]
+    return "from L ≈ " + ctx.ledger.derive("length", "crossover", inputs, n_a=len(common))[1]
+
+
+def _crossovers(ctx: Context, ok: Any, metric: str) -> Table | None:
+    found = {v: s for v, s in series(ok, metric).items() if len(s) >= MIN_FIT_LENGTHS}
+    if len(found) < 2:
         return None
-    names = sorted(series)
+    names = sorted(found)
     rows = []
     for a in names:
         cells = [f"`{a}`"]
         for b in names:
-            if a == b:
-                cells.append("")
-                continue
-            common = sorted(set(series[a]) & set(series[b]))
-            found = crossover(
-                common,
-                [series[a][n]["metrics"][metric] for n in common],
-                [series[b][n]["metrics"][metric] for n in common],
-            )
-            if found is None or len(common) < 2:
-                cells.append("-")
-            elif found.kind == "always":
-                cells.append("at every measured length")
-            elif found.kind == "never":
-                cells.append("not within the measured range")
-            else:
-                inputs = [ctx.input(series[a][n], metric) for n in common] + [
-                    ctx.input(series[b][n], metric) for n in common
-                ]
-                text = ctx.ledger.derive("length", "crossover", inputs, n_a=len(common))[1]
-                cells.append(f"from L ≈ {text}")
+            cells.append("" if a == b else crossover_text(ctx, found[a], found[b], metric))
         rows.append(cells)
     return Table(["variant \\ beats", *[f"`{b}`" for b in names]], rows)

@@ -1,6 +1,7 @@
 """The report as a list of blocks, rendered twice: Markdown (PNG files beside it) and one
 self-contained HTML file (PNG embedded as base64, inline CSS, no external URL). Same blocks, same
-text, so the two files say the same thing.
+text, so the two files say the same thing. The HTML reads on a 400 px screen: tables scroll
+inside their own box, images shrink.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class Heading:
 
 @dataclass(frozen=True)
 class Para:
-    """A paragraph; inline `code` and **bold** are the only markup."""
+    """A paragraph; inline `code`, **bold** and [links](#anchor) to a heading are the markup."""
 
     text: str
 
@@ -36,6 +37,7 @@ class Table:
 class Image:
     path: Path
     alt: str
+    caption: str = ""  # one line: what to look for in it
 
 
 @dataclass
@@ -47,17 +49,24 @@ class Document:
         self.blocks.extend(blocks)
 
 
+def anchor(text: str) -> str:
+    """The link target of a heading, as GitHub names it in Markdown (and the HTML id)."""
+    text = _CODE.sub(r"\1", text).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
 def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(doc: Document) -> str:
+def to_markdown(doc: Document, *, links_to: str = "") -> str:
+    """The Markdown text; links_to: the file the [text](#anchor) links point into ('' = this)."""
     out = [f"# {doc.title}", ""]
     for b in doc.blocks:
         if isinstance(b, Heading):
             out += [f"{'#' * (b.level + 1)} {b.text}", ""]
         elif isinstance(b, Para):
-            out += [b.text, ""]
+            out += [_LINK.sub(rf"[\1]({links_to}#\2)", b.text), ""]
         elif isinstance(b, Table):
             if b.caption:
                 out += [b.caption, ""]
@@ -67,22 +76,26 @@ def to_markdown(doc: Document) -> str:
             out.append("")
         elif isinstance(b, Image):
             out += [f"![{b.alt}]({b.path.name})", ""]
+            if b.caption:
+                out += [f"*{b.caption}*", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
 _CODE = re.compile(r"`([^`]+)`")
 _BOLD = re.compile(r"\*\*([^*]+)\*\*")
+_LINK = re.compile(r"\[([^\]]+)\]\(#([\w-]+)\)")
 
 
 def _inline(text: str) -> str:
-    """Escape, then turn `code` and **bold** into tags."""
+    """Escape, then turn `code`, **bold** and [text](#anchor) into tags."""
     parts = _CODE.split(str(text))
     out = []
     for i, part in enumerate(parts):
         if i % 2:
             out.append(f"<code>{html.escape(part)}</code>")
         else:
-            out.append(_BOLD.sub(r"<b>\1</b>", html.escape(part)))
+            part = _BOLD.sub(r"<b>\1</b>", html.escape(part))
+            out.append(_LINK.sub(r'<a href="#\2">\1</a>', part))
     return "".join(out)
 
 
@@ -93,34 +106,64 @@ def _td(cell: str) -> str:
 
 _NUMERIC = re.compile(r"^[-\d.,]+(x|%|†)?$")
 _STYLE = """
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.88em}
-th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left}
-th{background:#f2f2f2} td.num{text-align:right}
-code{background:#f4f4f4;padding:0 .2em} img{max-width:100%;display:block;margin:.5em 0}
-h2{border-bottom:1px solid #ddd;margin-top:2em} p.caption{font-size:.9em;color:#444}
+*{box-sizing:border-box}
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:1em auto;padding:0 .8em;color:#222;
+ line-height:1.45;overflow-wrap:break-word}
+.scroll{overflow-x:auto;max-width:100%;margin:.6em 0 1.2em}
+table{border-collapse:collapse;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f2f2f2} td.num{text-align:right;white-space:nowrap}
+code{background:#f4f4f4;padding:0 .2em;overflow-wrap:anywhere}
+figure{margin:.8em 0 1.4em} img{max-width:100%;height:auto;display:block}
+figcaption,p.caption{font-size:.9em;color:#444}
+h2{border-bottom:1px solid #ddd;margin-top:2em} h3{overflow-wrap:anywhere}
+section#summary{background:#f7f9fc;border:1px solid #dde3ee;padding:0 .8em .4em;border-radius:6px}
+section#summary h2{margin-top:.6em}
 """
+
+
+def _block_html(b: Heading | Para | Table | Image) -> str:
+    if isinstance(b, Heading):
+        level = min(b.level + 1, 6)  # the id of a top-level heading is its <section>'s
+        return f"<h{level}>{_inline(b.text)}</h{level}>"
+    if isinstance(b, Para):
+        return f"<p>{_inline(b.text)}</p>"
+    if isinstance(b, Table):
+        caption = f'<p class="caption">{_inline(b.caption)}</p>' if b.caption else ""
+        head = "".join(f"<th>{_inline(h)}</th>" for h in b.headers)
+        rows = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in b.rows)
+        return (
+            f'{caption}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>"
+        )
+    data = base64.b64encode(b.path.read_bytes()).decode("ascii")
+    caption = f"<figcaption>{_inline(b.caption)}</figcaption>" if b.caption else ""
+    return (
+        f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
+        f"{caption}</figure>"
+    )
+
+
+def sections(doc: Document) -> list[list[Heading | Para | Table | Image]]:
+    """The blocks grouped by top-level heading (a leading group without one, if any)."""
+    groups: list[list[Heading | Para | Table | Image]] = []
+    for b in doc.blocks:
+        if not groups or (isinstance(b, Heading) and b.level == 1):
+            groups.append([])
+        groups[-1].append(b)
+    return groups
 
 
 def to_html(doc: Document) -> str:
     body = []
-    for b in doc.blocks:
-        if isinstance(b, Heading):
-            level = min(b.level + 1, 6)
-            body.append(f"<h{level}>{_inline(b.text)}</h{level}>")
-        elif isinstance(b, Para):
-            body.append(f"<p>{_inline(b.text)}</p>")
-        elif isinstance(b, Table):
-            if b.caption:
-                body.append(f'<p class="caption">{_inline(b.caption)}</p>')
-            head = "".join(f"<th>{_inline(h)}</th>" for h in b.headers)
-            rows = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in b.rows)
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif isinstance(b, Image):
-            data = base64.b64encode(b.path.read_bytes()).decode("ascii")
-            body.append(f'<img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">')
+    for group in sections(doc):
+        first = group[0]
+        ident = anchor(first.text) if isinstance(first, Heading) and first.level == 1 else ""
+        inner = "\n".join(_block_html(b) for b in group)
+        body.append(f'<section id="{ident}">\n{inner}\n</section>' if ident else inner)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(doc.title)}</title><style>{_STYLE}</style></head>\n<body>\n"
         f"<h1>{html.escape(doc.title)}</h1>\n" + "\n".join(body) + "\n</body></html>\n"
     )

@@ -9,9 +9,9 @@ from ..measure.fidelity import NOT_MEASURED
 from ..measure.metrics import FIDELITY_INPUTS, METRICS, approx_error_name
 from .analysis import pareto_front
 from .context import BUSY_MARK, UNSTABLE_MARK, Context, trusted
-from .cost import TIME, header, settings
+from .cost import TIME, computes, header, settings
 from .document import Heading, Image, Para, Table
-from .plots import fidelity_plot
+from .plots import caption, fidelity_plot
 
 TITLE = "Fidelity x cost"
 ERRORS = tuple(approx_error_name(inputs) for inputs in FIDELITY_INPUTS)
@@ -60,15 +60,15 @@ def fidelity_cost(ctx: Context) -> list[Any]:
             _points(part), fronts, setting, ctx.out_dir / f"fidelity-{index + 1}.png"
         )
         ctx.plots.append(path)
-        blocks.append(Image(path, f"approx_error against time: {setting}"))
+        blocks.append(Image(path, f"approx_error against time: {setting}", caption(path)))
         rows = []
         for i, row in part.sort_values(["seq_len", "variant"]).iterrows():
-            cells = [ctx.config(row, "seq_len"), f"`{row['variant']}`"]
+            cells = [ctx.config(row, "seq_len"), f"`{row['variant']}`", computes(row)]
             cells.append(ctx.metric(row, TIME, mark_time=True))
             for error in ERRORS:
                 cells += [ctx.metric(row, error), "front" if fronts[error].get(i) else ""]
             rows.append(cells)
-        headers = ["L", "variant", header(TIME, "time")]
+        headers = ["L", "variant", "computes", header(TIME)]
         for inputs in FIDELITY_INPUTS:
             headers += [f"approx_error ({inputs})", f"Pareto ({inputs})"]
         blocks.append(Table(headers, rows))

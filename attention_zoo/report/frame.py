@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..labels import case_label, is_peer, resolve_options
+from ..measure.labels import backend_kind, case_label, measured_on_peer, resolve_options
 from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
 from ..measure.trust import BUSY, UNSTABLE, busy_threads, timing_marks
@@ -126,7 +126,8 @@ def _kind(config: dict[str, Any]) -> str:
 
 
 def bench_frame(cases: Any) -> Any:
-    """Bench cases with their parameters as columns, variant labels, setting and identity.
+    """Bench cases with their parameters as columns, variant labels, what each variant computes
+    (`computes`: full, pattern, approximate; labels.backend_kind), setting and identity.
 
     `variant` is the case label plus, for model cases, the model fields that differ between cases
     of the same setting (e.g. `[num_hidden_layers=4, residual=reversible]`)."""
@@ -148,9 +149,10 @@ def bench_frame(cases: Any) -> Any:
     ]  # the attention target has no hidden size
     bench["dtype"] = [c.get("dtype", "?") for c in cfg]
     bench["device"] = [c.get("device", "?") for c in cfg]
-    bench["peer"] = [is_peer(c) for c in cfg]
+    bench["peer"] = [measured_on_peer(c) for c in cfg]
     bench["note"] = [str(c.get("note") or c.get("peer_note") or "") for c in cfg]
     bench["label"] = [case_label(c) for c in cfg]
+    bench["computes"] = [backend_kind(str(c.get("backend", "")), c.get("options")) for c in cfg]
     bench["model_key"] = [_bench_model_key(c) if c.get("target") == "model" else "" for c in cfg]
     bench["setting"] = [setting_text(r) for r in bench[list(SETTING)].to_dict("records")]
     bench["variant"] = _with_model_fields(bench)

@@ -3,9 +3,9 @@
 A reference names a stored value: `[run_id, case_key, what]`, where `what` is a metric name, a
 case config field (`config.seq_len`, `config.model.num_hidden_layers`) or a run field
 (`run.load_start`, case_key ""). A number is either one referenced value, or derived by a named
-formula from referenced values (ratio, exponent fit, crossover, mean, slope, count), or a published
-constant. The ledger is written beside the report (numbers.json); the traceability test fetches
-every reference from the store and checks that it gives the printed text.
+formula from referenced values (ratio, exponent fit and its R², crossover, mean, slope, count), or
+a published constant. The ledger is written beside the report (numbers.json); the traceability
+test fetches every reference from the store and checks that it gives the printed text.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def significant(value: float, digits: int = 3) -> str:
 FORMATS: dict[str, Callable[[float], str]] = {
     "ratio": lambda r: significant(r) + "x",
     "exponent": lambda e: f"{e:.2f}",
+    "r2": lambda r: f"{r:.3f}",  # goodness of a fit (coefficient of determination)
     "length": lambda n: f"{n:.0f}",
     "count": lambda n: f"{n:,.0f}",
     "fraction": lambda f: f"{100 * f:.1f}%",
@@ -95,6 +96,7 @@ def _fit(inputs: Sequence[Input], params: dict[str, Any]) -> Any:
 FORMULAS: dict[str, Callable[[Sequence[Input], dict[str, Any]], float]] = {
     "ratio": lambda i, p: i[0][1] / i[1][1],
     "exponent": lambda i, p: _fit(i, p).exponent,
+    "r2": lambda i, p: _fit(i, p).r2,
     "crossover": _crossover_length,
     "mean": lambda i, p: statistics.fmean(v for _, v in i),
     "slope": lambda i, p: linear_slope(*_points(i, p["x"])),

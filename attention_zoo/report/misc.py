@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..measure.labels import backend_kind, kind_text
 from ..measure.load import SLACK
 from ..measure.status import STATUS_TEXT
 from ..measure.trust import UNSTABLE_IQR, UNSTABLE_MIN
@@ -34,6 +35,9 @@ def missing(ctx: Context) -> list[Any]:
         rows.append(
             [
                 f"`{name}`",
+                kind_text(
+                    backend_kind(str(r["config"].get("backend", "")), r["config"].get("options"))
+                ),
                 f"`{settings.get(r['case_key'], r['kind'])}`",
                 ctx.config(r, "config.seq_len" if "seq_len" in r["config"] else "config.length")
                 if length is not None
@@ -42,7 +46,7 @@ def missing(ctx: Context) -> list[Any]:
                 f"`{r['error']}`" if r["error"] else "-",
             ]
         )
-    return [*blocks, Table(["case", "setting", "L", "status", "reason"], rows)]
+    return [*blocks, Table(["case", "computes", "setting", "L", "status", "reason"], rows)]
 
 
 def _date(ts: float | None) -> str:

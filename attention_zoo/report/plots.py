@@ -1,5 +1,8 @@
 """The report's figures (seaborn on matplotlib's Agg backend), each plotting exactly the values of
-the table beside it: one row per (variant, length), no aggregation."""
+the table beside it: one row per (variant, length), no aggregation. One theme for all; what a
+variant computes is its line style and marker (exact solid circles, not exact dashed triangles or
+squares); names sit in a legend beside the axes, never on the points; every figure has a caption
+(CAPTIONS) saying what to look for."""
 
 from __future__ import annotations
 
@@ -7,11 +10,49 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from ..measure.labels import UNKNOWN_KIND, backend_kind, kind_text
 from ..measure.metrics import METRICS
 from .output import writing
 
 DPI = 100
 SCALING_METRICS = ("time_median", "peak_bytes")  # the scaling plot's panels
+THEME = {"style": "whitegrid", "context": "paper", "palette": "colorblind"}
+# what a variant computes (labels.backend_kind) -> (marker, dashes): exact solid, others dashed
+KIND_STYLE = {
+    "full": ("o", ""),
+    "pattern": ("s", (4, 2)),
+    "approximate": ("^", (2, 2)),
+    UNKNOWN_KIND: ("X", (1, 1)),
+}
+# file-name prefix -> the one-line caption of every figure of that kind
+CAPTIONS = {
+    "scaling-": (
+        "Look for the lines that bend up least: their slope is the exponent in the table below; "
+        "where a dashed (not exact) line passes under a solid (exact) one is a crossover."
+    ),
+    "fidelity-": (
+        "Look toward the lower left: faster and closer to full attention; circled points are "
+        "the Pareto front of their length (no other variant both faster and more faithful)."
+    ),
+    "pareto-": (
+        "Look toward the upper left: more accurate for less time per step; the red line joins "
+        "the Pareto front (no other run both faster and more accurate)."
+    ),
+    "table2-": (
+        "Look at the diagonal (trained and evaluated alike) and along each row (more evaluation "
+        "hashes): the left panel is measured here, the right one published."
+    ),
+}
+
+
+def caption(path: Path) -> str:
+    """The caption of a figure file written by this module ('' for one it does not know)."""
+    return next((text for prefix, text in CAPTIONS.items() if path.name.startswith(prefix)), "")
+
+
+def kind_style(kind: str) -> tuple[str, Any]:
+    """(marker, dashes) of a variant that computes `kind`."""
+    return KIND_STYLE.get(kind, KIND_STYLE[UNKNOWN_KIND])
 
 
 def axis_label(metric: str, label: str = "") -> str:
@@ -25,26 +66,48 @@ def _pyplot() -> Any:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import seaborn as sns
 
+    sns.set_theme(**THEME)
     return plt
+
+
+def _legend_outside(fig: Any, ax: Any, title: str = "") -> None:
+    """One legend to the right of the axes (names never overlap the data or each other)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    if handles:
+        fig.legend(
+            handles,
+            labels,
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            fontsize=7,
+            title=title or None,
+            title_fontsize=7,
+            frameon=False,
+        )
 
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     try:
         with writing(path):
-            fig.savefig(path, dpi=DPI)
+            fig.savefig(path, dpi=DPI, bbox_inches="tight")
     finally:
         _pyplot().close(fig)
     return path
 
 
 def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
-    """Time (with IQR bars) and peak memory against length, log-log, one line per variant."""
+    """Time (with IQR bars) and peak memory against length, log-log, one line per variant;
+    exact variants solid with circles, the others dashed (pattern: squares, approximate:
+    triangles); one legend for both panels."""
     import seaborn as sns
 
     plt = _pyplot()
-    panels = [(m, axis_label(m), METRICS[m].scale) for m in SCALING_METRICS]
+    panels = [(m, axis_label(m, METRICS[m].column), METRICS[m].scale) for m in SCALING_METRICS]
     data = []
     for _, r in ok.iterrows():
         for metric, _, scale in panels:
@@ -53,7 +116,8 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
                 data.append(
                     {
                         "panel": metric,
-                        "variant": r["variant"],
+                        "variant": f"{r['variant']} ({kind_text(r['computes'])})",
+                        "computes": r["computes"],
                         "L": r["seq_len"],
                         "y": r["metrics"][metric] / scale,
                         "iqr": iqr / scale if iqr is not None else None,
@@ -63,9 +127,19 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
         return None
     import pandas as pd
 
+    order = list(KIND_STYLE)  # exact first, then pattern, then approximate
     frame = pd.DataFrame(data)
+    frame = frame.assign(
+        rank=[order.index(k) if k in order else len(order) for k in frame["computes"]]
+    )
+    frame = frame.sort_values(["rank", "variant", "L"])
+    names = list(dict.fromkeys(frame["variant"]))
+    kinds = dict(zip(frame["variant"], frame["computes"]))
+    markers = {v: kind_style(kinds[v])[0] for v in names}
+    dashes = {v: kind_style(kinds[v])[1] for v in names}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     lengths = sorted(frame["L"].unique())
+    shown = None
     for ax, (metric, label, _) in zip(axes, panels):
         part = frame[frame["panel"] == metric]
         if part.empty:
@@ -76,35 +150,53 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
             x="L",
             y="y",
             hue="variant",
+            hue_order=names,
             style="variant",
-            markers=True,
-            dashes=False,
+            style_order=names,
+            markers=markers,
+            dashes=dashes,
             errorbar=None,
             estimator=None,
             ax=ax,
         )
         for _, r in part[part["iqr"].notna()].iterrows():
             ax.errorbar(r["L"], r["y"], yerr=r["iqr"] / 2, fmt="none", ecolor="gray", lw=1)
-        ax.set(xscale="log", yscale="log", xlabel="sequence length L", ylabel=label)
-        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="sequence length L (log scale)",
+            ylabel=f"{label}, log scale",
+        )
+        ax.set_xticks(lengths, [str(n) for n in lengths], rotation=45 if len(lengths) > 5 else 0)
         ax.minorticks_off()
-        ax.legend(fontsize=7)
+        shown = ax if shown is None else shown
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if shown is not None:
+        _legend_outside(fig, shown, "variant (computes)")
     fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
     return _save(fig, path)
 
 
 def pareto_plot(points: Any, front: list[bool], x: str, y: str, title: str, path: Path) -> Path:
-    """Cost (x, log) against quality (y); the Pareto front joined and circled."""
+    """Cost (x, log) against quality (y), one colour per point's label (`label` column) in a
+    legend, its marker from what its backend computes (`backend` column); the Pareto front
+    joined and circled."""
+    import seaborn as sns
+
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.6))
-    ax.scatter(points[x], points[y], color="tab:blue", zorder=2)
-    for _, r in points.iterrows():
-        ax.annotate(r["label"], (r[x], r[y]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    kinds = [backend_kind(str(b)) for b in points.get("backend", points["label"])]
+    data = points.assign(computes=[kind_text(k) for k in kinds], **{"run": points["label"]})
+    markers = {kind_text(k): kind_style(k)[0] for k in set(kinds)}
+    sns.scatterplot(
+        data=data, x=x, y=y, hue="run", style="computes", markers=markers, s=60, ax=ax, zorder=2
+    )
     front_pts = points[front].sort_values(x)
     ax.plot(front_pts[x], front_pts[y], color="tab:red", lw=1.5, zorder=1, label="Pareto front")
-    ax.scatter(front_pts[x], front_pts[y], s=120, facecolors="none", edgecolors="tab:red", zorder=3)
-    ax.set(xscale="log", xlabel=x, ylabel=y, title=title)
-    ax.legend(fontsize=8)
+    ax.scatter(front_pts[x], front_pts[y], s=160, facecolors="none", edgecolors="tab:red", zorder=3)
+    ax.set(xscale="log", xlabel=f"{x} (log scale)", ylabel=y, title=title)
+    _legend_outside(fig, ax)
     return _save(fig, path)
 
 
@@ -126,6 +218,7 @@ def heatmaps(ours: Any, paper: Any, path: Path) -> Path:
             ax=ax,
         )
         ax.set(title=f"accuracy [%], {title}", xlabel="evaluated with", ylabel="trained with")
+        ax.tick_params(axis="x", labelrotation=30)
     return _save(fig, path)
 
 
@@ -138,7 +231,7 @@ def fidelity_plot(
 
     plt = _pyplot()
     families = list(dict.fromkeys(points["inputs"]))
-    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False)
     for ax, inputs in zip(axes[0], families):
         part = points[points["inputs"] == inputs]
         sns.scatterplot(data=part, x="time", y="approx_error", hue="variant", style="L", ax=ax)
@@ -151,10 +244,12 @@ def fidelity_plot(
         ax.set(
             xscale="log",
             yscale="log",
-            xlabel=axis_label("time_median"),
-            ylabel=f"approx_error ({inputs} inputs)",
+            xlabel=f"{axis_label('time_median')} (log scale)",
+            ylabel=f"approx_error, {inputs} inputs (log scale)",
             title=f"{inputs} inputs (circled: Pareto front per length)",
         )
-        ax.legend(fontsize=7)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    _legend_outside(fig, axes[0][0])
     fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
     return _save(fig, path)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from .context import TIME, Context, empty_section, trusted
-from .cost import header
+from .cost import computes, header
 from .document import Heading, Para, Table
 
 COMMAND = "zoo reproduce reformer"
@@ -94,6 +94,7 @@ def _residual_table(ctx: Context, models: Any) -> Table | None:
                 [
                     f"`{top['setting']}`",
                     f"`{name}`",
+                    computes(top),
                     ", ".join(
                         ctx.config(r, f"config.model.{LAYERS}", "count")
                         for r in sorted(points, key=lambda r: int(_model(r, LAYERS, 0)))
@@ -109,6 +110,7 @@ def _residual_table(ctx: Context, models: Any) -> Table | None:
         [
             "setting",
             "residual",
+            "computes",
             "layers measured",
             header("peak_bytes", "memory per layer"),
             "at layers",
@@ -132,6 +134,7 @@ def _chunk_table(ctx: Context, models: Any) -> Table | None:
             cells = [
                 f"`{r['setting']}`",
                 f"`{r['label']}`",
+                computes(r),
                 ctx.config(r, f"config.model.{key}", "count"),
             ]
             for metric in ("peak_bytes", TIME):
@@ -147,5 +150,6 @@ def _chunk_table(ctx: Context, models: Any) -> Table | None:
     if not rows:
         return None
     return Table(
-        ["setting", "variant", "chunk size", "memory x unchunked", "time x unchunked"], rows
+        ["setting", "variant", "computes", "chunk size", "memory x unchunked", "time x unchunked"],
+        rows,
     )

@@ -5,6 +5,9 @@
     python benchmarks/scripts/gate.py --base HEAD~1 --bench 'Time.time_forward\\(.*local'
     python benchmarks/scripts/gate.py --head worktree  # uncommitted changes vs the merge base
     python benchmarks/scripts/gate.py --calibrate 10   # noise: HEAD against a copy of itself
+    python benchmarks/scripts/gate.py --fast --comment gate.md \
+        --report-summary results/report/summary.md     # the verdict and the report's summary as
+                                                       # Markdown: a PR comment, CI's artifact
 
 Time: `asv continuous` builds both commits into one virtualenv and runs the selected benchmarks in
 `--rounds` rounds interleaved across the commits (ABBA), at one torch thread (the suite's `threads`
@@ -477,7 +480,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="where asv keeps its environments (default: the configuration's env_dir); "
         "another clone's saves building one",
     )
+    parser.add_argument(
+        "--comment",
+        type=Path,
+        help="also write the verdict as Markdown to this file: a pull-request comment, the "
+        "artifact CI posts",
+    )
+    parser.add_argument(
+        "--report-summary",
+        type=Path,
+        help="a report's summary.md (zoo report writes it beside report.md) to put under the "
+        "verdict in --comment",
+    )
     args = parser.parse_args(argv)
+    if args.report_summary and not args.comment:
+        parser.error("--report-summary goes into --comment: give both")
     if args.fast:
         args.bench = [*args.bench, *FAST_BENCH]
     if args.rounds < 2:
@@ -576,9 +593,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"gate: REGRESSION ({len(regressions)}):")
         for line in regressions:
             print(f"  {line}")
+        write_comment(args, f"REGRESSION ({len(regressions)})", regressions, notes)
         return REGRESSION
-    print(f"gate: no regression (time limit {args.factor:.2f}x; memory and FLOPs exact)")
+    verdict = f"no regression (time limit {args.factor:.2f}x; memory and FLOPs exact)"
+    print(f"gate: {verdict}")
+    write_comment(args, verdict, [], notes)
     return OK
+
+
+def write_comment(
+    args: argparse.Namespace, verdict: str, regressions: Sequence[str], notes: Sequence[str]
+) -> None:
+    """The verdict as Markdown in --comment, with the report's summary.md under it if given."""
+    if not args.comment:
+        return
+    lines = [f"**Regression gate: {verdict}**", ""]
+    lines += [f"- {line}" for line in regressions]
+    if notes:
+        lines += ["", "<details><summary>notes</summary>", ""]
+        lines += [f"- {line}" for line in notes] + ["", "</details>"]
+    if args.report_summary:
+        summary = args.report_summary.read_text() if args.report_summary.is_file() else ""
+        lines += ["", summary or f"(no report summary at {args.report_summary})"]
+    args.comment.write_text("\n".join(lines).rstrip() + "\n")
+    say(f"comment written to {args.comment}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,101 @@
+"""A published report folder's own inputs, to rebuild it without the store it came from: rows.csv
+(the stored rows used), runs.json (their runs) and report.json (the commands that measured them).
+
+Folders written before runs.json existed keep their runs only in report.md's provenance table;
+those are read back from it (loads as printed, to two decimals; the run's metadata is empty)."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+ROWS, RUNS, META = "rows.csv", "runs.json", "report.json"
+PROVENANCE = "## Provenance"
+# report.md's provenance columns -> the runs table's fields
+COLUMNS = {
+    "run": "run_id",
+    "kind": "kind",
+    "started": "started_at",
+    "git commit": "git_commit",
+    "torch": "torch_version",
+    "device": "device_name",
+    "threads": "threads",
+    "cores": "cpu_count",
+    "load at start": "load_start",
+    "load at end": "load_end",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FolderInputs:
+    rows: Any  # DataFrame of the store's export columns
+    runs: list[dict[str, Any]]
+    measured_by: list[str]  # report.json's, for runs whose metadata lost their command line
+    title: str
+
+
+def folder_inputs(folder: str | Path) -> FolderInputs:
+    """What `zoo report --from FOLDER` rebuilds the folder from."""
+    import pandas as pd
+
+    folder = Path(folder)
+    if not (folder / ROWS).is_file():
+        raise UsageError(
+            f"{folder} holds no {ROWS}: --from takes a folder written by zoo report "
+            "(rebuild any other one from its store: zoo report --store FILE --out FOLDER)"
+        )
+    rows = pd.read_csv(folder / ROWS, dtype={"run_id": str, "case_key": str})
+    meta = json.loads((folder / META).read_text()) if (folder / META).is_file() else {}
+    if (folder / RUNS).is_file():
+        runs = json.loads((folder / RUNS).read_text())
+    else:
+        runs = runs_from_markdown((folder / "report.md").read_text())
+    return FolderInputs(
+        rows=rows,
+        runs=runs,
+        measured_by=list(meta.get("measured_by", [])),
+        title=meta.get("title", ""),
+    )
+
+
+def runs_from_markdown(markdown: str) -> list[dict[str, Any]]:
+    """The runs of report.md's provenance table (an older folder without runs.json)."""
+    if PROVENANCE not in markdown:
+        return []
+    lines = markdown.split(PROVENANCE, 1)[1].splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    if len(table) < 3:
+        return []
+    headers = _cells(table[0])
+    runs = []
+    for line in table[2:]:
+        cells = dict(zip(headers, _cells(line)))
+        run: dict[str, Any] = {"meta": {}, "finished_at": None, "fingerprint": None}
+        for column, name in COLUMNS.items():
+            run[name] = _value(name, cells.get(column, "-"))
+        runs.append(run)
+    return runs
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def _value(name: str, cell: str) -> Any:
+    text = re.sub(r"`([^`]*)`.*", r"\1", cell).strip()
+    if text in ("-", ""):
+        return None
+    if name == "started_at":
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M UTC")))
+    if name in ("threads", "cpu_count"):
+        return int(text.replace(",", ""))
+    if name in ("load_start", "load_end"):
+        return float(text)
+    return text

@@ -1,0 +1,232 @@
+"""The report's first section, made from the numbers: per setting and length the fastest and the
+leanest exact and not-exact variant (ratio to the reference, approx_error for the not exact), the
+crossovers between them, the claims' verdicts and what was set aside, counted. summary.md holds it
+alone (a pull-request comment)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ..measure.labels import APPROX_CLASS, EXACT_CLASS, kind_class
+from ..measure.metrics import METRICS, approx_error_name
+from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED
+from .claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimsSource, claim_verdicts
+from .context import TIME, Context, flag
+from .cost import (
+    MEMORY,
+    NOT_ENOUGH,
+    QUICK,
+    best,
+    crossover_text,
+    ratio_cell,
+    reference_row,
+    series,
+    settings,
+)
+from .document import Heading, Para, Table, anchor
+
+TITLE = "Summary"
+SHOWN_ERROR = approx_error_name("peaked")  # sharp attention: where an approximation's error shows
+# How the summary counts cases without numbers (status -> words).
+SET_ASIDE = {OOM: "out of memory", SKIPPED: "unavailable here", ERROR: "failed", INVALID: "invalid"}
+VERDICT_ORDER = (HOLDS, WEAKER, FAILS, NOT_MEASURED)
+CLAIMS_SECTION, MISSING_SECTION = "Claims", "Cases without numbers"
+
+
+def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ()) -> list[Any]:
+    """The Summary section's blocks (heading first); `reproductions`: whose claims to count."""
+    blocks: list[Any] = [Heading(1, TITLE)]
+    groups = settings(ctx)
+    if groups:
+        table, wins = _table(ctx, groups)
+        blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
+    else:
+        blocks.append(Para(f"No measured case yet: run `{QUICK}` to fill this report."))
+    if text := _claims(ctx, rows, reproductions):
+        blocks.append(Para(text))
+    blocks.append(Para(_set_aside(ctx)))
+    return blocks
+
+
+def short_settings(names: list[str]) -> dict[str, str]:
+    """Each setting by the parameters that tell it apart from the others (all of it when alone)."""
+    parts = {n: n.split(", ") for n in names}
+    common = set.intersection(*(set(p) for p in parts.values())) if len(names) > 1 else set()
+    return {n: ", ".join(x for x in p if x not in common) or n for n, p in parts.items()}
+
+
+def _count(ctx: Context, inputs: list[Any]) -> str:
+    return ctx.ledger.derive("count", "count", inputs)[1]
+
+
+def _length_input(row: Any) -> Any:
+    what = "config.seq_len" if "seq_len" in row["config"] else "config.length"
+    return ([row["run_id"], row["case_key"], what], row["config"], row["config"].get(what[7:]))
+
+
+def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
+    bench = ctx.bench
+    shortest = bench.loc[bench["seq_len"].idxmin()]
+    longest = bench.loc[bench["seq_len"].idxmax()]
+    firsts = [part.iloc[0] for _, part in groups]
+    devices = ", ".join(sorted({f"`{d}`" for d in bench["device_name"]}))
+    return (
+        f"{_count(ctx, [_length_input(r) for r in firsts])} settings on {devices}, lengths "
+        f"{ctx.config(shortest, 'seq_len')} to {ctx.config(longest, 'seq_len')}. Every ratio "
+        f"divides by `{ctx.reference}` at the same setting and length (below one: better than it). "
+        f"**{EXACT_CLASS}**: equals full softmax attention; **{APPROX_CLASS}**: computes something "
+        "else — softmax under a fixed pattern such as a local window, or an approximation — shown "
+        f"with its approx_error against full attention on peaked inputs (`{SHOWN_ERROR}`; zero: "
+        "the same output). Times taken on a busy machine or with disagreeing repeats are never "
+        "ranked."
+    )
+
+
+def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -> str:
+    if row is None:
+        present = any(kind_class(k) == cls for k in at_n["computes"])
+        return "none ranked" if present else "none measured"
+    ratio = ratio_cell(ctx, row, reference_row(part, row["seq_len"], ctx.reference, row["backend"]),
+                       metric)  # fmt: skip
+    absolute = f"{ctx.metric(row, metric)} {METRICS[metric].display_unit}"
+    text = f"`{row['variant']}` " + (ratio if ratio != "-" else absolute)
+    if row["computes"] != "full" and _has_error(part):
+        error = ctx.metric(row, SHOWN_ERROR) if SHOWN_ERROR in row["metrics"] else "not measured"
+        text += f", error {error}"
+    return text
+
+
+def _has_error(part: Any) -> bool:
+    """Whether any case of the setting has its approx_error (else the setting says so once)."""
+    return any(SHOWN_ERROR in m for m in part["metrics"])
+
+
+def _crossing(ctx: Context, ok: Any, metric: str) -> str:
+    """Where the not-exact variant best at the longest length ranking both classes gets below
+    the exact one best there."""
+    for _, at_n in sorted(ok.groupby("seq_len"), key=lambda g: -g[0]):
+        found = best(at_n, metric)
+        a, b = found[APPROX_CLASS], found[EXACT_CLASS]
+        if a is not None and b is not None:
+            s = series(ok, metric)
+            text = crossover_text(ctx, s[a["variant"]], s[b["variant"]], metric)
+            return (
+                f"`{a['variant']}` below `{b['variant']}`: {text}" if text != NOT_ENOUGH else text
+            )
+    return "no length ranks both classes"
+
+
+def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str, list[Any]]]:
+    names = short_settings([s for s, _ in groups])
+    rows = []
+    wins: dict[str, list[Any]] = {}  # "fastest exact" -> [(winning row, metric)] per length
+    for setting, part in groups:
+        ok = part[part["status"] == OK]
+        first = True
+        for n, at_n in ok.groupby("seq_len", sort=True):
+            name = f"`{names[setting]}`" + (
+                "" if _has_error(part) else " (approx_error not measured)"
+            )
+            cells = [name if first else "", ctx.config(at_n.iloc[0], "seq_len")]
+            for word, metric in (("fastest", TIME), ("leanest", MEMORY)):
+                found = best(at_n, metric)
+                for cls in (EXACT_CLASS, APPROX_CLASS):
+                    cells.append(
+                        _cell(ctx, part, part[part["seq_len"] == n], found[cls], metric, cls)
+                    )
+                    if found[cls] is not None:
+                        wins.setdefault(f"{word} {cls}", []).append((found[cls], metric))
+            cells += [_crossing(ctx, ok, TIME), _crossing(ctx, ok, MEMORY)] if first else ["", ""]
+            rows.append(cells)
+            first = False
+    headers = [
+        "setting",
+        "L",
+        f"fastest {EXACT_CLASS}",
+        f"fastest {APPROX_CLASS}",
+        f"leanest {EXACT_CLASS}",
+        f"leanest {APPROX_CLASS}",
+        "time crossover",
+        "memory crossover",
+    ]
+    caption = (
+        "Per setting (the parameters that differ between settings) and length: the variant with "
+        "the smallest median time and the smallest peak memory in each class, with its ratio to "
+        f"`{ctx.reference}` (none ranked: its times were set aside or it has no number there; "
+        "none measured: no variant of that class at that length); a crossover is where the "
+        "not-exact variant best at the longest length ranking both classes gets below the exact "
+        "one best there."
+    )
+    return Table(headers, rows, caption=caption), wins
+
+
+def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
+    sentences = []
+    for cls in (EXACT_CLASS, APPROX_CLASS):
+        parts = []
+        for word in ("fastest", "leanest"):
+            won = wins.get(f"{word} {cls}", [])
+            if not won:
+                continue
+            top = Counter(r["variant"] for r, _ in won).most_common(1)[0][0]
+            mine = _count(ctx, [ctx.input(r, m) for r, m in won if r["variant"] == top])
+            of = _count(ctx, [ctx.input(r, m) for r, m in won])
+            parts.append(f"{word} `{top}` (at {mine} of {of})")
+        if parts:
+            sentences.append(f"**{cls.capitalize()}**: " + ", ".join(parts))
+    return (
+        "Most often best, over every setting and length where its class has a ranked number: "
+        + "; ".join(sentences)
+        + "."
+    )
+
+
+def _claims(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) -> str:
+    verdicts = claim_verdicts(rows, reproductions)
+    if not verdicts:
+        return ""
+    counts = Counter(v for v, _ in verdicts)
+    order = [v for v in VERDICT_ORDER if v in counts] + sorted(set(counts) - set(VERDICT_ORDER))
+    used = {v: " ".join(u for w, u in verdicts if w == v) for v in counts}
+    parts = [f"{v}: {ctx.ledger.claims(str(counts[v]), used[v])}" for v in order]
+    return (
+        f"The reproductions' claims by verdict ([{CLAIMS_SECTION}](#{anchor(CLAIMS_SECTION)})): "
+        + ", ".join(parts)
+        + "."
+    )
+
+
+def _set_aside(ctx: Context) -> str:
+    timed = [] if ctx.bench.empty else [
+        r for _, r in ctx.bench.iterrows() if r["status"] == OK and TIME in r["metrics"]
+    ]  # fmt: skip
+    times = [
+        f"{_count(ctx, [ctx.input(r, TIME) for r in rows])} {what}"
+        for what, rows in (
+            ("taken while the machine was busy", [r for r in timed if flag(r, "busy")]),
+            # a time both busy and unstable is counted once, as busy
+            ("unstable", [r for r in timed if flag(r, "unstable") and not flag(r, "busy")]),
+        )
+        if rows
+    ]
+    cases = [] if ctx.cases.empty else [r for _, r in ctx.cases.iterrows()]
+    without = [
+        f"{_count(ctx, [_length_input(r) for r in found])} {words}"
+        for status, words in SET_ASIDE.items()
+        if (found := [r for r in cases if r["status"] == status and _has_length(r)])
+    ]
+    if not times and not without:
+        return "Nothing set aside: every case has its numbers and every time is ranked."
+    text = "Set aside"
+    if times:
+        text += " — times (shown, never ranked, fitted or divided): " + ", ".join(times)
+    if without:
+        link = f"[{MISSING_SECTION}](#{anchor(MISSING_SECTION)})"
+        text += f" — cases without numbers ({link}): " + ", ".join(without)
+    return text + "."
+
+
+def _has_length(row: Any) -> bool:
+    return "seq_len" in row["config"] or "length" in row["config"]

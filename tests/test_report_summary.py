@@ -1,0 +1,179 @@
+"""The report's first section answers the reader's question from the numbers: best exact and best
+not-exact variant per setting and length with ratios and fidelity, crossovers, verdicts and what
+was set aside, counted; the words shared with zoo bench; fits only from three lengths; summary.md
+alone; a folder rebuilt from its own rows."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("pandas")
+pytest.importorskip("seaborn")
+
+from attention_zoo.cli import main as zoo_main
+from attention_zoo.measure.labels import (
+    DEFAULT_REFERENCE,
+    backend_kind,
+    kind_class,
+    ratio_header,
+    status_text,
+)
+from attention_zoo.report import build_report
+from attention_zoo.report.analysis import MIN_FIT_LENGTHS
+from attention_zoo.report.document import (
+    Document,
+    Heading,
+    Para,
+    Table,
+    anchor,
+    to_html,
+    to_markdown,
+)
+from attention_zoo.report.rebuild import runs_from_markdown
+from attention_zoo.report.summary import short_settings
+from attention_zoo.reproduce import get_reproduction
+from attention_zoo.store import ResultStore
+
+from .report_fixtures import LSH_BEATS_SDPA_FROM, make_store
+
+
+def test_what_a_backend_computes_comes_from_its_capabilities():
+    assert [backend_kind(b) for b in ("full", "sdpa", "shared-qk")] == ["full"] * 3
+    assert backend_kind("local") == "pattern" and backend_kind("lsh") == "approximate"
+    assert backend_kind("hf:lsh") == "approximate"  # a peer computes what it mirrors
+    assert backend_kind("local+lsh") == "approximate"  # a mix: its least exact layer
+    assert backend_kind("lsh-4") == "approximate"  # a task's variant: hash count after a dash
+    assert backend_kind("no-such-backend") == "?"
+    assert kind_class("full") == "exact" and kind_class("pattern") == kind_class("approximate")
+
+
+def test_one_vocabulary_for_ratios_and_statuses():
+    assert DEFAULT_REFERENCE in ("full", "sdpa")  # an exact backend: ratios below one are gains
+    assert ratio_header("time", "full") == "time x full"
+    assert ratio_header("memory", "hf") == "memory x hf"
+    assert status_text("skipped", "xformers kernels need CUDA") == "n/a: xformers kernels need CUDA"
+    assert status_text("oom") == "OOM"
+
+
+def test_short_settings_keep_only_what_tells_them_apart():
+    names = [
+        "block, forward, float32, cpu",
+        "block, forward, bfloat16, cpu",
+        "model, forward, float32, cpu",
+    ]
+    assert short_settings(names) == {
+        names[0]: "block, float32",
+        names[1]: "block, bfloat16",
+        names[2]: "model, float32",
+    }
+    assert short_settings(["a, b"]) == {"a, b": "a, b"}
+    assert MIN_FIT_LENGTHS == 3
+
+
+def test_sections_links_and_scroll_boxes_render_alike(tmp_path):
+    doc = Document("t")
+    doc.add(Heading(1, "Summary"), Para("see [Cases without numbers](#cases-without-numbers)"))
+    doc.add(Table(["a"], [["1"]]), Heading(1, "Cases without numbers"), Para("none"))
+    html = to_html(doc)
+    assert '<section id="summary">' in html and '<section id="cases-without-numbers">' in html
+    assert '<a href="#cases-without-numbers">Cases without numbers</a>' in html
+    assert '<div class="scroll"><table>' in html and 'name="viewport"' in html
+    assert "(#cases-without-numbers)" in to_markdown(doc)
+    assert "(report.md#cases-without-numbers)" in to_markdown(doc, links_to="report.md")
+    assert anchor("Fidelity x cost") == "fidelity-x-cost" and anchor("`a`, b") == "a-b"
+
+
+def test_runs_come_back_from_an_older_folders_provenance_table():
+    markdown = (
+        "## Provenance\n\n| run | kind | started | git commit | torch | device | threads | cores "
+        "| load at start | load at end | busy |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| `r1` | bench | `2026-11-23 18:13 UTC` | `abc+dirty` (dirty) | `2.13.0+cpu` | `AMD EPYC` "
+        "| 2 | 2 | 0.14 | - | no |\n"
+    )
+    (run,) = runs_from_markdown(markdown)
+    assert run["run_id"] == "r1" and run["git_commit"] == "abc+dirty" and run["threads"] == 2
+    assert run["load_start"] == 0.14 and run["load_end"] is None and run["meta"] == {}
+    assert run["started_at"] == 1795457580.0
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("summary")
+    path = make_store(tmp / "s.sqlite", busy=True)
+    with ResultStore(path) as store:
+        files = build_report(
+            store.to_dataframe(),
+            tmp / "rep",
+            runs=store.runs(),
+            reference="full",
+            reproductions=[get_reproduction("reformer")],
+        )
+    return path, files
+
+
+def _summary_rows(text: str) -> list[list[str]]:
+    lines = text.split("## Summary", 1)[1].split("\n## ", 1)[0].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| setting |"))
+    return [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in lines[start + 2 :]
+        if line.startswith("|")
+    ]
+
+
+@pytest.mark.slow
+def test_the_summary_is_first_and_made_of_the_numbers(built):
+    _, files = built
+    text = files.markdown.read_text()
+    assert text.index("## Summary") < text.index("## Headline")
+    rows = {r[1]: r for r in _summary_rows(text)}
+    # ratios to full (the fixture's reference); lsh's approx_error on peaked inputs: 0.25 at 1024
+    assert rows["1024"][2:4] == ["`sdpa` 0.500x", "`lsh` 0.977x, error 0.250"]
+    assert rows["256"][0] == "`block, forward, batch=1, heads=4, head_dim=64, hidden=256`"
+    # 4096: full ran out of memory, so no ratio: the value with its unit instead
+    assert rows["4096"][2] == "`sdpa` 6.36 ms"
+    # at the set-aside length neither exact time is ranked (busy full, unstable sdpa)
+    assert rows["512"][2] == "none ranked" and rows["512"][4] == "`full` 1.00x"
+    assert rows["256"][6] == f"`lsh` below `sdpa`: from L ≈ {LSH_BEATS_SDPA_FROM:.0f}"
+    summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "**Exact**: fastest `sdpa` (at 3 of 4)" in summary
+    # the verdicts counted: as many as the Claims table has lines, each verdict as it says
+    counted = re.search(r"claims by verdict \(\[Claims\]\(#claims\)\): (.+)\.", summary)
+    counts = dict(part.rsplit(": ", 1) for part in counted.group(1).split(", "))
+    claims = text.split("## Claims", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in claims.splitlines() if line.startswith("| ")][1:]
+    assert sum(map(int, counts.values())) == len(lines) > 0
+    assert all(sum(f"| {v} |" in line for line in lines) == int(n) for v, n in counts.items())
+    assert "1 taken while the machine was busy, 1 unstable" in summary
+    assert "1 out of memory" in summary and "(#cases-without-numbers)" in summary
+    assert "none measured" in summary  # a setting of local variants only: no exact one
+    assert "hidden=64` (approx_error not measured)" in summary  # said once per setting
+
+
+@pytest.mark.slow
+def test_summary_md_is_the_summary_alone_linking_into_the_report(built):
+    _, files = built
+    alone = files.summary.read_text()
+    assert alone.startswith("# attention-zoo comparison\n\n## Summary")
+    assert "## Headline" not in alone and "(report.md#claims)" in alone
+    assert len(alone) < 65536  # a GitHub comment's limit
+    section = files.markdown.read_text().split("## Headline")[0]
+    assert alone.replace("(report.md#", "(#").strip() == section.strip()
+
+
+@pytest.mark.slow
+def test_a_folder_rebuilds_from_its_own_rows_with_the_same_numbers(built, tmp_path, capsys):
+    _, files = built
+    source, again_dir = str(files.markdown.parent), str(tmp_path / "again")
+    assert zoo_main(["report", "--from", source, "--out", again_dir, "--reference", "full"]) == 0
+    again = (tmp_path / "again" / "report.md").read_text()
+    strip = lambda t: t.split("## Provenance")[0]  # noqa: E731  (the build time differs)
+    assert strip(again) == strip(files.markdown.read_text())
+    meta = json.loads((tmp_path / "again" / "report.json").read_text())
+    assert meta["command"].startswith(f"zoo report --from {files.markdown.parent}")
+    assert json.loads((tmp_path / "again" / "runs.json").read_text())
+    assert zoo_main(["report", "--from", str(tmp_path)]) == 2
+    assert "holds no rows.csv" in capsys.readouterr().err
