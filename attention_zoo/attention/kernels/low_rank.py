@@ -1,0 +1,118 @@
+"""Softmax attention over keys and values projected along the sequence (Linformer), forward and
+backward a segment of positions at a time, keeping neither the (n, k) scores nor the output.
+
+Autograd through `matmul(proj, k)` and SDPA keeps the output and a transposed copy of k and v, and
+its projection gradient is a (b, h, k, n) batch of products summed afterwards. This backward
+recomputes each segment's probabilities from the saved log-sum-exp, takes D = rowsum(dO * O) as
+rowsum(P * dP) (no output needed), and builds the projection gradient segment by segment into one
+(k, n) tensor: its peak is the inputs' gradients, the projection's and a few MiB of scratch.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd import Function
+
+# Scratch one segment may hold: its score blocks (forward and backward) or its rearranged keys
+# and values (projection gradient). The Python loops over segments bound the memory; their count
+# comes from shapes only, so the meta device and torch.compile (fullgraph, unrolled) still hold.
+SCRATCH_BYTES = 4 << 20
+
+
+def _segments(n: int, row_bytes: int) -> list[tuple[int, int]]:
+    """Position ranges [s, e) of at most SCRATCH_BYTES of scratch, `row_bytes` per position."""
+    step = max(1, min(n, SCRATCH_BYTES // max(row_bytes, 1)))
+    return [(s, min(s + step, n)) for s in range(0, n, step)]
+
+
+def _heads_last(t: Tensor) -> Tensor:
+    """(b, h, m, d) -> (m, b h d); a view where the layout allows, else one copy."""
+    return t.permute(2, 0, 1, 3).reshape(t.shape[2], -1)
+
+
+def project(proj: Tensor, x: Tensor) -> Tensor:
+    """(k, n) x (b, h, n, d) -> (b, h, k, d). One product of (k, n) by (n, b h d) where x's
+    layout is (n, b, h, d) (the block's projections at batch 1), else a batched product over
+    the expanded projection; neither copies x."""
+    b, h, n, d = x.shape
+    rows = x.permute(2, 0, 1, 3)
+    if rows.is_contiguous():
+        return torch.mm(proj, rows.view(n, -1)).view(-1, b, h, d).permute(1, 2, 0, 3)
+    return torch.matmul(proj.expand(b, h, *proj.shape), x)
+
+
+def _project_backward(
+    proj: Tensor, pairs: list[tuple[Tensor, Tensor]], needs: tuple[bool, bool]
+) -> tuple[Tensor | None, list[Tensor | None]]:
+    """Gradients of y = project(proj, x) for each (dy, x) pair sharing `proj`, a segment of
+    positions at a time: (dproj (k, n) or None, [dx (b, h, n, d) in x's layout, or None]) for
+    needs = (proj, xs). dproj = sum_{b,h} dy x^T and dx = proj^T dy, with every pair and head
+    side by side in one product per segment."""
+    b, h, n, d = pairs[0][1].shape
+    grads = torch.cat([_heads_last(dy) for dy, _ in pairs], dim=1)  # (k, pairs b h d)
+    dproj = torch.empty_like(proj, memory_format=torch.contiguous_format) if needs[0] else None
+    dxs = [torch.empty_like(x) if needs[1] else None for _, x in pairs]
+    width = grads.shape[1]
+    for s, e in _segments(n, (2 * width + proj.shape[0]) * proj.itemsize):
+        if dproj is not None:
+            xs = torch.cat([_heads_last(x[:, :, s:e]) for _, x in pairs], dim=1)  # (seg, width)
+            torch.mm(grads, xs.transpose(0, 1), out=dproj[:, s:e])
+        if needs[1]:
+            dx_seg = torch.mm(proj[:, s:e].transpose(0, 1), grads).view(e - s, -1, b, h, d)
+            for i, dx in enumerate(dxs):
+                dx[:, :, s:e] = dx_seg[:, i].permute(1, 2, 0, 3)
+    return dproj, dxs
+
+
+class ProjectedAttention(Function):
+    """softmax(q (proj_k k)^T * scale) (proj_v v) for (b, h, n, d) q, k, v and (k, n) projections;
+    proj_v None: proj_k projects both (one gradient, summed in place). Saves q, k, v, the
+    projected keys and values and the log-sum-exp only."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, proj_k, proj_v, scale):  # type: ignore[override]
+        keys = project(proj_k, k)
+        values = project(proj_k if proj_v is None else proj_v, v)
+        b, h, n, _ = q.shape
+        out = torch.empty_like(q)
+        lse = q.new_empty(b, h, n)
+        for s, e in _segments(n, 2 * b * h * keys.shape[2] * q.itemsize):
+            scores = torch.matmul(q[:, :, s:e], keys.transpose(-1, -2)).mul_(scale)
+            top = scores.amax(-1, keepdim=True)
+            probs = scores.sub_(top).exp_()  # unnormalised: one exp per score
+            total = probs.sum(-1, keepdim=True)
+            out[:, :, s:e] = torch.matmul(probs, values).div_(total)
+            lse[:, :, s:e] = top.add_(total.log_()).squeeze(-1)
+        ctx.save_for_backward(q, k, v, proj_k, proj_v, keys, values, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        q, k, v, proj_k, proj_v, keys, values, lse = ctx.saved_tensors
+        scale = ctx.scale
+        b, h, n, _ = q.shape
+        dq = torch.empty_like(q)
+        dkeys, dvalues = torch.zeros_like(keys), torch.zeros_like(values)
+        for s, e in _segments(n, 3 * b * h * keys.shape[2] * q.itemsize):
+            q_s, g_s = q[:, :, s:e], g[:, :, s:e]
+            probs = torch.matmul(q_s, keys.transpose(-1, -2)).mul_(scale)
+            probs.sub_(lse[:, :, s:e, None]).exp_()
+            dprobs = torch.matmul(g_s, values.transpose(-1, -2))
+            # dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = rowsum(dO * O)
+            dscores = dprobs.sub_((probs * dprobs).sum(-1, keepdim=True)).mul_(probs)
+            dq[:, :, s:e] = torch.matmul(dscores, keys).mul_(scale)
+            dkeys += torch.matmul(dscores.transpose(-1, -2), q_s)
+            dvalues += torch.matmul(probs.transpose(-1, -2), g_s)
+        dkeys *= scale
+        need = ctx.needs_input_grad
+        if proj_v is None:  # one projection: its gradient sums both uses
+            dproj_k, (dk, dv) = _project_backward(
+                proj_k, [(dkeys, k), (dvalues, v)], (need[3], need[1] or need[2])
+            )
+            dproj_v = None
+        else:
+            dproj_k, (dk,) = _project_backward(proj_k, [(dkeys, k)], (need[3], need[1]))
+            dproj_v, (dv,) = _project_backward(proj_v, [(dvalues, v)], (need[4], need[2]))
+        return dq, dk, dv, dproj_k, dproj_v, None
