@@ -7,7 +7,10 @@ import pytest
 import torch
 
 from attention_zoo import SelfAttention, build_attention
+from attention_zoo.attention.kernels import low_rank
 from attention_zoo.errors import InputError, OptionError
+from attention_zoo.measure import profiled_peak
+from attention_zoo.measure.cases import BenchCase, build_runnable
 
 
 def _qkv(n: int, *, seed: int = 0):
@@ -104,3 +107,28 @@ def test_a_model_gives_nystrom_its_head_count_also_when_it_rebuilds_the_core():
     model.set_attention_options("nystrom", conv_kernel=5)  # the model rebuilds the core
     assert model.layers[1].attention.core.conv.weight.shape == (2, 1, 5, 1)
     assert torch.isfinite(model(torch.randint(0, 13, (2, 12))).last_hidden_state).all()
+
+
+def _measured_peak(backend: str, n: int, **options) -> int:
+    """Profiled peak of one warmed-up forward+backward, as `zoo bench --target attention`
+    measures it (1 batch, 4 heads of 64, float32)."""
+    case = BenchCase(
+        target="attention", backend=backend, seq_len=n, batch=1, num_heads=4, head_dim=64,
+        dtype="float32", causal=False, mode="forward+backward", options=options,
+    )  # fmt: skip
+    runnable = build_runnable(case)
+    runnable.step()
+    return profiled_peak(runnable.step)[1].peak_bytes
+
+
+@pytest.mark.slow  # profiled forward+backward of two backends (the profiler's start: seconds)
+def test_linformer_peak_memory_stays_below_sdpa(monkeypatch):
+    """Its (k, n) projection gradient is as large as one input gradient here (k = 4 x 64), and
+    still the peak stays under SDPA's: no output, no (n, k) scores and no transposed copies of k
+    and v are kept, and the projection gradient is built in place (autograd through matmul and
+    SDPA peaked at 1.17x). The segments' scratch, a constant, is scaled to this short length as
+    it is at 16k (1/8 of one input)."""
+    n = 1024
+    monkeypatch.setattr(low_rank, "SCRATCH_BYTES", n * 4 * 64 * 4 // 8)
+    ratio = _measured_peak("linformer", n, max_length=n) / _measured_peak("sdpa", n)
+    assert ratio <= 0.95, ratio

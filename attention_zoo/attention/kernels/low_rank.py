@@ -17,7 +17,7 @@ from torch.autograd import Function
 # Scratch one segment may hold: its score blocks (forward and backward) or its rearranged keys
 # and values (projection gradient). The Python loops over segments bound the memory; their count
 # comes from shapes only, so the meta device and torch.compile (fullgraph, unrolled) still hold.
-SCRATCH_BYTES = 4 << 20
+SCRATCH_BYTES = 2 << 20
 
 
 def _segments(n: int, row_bytes: int) -> list[tuple[int, int]]:
@@ -49,20 +49,37 @@ def _project_backward(
     positions at a time: (dproj (k, n) or None, [dx (b, h, n, d) in x's layout, or None]) for
     needs = (proj, xs). dproj = sum_{b,h} dy x^T and dx = proj^T dy, with every pair and head
     side by side in one product per segment."""
-    b, h, n, d = pairs[0][1].shape
+    n = pairs[0][1].shape[2]
     grads = torch.cat([_heads_last(dy) for dy, _ in pairs], dim=1)  # (k, pairs b h d)
     dproj = torch.empty_like(proj, memory_format=torch.contiguous_format) if needs[0] else None
-    dxs = [torch.empty_like(x) if needs[1] else None for _, x in pairs]
+    dxs = [torch.empty_like(x) for _, x in pairs] if needs[1] else []
+    # per position: the rearranged inputs (width), their product with grads (k), dx (width)
     width = grads.shape[1]
     for s, e in _segments(n, (2 * width + proj.shape[0]) * proj.itemsize):
-        if dproj is not None:
-            xs = torch.cat([_heads_last(x[:, :, s:e]) for _, x in pairs], dim=1)  # (seg, width)
-            torch.mm(grads, xs.transpose(0, 1), out=dproj[:, s:e])
-        if needs[1]:
-            dx_seg = torch.mm(proj[:, s:e].transpose(0, 1), grads).view(e - s, -1, b, h, d)
-            for i, dx in enumerate(dxs):
-                dx[:, :, s:e] = dx_seg[:, i].permute(1, 2, 0, 3)
-    return dproj, dxs
+        _project_backward_segment(proj, grads, pairs, dproj, dxs, s, e)
+    return dproj, dxs or [None] * len(pairs)
+
+
+def _project_backward_segment(
+    proj: Tensor,
+    grads: Tensor,
+    pairs: list[tuple[Tensor, Tensor]],
+    dproj: Tensor | None,
+    dxs: list[Tensor],
+    s: int,
+    e: int,
+) -> None:
+    """Positions s:e of `_project_backward` (a function, so its scratch is freed on return)."""
+    b, h, _, d = pairs[0][1].shape
+    if dproj is not None:
+        xs = grads.new_empty(e - s, len(pairs), b, h, d)  # every pair's rows, heads last
+        for i, (_, x) in enumerate(pairs):
+            xs[:, i] = x[:, :, s:e].permute(2, 0, 1, 3)
+        dproj[:, s:e] = torch.mm(grads, xs.view(e - s, -1).transpose(0, 1))
+    if dxs:
+        dx_seg = torch.mm(proj[:, s:e].transpose(0, 1), grads).view(e - s, -1, b, h, d)
+        for i, dx in enumerate(dxs):
+            dx[:, :, s:e] = dx_seg[:, i].permute(1, 2, 0, 3)
 
 
 class ProjectedAttention(Function):
