@@ -14,6 +14,10 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from .chunked import resolve_kernel
+
+_flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
 # Scratch one segment may hold: its score blocks (forward and backward) or its rearranged keys
 # and values (projection gradient). The Python loops over segments bound the memory; their count
 # comes from shapes only, so the meta device and torch.compile (fullgraph, unrolled) still hold.
@@ -82,6 +86,72 @@ def _project_backward_segment(
             dx[:, :, s:e] = dx_seg[:, i].permute(1, 2, 0, 3)
 
 
+def few_keys_forward(
+    q: Tensor, keys: Tensor, values: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
+    """softmax(q keys^T * scale) values for (b, h, n, d) q over (b, h, m, d) keys and values,
+    m small: (out, log-sum-exp (b, h, n)). PyTorch's fused CPU kernel where it runs (faster
+    here: 54 against 77 ms at 16k x 256 keys, one thread), else a segment of queries at a time."""
+    if resolve_kernel("auto", q.device, q.dtype) == "flash":
+        # the raw kernel reads rows as dense: a strided last dimension is copied first
+        dense = q if q.stride(-1) == 1 else q.contiguous()
+        return _flash_forward(dense, keys, values, 0.0, False, scale=scale)
+    b, h, n, _ = q.shape
+    out = torch.empty_like(q)
+    lse = q.new_empty(b, h, n)
+    for s, e in _segments(n, 2 * b * h * keys.shape[2] * q.itemsize):
+        _forward_segment(q, keys, values, scale, out, lse, s, e)
+    return out, lse
+
+
+def _forward_segment(
+    q: Tensor, keys: Tensor, values: Tensor, scale: float, out: Tensor, lse: Tensor, s: int, e: int
+) -> None:
+    scores = torch.matmul(q[:, :, s:e], keys.transpose(-1, -2)).mul_(scale)
+    top = scores.amax(-1, keepdim=True)
+    probs = scores.sub_(top).exp_()  # unnormalised: one exp per score
+    total = probs.sum(-1, keepdim=True)
+    out[:, :, s:e] = torch.matmul(probs, values).div_(total)
+    lse[:, :, s:e] = top.add_(total.log_()).squeeze(-1)
+
+
+def few_keys_backward(
+    g: Tensor, q: Tensor, keys: Tensor, values: Tensor, lse: Tensor, scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dkeys, dvalues) of `few_keys_forward` given its log-sum-exp: each segment's
+    probabilities recomputed, D = rowsum(dO * O) taken as rowsum(P * dP), so no output needed."""
+    b, h, n, _ = q.shape
+    dq = torch.empty_like(q)
+    dkeys, dvalues = torch.zeros_like(keys), torch.zeros_like(values)
+    for s, e in _segments(n, 3 * b * h * keys.shape[2] * q.itemsize):
+        _backward_segment(g, q, keys, values, lse, scale, (dq, dkeys, dvalues), s, e)
+    return dq, dkeys.mul_(scale), dvalues
+
+
+def _backward_segment(
+    g: Tensor,
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    lse: Tensor,
+    scale: float,
+    grads: tuple[Tensor, Tensor, Tensor],
+    s: int,
+    e: int,
+) -> None:
+    """Queries s:e of `few_keys_backward`; dkeys accumulates without its scale."""
+    dq, dkeys, dvalues = grads
+    q_s, g_s = q[:, :, s:e], g[:, :, s:e]
+    probs = torch.matmul(q_s, keys.transpose(-1, -2)).mul_(scale)
+    probs.sub_(lse[:, :, s:e, None]).exp_()
+    dprobs = torch.matmul(g_s, values.transpose(-1, -2))
+    # dS = P * (dP - rowsum(P * dP))
+    dscores = dprobs.sub_((probs * dprobs).sum(-1, keepdim=True)).mul_(probs)
+    dq[:, :, s:e] = torch.matmul(dscores, keys).mul_(scale)
+    dkeys += torch.matmul(dscores.transpose(-1, -2), q_s)
+    dvalues += torch.matmul(probs.transpose(-1, -2), g_s)
+
+
 class ProjectedAttention(Function):
     """softmax(q (proj_k k)^T * scale) (proj_v v) for (b, h, n, d) q, k, v and (k, n) projections;
     proj_v None: proj_k projects both (one gradient, summed in place). Saves q, k, v, the
@@ -91,16 +161,7 @@ class ProjectedAttention(Function):
     def forward(ctx, q, k, v, proj_k, proj_v, scale):  # type: ignore[override]
         keys = project(proj_k, k)
         values = project(proj_k if proj_v is None else proj_v, v)
-        b, h, n, _ = q.shape
-        out = torch.empty_like(q)
-        lse = q.new_empty(b, h, n)
-        for s, e in _segments(n, 2 * b * h * keys.shape[2] * q.itemsize):
-            scores = torch.matmul(q[:, :, s:e], keys.transpose(-1, -2)).mul_(scale)
-            top = scores.amax(-1, keepdim=True)
-            probs = scores.sub_(top).exp_()  # unnormalised: one exp per score
-            total = probs.sum(-1, keepdim=True)
-            out[:, :, s:e] = torch.matmul(probs, values).div_(total)
-            lse[:, :, s:e] = top.add_(total.log_()).squeeze(-1)
+        out, lse = few_keys_forward(q, keys, values, scale)
         ctx.save_for_backward(q, k, v, proj_k, proj_v, keys, values, lse)
         ctx.scale = scale
         return out
@@ -109,20 +170,7 @@ class ProjectedAttention(Function):
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, proj_k, proj_v, keys, values, lse = ctx.saved_tensors
         scale = ctx.scale
-        b, h, n, _ = q.shape
-        dq = torch.empty_like(q)
-        dkeys, dvalues = torch.zeros_like(keys), torch.zeros_like(values)
-        for s, e in _segments(n, 3 * b * h * keys.shape[2] * q.itemsize):
-            q_s, g_s = q[:, :, s:e], g[:, :, s:e]
-            probs = torch.matmul(q_s, keys.transpose(-1, -2)).mul_(scale)
-            probs.sub_(lse[:, :, s:e, None]).exp_()
-            dprobs = torch.matmul(g_s, values.transpose(-1, -2))
-            # dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = rowsum(dO * O)
-            dscores = dprobs.sub_((probs * dprobs).sum(-1, keepdim=True)).mul_(probs)
-            dq[:, :, s:e] = torch.matmul(dscores, keys).mul_(scale)
-            dkeys += torch.matmul(dscores.transpose(-1, -2), q_s)
-            dvalues += torch.matmul(probs.transpose(-1, -2), g_s)
-        dkeys *= scale
+        dq, dkeys, dvalues = few_keys_backward(g, q, keys, values, lse, scale)
         need = ctx.needs_input_grad
         if proj_v is None:  # one projection: its gradient sums both uses
             dproj_k, (dk, dv) = _project_backward(
