@@ -49,13 +49,16 @@ def project(proj: Tensor, x: Tensor) -> Tensor:
 def _project_backward(
     proj: Tensor, pairs: list[tuple[Tensor, Tensor]], needs: tuple[bool, bool]
 ) -> tuple[Tensor | None, list[Tensor | None]]:
-    """Gradients of y = project(proj, x) for each (dy, x) pair sharing `proj`, a segment of
-    positions at a time: (dproj (k, n) or None, [dx (b, h, n, d) in x's layout, or None]) for
-    needs = (proj, xs). dproj = sum_{b,h} dy x^T and dx = proj^T dy, with every pair and head
-    side by side in one product per segment."""
+    """Gradients of y = project(proj[:, :n], x) for each (dy, x) pair sharing `proj` (k, N >= n),
+    a segment of positions at a time: (dproj (k, N), zero past n, or None; [dx (b, h, n, d) in
+    x's layout, or None]) for needs = (proj, xs). dproj = sum_{b,h} dy x^T and dx = proj^T dy,
+    with every pair and head side by side in one product per segment. The whole projection's
+    gradient is written in place: no (k, n) slice of it is made and then copied."""
     n = pairs[0][1].shape[2]
     grads = torch.cat([_heads_last(dy) for dy, _ in pairs], dim=1)  # (k, pairs b h d)
-    dproj = torch.empty_like(proj, memory_format=torch.contiguous_format) if needs[0] else None
+    dproj = None
+    if needs[0]:
+        dproj = proj.new_zeros(proj.shape) if proj.shape[1] > n else proj.new_empty(proj.shape)
     dxs = [torch.empty_like(x) for _, x in pairs] if needs[1] else []
     # per position: the rearranged inputs (width), their product with grads (k), dx (width)
     width = grads.shape[1]
@@ -153,14 +156,15 @@ def _backward_segment(
 
 
 class ProjectedAttention(Function):
-    """softmax(q (proj_k k)^T * scale) (proj_v v) for (b, h, n, d) q, k, v and (k, n) projections;
-    proj_v None: proj_k projects both (one gradient, summed in place). Saves q, k, v, the
-    projected keys and values and the log-sum-exp only."""
+    """softmax(q (proj_k k)^T * scale) (proj_v v) for (b, h, n, d) q, k, v and (k, N >= n)
+    projections, their first n columns used; proj_v None: proj_k projects both (one gradient,
+    summed in place). Saves q, k, v, the projected keys and values and the log-sum-exp only."""
 
     @staticmethod
     def forward(ctx, q, k, v, proj_k, proj_v, scale):  # type: ignore[override]
-        keys = project(proj_k, k)
-        values = project(proj_k if proj_v is None else proj_v, v)
+        n = q.shape[2]
+        keys = project(proj_k[:, :n], k)
+        values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
         out, lse = few_keys_forward(q, keys, values, scale)
         ctx.save_for_backward(q, k, v, proj_k, proj_v, keys, values, lse)
         ctx.scale = scale
