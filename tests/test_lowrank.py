@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from attention_zoo import SelfAttention, build_attention
+from attention_zoo.attention.kernels import low_rank
 from attention_zoo.errors import InputError, OptionError
+from attention_zoo.measure import profiled_peak
+from attention_zoo.measure.cases import BenchCase, build_runnable
 
 
 def _qkv(n: int, *, seed: int = 0):
@@ -64,6 +68,45 @@ def test_nystrom_option_errors():
         build_attention("nystrom", num_landmarks=0)
 
 
+@pytest.mark.parametrize("share_kv", [True, False], ids=["shared", "separate"])
+@pytest.mark.parametrize("layout", ["dense", "block"])
+def test_linformer_kernel_gradients_equal_plain_autograd(share_kv, layout):
+    """The fused kernel's forward and hand-written backward (segments, recomputed probabilities,
+    the projection gradient built in place, zero past n) against autograd through matmul and
+    SDPA, in float64: q, k, v and both projections, with padding and n < max_length. "block"
+    gives the kernel the (b, n, h, d) layout of SelfAttention's projections at batch 1."""
+    n = 45
+    attn = build_attention("linformer", proj_length=8, max_length=64, share_kv=share_kv).double()
+    g = torch.Generator().manual_seed(1)
+    if layout == "block":
+        q, k, v = (torch.randn(1, n, 2, 16, generator=g, dtype=torch.float64).transpose(1, 2)
+                   for _ in "qkv")  # fmt: skip
+        mask = None
+    else:
+        q, k, v = _qkv(n)
+        mask = _padding(n)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    leaves = [q, k, v, *attn.parameters()]
+    weight = torch.randn(q.shape, generator=g, dtype=torch.float64)
+
+    def plain():
+        keys, values = k, v
+        if mask is not None:
+            keep = mask[:, None, :, None].double()
+            keys, values = k * keep, v * keep
+        proj_k = attn.proj_k[:, :n]
+        proj_v = proj_k if attn.proj_v is None else attn.proj_v[:, :n]
+        return F.scaled_dot_product_attention(q, proj_k @ keys, proj_v @ values)
+
+    out = attn(q, k, v, key_padding_mask=mask)
+    want = plain()
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
+    got_grads = torch.autograd.grad((out * weight).sum(), leaves)
+    want_grads = torch.autograd.grad((want * weight).sum(), leaves)
+    for got, ref in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)
+
+
 def test_linformer_longer_than_max_length_is_one_line_error():
     attn = build_attention("linformer", proj_length=4, max_length=16)
     q, k, v = _qkv(17)
@@ -104,3 +147,28 @@ def test_a_model_gives_nystrom_its_head_count_also_when_it_rebuilds_the_core():
     model.set_attention_options("nystrom", conv_kernel=5)  # the model rebuilds the core
     assert model.layers[1].attention.core.conv.weight.shape == (2, 1, 5, 1)
     assert torch.isfinite(model(torch.randint(0, 13, (2, 12))).last_hidden_state).all()
+
+
+def _measured_peak(backend: str, n: int, **options) -> int:
+    """Profiled peak of one warmed-up forward+backward, as `zoo bench --target attention`
+    measures it (1 batch, 4 heads of 64, float32)."""
+    case = BenchCase(
+        target="attention", backend=backend, seq_len=n, batch=1, num_heads=4, head_dim=64,
+        dtype="float32", causal=False, mode="forward+backward", options=options,
+    )  # fmt: skip
+    runnable = build_runnable(case)
+    runnable.step()
+    return profiled_peak(runnable.step)[1].peak_bytes
+
+
+@pytest.mark.slow  # profiled forward+backward of two backends (the profiler's start: seconds)
+def test_linformer_peak_memory_stays_below_sdpa(monkeypatch):
+    """Its (k, n) projection gradient is as large as one input gradient here (k = 4 x 64), and
+    still the peak stays under SDPA's: no output, no (n, k) scores and no transposed copies of k
+    and v are kept, and the projection gradient is built in place (autograd through matmul and
+    SDPA peaked at 1.17x). The segments' scratch, a constant, is scaled to this short length as
+    it is at 16k (1/8 of one input)."""
+    n = 1024
+    monkeypatch.setattr(low_rank, "SCRATCH_BYTES", n * 4 * 64 * 4 // 8)
+    ratio = _measured_peak("linformer", n, max_length=n) / _measured_peak("sdpa", n)
+    assert ratio <= 0.95, ratio

@@ -18,6 +18,7 @@ from ..errors import InputError, OptionError
 from .base import AttentionCore, check_dropout
 from .kernels.chunked import check_int
 from .kernels.linear_scan import compute_dtype
+from .kernels.low_rank import ProjectedAttention, project
 from .spec import Capabilities, register_attention
 
 
@@ -69,8 +70,14 @@ class LinformerAttention(AttentionCore):
         if key_padding_mask is not None:  # padded keys and values: zero before projecting
             keep = key_padding_mask[:, None, :, None].to(wide)
             k, v = k * keep, v * keep
-        proj_k = self.proj_k[:, :n].to(wide)  # (k, n)
-        proj_v = proj_k if self.proj_v is None else self.proj_v[:, :n].to(wide)
-        keys, values = torch.matmul(proj_k, k), torch.matmul(proj_v, v)  # (b, h, k, d)
+        # whole (k, max_length) projections: the kernel slices them and writes their gradients
+        # in place, with no (k, n) slice gradient copied into a zero (k, max_length) one
+        proj_k = self.proj_k.to(wide)
+        proj_v = None if self.proj_v is None else self.proj_v.to(wide)
+        scale = q.shape[-1] ** -0.5
+        if not self.dropout_p:
+            return ProjectedAttention.apply(q, k, v, proj_k, proj_v, scale).to(dtype)
+        keys = project(proj_k[:, :n], k)  # (b, h, k, d)
+        values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
         out = F.scaled_dot_product_attention(q, keys, values, dropout_p=self.dropout_p)
         return out.to(dtype)

@@ -84,12 +84,13 @@ class NystromAttention(AttentionCore):
         if key_padding_mask is not None:
             real = real & F.pad(key_padding_mask, (0, npad - n), value=False)
         counts = real.view(-1, landmarks, npad // landmarks).sum(-1)  # (b | 1, L) real tokens
-        q_land, k_land = (self._means(t, real, counts) for t in (q, k))
+        padded = key_padding_mask is not None or npad != n  # else every row is real
+        q_land, k_land = (self._means(t, real if padded else None, counts) for t in (q, k))
         filled = counts > 0  # a segment of padding only has no landmark
         scale = d**-0.5
         # softmax(Ql K^T) V: the landmark queries over the real keys
         land_values = F.scaled_dot_product_attention(
-            q_land, k, v, attn_mask=real[:, None, None, :], scale=scale
+            q_land, k, v, attn_mask=real[:, None, None, :] if padded else None, scale=scale
         )
         kernel = self._landmark_kernel(q_land, k_land, filled, scale)
         values = torch.matmul(iterative_pinv(kernel, self.cfg.pinv_iterations), land_values)
@@ -98,7 +99,7 @@ class NystromAttention(AttentionCore):
             q,
             k_land,
             values,
-            attn_mask=filled[:, None, None, :],
+            attn_mask=filled[:, None, None, :] if padded else None,
             dropout_p=self.dropout_p,
             scale=scale,
         )
@@ -107,12 +108,16 @@ class NystromAttention(AttentionCore):
         return out[:, :, :n].to(dtype)
 
     @staticmethod
-    def _means(t: Tensor, real: Tensor, counts: Tensor) -> Tensor:
-        """(b, h, npad, d) -> (b, h, L, d): the mean of each segment's real rows (a product with
-        the 0/1 weights, so no masked copy of t is made)."""
+    def _means(t: Tensor, real: Tensor | None, counts: Tensor) -> Tensor:
+        """(b, h, npad, d) -> (b, h, L, d): the mean of each segment's real rows. Without padding
+        (real None) a sum over a view of t; with padding, a product with the 0/1 weights, so no
+        masked copy of t is made (the product copies t only where its layout cannot be batched,
+        e.g. the block's (b, n, h, d) projections)."""
         b, h, npad, d = t.shape
         landmarks = counts.shape[-1]
         segments = t.reshape(b, h, landmarks, npad // landmarks, d)
+        if real is None:  # the division on the means: the sum's gradient stays a broadcast view
+            return segments.sum(-2) / (npad // landmarks)
         weights = real.view(-1, 1, landmarks, 1, npad // landmarks).to(t.dtype)
         sums = torch.matmul(weights, segments).squeeze(-2)
         return sums / counts.clamp_min(1)[:, None, :, None]
