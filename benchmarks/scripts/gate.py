@@ -570,6 +570,7 @@ def run(args: argparse.Namespace) -> int:
             return calibrate(args, conf_path, head)
         base = resolve_base(args.base, head, args.missing_base_ok)
         if base is None:
+            write_comment(args, "skipped: no base commit in this clone to compare against", [], [])
             return OK
         if base == head:
             raise GateError(f"base and head are the same commit ({head[:8]}): nothing to compare")
