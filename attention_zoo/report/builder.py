@@ -19,23 +19,21 @@ from typing import Any
 
 from ..measure.labels import DEFAULT_REFERENCE
 from . import accuracy, cost, fidelity, misc, summary, variants
+from .browser import FIRST_SCREEN
 from .claims import ClaimsSource, claims_section
 from .context import Context
 from .document import Document, Image, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
 from .output import staged_folder, writing
-from .plots import caption
+from .plots import CAPTIONS, caption
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "attention-zoo comparison"
 META_FILE = "report.json"  # what produced the folder: read by the reports index
-PLOT_PATTERNS = (
-    "scaling-*.png",
-    "fidelity-*.png",
-    "pareto-*.png",
-    "first-screen.png",  # report.browser, when asked for: never a picture of an older report
-)  # written when there is data (and the plots of the reproductions' own sections)
+# Written when there is data, each kind with its caption (plots.CAPTIONS; the reproductions' own
+# sections name theirs too): a plot the new build does not write is never carried over.
+PLOT_PATTERNS = (*(f"{prefix}*.png" for prefix in CAPTIONS), FIRST_SCREEN)
 
 
 Section = Callable[[Context], list[Any]]  # the blocks of one section of the report
@@ -50,7 +48,8 @@ def _reproduction_sections(ctx: Context) -> list[Any]:
 
 
 # The report's sections after the summary, in order. A new section is a function of the Context
-# in a module of this package and its entry here (its plots' file patterns in PLOT_PATTERNS).
+# in a module of this package and its entry here (a plot of a new kind: its caption in
+# plots.CAPTIONS).
 SECTIONS: tuple[Section, ...] = (
     cost.headline,
     cost.scaling,
