@@ -21,7 +21,13 @@ from attention_zoo.report.index import write_index
 from attention_zoo.reproduce import get_reproduction
 from attention_zoo.store import ResultStore
 
-from .report_fixtures import LSH_BEATS_SDPA_FROM, SET_ASIDE_LENGTH, block_case, make_store
+from .report_fixtures import (
+    LSH_BEATS_SDPA_FROM,
+    SET_ASIDE_LENGTH,
+    block_case,
+    build_busy_report,
+    make_store,
+)
 
 
 def _table(text: str, heading: str, header: str) -> list[list[str]]:
@@ -43,16 +49,7 @@ FORWARD = "### `block, forward, causal, batch=1, heads=4, head_dim=64, hidden=25
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("report")
-    path = make_store(tmp / "s.sqlite", busy=True)
-    with ResultStore(path) as store:
-        files = build_report(
-            store.to_dataframe(),
-            tmp / "rep",
-            runs=store.runs(),
-            reference="sdpa",
-            reproductions=[REFORMER],
-        )
+    _, files = build_busy_report(tmp_path_factory.mktemp("report"), reference="sdpa")
     return files, files.markdown.read_text()
 
 

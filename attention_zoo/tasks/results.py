@@ -91,8 +91,7 @@ def save_skipped(
     reason: str,
 ) -> str:
     """Record a grid entry that could not run here, with its reason."""
-    config = case_config(identity, spec_key)
-    return store.add_rows(run_id, case_key(config), config, [], status=SKIPPED, error=reason)
+    return save_failed(store, run_id, identity, spec_key, status=SKIPPED, error=reason)
 
 
 def stored_rows(
