@@ -8,7 +8,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from .salvage import TABLES, column_names, open_damaged, readable_rows, table_names, table_rows
+from .salvage import TABLES, column_names, open_damaged, table_names, table_rows
 from .store import StoreError, is_ours, open_store
 
 
@@ -55,7 +55,3 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
     run, key = columns.index("run_id") if rows else 0, columns.index("case_key") if rows else 0
     lost = sum((row[run], row[key]) not in cases for row in rows)
     return Recovered(rows=counts, without_case=lost)
-
-
-# readable_rows: store.py still imports it from here (its home is salvage.py)
-__all__ = ["Recovered", "readable_rows", "recover"]

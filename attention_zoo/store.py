@@ -47,6 +47,7 @@ from .measure.env import Environment, capture
 from .measure.load import Load, cpu_count, machine_load
 from .measure.status import OK, STATUSES
 from .paths import require_folder
+from .salvage import readable_rows
 
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
 SCHEMA_VERSION = 3
@@ -151,8 +152,6 @@ def is_ours(path: Path) -> bool:
 
 def damaged(path: Path, err: sqlite3.Error) -> StoreError:
     """The error for a store of ours that SQLite cannot read, saying what can still be saved."""
-    from .recover import readable_rows
-
     counts = readable_rows(path)
     found = sum(counts.values())
     advice = (

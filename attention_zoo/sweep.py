@@ -15,8 +15,10 @@ import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import torch
 
 from .attention.spec import get_backend, list_backends
 from .engine import Plan, RunPolicy, Stored, failed_status, fingerprint, run_plan
@@ -31,6 +33,8 @@ from .measure.runner import (
     DEFAULT_SETTINGS,
     CaseResult,
     MeasureSettings,
+    describe_error,
+    is_oom,
     measure_case,
     measure_group,
 )
@@ -167,8 +171,6 @@ def expand_options(backend: str, options: dict[str, Any]) -> list[dict[str, Any]
 
 def _resolve_device(device: str) -> str:
     if device == "auto":
-        import torch
-
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
 
@@ -441,8 +443,6 @@ def _case_results(batch: Sequence[BenchCase], outcome: Outcome) -> list[CaseResu
 
 def _guarded(measure: Measure, case: BenchCase, settings: MeasureSettings) -> CaseResult:
     """An injected measure function that raises still yields a stored error, like measure_case."""
-    from .measure.runner import describe_error, is_oom
-
     try:
         return measure(case, settings)
     except KeyboardInterrupt:
@@ -454,12 +454,8 @@ def _guarded(measure: Measure, case: BenchCase, settings: MeasureSettings) -> Ca
 
 
 def _with_limit(settings: MeasureSettings, limit: int) -> MeasureSettings:
-    from dataclasses import replace
-
     return replace(settings, memory_limit_bytes=limit)
 
 
 def _settings_meta(settings: MeasureSettings) -> dict[str, Any]:
-    from dataclasses import asdict
-
     return asdict(settings)

@@ -6,8 +6,10 @@ rows of the same model, and residual / feed-forward variants."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from attention_zoo.measure.cases import BenchCase
+from attention_zoo.reproduce import get_reproduction
 from attention_zoo.store import ResultStore
 from attention_zoo.tasks.results import case_config, encode_metric
 
@@ -189,3 +191,15 @@ def make_store(path: Path, *, busy: bool = False) -> Path:
         store._db.execute("UPDATE runs SET load_start = 40.0 WHERE run_id = ?", (busy_run,))
         store._db.commit()
     return path
+
+
+def build_busy_report(folder: Path, **options: Any) -> tuple[Path, Any]:
+    """(store, ReportFiles): make_store(busy=True) in `folder` and its report in folder/rep, by
+    default with the Reformer's claims (built only where pandas is, as the report tests skip)."""
+    from attention_zoo.report import build_report
+
+    options.setdefault("reproductions", [get_reproduction("reformer")])
+    path = make_store(folder / "s.sqlite", busy=True)
+    with ResultStore(path) as store:
+        files = build_report(store.to_dataframe(), folder / "rep", runs=store.runs(), **options)
+    return path, files

@@ -384,14 +384,8 @@ def test_ctrl_c_while_a_task_run_is_closed_marks_it_interrupted(
 ) -> None:
     """Before: 'zoo task: ' with nothing after it, and the run 'unfinished' for ever."""
     import attention_zoo.tasks.runner as runner
-    from attention_zoo.tasks.trainer import TrainResult
 
-    def trained(spec, *, device="cpu", on_step=None):
-        result = TrainResult(
-            steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
-            stopped="max_steps", wall_time_s=0.0,
-        )  # fmt: skip
-        return runner.RunOutcome(spec=spec, result=result, evals={})
+    from .test_engine import trained
 
     monkeypatch.setattr(runner, "run_one", trained)
     _sigint_on_load_sample(monkeypatch, at_call=2)  # 1: the run starts, 2: it is finished

@@ -30,17 +30,18 @@ TASK += ["--eval-hashes", "", "--quiet"]
 COMMANDS = {"bench": (BENCH, "bench"), "task": (TASK, "task")}  # argv, the store run's kind
 
 
+def trained(spec, *, device="cpu", on_step=None) -> runner.RunOutcome:
+    """A stand-in for tasks.runner.run_one: a training that takes no time."""
+    result = TrainResult(
+        steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
+        stopped="max_steps", wall_time_s=0.0,
+    )  # fmt: skip
+    return runner.RunOutcome(spec=spec, result=result, evals={})
+
+
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh folder, trainings that take no time (a stand-in outcome), torch threads restored."""
-
-    def trained(spec, *, device="cpu", on_step=None):
-        result = TrainResult(
-            steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
-            stopped="max_steps", wall_time_s=0.0,
-        )  # fmt: skip
-        return runner.RunOutcome(spec=spec, result=result, evals={})
-
     monkeypatch.setattr(runner, "run_one", trained)
     monkeypatch.setattr(load, "SAMPLE_S", 0.0)  # the load sampled at each run's start and end
     # no collection after each case: these cases only predict, and this process's heap is large

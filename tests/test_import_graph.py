@@ -32,43 +32,9 @@ OPTIONAL = frozenset(
     }
 )
 
-# Imports inside functions of code every install has, in modules being rewritten elsewhere:
-# module -> what it imports there. Each must move to the top of its module (or go, with the code
-# that needed it); delete its entry when it does. Never add one.
-PENDING: dict[str, set[str]] = {
-    "attention_zoo.commands.bench_cmd": {"torch"},
-    "attention_zoo.commands.reproduce_cmd": {
-        "attention_zoo.cli",
-        "attention_zoo.measure.table",
-        "attention_zoo.report.claims",
-        "attention_zoo.reproduce",
-        "torch",
-    },
-    "attention_zoo.commands.task_cmd": {
-        "attention_zoo.measure.runner",
-        "attention_zoo.store",
-        "attention_zoo.sweep",
-        "attention_zoo.tasks.base",
-        "attention_zoo.tasks.cost",
-        "attention_zoo.tasks.driver",
-        "attention_zoo.tasks.results",
-        "attention_zoo.tasks.runner",
-        "attention_zoo.tasks.suite",
-        "attention_zoo.tasks.table2",
-        "dataclasses",
-    },
-    "attention_zoo.executors.base": {"attention_zoo.measure.runner", "attention_zoo.plugins"},
-    "attention_zoo.report.claims": {"attention_zoo.tasks.results"},
-    "attention_zoo.report.cost": {"attention_zoo.report.analysis"},
-    "attention_zoo.report.frame": {"attention_zoo.config", "attention_zoo.measure.cases"},
-    "attention_zoo.report.misc": {"attention_zoo.report.claims"},
-    "attention_zoo.reproduce": {"attention_zoo.config", "attention_zoo.model", "torch"},
-    "attention_zoo.reproduce.reformer": {"attention_zoo.presets"},
-    "attention_zoo.store": {"attention_zoo.recover"},
-    "attention_zoo.sweep": {"attention_zoo.measure.runner", "dataclasses", "torch"},
-    "attention_zoo.tasks.results": {"json"},
-    "attention_zoo.tasks.runner": {"attention_zoo.config", "attention_zoo.model"},
-}
+# Imports inside functions of code every install has: module -> what it imports there, each
+# with its reason. Empty: every such import is at the top of its module. Never add one.
+PENDING: dict[str, set[str]] = {}
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,20 @@ pytest.importorskip("seaborn")
 
 from attention_zoo.cli import main as zoo_main
 from attention_zoo.measure.labels import case_label, variant_label
-from attention_zoo.report import build_report
+from attention_zoo.report import build_report, builder
 from attention_zoo.report.claims import NOT_MEASURED, ClaimRow, claim_verdicts
+from attention_zoo.report.document import Heading, Para
 from attention_zoo.report.index import write_index
 from attention_zoo.reproduce import get_reproduction
 from attention_zoo.store import ResultStore
 
-from .report_fixtures import LSH_BEATS_SDPA_FROM, SET_ASIDE_LENGTH, block_case, make_store
+from .report_fixtures import (
+    LSH_BEATS_SDPA_FROM,
+    SET_ASIDE_LENGTH,
+    block_case,
+    build_busy_report,
+    make_store,
+)
 
 
 def _table(text: str, heading: str, header: str) -> list[list[str]]:
@@ -42,16 +49,7 @@ FORWARD = "### `block, forward, causal, batch=1, heads=4, head_dim=64, hidden=25
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("report")
-    path = make_store(tmp / "s.sqlite", busy=True)
-    with ResultStore(path) as store:
-        files = build_report(
-            store.to_dataframe(),
-            tmp / "rep",
-            runs=store.runs(),
-            reference="sdpa",
-            reproductions=[REFORMER],
-        )
+    _, files = build_busy_report(tmp_path_factory.mktemp("report"), reference="sdpa")
     return files, files.markdown.read_text()
 
 
@@ -295,3 +293,21 @@ def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(
         assert rows[(n, "hf:lsh")][5] == "1.00x"
         assert rows[(n, "hf:lsh")][2] == "approximate"  # a peer computes what it mirrors
     assert "no ratios" not in text.split("## Scaling")[0]
+
+
+def test_a_new_section_is_a_function_and_its_entry_in_sections(tmp_path, monkeypatch):
+    """Adding a report section touches its module and builder.SECTIONS: it is printed in place,
+    in the markdown and the HTML, from the Context every section reads."""
+
+    def probe(ctx):
+        return [Heading(1, "Probe section"), Para(f"{len(ctx.bench)} bench cases selected")]
+
+    sections = builder.SECTIONS
+    monkeypatch.setattr(builder, "SECTIONS", (*sections[:-1], probe, sections[-1]))
+    df, runs = _two_runs(tmp_path / "s.sqlite", second={})
+    files = build_report(df, tmp_path / "rep", runs=runs)
+    text = files.markdown.read_text()
+    probe_at = text.index("\n## Probe section")
+    assert text.index("\n## Claims") < probe_at < text.index("\n## Provenance")  # in place
+    assert "bench cases selected" in text[probe_at:].split("\n## ", 2)[1]
+    assert "Probe section" in files.html.read_text()

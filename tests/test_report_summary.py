@@ -21,7 +21,6 @@ from attention_zoo.measure.labels import (
     ratio_header,
     status_text,
 )
-from attention_zoo.report import build_report
 from attention_zoo.report.analysis import MIN_FIT_LENGTHS
 from attention_zoo.report.document import (
     Document,
@@ -34,10 +33,9 @@ from attention_zoo.report.document import (
 )
 from attention_zoo.report.rebuild import runs_from_markdown
 from attention_zoo.report.summary import short_settings
-from attention_zoo.reproduce import get_reproduction
-from attention_zoo.store import ResultStore
+from attention_zoo.reproduce import REPRODUCTIONS
 
-from .report_fixtures import LSH_BEATS_SDPA_FROM, make_store
+from .report_fixtures import LSH_BEATS_SDPA_FROM, build_busy_report
 
 
 def test_what_a_backend_computes_comes_from_its_capabilities():
@@ -101,17 +99,7 @@ def test_runs_come_back_from_an_older_folders_provenance_table():
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("summary")
-    path = make_store(tmp / "s.sqlite", busy=True)
-    with ResultStore(path) as store:
-        files = build_report(
-            store.to_dataframe(),
-            tmp / "rep",
-            runs=store.runs(),
-            reference="full",
-            reproductions=[get_reproduction("reformer")],
-        )
-    return path, files
+    return build_busy_report(tmp_path_factory.mktemp("summary"), reference="full")
 
 
 def _summary_rows(text: str) -> list[list[str]]:
@@ -165,8 +153,9 @@ def test_summary_md_is_the_summary_alone_linking_into_the_report(built):
 
 
 @pytest.mark.slow
-def test_a_folder_rebuilds_from_its_own_rows_with_the_same_numbers(built, tmp_path, capsys):
-    _, files = built
+def test_a_folder_rebuilds_from_its_own_rows_with_the_same_numbers(tmp_path, capsys):
+    # with every registered reproduction, as `zoo report` (and --from, rebuilding it) builds it
+    _, files = build_busy_report(tmp_path, reference="full", reproductions=list(REPRODUCTIONS))
     source, again_dir = str(files.markdown.parent), str(tmp_path / "again")
     assert zoo_main(["report", "--from", source, "--out", again_dir, "--reference", "full"]) == 0
     again = (tmp_path / "again" / "report.md").read_text()

@@ -11,20 +11,11 @@ from attention_zoo import ConfigError, ReformerConfig, ReformerForSequenceClassi
 from attention_zoo.errors import ShapeError
 from attention_zoo.hf_reformer import HFConversionWarning
 
-from .hf_parity import BASE
+from .hf_parity import BASE, ENCODER_CASES
 
 transformers = pytest.importorskip("transformers", reason="the HF parity tests need transformers")
 
-ENCODER = {
-    **BASE,
-    "attn_layers": ["local", "lsh"],
-    "is_decoder": False,
-    "num_hashes": 2,
-    "num_buckets": [8],
-    "hash_seed": 2,
-    "local_num_chunks_after": 1,
-    "lsh_num_chunks_after": 1,
-}
+ENCODER = {**BASE, **ENCODER_CASES[0].hf}  # local + lsh, bidirectional
 
 
 def _hf_classifier(num_labels: int = 5):

@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+import torch
+
 from ..engine import RunInterrupted
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
@@ -295,8 +297,6 @@ def check_reference(reference: str | None, cases: list) -> None:
 
 
 def _torch_threads() -> int:
-    import torch
-
     return torch.get_num_threads()
 
 

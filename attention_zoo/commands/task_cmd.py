@@ -14,8 +14,11 @@ from ..engine import RunPolicy
 from ..errors import UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
 from ..store import DEFAULT_STORE
+from ..tasks import results
+from ..tasks.base import TASKS, tabulation_of
 from ..tasks.driver import TaskRequest, train_task
-from ..tasks.suite import TaskPreset, load_task_preset
+from ..tasks.suite import TaskPreset, find_suite, load_task_preset, preset_names
+from ..tasks.tabulate import build_matrix, format_matrix
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
@@ -156,8 +159,6 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tasks.base import TASKS
-
     check_flags(args)
     if args.dump is not None:
         return _dump(args)
@@ -222,10 +223,6 @@ def _tuple(values: list | None) -> tuple | None:
 
 
 def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
-    from ..tasks import results
-    from ..tasks.base import tabulation_of
-    from ..tasks.tabulate import build_matrix, format_matrix
-
     rows = results.load_rows(store, task=task, preset=preset)
     if not rows:
         print(f"no stored task runs in {store}" + (f" for {task} / {preset}" if task else ""))
@@ -240,8 +237,6 @@ def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
 
 
 def _list_tasks(names: list[str]) -> str:
-    from ..tasks.suite import find_suite, preset_names
-
     lines = ["tasks (zoo task NAME --preset PRESET):"]
     for name in names:
         try:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..measure.env import Environment, capture
+from ..measure.runner import describe_error, is_oom
+from ..plugins import ENV_VAR, child_environment, load_plugins, split_targets
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +60,6 @@ def run_job(
     """Run one job here and describe it: an exception becomes an error outcome (never raised), and
     the environment is captured in this process, so a row names the machine that measured it.
     plugins: the driver's plugin modules, loaded first in a fresh process (a Ray worker)."""
-    from ..measure.runner import describe_error, is_oom
-
     if plugins:
         failed = _load_plugins(plugins)
         if failed:
@@ -80,16 +80,12 @@ def run_job(
 
 def _load_plugins(plugins: Sequence[str]) -> str | None:
     """Load the driver's plugins here (once per process); the first failure's message, if any."""
-    from ..plugins import load_plugins
-
     failures = load_plugins(plugins, report=False)
     return f"on this worker: {failures[0].message()}" if failures else None
 
 
 def plugin_targets() -> list[str]:
     """The plugins this process loaded that another process can import again (for its workers)."""
-    from ..plugins import ENV_VAR, child_environment, split_targets
-
     return split_targets(child_environment().get(ENV_VAR, ""))
 
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,4 @@ def probe(html: Path, width: int = SCREEN[0]) -> dict[str, Any]:
     found = re.search(r'<pre id="zoo-probe">(.*?)</pre>', dom, re.S)
     if not found:
         raise UnavailableError(f"the page did not finish loading in Chromium: {dom[-300:]}")
-    import html as html_module
-
-    return json.loads(html_module.unescape(found.group(1)))
+    return json.loads(unescape(found.group(1)))

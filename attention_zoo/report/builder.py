@@ -12,30 +12,56 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..measure.labels import DEFAULT_REFERENCE
 from . import accuracy, cost, fidelity, misc, summary, variants
+from .browser import FIRST_SCREEN
 from .claims import ClaimsSource, claims_section
 from .context import Context
 from .document import Document, Image, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
 from .output import staged_folder, writing
-from .plots import caption
+from .plots import CAPTIONS, caption
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "attention-zoo comparison"
 META_FILE = "report.json"  # what produced the folder: read by the reports index
-PLOT_PATTERNS = (
-    "scaling-*.png",
-    "fidelity-*.png",
-    "pareto-*.png",
-    "first-screen.png",  # report.browser, when asked for: never a picture of an older report
-)  # written when there is data (and the plots of the reproductions' own sections)
+# Written when there is data, each kind with its caption (plots.CAPTIONS; the reproductions' own
+# sections name theirs too): a plot the new build does not write is never carried over.
+PLOT_PATTERNS = (*(f"{prefix}*.png" for prefix in CAPTIONS), FIRST_SCREEN)
+
+
+Section = Callable[[Context], list[Any]]  # the blocks of one section of the report
+
+
+def _claims(ctx: Context) -> list[Any]:
+    return claims_section(ctx, ctx.rows, ctx.reproductions)
+
+
+def _reproduction_sections(ctx: Context) -> list[Any]:
+    return [block for r in ctx.reproductions for block in r.report_sections(ctx)]
+
+
+# The report's sections after the summary, in order. A new section is a function of the Context
+# in a module of this package and its entry here (a plot of a new kind: its caption in
+# plots.CAPTIONS).
+SECTIONS: tuple[Section, ...] = (
+    cost.headline,
+    cost.scaling,
+    fidelity.fidelity_cost,
+    accuracy.accuracy_cost,
+    accuracy.task_tables,
+    variants.block_variants,
+    _claims,
+    _reproduction_sections,
+    misc.missing,
+    misc.provenance,
+)
 
 
 @dataclass
@@ -134,6 +160,7 @@ def _write_report(
     ctx.out_dir, ctx.reference = out_dir, reference
     doc = Document(title)
     rows = _rows_used(df, ctx)
+    ctx.rows, ctx.reproductions = rows, reproductions
     doc.add(*summary.summary(ctx, rows, reproductions))
     doc.add(
         Para(
@@ -144,18 +171,7 @@ def _write_report(
         )
     )
     first = Document(title, list(doc.blocks))
-    for section in (
-        cost.headline,
-        cost.scaling,
-        fidelity.fidelity_cost,
-        accuracy.accuracy_cost,
-        accuracy.task_tables,
-        variants.block_variants,
-        lambda c: claims_section(c, rows, reproductions),
-        *(r.report_sections for r in reproductions),
-        misc.missing,
-        misc.provenance,
-    ):
+    for section in SECTIONS:
         doc.add(*section(ctx))
     doc.blocks = [_captioned(b) for b in doc.blocks]
     files = ReportFiles(

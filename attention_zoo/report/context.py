@@ -3,6 +3,7 @@ value (or a case's status when it has none) through the ledger."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ class Context:
     earlier_runs: dict[str, int] = field(default_factory=dict)  # identity -> older runs not shown
     ledger: Ledger = field(default_factory=Ledger)
     plots: list[Path] = field(default_factory=list)
+    rows: Any = None  # the stored rows used (rows.csv): what claims are judged on
+    reproductions: Sequence[Any] = ()  # report.claims.ClaimsSource: whose claims to add
 
     def ref(self, row: Any, what: str) -> Ref:
         return [row["run_id"], row["case_key"], what]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..config import ReformerConfig
+from ..measure.cases import BenchCase
 from ..measure.labels import backend_kind, case_label, measured_on_peer, resolve_options
 from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
@@ -246,8 +248,6 @@ def _train_batch(config: dict[str, Any]) -> int | None:
 
 def _bench_model_key(config: dict[str, Any]) -> str:
     """The model key of a bench case of target model (its ReformerConfig as the case builds it)."""
-    from ..measure.cases import BenchCase
-
     try:
         fields = {k: v for k, v in config.items() if k in BenchCase.__dataclass_fields__}
         return model_key(BenchCase.from_dict(fields).reformer_config().to_dict())
@@ -261,8 +261,6 @@ def model_key(fields: dict[str, Any]) -> str:
     if not fields:
         return ""
     try:
-        from ..config import ReformerConfig
-
         config = ReformerConfig.from_dict(dict(fields)).to_dict()
     except Exception:  # a config this version cannot read: compare it as stored
         config = dict(fields)

@@ -9,6 +9,7 @@ evaluation override is kept in the metric name ("accuracy@lsh-8"; "accuracy" = a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -90,8 +91,7 @@ def save_skipped(
     reason: str,
 ) -> str:
     """Record a grid entry that could not run here, with its reason."""
-    config = case_config(identity, spec_key)
-    return store.add_rows(run_id, case_key(config), config, [], status=SKIPPED, error=reason)
+    return save_failed(store, run_id, identity, spec_key, status=SKIPPED, error=reason)
 
 
 def stored_rows(
@@ -113,8 +113,6 @@ def tidy_rows(
     """Tidy rows of the task cases among stored rows (oldest first: `ResultStore.rows()`, or the
     records of its `to_dataframe()`), ok ones only; a case stored twice counts once (latest).
     with_ref: each row also names its stored case, "ref": "run/case"."""
-    import json
-
     latest: dict[str, tuple[str, list[dict[str, Any]]]] = {}
     for row in records:
         if row["status"] != OK or not isinstance(row["metric"], str):

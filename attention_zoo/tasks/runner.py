@@ -18,7 +18,9 @@ import torch
 from torch import nn
 
 from ..attention.spec import RunTarget, get_backend, list_backends
+from ..config import ReformerConfig
 from ..errors import ConfigError
+from ..model import ReformerForSequenceClassification, ReformerLM
 from .base import stream_seed
 from .suite import TaskPreset
 from .trainer import EvalResult, TrainResult, evaluate, train
@@ -209,9 +211,6 @@ def plan_runs(
 def build_model(spec: RunSpec, device: str = "cpu") -> nn.Module:
     """A freshly initialised model for `spec`, seeded by the run seed: a ReformerLM, or for a
     classification task a ReformerForSequenceClassification."""
-    from ..config import ReformerConfig
-    from ..model import ReformerForSequenceClassification, ReformerLM
-
     config = ReformerConfig.from_dict(spec.model_fields())
     torch.manual_seed(spec.seed)  # init, then the LSH rotations drawn while training
     if (classes := spec.preset.task.num_classes) is not None:

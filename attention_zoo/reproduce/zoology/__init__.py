@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
+
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, Table
@@ -29,8 +31,6 @@ class Zoology(Reproduction):
 
     def device(self, size: str) -> str:
         """Figure 2's scale on CUDA when there is one; the smaller sizes on the CPU."""
-        import torch
-
         return "cuda" if size == "paper" and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
