@@ -53,7 +53,8 @@ def test_bench_from_flags_prints_table_and_stores(
     assert code == 0, err
     lines = [line for line in out.splitlines() if line.startswith("attention ")]
     assert len(lines) == 4 and all(" ok " in line for line in lines)
-    assert "time x full" in out and "memory x full" in out and "1.00x" in out
+    assert f"time x {DEFAULT_REFERENCE}" in out and f"memory x {DEFAULT_REFERENCE}" in out
+    assert "1.00x" in out
     # results: csv with one row per metric and the environment, json with the config parsed
     code, csv_out, _ = run(capsys, "results", "--store", store, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(csv_out)))

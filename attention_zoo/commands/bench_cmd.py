@@ -14,6 +14,7 @@ from ..engine import RunInterrupted
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
 from ..measure.cases import DTYPES, MODES
+from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.limits import auto_memory_limit
 from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
@@ -246,7 +247,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_run_args(s)
     s.add_argument(
         "--reference",
-        help="backend the table's ratios divide by (default: the preset's, else full)",
+        help="backend the table's ratios divide by (default: the preset's, else "
+        f"{DEFAULT_REFERENCE})",
     )
     s.add_argument("--dry-run", action="store_true", help="list the cases and exit")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -317,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
     check_reference(args.reference, cases)
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)
-    reference = args.reference or (preset.reference if preset else None) or "full"
+    reference = args.reference or (preset.reference if preset else None) or DEFAULT_REFERENCE
     if args.dry_run:
         for c in cases:
             print(c.name())
