@@ -174,10 +174,12 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
             f"weaker at >= {MOSTLY:.0%} of them, else does not hold",
             verdict=verdict,
             rows_used=tuple(
-                ref
-                for b, n, w, _, _ in compared
-                for key in ((b, n, w), (REFERENCE, n, w))
-                for ref in refs.get(key, ())
+                dict.fromkeys(  # each stored row once, though attention's serves every comparison
+                    ref
+                    for b, n, w, _, _ in compared
+                    for key in ((b, n, w), (REFERENCE, n, w))
+                    for ref in refs.get(key, ())
+                )
             ),
         )
     )
