@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -359,9 +360,17 @@ def test_ctrl_c_in_task_keeps_finished_runs_and_marks_the_run(
         assert run_status(run) == "interrupted" and run["n_cases"] == 1
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own Ctrl-C handler, whatever pytest was started with (a shell's background job
+    starts with SIGINT ignored, and a real SIGINT would then do nothing)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _sigint_on_load_sample(monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
     """Ctrl-C arrives while the store samples the machine's load for the `at_call`-th time."""
-    import signal
     import time
 
     import attention_zoo.store as store_module
@@ -380,7 +389,10 @@ def _sigint_on_load_sample(monkeypatch: pytest.MonkeyPatch, at_call: int) -> Non
 
 
 def test_ctrl_c_while_a_task_run_is_closed_marks_it_interrupted(
-    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    workdir: tuple[Path, dict],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    python_sigint: None,
 ) -> None:
     """Before: 'zoo task: ' with nothing after it, and the run 'unfinished' for ever."""
     import attention_zoo.tasks.runner as runner
@@ -399,7 +411,10 @@ def test_ctrl_c_while_a_task_run_is_closed_marks_it_interrupted(
 
 
 def test_ctrl_c_while_a_bench_run_is_closed_marks_it_interrupted(
-    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    workdir: tuple[Path, dict],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    python_sigint: None,
 ) -> None:
     _sigint_on_load_sample(monkeypatch, at_call=1)  # bench samples its start load itself
     argv = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict",
