@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +97,22 @@ def test_bad_config_names_every_problem() -> None:
         ConfigError, match=r"vocab_size must be 17.*seq_len 100 must be >= max_length"
     ):
         ListOpsTask(seq_len=100, vocab_size=20, min_length=10, max_length=200)
+
+
+@pytest.mark.slow  # trains the smoke preset and measures each model's training step
+def test_the_report_s_accuracy_x_cost_covers_listops(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A classification task's runs and their training-step cost (measured as the sequence
+    classifier) meet in the report's Accuracy x cost section like any other task's."""
+    from attention_zoo.cli import main
+
+    store = str(tmp_path / "zoo.sqlite")
+    argv = ["task", "listops", "--preset", "smoke", "--cost", "--store", store, "--quiet"]
+    assert main([*argv, "--threads", "1"]) == 0
+    assert main(["report", "--store", store, "--out", str(tmp_path / "report")]) == 0
+    capsys.readouterr()
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Accuracy x cost")[1].split("\n## ")[0]
+    assert "No task run has a cost row" not in section
+    assert "listops" in section and "full" in section
