@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..engine import RunPolicy
 from ..errors import UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
 from ..reproduce import (
     SIZES,
-    Reproduction,
     RunOptions,
     get_reproduction,
     list_reproductions,
@@ -160,10 +158,10 @@ def run(args: argparse.Namespace) -> int:
                     executor=executor,
                     policy=options.task_policy,
                     progress=not args.no_progress,
-                    say=lambda line: print(line, flush=True),
                     meta=options.meta,
                 )
-    print(claims_text(reproduction, store.path))
+        claims = render_claims(reproduction, store.to_dataframe())  # what the store holds now
+    print(claims)
     return 0
 
 
@@ -174,10 +172,3 @@ def _size(args: argparse.Namespace) -> str:
     if args.preset != "smoke" and args.scale not in (DEFAULT_SCALE, args.preset):
         raise UsageError(f"--preset {args.preset} and --scale {args.scale} disagree; give one")
     return args.preset
-
-
-def claims_text(reproduction: Reproduction, path: str | Path) -> str:
-    """The claims of `reproduction` from everything stored at `path`, as plain text."""
-    with open_store(path, write=False) as store:
-        rows = store.to_dataframe()
-    return render_claims(reproduction, rows)

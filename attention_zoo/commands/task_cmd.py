@@ -182,10 +182,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, policy: RunPolicy) -> TaskPreset:
     """Train the suite the flags name, through the executor they name, into --store."""
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-
     request = TaskRequest(
         run_spec=args.run_spec,
         preset=args.preset,
@@ -205,7 +201,6 @@ def _train(args: argparse.Namespace, policy: RunPolicy) -> TaskPreset:
             executor=executor,
             policy=policy,
             progress=not args.quiet,
-            say=say,
             meta={"command": "zoo task", "argv": sys.argv[1:]},
         )
 

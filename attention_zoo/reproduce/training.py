@@ -36,7 +36,6 @@ def train_presets(
             executor=executor,
             policy=policy,
             progress=progress,
-            say=lambda line: print(line, flush=True),
             meta=meta,
         )
 

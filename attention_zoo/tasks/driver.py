@@ -70,6 +70,11 @@ class StepProgress:
 Say = Callable[[str], None]  # where a task's lines go (the CLI prints them)
 
 
+def print_line(line: str) -> None:
+    """The default Say: each line printed as it happens (a log shows it before the next run)."""
+    print(line, flush=True)
+
+
 class TrainPlan(Plan):
     """Training runs as engine units (one job each), and the grid entries that cannot run here
     (stored as skipped, with the reason, without a job)."""
@@ -201,7 +206,7 @@ def train_task(
     executor: Executor | None = None,
     policy: RunPolicy | None = None,
     progress: bool = True,
-    say: Say = print,
+    say: Say = print_line,
     meta: dict[str, Any] | None = None,
 ) -> TaskPreset:
     """Train (and evaluate) a task preset's runs into `store` under `policy` (engine.RUN_RULE),
@@ -245,7 +250,7 @@ def train_preset(
     executor: Executor | None = None,
     policy: RunPolicy | None = None,
     progress: bool = True,
-    say: Say = print,
+    say: Say = print_line,
     meta: dict[str, Any] | None = None,
 ) -> TaskPreset:
     """train_task for a preset built in code (a reproduction's sweep point) rather than read
