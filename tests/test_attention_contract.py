@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from einops import rearrange
+from torch.nn import functional as F
 
 from attention_zoo import RunTarget, SelfAttention
+from attention_zoo.attention.base import AttentionCore, BlockWeights
 from attention_zoo.attention.kernels.dense import dense_attention
 
 from .contract import build, make_qkv, reference, small_options, variants, with_grads
@@ -252,3 +255,76 @@ def test_exact_backends_agree_on_cuda(spec):
         out = build(spec, causal=causal, device="cuda")(q, k, v)
         ref = reference(spec, causal=causal)(q, k, v)
         torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
+
+
+# backends whose core folds the block's linear maps into its own products (attend_block)
+FOLDING = [
+    s
+    for s in SPECS
+    if not s.caps.shared_qk and s.spec.cls.attend_block is not AttentionCore.attend_block
+]
+
+
+def _folded_block(spec) -> SelfAttention:
+    """A float64 block in eval mode; fails unless its core folds the maps for these inputs."""
+    _skip_unless_runs(spec, dtype="float64")
+    block = SelfAttention(32, 4, spec.name, **small_options(spec)).double().eval()
+    probe = torch.zeros(1, 5, 32, dtype=torch.float64)
+    w = block.in_proj.weight.split(32)
+    folded = block.core.attend_block(probe, BlockWeights(*w, block.out_proj.weight, 4), None)
+    assert folded is not None, f"{spec.id} overrides attend_block but folded nothing"
+    return block
+
+
+@pytest.mark.parametrize("spec", FOLDING, ids=[s.id for s in FOLDING])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_folded_blocks_equal_projecting_then_attending(spec, padded):
+    """A core that folds the block's linear maps into its own products computes the block's
+    function: output and every gradient equal projecting q, k, v and calling the core (float64)."""
+    block = _folded_block(spec)
+    b, n = 2, 37
+    mask = None
+    if padded:
+        mask = torch.ones(b, n, dtype=torch.bool)
+        mask[1, 29:] = False
+
+    def unfolded(x):
+        q, k, v = (
+            rearrange(F.linear(x, w), "b n (h d) -> b h n d", h=4)
+            for w in block.in_proj.weight.split(32)
+        )
+        return block.out_proj(rearrange(block.core(q, k, v, mask), "b h n d -> b n (h d)"))
+
+    x = torch.randn(b, n, 32, dtype=torch.float64)
+    runs = []
+    for fn in (lambda t: block(t, key_padding_mask=mask), unfolded):
+        block.zero_grad()
+        out, (grad,) = with_grads(fn, [x])
+        runs.append((out, grad, [p.grad.clone() for p in block.parameters()]))
+    (out, grad, params), (ref, ref_grad, ref_params) = runs
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(grad, ref_grad, atol=1e-11, rtol=1e-11)
+    for got, want in zip(params, ref_params):
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-11)
+
+
+@pytest.mark.parametrize("spec", FOLDING, ids=[s.id for s in FOLDING])
+def test_folded_blocks_run_on_meta_device(spec):
+    block = _folded_block(spec).to("meta").float()
+    out = block(torch.empty(2, 4099, 32, device="meta"))
+    assert out.device.type == "meta" and out.shape == (2, 4099, 32)
+
+
+@pytest.mark.slow  # compiling takes seconds per backend
+@pytest.mark.parametrize("spec", FOLDING, ids=[s.id for s in FOLDING])
+def test_folded_blocks_compile_to_one_graph(spec):
+    block = _folded_block(spec).float()
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    mask[0, 30:] = False
+    torch._dynamo.reset()
+    compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
+    x = torch.randn(2, 37, 32)
+    out, (grad,) = with_grads(lambda t: compiled(t, key_padding_mask=mask), [x])
+    ref, (ref_grad,) = with_grads(lambda t: block(t, key_padding_mask=mask), [x])
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-5)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from attention_zoo import SelfAttention, build_attention
+from attention_zoo.attention.base import BlockWeights
 from attention_zoo.attention.kernels import low_rank
 from attention_zoo.errors import InputError, OptionError
 from attention_zoo.measure import profiled_peak
@@ -172,3 +174,87 @@ def test_linformer_peak_memory_stays_below_sdpa(monkeypatch):
     monkeypatch.setattr(low_rank, "SCRATCH_BYTES", n * 4 * 64 * 4 // 8)
     ratio = _measured_peak("linformer", n, max_length=n) / _measured_peak("sdpa", n)
     assert ratio <= 0.95, ratio
+
+
+SMALL = {"nystrom": {"num_landmarks": 8}, "linformer": {"proj_length": 16, "max_length": 128}}
+
+
+def _unfolded(block: SelfAttention, key_padding_mask: torch.Tensor | None = None):
+    """The block as projections around its core, q, k and v materialised (no folding)."""
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        heads = [
+            F.linear(x, w).view(b, n, block.num_heads, -1).transpose(1, 2)
+            for w in block.in_proj.weight.split(block.num_heads * block.head_size)
+        ]
+        out = block.core(*heads, key_padding_mask=key_padding_mask)
+        return block.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+    return run
+
+
+def _flops(fn, x: torch.Tensor) -> int:
+    x = x.clone().requires_grad_()
+    with FlopCounterMode(display=False) as counter:
+        fn(x).sum().backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "most"),
+    [("nystrom", {}, 0.85), ("linformer", {"max_length": 2048}, 0.7)],
+    ids=["nystrom", "linformer"],
+)
+def test_the_block_folds_its_maps_into_the_core_in_fewer_flops(name, options, most):
+    """Forward+backward of the block (4 heads of 64, default landmarks / projection length) at
+    2048 positions: the folded path counts at most this fraction of projecting q, k, v first."""
+    block = SelfAttention(256, 4, name, **options)
+    x = torch.randn(1, 2048, 256)
+    ratio = _flops(block, x) / _flops(_unfolded(block), x)
+    assert ratio <= most, ratio
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("nystrom", {"dropout": 0.1}),
+        ("linformer", {"dropout": 0.1}),
+        ("nystrom", {"conv_kernel": 3}),
+    ],
+    ids=["nystrom-dropout", "linformer-dropout", "nystrom-conv"],
+)
+def test_the_block_projects_where_the_core_needs_q_k_v(name, options):
+    """Dropout on the attention probabilities (training) and nystrom's conv on v need the
+    per-head tensors: the core then declines to fold and the block projects, as before."""
+    block = SelfAttention(32, 4, name, **SMALL[name], **options)
+    x = torch.randn(2, 21, 32)
+    w = block.in_proj.weight.split(32)
+    weights = BlockWeights(*w, block.out_proj.weight, 4)
+    assert block.core.attend_block(x, weights, None) is None
+    torch.manual_seed(0)
+    out = block(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(out, _unfolded(block)(x))
+    if "dropout" in options:  # in eval mode there is no dropout: it folds
+        assert block.eval().core.attend_block(x, weights, None) is not None
+
+
+def test_linformer_block_longer_than_max_length_is_the_cores_error():
+    block = SelfAttention(32, 4, "linformer", proj_length=4, max_length=16)
+    with pytest.raises(
+        InputError, match=r"^linformer got 17 positions, more than its max_length=16"
+    ):
+        block(torch.randn(1, 17, 32))
+
+
+@pytest.mark.parametrize("name", ["nystrom", "linformer"])
+def test_folded_block_in_bfloat16_matches_float64(name):
+    """Computed in float32 inside (compute_dtype): bfloat16 in and out, within its rounding."""
+    block = SelfAttention(64, 4, name, **SMALL[name])
+    x = torch.randn(2, 100, 64, dtype=torch.float64)
+    mask = _padding(100)
+    want = block.double()(x, key_padding_mask=mask)
+    got = block.to(torch.bfloat16)(x.to(torch.bfloat16), key_padding_mask=mask)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=3e-2)

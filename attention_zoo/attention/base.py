@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -70,14 +71,35 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) 
             f"q, k and v must have a floating-point dtype (float32, float64, bfloat16, float16), "
             f"got {q.dtype}"
         )
-    if key_padding_mask is not None:
-        b, _, n, _ = q.shape
-        if key_padding_mask.shape != (b, n) or key_padding_mask.dtype != torch.bool:
-            raise ShapeError(
-                f"key_padding_mask must be a bool tensor of shape (batch, length) = ({b}, {n}) "
-                f"with True for real tokens, "
-                f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
-            )
+    check_key_padding_mask(key_padding_mask, q.shape[0], q.shape[2])
+
+
+def check_key_padding_mask(key_padding_mask: Tensor | None, b: int, n: int) -> None:
+    """Raise ShapeError unless the mask is None or (b, n) bool."""
+    if key_padding_mask is None:
+        return
+    if key_padding_mask.shape != (b, n) or key_padding_mask.dtype != torch.bool:
+        raise ShapeError(
+            f"key_padding_mask must be a bool tensor of shape (batch, length) = ({b}, {n}) "
+            f"with True for real tokens, "
+            f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+        )
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    """The attention block's linear maps, for a core that folds them into its own products:
+    q, k, v = x w_q^T, x w_k^T, x w_v^T split into heads, output = heads merged @ w_out^T."""
+
+    w_q: Tensor  # (heads * head_size, hidden)
+    w_k: Tensor
+    w_v: Tensor
+    w_out: Tensor  # (hidden, heads * head_size)
+    heads: int
+
+    def per_head(self, w: Tensor) -> Tensor:
+        """An input map (heads * head_size, hidden) as (heads, head_size, hidden)."""
+        return w.view(self.heads, -1, w.shape[-1])
 
 
 class AttentionCore(nn.Module):
@@ -99,6 +121,14 @@ class AttentionCore(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         raise NotImplementedError
+
+    def attend_block(
+        self, x: Tensor, weights: BlockWeights, key_padding_mask: Tensor | None
+    ) -> Tensor | None:
+        """The block's output (b, n, hidden) from its input x (b, n, hidden) where this core
+        computes the same function with the block's linear maps folded into its own products
+        (fewer FLOPs); None (the default): the block projects q, k, v and calls `forward`."""
+        return None
 
     def mask_mod(self, n: int, device: torch.device | str = "cpu") -> MaskMod | None:
         """This core's fixed pattern at length n, causality included, before key padding; None

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..errors import InputError, OptionError
-from .base import AttentionCore, check_dropout
+from .base import AttentionCore, BlockWeights, check_dropout
 from .kernels.chunked import check_int
 from .kernels.linear_scan import compute_dtype
 from .kernels.low_rank import ProjectedAttention, project
@@ -60,11 +60,7 @@ class LinformerAttention(AttentionCore):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         n = q.shape[-2]
-        if n > self.cfg.max_length:
-            raise InputError(
-                f"linformer got {n} positions, more than its max_length={self.cfg.max_length}; "
-                f"build it with max_length >= {n}"
-            )
+        self._check_length(n)
         dtype, wide = q.dtype, compute_dtype(q.dtype)
         q, k, v = (t.to(wide) for t in (q, k, v))
         if key_padding_mask is not None:  # padded keys and values: zero before projecting
@@ -81,3 +77,37 @@ class LinformerAttention(AttentionCore):
         values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
         out = F.scaled_dot_product_attention(q, keys, values, dropout_p=self.dropout_p)
         return out.to(dtype)
+
+    def attend_block(
+        self, x: Tensor, weights: BlockWeights, key_padding_mask: Tensor | None
+    ) -> Tensor | None:
+        """The block with the sequence projections applied to x before the key and value maps,
+        (E x) W_k^T = E (x W_k^T): keys and values cost one (k, n) x (n, hidden) product each
+        (one when shared) instead of a projection and a product per map. Not with dropout."""
+        if self.dropout_p:
+            return None
+        b, n, _ = x.shape
+        self._check_length(n)
+        dtype, wide = x.dtype, compute_dtype(x.dtype)
+        x = x.to(wide)
+        w_q, w_k, w_v, w_out = (
+            w.to(wide) for w in (weights.w_q, weights.w_k, weights.w_v, weights.w_out)
+        )
+        q = F.linear(x, w_q).view(b, n, weights.heads, -1).transpose(1, 2)
+        if key_padding_mask is not None:  # padded keys and values: zero before projecting
+            x = x * key_padding_mask[..., None].to(wide)
+        mixed_k = torch.matmul(self.proj_k[:, :n].to(wide), x)  # (b, k, hidden)
+        mixed_v = mixed_k if self.proj_v is None else torch.matmul(self.proj_v[:, :n].to(wide), x)
+        keys, values = (
+            F.linear(mixed, w).view(b, -1, weights.heads, q.shape[-1]).transpose(1, 2)
+            for mixed, w in ((mixed_k, w_k), (mixed_v, w_v))
+        )
+        out = F.scaled_dot_product_attention(q, keys, values)
+        return F.linear(out.transpose(1, 2).reshape(b, n, -1), w_out).to(dtype)
+
+    def _check_length(self, n: int) -> None:
+        if n > self.cfg.max_length:
+            raise InputError(
+                f"linformer got {n} positions, more than its max_length={self.cfg.max_length}; "
+                f"build it with max_length >= {n}"
+            )

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..errors import OptionError
-from .base import AttentionCore, check_dropout, mask_value
+from .base import AttentionCore, BlockWeights, check_dropout, mask_value
 from .kernels.chunked import check_int, padded_length
 from .kernels.linear_scan import compute_dtype
 from .spec import Capabilities, register_attention
@@ -74,17 +74,11 @@ class NystromAttention(AttentionCore):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         n, d = q.shape[-2:]
-        landmarks = self.cfg.num_landmarks
-        npad = padded_length(n, landmarks)
+        npad, real, counts, padded = self._segments(n, q.device, key_padding_mask)
         dtype, wide = q.dtype, compute_dtype(q.dtype)
         q, k, v = (t.to(wide) for t in (q, k, v))
         if npad != n:
             q, k, v = (F.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
-        real = (torch.arange(npad, device=q.device) < n)[None]  # (b | 1, npad)
-        if key_padding_mask is not None:
-            real = real & F.pad(key_padding_mask, (0, npad - n), value=False)
-        counts = real.view(-1, landmarks, npad // landmarks).sum(-1)  # (b | 1, L) real tokens
-        padded = key_padding_mask is not None or npad != n  # else every row is real
         q_land, k_land = (self._means(t, real if padded else None, counts) for t in (q, k))
         filled = counts > 0  # a segment of padding only has no landmark
         scale = d**-0.5
@@ -106,6 +100,63 @@ class NystromAttention(AttentionCore):
         if self.conv is not None:
             out = out + self.conv(v * real[:, None, :, None])
         return out[:, :, :n].to(dtype)
+
+    def attend_block(
+        self, x: Tensor, weights: BlockWeights, key_padding_mask: Tensor | None
+    ) -> Tensor | None:
+        """The block with its maps folded in: the scores of every query over the landmarks are
+        x (W_q^T Kl^T), the landmarks' over the keys (Ql W_k) x^T, their values (P x) W_v^T and
+        the output A (values W_o^T): four (n, h L, hidden) products, and q, k, v and the
+        per-head output never exist. Not with dropout or the conv (they need those)."""
+        if self.dropout_p or self.conv is not None:
+            return None
+        b, n, hidden = x.shape
+        h, landmarks = weights.heads, self.cfg.num_landmarks
+        npad, real, counts, padded = self._segments(n, x.device, key_padding_mask)
+        dtype, wide = x.dtype, compute_dtype(x.dtype)
+        x = x.to(wide)
+        w_q, w_k, w_v = (
+            weights.per_head(w.to(wide)) for w in (weights.w_q, weights.w_k, weights.w_v)
+        )
+        scale = w_q.shape[1] ** -0.5
+        x_pad = F.pad(x, (0, 0, 0, npad - n)) if npad != n else x
+        x_land = self._means(x_pad[:, None], real if padded else None, counts)[:, 0]
+        q_land = torch.einsum("blc,hdc->bhld", x_land, w_q)  # (b, h, L, d)
+        k_land = torch.einsum("blc,hdc->bhld", x_land, w_k)
+        filled = counts > 0
+        kernel = self._landmark_kernel(q_land, k_land, filled, scale)
+        # the landmark queries over the real keys: (b, h L, n) scores, one product with x
+        to_keys = torch.einsum("bhld,hdc->bhlc", q_land * scale, w_k).reshape(
+            b, h * landmarks, hidden
+        )
+        scores = torch.matmul(to_keys, x.transpose(1, 2)).view(b, h, landmarks, n)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(~key_padding_mask[:, None, None, :], mask_value(wide))
+        land_x = torch.matmul(scores.softmax(-1).view(b, h * landmarks, n), x)
+        land_values = torch.einsum("bhlc,hdc->bhld", land_x.view(b, h, landmarks, hidden), w_v)
+        values = torch.matmul(iterative_pinv(kernel, self.cfg.pinv_iterations), land_values)
+        # every query over the filled landmarks: (b, n, h L) scores, one product with x
+        to_landmarks = torch.einsum("hdc,bhld->bchl", w_q, k_land * scale)
+        scores = torch.matmul(x, to_landmarks.reshape(b, hidden, h * landmarks))
+        scores = scores.view(b, n, h, landmarks)
+        if padded:
+            scores = scores.masked_fill(~filled[:, None, None, :], mask_value(wide))
+        w_out = weights.w_out.to(wide).view(hidden, h, -1)
+        out_map = torch.einsum("bhld,chd->bhlc", values, w_out).reshape(b, h * landmarks, hidden)
+        return torch.matmul(scores.softmax(-1).view(b, n, h * landmarks), out_map).to(dtype)
+
+    def _segments(
+        self, n: int, device: torch.device, key_padding_mask: Tensor | None
+    ) -> tuple[int, Tensor, Tensor, bool]:
+        """(padded length, real (b | 1, npad) bool, real tokens per segment (b | 1, L), whether
+        any position is padding): the sequence cut into num_landmarks segments."""
+        landmarks = self.cfg.num_landmarks
+        npad = padded_length(n, landmarks)
+        real = (torch.arange(npad, device=device) < n)[None]  # (b | 1, npad)
+        if key_padding_mask is not None:
+            real = real & F.pad(key_padding_mask, (0, npad - n), value=False)
+        counts = real.view(-1, landmarks, npad // landmarks).sum(-1)
+        return npad, real, counts, key_padding_mask is not None or npad != n
 
     @staticmethod
     def _means(t: Tensor, real: Tensor | None, counts: Tensor) -> Tensor:

@@ -8,6 +8,7 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..attention.base import BlockWeights, check_key_padding_mask
 from ..attention.spec import build_attention, get_backend
 from ..declarative import field_names
 from ..errors import ConfigError, ShapeError
@@ -68,11 +69,22 @@ class SelfAttention(nn.Module):
                 f"SelfAttention expects (batch, length, hidden_size={self.hidden_size}), "
                 f"got shape {tuple(x.shape)}"
             )
+        weights = self.in_proj.weight.split(self.num_heads * self.head_size)
+        attend_block = getattr(self.core, "attend_block", None)  # plugin cores may lack it
+        if attend_block is not None and not self.shared_qk:
+            check_key_padding_mask(key_padding_mask, x.shape[0], x.shape[1])
+            w_q, w_k, w_v = weights
+            folded = attend_block(
+                x,
+                BlockWeights(w_q, w_k, w_v, self.out_proj.weight, self.num_heads),
+                key_padding_mask,
+            )
+            if folded is not None:
+                return folded
         # One matmul per part (slices of the fused weight): each part's gradient then flows to its
         # own matmul, with no stacked (3, b, n, inner) gradient copy in backward.
         parts = [
-            rearrange(F.linear(x, w), "b n (h d) -> b h n d", h=self.num_heads)
-            for w in self.in_proj.weight.split(self.num_heads * self.head_size)
+            rearrange(F.linear(x, w), "b n (h d) -> b h n d", h=self.num_heads) for w in weights
         ]
         if self.shared_qk:
             q = k = parts[0]
