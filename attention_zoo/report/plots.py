@@ -24,7 +24,8 @@ KIND_STYLE = {
     "approximate": ("^", (2, 2)),
     UNKNOWN_KIND: ("X", (1, 1)),
 }
-# file-name prefix -> the one-line caption of every figure of that kind
+# file-name prefix -> the one-line caption of every figure of that kind (a reproduction's own
+# figures carry their captions in their sections)
 CAPTIONS = {
     "scaling-": (
         "Look for the lines that bend up least: their slope is the exponent in the table below; "
@@ -37,10 +38,6 @@ CAPTIONS = {
     "pareto-": (
         "Look toward the upper left: more accurate for less time per step; the red line joins "
         "the Pareto front (no other run both faster and more accurate)."
-    ),
-    "table2-": (
-        "Look at the diagonal (trained and evaluated alike) and along each row (more evaluation "
-        "hashes): the left panel is measured here, the right one published."
     ),
 }
 
