@@ -195,6 +195,7 @@ def test_quick_preset_prints_comparison_of_every_backend(
         "bench",
         "--preset",
         "quick",
+        *("--lengths", "256", "--repeats", "1", "--budget", "0"),  # its grid, shortest length
         "--store",
         str(tmp_path / "zoo.sqlite"),
         "--no-progress",
