@@ -249,12 +249,70 @@ def test_linformer_block_longer_than_max_length_is_the_cores_error():
 
 
 @pytest.mark.parametrize("name", ["nystrom", "linformer"])
-def test_folded_block_in_bfloat16_matches_float64(name):
-    """Computed in float32 inside (compute_dtype): bfloat16 in and out, within its rounding."""
-    block = SelfAttention(64, 4, name, **SMALL[name])
-    x = torch.randn(2, 100, 64, dtype=torch.float64)
+def test_folded_block_in_bfloat16_is_its_float32_result_rounded(name):
+    """bfloat16 in and out, computed in float32 inside (compute_dtype): the float32 block with
+    the same (bfloat16-exact) weights, rounded once, within one bfloat16 step. Projecting q, k
+    and v in bfloat16 first misses this by hundreds of steps."""
+    block = SelfAttention(64, 4, name, **SMALL[name]).to(torch.bfloat16)
+    x = torch.randn(2, 100, 64).to(torch.bfloat16)
     mask = _padding(100)
-    want = block.double()(x, key_padding_mask=mask)
-    got = block.to(torch.bfloat16)(x.to(torch.bfloat16), key_padding_mask=mask)
+    got = block(x, key_padding_mask=mask)
     assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=3e-2)
+    want = block.float()(x.float(), key_padding_mask=mask).to(torch.bfloat16)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2**-8, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("nystrom", {"num_heads": 8}),  # head_size 32 < 64 landmarks
+        ("nystrom", {"num_landmarks": 128}),
+        ("linformer", {"head_size": 16, "max_length": 512}),  # inner 64: a quarter of hidden
+    ],
+    ids=["nystrom-small-heads", "nystrom-many-landmarks", "linformer-narrow-heads"],
+)
+def test_the_block_projects_where_folding_costs_more(name, options):
+    """Folding trades the projections for products with hidden columns: where those cost more
+    the core declines and the block's FLOPs are the projecting path's."""
+    options = dict(options)
+    heads = options.pop("num_heads", 4)
+    block = SelfAttention(256, heads, name, **options)
+    x = torch.randn(1, 512, 256)
+    inner = block.num_heads * block.head_size
+    w = block.in_proj.weight.split(inner)
+    assert block.core.attend_block(x, BlockWeights(*w, block.out_proj.weight, heads), None) is None
+    assert _flops(block, x) == _flops(_unfolded(block), x)
+
+
+def test_linformer_separate_projections_fold_to_the_same_block():
+    """share_kv=False: keys and values through their own sequence projections, folded; output
+    and every gradient (proj_v's included) equal the projecting path (float64, padded)."""
+    block = SelfAttention(32, 4, "linformer", share_kv=False, **SMALL["linformer"]).double()
+    x, mask = torch.randn(2, 45, 32, dtype=torch.float64), _padding(45)
+    runs = []
+    for fn in (lambda t: block(t, key_padding_mask=mask), _unfolded(block, mask)):
+        block.zero_grad()
+        leaf = x.clone().requires_grad_()
+        out = fn(leaf)
+        out.square().sum().backward()
+        runs.append([out.detach(), leaf.grad, *(p.grad.clone() for p in block.parameters())])
+    assert block.core.proj_v.grad is not None
+    for got, want in zip(*runs):
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-11)
+
+
+@pytest.mark.parametrize("name", ["nystrom", "linformer"])
+def test_the_block_projects_under_autocast_and_mixed_dtypes(name):
+    """Autocast casts each projection on its own, and a bfloat16 input to a float32 block is the
+    projections' error: the block leaves both to the projecting path, whose core computes in
+    the dtype it chose (forward and backward, both under autocast)."""
+    block = SelfAttention(32, 4, name, **SMALL[name])
+    x = torch.randn(2, 21, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = block(x), _unfolded(block)(x)
+        got.float().square().sum().backward()
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+    assert all(torch.isfinite(p.grad).all() for p in block.parameters())
+    with pytest.raises(RuntimeError, match="dtype"):
+        block(x.to(torch.bfloat16))

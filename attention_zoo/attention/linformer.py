@@ -83,10 +83,16 @@ class LinformerAttention(AttentionCore):
     ) -> Tensor | None:
         """The block with the sequence projections applied to x before the key and value maps,
         (E x) W_k^T = E (x W_k^T): keys and values cost one (k, n) x (n, hidden) product each
-        (one when shared) instead of a projection and a product per map. Not with dropout."""
-        if self.dropout_p:
+        (one when shared) instead of a projection and a product per map. Not with dropout, nor
+        where that costs more (proj_length hidden >= inner (hidden + proj_length))."""
+        b, n, hidden = x.shape
+        rows, inner = self.cfg.proj_length, weights.w_q.shape[0]
+        if (
+            self.dropout_p
+            or type(self).attend is not LinformerAttention.attend  # a subclass's own attend
+            or rows * hidden >= inner * (hidden + rows)
+        ):
             return None
-        b, n, _ = x.shape
         self._check_length(n)
         dtype, wide = x.dtype, compute_dtype(x.dtype)
         x = x.to(wide)

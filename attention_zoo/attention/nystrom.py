@@ -107,11 +107,18 @@ class NystromAttention(AttentionCore):
         """The block with its maps folded in: the scores of every query over the landmarks are
         x (W_q^T Kl^T), the landmarks' over the keys (Ql W_k) x^T, their values (P x) W_v^T and
         the output A (values W_o^T): four (n, h L, hidden) products, and q, k, v and the
-        per-head output never exist. Not with dropout or the conv (they need those)."""
-        if self.dropout_p or self.conv is not None:
-            return None
+        per-head output never exist. Not with dropout or the conv (they need those), nor where
+        folding costs more (h L hidden >= inner (hidden + L): landmarks outnumber head_size)."""
         b, n, hidden = x.shape
         h, landmarks = weights.heads, self.cfg.num_landmarks
+        inner = weights.w_q.shape[0]
+        if (
+            self.dropout_p
+            or self.conv is not None
+            or type(self).attend is not NystromAttention.attend  # a subclass's own attend
+            or h * landmarks * hidden >= inner * (hidden + landmarks)
+        ):
+            return None
         npad, real, counts, padded = self._segments(n, x.device, key_padding_mask)
         dtype, wide = x.dtype, compute_dtype(x.dtype)
         x = x.to(wide)
@@ -143,7 +150,10 @@ class NystromAttention(AttentionCore):
             scores = scores.masked_fill(~filled[:, None, None, :], mask_value(wide))
         w_out = weights.w_out.to(wide).view(hidden, h, -1)
         out_map = torch.einsum("bhld,chd->bhlc", values, w_out).reshape(b, h * landmarks, hidden)
-        return torch.matmul(scores.softmax(-1).view(b, n, h * landmarks), out_map).to(dtype)
+        out = torch.matmul(scores.softmax(-1).view(b, n, h * landmarks), out_map)
+        if padded:  # a row of padding only has no landmark: zero, as a fully masked softmax
+            out = out * filled.any(-1)[:, None, None].to(wide)
+        return out.to(dtype)
 
     def _segments(
         self, n: int, device: torch.device, key_padding_mask: Tensor | None

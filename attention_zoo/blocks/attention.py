@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from einops import rearrange
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -71,7 +72,12 @@ class SelfAttention(nn.Module):
             )
         weights = self.in_proj.weight.split(self.num_heads * self.head_size)
         attend_block = getattr(self.core, "attend_block", None)  # plugin cores may lack it
-        if attend_block is not None and not self.shared_qk:
+        if (
+            attend_block is not None
+            and not self.shared_qk
+            and x.dtype == self.in_proj.weight.dtype  # else the projections' own error
+            and not _autocasting(x)  # autocast casts each projection on its own
+        ):
             check_key_padding_mask(key_padding_mask, x.shape[0], x.shape[1])
             w_q, w_k, w_v = weights
             folded = attend_block(
@@ -93,6 +99,11 @@ class SelfAttention(nn.Module):
             q, k, v = parts
         out = self.core(q, k, v, key_padding_mask=key_padding_mask)
         return self.out_proj(rearrange(out, "b h n d -> b n (h d)"))
+
+
+def _autocasting(x: Tensor) -> bool:
+    device = x.device.type
+    return torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
 
 
 def _divisors(n: int) -> str:
