@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from attention_zoo import OptionError, build_attention
-from attention_zoo.attention.kernels.circular import CircularPlan
-from attention_zoo.attention.kernels.lsh_hashing import auto_buckets
-from attention_zoo.attention.kernels.rows import undo_perm
+from attention_zoo.attention.kernels.rounds.circular import CircularPlan
+from attention_zoo.attention.kernels.rounds.lsh_hashing import auto_buckets
+from attention_zoo.attention.kernels.rounds.rows import undo_perm
 
 reformer = pytest.importorskip(
     "transformers.models.reformer.modeling_reformer", reason="transformers is not installed"

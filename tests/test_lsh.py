@@ -11,7 +11,7 @@ import torch
 from attention_zoo import OptionError, SelfAttention, build_attention
 from attention_zoo.attention.kernels.chunked import padded_length
 from attention_zoo.attention.kernels.dense import dense_attention, unit_keys
-from attention_zoo.attention.kernels.lsh_hashing import auto_buckets
+from attention_zoo.attention.kernels.rounds.lsh_hashing import auto_buckets
 from attention_zoo.attention.lsh import LSHConfig
 
 from .contract import with_grads
@@ -277,7 +277,7 @@ def test_bad_options_say_what_would_work(options, message):
 def test_exact_causal_forward_in_quarter_chunk_blocks_matches_the_math_path(monkeypatch, before):
     """Exact causal windows slide with the query, so the fused forward runs 8-query blocks for
     chunk 32 (a smaller mask); outputs and gradients still equal the chunk-blocked math path."""
-    from attention_zoo.attention.kernels.lsh_plan import LSHPlan
+    from attention_zoo.attention.kernels.rounds.lsh_plan import LSHPlan
 
     blocks = []
     regrid = LSHPlan.regrid

@@ -25,8 +25,8 @@ from torch import Tensor
 
 from ..errors import OptionError
 from .base import AttentionCore, MaskMod, check_dropout
-from .kernels.block_sparse import BlockLayout, block_sparse_attention
 from .kernels.chunked import check_int, padded_length
+from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
 from .spec import Capabilities, register_attention
 
 

@@ -13,7 +13,7 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore
 from .kernels.chunked import check_int
-from .kernels.linear_scan import FEATURE_MAPS, kernel_attention
+from .kernels.sums.scan import FEATURE_MAPS, kernel_attention
 from .spec import Capabilities, register_attention
 
 

@@ -17,8 +17,8 @@ from torch.nn import functional as F
 from ..errors import InputError, OptionError
 from .base import AttentionCore, BlockWeights, check_dropout
 from .kernels.chunked import check_int
-from .kernels.linear_scan import compute_dtype
-from .kernels.low_rank import ProjectedAttention, project
+from .kernels.low_rank.projected import ProjectedAttention, project
+from .kernels.sums.scan import compute_dtype
 from .spec import Capabilities, register_attention
 
 

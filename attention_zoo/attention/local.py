@@ -29,9 +29,8 @@ from .kernels.chunked import (
     padded_length,
     resolve_kernel,
 )
-from .kernels.circular import CircularPlan, circular_math, empty_rows, window_means
 from .kernels.dense import allowed_mask, dense_attention
-from .kernels.local_fused import (
+from .kernels.patterns.local_fused import (
     LocalFlash,
     LocalMasks,
     flat,
@@ -39,7 +38,8 @@ from .kernels.local_fused import (
     local_windows,
     unflat,
 )
-from .kernels.lsh_fused import RoundsFlash
+from .kernels.rounds.circular import CircularPlan, circular_math, empty_rows, window_means
+from .kernels.rounds.lsh_fused import RoundsFlash
 from .spec import Capabilities, register_attention
 
 

@@ -25,10 +25,10 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore, check_dropout, check_semantics
 from .kernels.chunked import check_chunking, check_int, padded_length, resolve_kernel
-from .kernels.circular import HF_KEY_EPS, CircularPlan, circular_math, hf_keys
 from .kernels.dense import allowed_mask, dense_attention
-from .kernels.lsh_fused import RoundsFlash
-from .kernels.lsh_hashing import (
+from .kernels.rounds.circular import HF_KEY_EPS, CircularPlan, circular_math, hf_keys
+from .kernels.rounds.lsh_fused import RoundsFlash
+from .kernels.rounds.lsh_hashing import (
     Buckets,
     auto_buckets,
     hash_rounds,
@@ -38,8 +38,8 @@ from .kernels.lsh_hashing import (
     total_buckets,
     validate_buckets,
 )
-from .kernels.lsh_math import lsh_math
-from .kernels.lsh_plan import LSHPlan
+from .kernels.rounds.lsh_math import lsh_math
+from .kernels.rounds.lsh_plan import LSHPlan
 from .spec import Capabilities, register_attention
 
 

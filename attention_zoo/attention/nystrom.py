@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from ..errors import OptionError
 from .base import AttentionCore, BlockWeights, check_dropout, mask_value
 from .kernels.chunked import check_int, padded_length
-from .kernels.linear_scan import compute_dtype
+from .kernels.sums.scan import compute_dtype
 from .spec import Capabilities, register_attention
 
 

@@ -17,9 +17,9 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore, MaskMod, check_dropout
-from .kernels.block_sparse import BlockLayout, block_sparse_attention
 from .kernels.chunked import check_int, padded_length, resolve_kernel
-from .kernels.local_fused import LocalFlash
+from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
+from .kernels.patterns.local_fused import LocalFlash
 from .local import chunk_windows
 from .spec import Capabilities, register_attention
 

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from ...errors import OptionError
+from ....errors import OptionError
 
 Buckets = int | tuple[int, ...]
 

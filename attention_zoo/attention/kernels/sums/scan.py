@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .chunked import padded_length
+from ..chunked import padded_length
 
 # 16-bit inputs sum their states in float32: the d x d states add up n terms.
 _WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .chunked import resolve_kernel
+from ..chunked import resolve_kernel
 
 _flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from ..base import MaskMod, mask_value
-from .chunked import resolve_kernel
+from ...base import MaskMod, mask_value
+from ..chunked import resolve_kernel
 
 
 @dataclass(frozen=True)
