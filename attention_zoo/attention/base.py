@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
-
-# Large negative scores instead of -inf: a row with every key masked stays finite
-# (HF does the same).
-_MASK_VALUE = {torch.float16: -1e4, torch.bfloat16: -1e9, torch.float32: -1e9, torch.float64: -1e9}
-# A shared-QK query scores highest against itself; this penalty lets it attend to itself only when
-# nothing else is allowed (Reformer paper, section 2; HF's self_mask_value).
-_SELF_VALUE = {torch.float16: -1e3, torch.bfloat16: -1e5, torch.float32: -1e5, torch.float64: -1e5}
-
-
-def mask_value(dtype: torch.dtype) -> float:
-    return _MASK_VALUE.get(dtype, -1e9)
-
-
-def self_mask_value(dtype: torch.dtype) -> float:
-    return _SELF_VALUE.get(dtype, -1e5)
-
+from .kernels.dispatch import AUTO, Call, Implementation, KernelTable, compile_reason
+from .kernels.flex import TileMasks, flex_reason, run_flex, tile_masks
+from .kernels.masks import MaskMod
 
 SEMANTICS = ("exact", "hf")
-
-# A fixed attention pattern written once (attention-gym's mask_mod): (query positions, key
-# positions), broadcasting int tensors -> bool, True where the query may see the key. Kernels
-# build their block masks from it, `AttentionCore.pattern` the dense (n, n) mask tests check.
-MaskMod = Callable[[Tensor, Tensor], Tensor]
 
 
 def check_dropout(backend: str, p: object) -> None:
@@ -103,24 +85,51 @@ class BlockWeights:
 
 
 class AttentionCore(nn.Module):
-    """Base class of the built-in cores: validates input, then calls `attend`."""
+    """Base class of the attention cores: validates input, then runs the implementation the pick
+    rule chooses (`kernels`, see kernels/dispatch.py).
+
+    A built-in core declares its implementations in `kernels` and leaves `attend` to them. A core
+    with its own `attend` (a plugin) keeps the default table: its attend, and FlexAttention under
+    its `mask_mod` where its capabilities say it is a fixed pattern (the auto choice on CUDA)."""
 
     spec: Any  # set by @register_attention
+    kernels: ClassVar[KernelTable]  # set below: the own-attend table
 
     def __init__(self, cfg: Any, *, causal: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         self.causal = causal
+        self._tile_masks: dict[tuple[int, str], TileMasks] = {}  # flex block masks, per length
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
     ) -> Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d); key_padding_mask (b, n) bool, True = real token."""
         check_qkv(q, k, v, key_padding_mask)
+        if type(self).kernels is OWN_KERNELS:  # its own attend, or flex standing in for it
+            return self.kernel_for(q).run(self, q, k, v, key_padding_mask)
         return self.attend(q, k, v, key_padding_mask)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        raise NotImplementedError
+        """(b, h, n, d) x3 -> (b, h, n, d): the picked implementation (a plugin overrides it)."""
+        if type(self).kernels is OWN_KERNELS:
+            raise NotImplementedError(f"{type(self).__name__} must define attend()")
+        return self.kernel_for(q).run(self, q, k, v, key_padding_mask)
+
+    @property
+    def requested_kernel(self) -> str:
+        """The `kernel` option: an implementation's name, or auto."""
+        return getattr(self.cfg, "kernel", AUTO)
+
+    def kernel_for(self, q: Tensor) -> Implementation:
+        """The implementation that computes a call on q (b, h, n, d) now."""
+        return self.pick(Call.of(q, self.dropout_p))
+
+    def pick(self, call: Call) -> Implementation:
+        """The implementation that computes `call`: the one rule (kernels/dispatch.py)."""
+        spec = getattr(type(self), "spec", None)
+        backend = spec.name if spec is not None else type(self).__name__
+        return type(self).kernels.pick(backend, self.requested_kernel, self, call)
 
     def attend_block(
         self, x: Tensor, weights: BlockWeights, key_padding_mask: Tensor | None
@@ -146,6 +155,21 @@ class AttentionCore(nn.Module):
         i = torch.arange(n, device=device)
         return mod(i[:, None], i[None, :])
 
+    def key_tiles(self, n: int, device: torch.device) -> Tensor | None:
+        """(query tiles, K) long: for each query tile of `kernels.flex.TILE` positions, key tiles
+        that hold every key its pattern allows (-1: none); None: any tile may (all are checked)."""
+        return None
+
+    def tile_masks(self, n: int, device: torch.device) -> TileMasks:
+        """FlexAttention's block masks of this core's pattern at length n, built once per device."""
+        key = (n, str(device))
+        if key not in self._tile_masks:
+            mod = self.mask_mod(n, device)
+            if mod is None:
+                raise ValueError(f"{type(self).__name__} has no fixed pattern at length {n}")
+            self._tile_masks[key] = tile_masks(mod, n, self.key_tiles(n, device), device)
+        return self._tile_masks[key]
+
     @property
     def dropout_p(self) -> float:
         """Attention-probability dropout to apply now: the `dropout` option in training, else 0.
@@ -156,3 +180,60 @@ class AttentionCore(nn.Module):
 
     def extra_repr(self) -> str:
         return f"causal={self.causal}, {self.cfg}"
+
+
+def pattern_flex(
+    core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
+) -> Tensor:
+    """The core's fixed pattern through FlexAttention: a softmax under its mask_mod and the key
+    padding, a query with no key to see gets zeros."""
+    n, d = q.shape[-2:]
+    block_mask = core.tile_masks(n, q.device).for_call(key_padding_mask)
+    return run_flex(q, k, v, block_mask, scale=d**-0.5)[0]
+
+
+def _has_pattern(core: AttentionCore, call: Call) -> str | None:
+    caps = core.spec.caps_for(**_options(core.cfg)) if hasattr(core, "spec") else None
+    if caps is not None and not caps.fixed_pattern:
+        return "computes no fixed pattern with these options (capabilities: not fixed_pattern)"
+    if core.mask_mod(1) is None:
+        return "computes no fixed pattern with these options (mask_mod is None)"
+    return None
+
+
+def _options(cfg: Any) -> dict[str, Any]:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def _flex_dtype(core: AttentionCore, call: Call) -> str | None:
+    if call.device == "cuda" and call.dtype == torch.float64:
+        return "takes float16, bfloat16, float32 on CUDA, not float64"
+    return None
+
+
+def _flex_environment(device: str) -> str | None:
+    return flex_reason(device) or compile_reason(device)
+
+
+FLEX = Implementation(
+    name="flex",
+    summary="FlexAttention under the pattern's mask_mod, block lists from its structure "
+    "(compiled on CUDA; PyTorch's dense eager version elsewhere)",
+    run=pattern_flex,
+    devices=frozenset({"cpu", "cuda"}),
+    environment=_flex_environment,
+    checks=(_has_pattern, _flex_dtype),
+)
+
+OWN = Implementation(
+    name="attend",
+    summary="the core's own attend",
+    run=lambda core, q, k, v, mask: core.attend(q, k, v, mask),
+    dropout=True,
+)
+
+# The table of a core with its own attend: that, or flex for a fixed pattern (auto on CUDA).
+OWN_KERNELS = KernelTable(
+    (OWN, FLEX), {"cuda": ("flex", "attend"), "cpu": ("attend",), "meta": ("attend",)}
+)
+AttentionCore.kernels = OWN_KERNELS

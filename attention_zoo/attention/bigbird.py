@@ -24,8 +24,10 @@ import torch
 from torch import Tensor
 
 from ..errors import OptionError
-from .base import AttentionCore, MaskMod, check_dropout
-from .kernels.chunked import check_int, padded_length
+from .base import FLEX, AttentionCore, check_dropout
+from .kernels.chunked import check_int, cpu_fused, padded_length
+from .kernels.dispatch import KernelTable, materialised
+from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
 from .spec import Capabilities, register_attention
 
@@ -40,6 +42,7 @@ class BigBirdConfig:
     num_random_blocks: int = 3  # other blocks each query block sees, drawn per query block
     seed: int | None = 0  # fixes the random blocks; None draws them from torch's global RNG
     dropout: float = 0.0  # attention-probability dropout, in training mode only
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex
 
     def __post_init__(self) -> None:
         for name, least in (
@@ -54,6 +57,7 @@ class BigBirdConfig:
         ):
             raise OptionError(f"bigbird option seed must be an int >= 0 or None, got {self.seed!r}")
         check_dropout("bigbird", self.dropout)
+        KERNELS.check_option("bigbird", self.kernel)
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """Unseeded: random blocks drawn anew every call, so no fixed pattern."""
@@ -104,21 +108,33 @@ class BigBirdAttention(AttentionCore):
         return self.pattern_with(self.random_blocks(padded_length(n, size) // size, device))
 
     def pattern_with(self, table: Tensor) -> MaskMod:
-        """The pattern as a mask_mod, given the random blocks (nb, r) of one draw."""
+        """The pattern as a mask_mod, given the random blocks (nb, r) of one draw: a lookup in the
+        (nb, nb) table of which key blocks each query block sees (pointwise, as FlexAttention
+        needs), causal inside the query's own block."""
         cfg, causal = self.cfg, self.causal
         size, g, w = cfg.block_size, cfg.num_global_blocks, cfg.num_window_blocks
+        nb = table.shape[0]
+        qb, kb = (
+            torch.arange(nb, device=table.device)[:, None],
+            torch.arange(nb, device=table.device),
+        )
+        lo = self.window_start(qb)
+        seen = ((kb >= lo) & (kb < lo + w)) | (qb < g) | (kb < g)
+        picked = torch.zeros(nb, nb + 1, dtype=torch.bool, device=table.device)
+        picked.scatter_(1, torch.where(table >= 0, table, nb), True)  # -1: the spare column
+        seen = seen | picked[:, :nb]
+        last = nb - 1
 
         def mod(i: Tensor, j: Tensor) -> Tensor:
-            qb, kb = i // size, j // size
-            lo = self.window_start(qb)
-            seen = ((kb >= lo) & (kb < lo + w)) | (qb < g) | (kb < g)
-            picked = (table[qb] == kb[..., None]).any(-1)  # table[qb]: (..., r) random blocks
-            seen = seen | picked
-            return seen & (j <= i) if causal else seen
+            ok = seen[(i // size).clamp(max=last), (j // size).clamp(max=last)]
+            return ok & (j <= i) if causal else ok
 
         return mod
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def _blocks(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
+    ) -> Tensor:
+        """Gathered key blocks: PyTorch's fused CPU op a segment at a time (fused), or SDPA."""
         cfg, n = self.cfg, q.shape[-2]
         nb = padded_length(n, cfg.block_size) // cfg.block_size
         i = torch.arange(nb, device=q.device)[:, None]
@@ -137,6 +153,7 @@ class BigBirdAttention(AttentionCore):
             key_padding_mask=key_padding_mask,
             scale=1 / math.sqrt(q.shape[-1]),
             dropout=self.dropout_p,
+            fused=fused,
         )
 
 
@@ -160,3 +177,20 @@ def _hash32(x: _Int) -> _Int:
     for shift, factor in ((16, 0x7FEB352D), (15, 0x2C1B3C6D)):
         x = ((x ^ (x >> shift)) * factor) & _MASK32
     return x ^ (x >> 16)
+
+
+KERNELS = KernelTable(
+    (
+        cpu_fused(
+            lambda core, *args: core._blocks(*args, fused=True),
+            "gathered key blocks through PyTorch's fused CPU attention, a segment at a time",
+        ),
+        materialised(
+            lambda core, *args: core._blocks(*args, fused=False),
+            "gathered key blocks through SDPA with autograd; global rows dense",
+        ),
+        FLEX,
+    ),
+    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("flex", "math")},
+)
+BigBirdAttention.kernels = KERNELS

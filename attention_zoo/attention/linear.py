@@ -13,7 +13,8 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore
 from .kernels.chunked import check_int
-from .kernels.sums.scan import FEATURE_MAPS, kernel_attention
+from .kernels.sums.plain import FEATURE_MAPS, KernelSums
+from .kernels.sums.table import SUMS_KERNELS
 from .spec import Capabilities, register_attention
 
 
@@ -24,6 +25,7 @@ class LinearConfig:
     feature_map: str = "elu+1"  # phi applied to queries and keys: elu+1 (the paper's) or relu
     eps: float = 1e-6  # added to the denominator phi(q_i) z_i
     chunk_length: int = 64  # causal: positions per chunk of the prefix sums
+    kernel: str = "auto"  # auto (the pick rule), scan, math, fla (CUDA, causal)
 
     def __post_init__(self) -> None:
         if self.feature_map not in FEATURE_MAPS:
@@ -34,21 +36,22 @@ class LinearConfig:
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise OptionError(f"linear option eps must be a float > 0, got {eps!r}")
         check_int("chunk_length", self.chunk_length, minimum=1, backend="linear")
+        SUMS_KERNELS.check_option("linear", self.kernel)
 
 
 @register_attention("linear", config=LinearConfig, caps=Capabilities(exact=False))
 class LinearAttention(AttentionCore):
     """Linear attention with a feature map; causal by chunked prefix sums, O(n) memory."""
 
+    kernels = SUMS_KERNELS
+
+    def sums_for(self, q: Tensor) -> KernelSums:
+        """What a call on q computes."""
+        cfg = self.cfg
+        return KernelSums(cfg.feature_map, self.causal, cfg.chunk_length, cfg.eps)
+
+    def feature_dim(self, head_dim: int) -> int:
+        return head_dim
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        out = kernel_attention(
-            q,
-            k,
-            v,
-            feature_map=self.cfg.feature_map,
-            causal=self.causal,
-            chunk=self.cfg.chunk_length,
-            eps=self.cfg.eps,
-            key_padding_mask=key_padding_mask,
-        )
-        return out.to(q.dtype)
+        return self.kernel_for(q).run(self, q, k, v, key_padding_mask).to(q.dtype)

@@ -21,15 +21,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import AttentionCore, MaskMod, check_dropout, check_semantics, mask_value
-from .kernels.chunked import (
-    Windows,
-    check_chunking,
-    math_attention,
-    padded_length,
-    resolve_kernel,
-)
+from .base import FLEX, AttentionCore, check_dropout, check_semantics
+from .kernels.chunked import Windows, check_chunking, cpu_fused, math_attention, padded_length
 from .kernels.dense import allowed_mask, dense_attention
+from .kernels.dispatch import Call, KernelTable, materialised
+from .kernels.flex import TILE, tiles
+from .kernels.masks import MaskMod, mask_value
 from .kernels.patterns.local_fused import (
     LocalFlash,
     LocalMasks,
@@ -75,14 +72,13 @@ class LocalConfig:
     num_chunks_after: int = 0  # following chunks each query also sees (exact: none when causal)
     semantics: str = "exact"  # exact, or hf (transformers' LocalSelfAttention, windows wrap)
     dropout: float = 0.0  # attention-probability dropout, in training mode only
-    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math; dropout runs math
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex (exact semantics)
 
     def __post_init__(self) -> None:
-        check_chunking(
-            "local", self.chunk_length, self.num_chunks_before, self.num_chunks_after, self.kernel
-        )
+        check_chunking("local", self.chunk_length, self.num_chunks_before, self.num_chunks_after)
         check_semantics("local", self.semantics)
         check_dropout("local", self.dropout)
+        KERNELS.check_option("local", self.kernel)
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """HF semantics: wrapped windows may hold a key twice, so no (n, n) mask describes them."""
@@ -105,17 +101,34 @@ class LocalAttention(AttentionCore):
         cfg = self.cfg
         if cfg.semantics != "exact":
             return None
-        c, causal = cfg.chunk_length, self.causal
+        c, before, causal = cfg.chunk_length, cfg.num_chunks_before, self.causal
         after = 0 if causal else cfg.num_chunks_after
 
         def mod(i: Tensor, j: Tensor) -> Tensor:
             qc, kc = i // c, j // c
-            seen = (kc >= qc - cfg.num_chunks_before) & (kc <= qc + after)
+            seen = (kc >= qc - before) & (kc <= qc + after)
             return seen & (j <= i) if causal else seen
 
         return mod
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def key_tiles(self, n: int, device: torch.device) -> Tensor:
+        """A query tile's keys: from `before` chunks before its first chunk to `after` chunks
+        after its last (causal: up to itself)."""
+        cfg, c = self.cfg, self.cfg.chunk_length
+        after = 0 if self.causal else cfg.num_chunks_after
+        nq = tiles(n)
+        i = torch.arange(nq, device=device)
+        first = ((i * TILE) // c - cfg.num_chunks_before).clamp(min=0) * c // TILE
+        last = ((((i + 1) * TILE - 1) // c + after + 1) * c - 1) // TILE
+        last = torch.minimum(last, i) if self.causal else last.clamp(max=nq - 1)
+        width = (cfg.num_chunks_before + after + 1) * c // TILE + 3  # bounds last - first + 1
+        slots = first[:, None] + torch.arange(width, device=device)
+        return torch.where(slots <= last[:, None], slots, -1)
+
+    def _chunked(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
+    ) -> Tensor:
+        """The chunked kernels: PyTorch's fused CPU op (fused) or materialised blocks."""
         b, h, n, d = q.shape
         cfg = self.cfg
         dropout = self.dropout_p
@@ -131,13 +144,13 @@ class LocalAttention(AttentionCore):
             chunks = padded_length(n, cfg.chunk_length) // cfg.chunk_length
             exact = self.causal and cfg.num_chunks_after == 0 and key_padding_mask is None
             if not (exact and cfg.num_chunks_before < chunks):
-                return self._attend_wrapped(q, k, v, key_padding_mask, dropout)
+                return self._attend_wrapped(q, k, v, key_padding_mask, dropout, fused)
         after = 0 if self.causal else cfg.num_chunks_after  # later chunks are all in the future
         win, masks = chunk_windows(
             q, cfg.chunk_length, cfg.num_chunks_before, after, self.causal, key_padding_mask
         )
         scale = 1 / math.sqrt(d)
-        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout:
+        if fused:
             return LocalFlash.apply(q, k, v, win, masks, scale, key_padding_mask is not None)
         npad = win.length // b
         q4 = win.to_blocks(flat(q, npad))
@@ -145,12 +158,18 @@ class LocalAttention(AttentionCore):
         k_long = torch.nn.functional.pad(flat(k, npad), pad)
         v_long = torch.nn.functional.pad(flat(v, npad), pad)
         out4, lse = math_attention(q4, k_long, v_long, win, masks, scale, dropout)
-        if key_padding_mask is not None:  # as the flash path: no real key to see -> zeros
+        if key_padding_mask is not None:  # as the fused path: no real key to see -> zeros
             out4 = out4 * (lse > mask_value(q.dtype) / 2).unsqueeze(-1)
         return unflat(out4.transpose(1, 2).reshape(win.length, h, d), b, n)
 
     def _attend_wrapped(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, dropout: float
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        dropout: float,
+        fused: bool,
     ) -> Tensor:
         """HF semantics: windows wrapping around the sequence, as one round of circular chunks."""
         b, h, n, d = q.shape
@@ -173,11 +192,42 @@ class LocalAttention(AttentionCore):
             key_eps=None,
             self_partial=False,
         )
-        flash = resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout
-        if flash and plan.consecutive:  # else HF's clamped offsets: materialised
+        if fused:  # consecutive windows (the pick rule checked)
             out = RoundsFlash.apply(q, None if k is q else k, v, plan)
             if key_padding_mask is not None:  # HF: a query with no allowed key averages its window
                 out = torch.where(empty_rows(plan), window_means(v, plan), out)
         else:
             out = circular_math(q, k, v, plan, dropout=dropout)
         return out[:, :, :n]
+
+
+def _consecutive(core: LocalAttention, call: Call) -> str | None:
+    """HF semantics: the fused kernel's buffers hold consecutive chunks only."""
+    cfg = core.cfg
+    if cfg.semantics != "hf" or call.length <= cfg.chunk_length:
+        return None
+    chunks = padded_length(call.length, cfg.chunk_length) // cfg.chunk_length
+    if max(cfg.num_chunks_before, cfg.num_chunks_after) > chunks:
+        return (
+            f"HF-semantics windows reach past all {chunks} chunks (HF clamps those offsets): "
+            "materialised only"
+        )
+    return None
+
+
+KERNELS = KernelTable(
+    (
+        cpu_fused(
+            lambda core, *args: core._chunked(*args, fused=True),
+            "PyTorch's fused CPU attention over chunk windows; backward from the log-sum-exp",
+            (_consecutive,),
+        ),
+        materialised(
+            lambda core, *args: core._chunked(*args, fused=False),
+            "materialised chunk windows with autograd",
+        ),
+        FLEX,
+    ),
+    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("flex", "math")},
+)
+LocalAttention.kernels = KERNELS

@@ -24,8 +24,9 @@ from torch import Tensor
 
 from ..errors import OptionError
 from .base import AttentionCore, check_dropout, check_semantics
-from .kernels.chunked import check_chunking, check_int, padded_length, resolve_kernel
+from .kernels.chunked import check_chunking, check_int, cpu_fused, padded_length
 from .kernels.dense import allowed_mask, dense_attention
+from .kernels.dispatch import Call, KernelTable, materialised
 from .kernels.rounds.circular import HF_KEY_EPS, CircularPlan, circular_math, hf_keys
 from .kernels.rounds.lsh_fused import RoundsFlash
 from .kernels.rounds.lsh_hashing import (
@@ -58,16 +59,15 @@ class LSHConfig:
     seed: int | None = None  # seeds the random rotations; None draws them from torch's global RNG
     semantics: str = "exact"  # exact (exactly causal) or hf (transformers' LSHSelfAttention)
     dropout: float = 0.0  # attention-probability dropout, in training mode only
-    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math; dropout runs math
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex (exact semantics)
     # most hash rounds per fused forward pass (the backward takes at most one); None: as many as
     # fit the kernel's fixed working set (a long sequence's rounds go in slices), at most 2 for
     # hf (its chunk-aligned windows need a 1.6x larger mask per round)
     rounds_per_pass: int | None = None
 
     def __post_init__(self) -> None:
-        check_chunking(
-            "lsh", self.chunk_length, self.num_chunks_before, self.num_chunks_after, self.kernel
-        )
+        check_chunking("lsh", self.chunk_length, self.num_chunks_before, self.num_chunks_after)
+        KERNELS.check_option("lsh", self.kernel)
         check_int("num_hashes", self.num_hashes, minimum=1, backend="lsh")
         for name, least in (("rounds_per_pass", 1), ("max_length", 1), ("seed", 0)):
             if getattr(self, name) is not None:
@@ -145,7 +145,10 @@ class LSHAttention(AttentionCore):
         real = real_keys(n, length, key_padding_mask, qk.device)[:, None, None]
         return torch.where(real, buckets, total_buckets(nb))  # padding: one extra, last bucket
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def _sorted(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
+    ) -> Tensor:
+        """The round-sorted kernels: PyTorch's fused CPU op (fused) or materialised blocks."""
         b, _h, n, d = q.shape
         cfg = self.cfg
         c = cfg.chunk_length
@@ -166,7 +169,6 @@ class LSHAttention(AttentionCore):
             k = q if shared else k
         with torch.no_grad():
             perm, sorted_buckets = sort_by_bucket(self._hash(k, n, key_padding_mask))
-        flash = resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout
         per_pass = cfg.rounds_per_pass or (HF_ROUNDS_PER_PASS if hf else None)
         groups = round_groups(cfg.num_hashes, per_pass)
         if hf:
@@ -183,7 +185,6 @@ class LSHAttention(AttentionCore):
                 self_partial=True,
             )
             math_path = functools.partial(circular_math, dropout=dropout)
-            flash = flash and plan.consecutive  # else HF's clamped offsets: materialised
         else:
             plan = LSHPlan(
                 chunk=c,
@@ -195,7 +196,7 @@ class LSHAttention(AttentionCore):
                 sorted_buckets=sorted_buckets,
             )
             math_path = functools.partial(lsh_math, dropout=dropout)
-        if flash:  # shared QK goes in once (k=None): one tensor as two inputs is an edge case
+        if fused:  # shared QK goes in once (k=None): one tensor as two inputs is an edge case
             out = RoundsFlash.apply(q, None if k is q else k, v, plan)
         else:
             out = math_path(q, k, v, plan)
@@ -212,3 +213,35 @@ def real_keys(n: int, length: int, key_padding_mask: Tensor | None, device) -> T
         padded = torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)
         real = real & padded
     return real
+
+
+def _consecutive(core: LSHAttention, call: Call) -> str | None:
+    """HF semantics: the fused kernel's buffers hold consecutive chunks only."""
+    cfg = core.cfg
+    if cfg.semantics != "hf" or call.length <= cfg.chunk_length:
+        return None
+    chunks = cfg.num_hashes * padded_length(call.length, cfg.chunk_length) // cfg.chunk_length
+    if max(cfg.num_chunks_before, cfg.num_chunks_after) > chunks:
+        return (
+            f"HF-semantics windows reach past all {chunks} chunks of the rounds (HF clamps those "
+            "offsets): materialised only"
+        )
+    return None
+
+
+KERNELS = KernelTable(
+    (
+        cpu_fused(
+            lambda core, *args: core._sorted(*args, fused=True),
+            "PyTorch's fused CPU attention over bounded slices of the sorted rounds, merged "
+            "online; backward slice by slice",
+            (_consecutive,),
+        ),
+        materialised(
+            lambda core, *args: core._sorted(*args, fused=False),
+            "materialised chunk windows of the sorted rounds with autograd",
+        ),
+    ),
+    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("math",)},
+)
+LSHAttention.kernels = KERNELS

@@ -217,7 +217,12 @@ def build_attention(
         raise OptionError(causal_error(name))
     if not causal and not spec.caps.non_causal:
         raise OptionError(f"backend {name!r} only runs causally; pass causal=True")
-    return spec.cls(spec.make_config(**options), causal=causal)
+    cfg = spec.make_config(**options)
+    kernels = getattr(spec.cls, "kernels", None)
+    if kernels is not None and hasattr(cfg, "kernel"):  # a plugin's own kernel option too
+        kernels.check_option(name, cfg.kernel)
+    with torch.device(device):  # parameters and buffers where it runs
+        return spec.cls(cfg, causal=causal)
 
 
 def backends_where(keep: Callable[[BackendSpec], bool]) -> list[str]:

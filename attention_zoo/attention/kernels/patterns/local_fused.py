@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from ...base import mask_value
 from ..chunked import Windows, flash_window_forward, padded_length
+from ..masks import mask_value
 from ..window_grad import window_backward
 
 

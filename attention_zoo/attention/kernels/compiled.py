@@ -1,0 +1,30 @@
+"""torch.compile for the CUDA implementations: one compiled function per process and Python
+function, called with a recompile limit that fails rather than falling back to eager."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# Entries of one compiled function: one per length, dtype, options... more than dynamo's default
+# of 8 across a sweep. Past the limit dynamo would run the function eagerly (for flex_attention:
+# densely), so it fails instead: a cache that large means something recompiles every call.
+RECOMPILE_LIMIT = 256
+
+
+@functools.cache
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return torch.compile(fn, dynamic=False)
+
+
+def run_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs) compiled; traced as is inside a torch.compile region."""
+    if torch.compiler.is_compiling():
+        return fn(*args, **kwargs)
+    with torch._dynamo.config.patch(
+        recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True
+    ):
+        return _compiled(fn)(*args, **kwargs)

@@ -1,0 +1,67 @@
+"""The implementations of kernelised attention, shared by `linear` and `performer`: a core gives
+`sums_for(q)` (what its call computes) and `feature_dim(head_dim)`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..dispatch import (
+    Call,
+    Implementation,
+    KernelTable,
+    compile_reason,
+    materialised,
+    package_reason,
+)
+from .fla import fla_sums
+from .plain import plain_sums
+from .scan import scan_sums
+
+
+def _fla_environment(device: str) -> str | None:
+    return package_reason("fla", "fla-core") or compile_reason(device)
+
+
+def _causal(core: Any, call: Call) -> str | None:
+    if not core.causal:
+        return "fla's kernels are causal (bidirectional sums are two products: math)"
+    return None
+
+
+def _even(core: Any, call: Call) -> str | None:
+    m = core.feature_dim(call.head_dim)
+    if call.dtype in (torch.float16, torch.bfloat16) and m % 2:
+        return f"fla's 16-bit backward needs an even feature count, not {m}"
+    return None
+
+
+def _run(fn):  # (core, q, k, v, mask) -> fn(core's sums, q, k, v, mask)
+    return lambda core, q, k, v, mask: fn(core.sums_for(q), q, k, v, mask)
+
+
+SUMS_KERNELS = KernelTable(
+    (
+        Implementation(
+            name="scan",
+            summary="chunked prefix sums a segment at a time, analytic backward (bounded memory)",
+            run=_run(scan_sums),
+        ),
+        materialised(
+            _run(plain_sums),
+            "the whole sequence at once with autograd: two products, or every chunk at once",
+        ),
+        Implementation(
+            name="fla",
+            summary="fla-core's chunked causal linear-attention Triton kernel on our features",
+            run=_run(fla_sums),
+            devices=frozenset({"cuda"}),
+            dtypes=frozenset({torch.float32, torch.bfloat16, torch.float16}),
+            fake=False,
+            environment=_fla_environment,
+            checks=(_causal, _even),
+        ),
+    ),
+    {"cpu": ("scan", "math"), "meta": ("scan", "math"), "cuda": ("fla", "math", "scan")},
+)
