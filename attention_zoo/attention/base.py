@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
-from .kernels.dispatch import AUTO, Call, Implementation, KernelTable, compile_reason
-from .kernels.flex import TileMasks, flex_reason, run_flex, tile_masks
+from .kernels.dispatch import AUTO, Call, Implementation, KernelTable
+from .kernels.flex import TileMasks, flex_dtype, flex_environment, run_flex, tile_masks
 from .kernels.masks import MaskMod
 
 SEMANTICS = ("exact", "hf")
@@ -99,7 +99,7 @@ class AttentionCore(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.causal = causal
-        self._tile_masks: dict[tuple[int, str], TileMasks] = {}  # flex block masks, per length
+        self._block_masks: dict[tuple[Any, ...], Any] = {}  # flex block masks, per length
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
@@ -162,13 +162,13 @@ class AttentionCore(nn.Module):
 
     def tile_masks(self, n: int, device: torch.device) -> TileMasks:
         """FlexAttention's block masks of this core's pattern at length n, built once per device."""
-        key = (n, str(device))
-        if key not in self._tile_masks:
+        key = ("pattern", n, str(device))
+        if key not in self._block_masks:
             mod = self.mask_mod(n, device)
             if mod is None:
                 raise ValueError(f"{type(self).__name__} has no fixed pattern at length {n}")
-            self._tile_masks[key] = tile_masks(mod, n, self.key_tiles(n, device), device)
-        return self._tile_masks[key]
+            self._block_masks[key] = tile_masks(mod, n, self.key_tiles(n, device), device)
+        return self._block_masks[key]
 
     @property
     def dropout_p(self) -> float:
@@ -205,24 +205,14 @@ def _options(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-def _flex_dtype(core: AttentionCore, call: Call) -> str | None:
-    if call.device == "cuda" and call.dtype == torch.float64:
-        return "takes float16, bfloat16, float32 on CUDA, not float64"
-    return None
-
-
-def _flex_environment(device: str) -> str | None:
-    return flex_reason(device) or compile_reason(device)
-
-
 FLEX = Implementation(
     name="flex",
     summary="FlexAttention under the pattern's mask_mod, block lists from its structure "
     "(compiled on CUDA; PyTorch's dense eager version elsewhere)",
     run=pattern_flex,
     devices=frozenset({"cpu", "cuda"}),
-    environment=_flex_environment,
-    checks=(_has_pattern, _flex_dtype),
+    environment=flex_environment,
+    checks=(_has_pattern, flex_dtype),
 )
 
 OWN = Implementation(

@@ -25,7 +25,7 @@ from .base import FLEX, AttentionCore, check_dropout, check_semantics
 from .kernels.chunked import Windows, check_chunking, cpu_fused, math_attention, padded_length
 from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import Call, KernelTable, materialised
-from .kernels.flex import TILE, tiles
+from .kernels.flex import chunk_window_tiles
 from .kernels.masks import MaskMod, mask_value
 from .kernels.patterns.local_fused import (
     LocalFlash,
@@ -112,18 +112,11 @@ class LocalAttention(AttentionCore):
         return mod
 
     def key_tiles(self, n: int, device: torch.device) -> Tensor:
-        """A query tile's keys: from `before` chunks before its first chunk to `after` chunks
-        after its last (causal: up to itself)."""
-        cfg, c = self.cfg, self.cfg.chunk_length
-        after = 0 if self.causal else cfg.num_chunks_after
-        nq = tiles(n)
-        i = torch.arange(nq, device=device)
-        first = ((i * TILE) // c - cfg.num_chunks_before).clamp(min=0) * c // TILE
-        last = ((((i + 1) * TILE - 1) // c + after + 1) * c - 1) // TILE
-        last = torch.minimum(last, i) if self.causal else last.clamp(max=nq - 1)
-        width = (cfg.num_chunks_before + after + 1) * c // TILE + 3  # bounds last - first + 1
-        slots = first[:, None] + torch.arange(width, device=device)
-        return torch.where(slots <= last[:, None], slots, -1)
+        """A query tile's keys: its chunks' windows."""
+        cfg = self.cfg
+        return chunk_window_tiles(
+            n, cfg.chunk_length, cfg.num_chunks_before, cfg.num_chunks_after, self.causal, device
+        )
 
     def _chunked(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool

@@ -26,8 +26,10 @@ from ..errors import OptionError
 from .base import AttentionCore, check_dropout, check_semantics
 from .kernels.chunked import check_chunking, check_int, cpu_fused, padded_length
 from .kernels.dense import allowed_mask, dense_attention
-from .kernels.dispatch import Call, KernelTable, materialised
+from .kernels.dispatch import Call, Implementation, KernelTable, materialised
+from .kernels.flex import chunk_window_tiles, flex_dtype, flex_environment, structural_block_mask
 from .kernels.rounds.circular import HF_KEY_EPS, CircularPlan, circular_math, hf_keys
+from .kernels.rounds.lsh_flex import lsh_flex
 from .kernels.rounds.lsh_fused import RoundsFlash
 from .kernels.rounds.lsh_hashing import (
     Buckets,
@@ -202,6 +204,38 @@ class LSHAttention(AttentionCore):
             out = math_path(q, k, v, plan)
         return out[:, :, :n]
 
+    def _flex(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """Exact semantics through FlexAttention: every round sorted side by side, one call."""
+        n = q.shape[2]
+        cfg, causal = self.cfg, self.causal
+        c = cfg.chunk_length
+        npad = padded_length(n, c)
+        if npad != n:  # pad to whole chunks; padding hashes to the extra bucket and sorts last
+            shared = k is q
+            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
+            k = q if shared else k
+        with torch.no_grad():
+            perm, sorted_buckets = sort_by_bucket(self._hash(k, n, key_padding_mask))
+        after = 0 if causal else cfg.num_chunks_after
+        length = cfg.num_hashes * npad
+        key = ("rounds", length, str(q.device))
+        if key not in self._block_masks:  # the sorted sequence's chunk windows, per length
+            tiles = chunk_window_tiles(length, c, cfg.num_chunks_before, after, causal, q.device)
+            self._block_masks[key] = structural_block_mask(tiles, length)
+        out = lsh_flex(
+            q,
+            k,
+            v,
+            perm,
+            sorted_buckets,
+            self._block_masks[key],
+            chunk=c,
+            before=cfg.num_chunks_before,
+            after=after,
+            causal=causal,
+        )
+        return out[:, :, :n]
+
 
 HF_ROUNDS_PER_PASS = 2  # at L = 4096, 4 hashes: peak 0.24x HF's instead of 0.37x (all at once)
 
@@ -213,6 +247,15 @@ def real_keys(n: int, length: int, key_padding_mask: Tensor | None, device) -> T
         padded = torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)
         real = real & padded
     return real
+
+
+def _exact(core: LSHAttention, call: Call) -> str | None:
+    if core.cfg.semantics != "exact":
+        return (
+            "runs the exact semantics only (HF's windows wrap around the concatenated rounds "
+            "with no bucket mask: cpu-fused or math)"
+        )
+    return None
 
 
 def _consecutive(core: LSHAttention, call: Call) -> str | None:
@@ -241,7 +284,16 @@ KERNELS = KernelTable(
             lambda core, *args: core._sorted(*args, fused=False),
             "materialised chunk windows of the sorted rounds with autograd",
         ),
+        Implementation(
+            name="flex",
+            summary="FlexAttention over every round's sorted slots side by side, block lists "
+            "from the chunk structure, rounds merged by log-sum-exp (compiled on CUDA)",
+            run=LSHAttention._flex,
+            devices=frozenset({"cpu", "cuda"}),
+            environment=flex_environment,
+            checks=(_exact, flex_dtype),
+        ),
     ),
-    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("math",)},
+    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("flex", "math")},
 )
 LSHAttention.kernels = KERNELS

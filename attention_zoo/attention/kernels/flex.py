@@ -21,6 +21,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from .compiled import run_compiled
+from .dispatch import Call, compile_reason
 from .masks import MaskMod
 
 try:  # FlexAttention with AuxRequest (its log-sum-exp request): recent torch only
@@ -45,10 +46,17 @@ EVAL_BYTES = 64 << 20
 FlexMaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
-def flex_reason(device: str) -> str | None:
-    """Why FlexAttention cannot run on `device` with this torch, or None."""
+def flex_environment(device: str) -> str | None:
+    """Why FlexAttention cannot run on `device` with this installation, or None."""
     if _IMPORT_ERROR is not None:
         return f"needs FlexAttention with AuxRequest, which torch {torch.__version__} lacks"
+    return compile_reason(device)
+
+
+def flex_dtype(core: object, call: Call) -> str | None:
+    """FlexAttention's compiled CUDA kernels take 16- and 32-bit floats."""
+    if call.device == "cuda" and call.dtype == torch.float64:
+        return "takes float16, bfloat16, float32 on CUDA, not float64"
     return None
 
 
@@ -105,6 +113,29 @@ def tile_masks(mod: MaskMod, n: int, candidates: Tensor | None, device: torch.de
     )
 
 
+def chunk_window_tiles(
+    n: int, chunk: int, before: int, after: int, causal: bool, device: torch.device | str
+) -> Tensor:
+    """(query tiles, K) key tiles holding every key of chunk windows over n positions: a query
+    sees its chunk, `before` chunks back and `after` ahead (causal: none ahead, up to itself)."""
+    nq = tiles(n)
+    i = torch.arange(nq, device=device)
+    after = 0 if causal else after
+    first = ((i * TILE) // chunk - before).clamp(min=0) * chunk // TILE
+    last = ((((i + 1) * TILE - 1) // chunk + after + 1) * chunk - 1) // TILE
+    last = torch.minimum(last, i) if causal else last.clamp(max=nq - 1)
+    width = (before + after + 1) * chunk // TILE + 3  # bounds last - first + 1
+    slots = first[:, None] + torch.arange(width, device=device)
+    return torch.where(slots <= last[:, None], slots, -1)
+
+
+def structural_block_mask(candidates: Tensor, n: int) -> BlockMask:
+    """A block mask whose tiles are the candidates, every one partial: for a mask_mod that
+    depends on each call's data (given to a copy per call)."""
+    used = (candidates >= 0) & ~_repeats(candidates)
+    return _block_mask(candidates, used, None, n, lambda b, h, i, j: j < n)
+
+
 def _repeats(candidates: Tensor) -> Tensor:
     """(nq, K) bool: slots that repeat an earlier slot's tile."""
     same = candidates[:, :, None] == candidates[:, None, :]
@@ -140,7 +171,7 @@ def _block_mask(
         dense = torch.zeros(nq, nq + 1, dtype=torch.bool, device=candidates.device)
         dense.scatter_(1, torch.where(keep, candidates, nq), True)
         dense = dense[:, :nq]
-        idx = dense.to(torch.int8).argsort(-1, descending=True, stable=True)
+        idx = dense.to(torch.int8).argsort(dim=-1, descending=True, stable=True)
         return dense.sum(-1).to(torch.int32)[None, None], idx.to(torch.int32)[None, None]
 
     counts, idx = ordered(partial)
@@ -151,20 +182,19 @@ def _block_mask(
 
 
 def run_flex(
-    q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, *, scale: float
-) -> tuple[Tensor, Tensor]:
-    """(out (b, h, n, d), log-sum-exp (b, h, n) in natural log, -inf where a query sees no key).
-
-    CUDA: the compiled kernel; inside a torch.compile region: traced; CPU and FakeTensors: the
-    eager implementation (dense on the CPU, forward and backward)."""
+    q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, *, scale: float, lse: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """(out (b, h, n, d), with `lse` the log-sum-exp (b, h, n) in natural log, -inf where a query
+    sees no key). CUDA: the compiled kernel; inside a torch.compile region: traced; CPU and
+    FakeTensors: the eager implementation (dense on the CPU, forward and backward)."""
     if torch.compiler.is_compiling() or (q.device.type == "cuda" and not is_fake(q)):
-        out, aux = run_compiled(
-            flex_attention, q, k, v, block_mask=block_mask, scale=scale,
-            return_aux=AuxRequest(lse=True),
-        )  # fmt: skip
-        return out, aux.lse
+        aux = AuxRequest(lse=True) if lse else None
+        result = run_compiled(
+            flex_attention, q, k, v, block_mask=block_mask, scale=scale, return_aux=aux
+        )
+        return (result[0], result[1].lse) if lse else (result, None)
     # PyTorch's front end refuses CPU backward (its compiled CPU kernel has none); the operator's
     # eager implementation computes densely, with autograd, on any device
-    options = _apply_kernel_options(q, k, v, True, None, None)
-    out, lse, *_ = flex_hop(q, k, v, _identity, block_mask.as_tuple(), scale, options)
-    return out, lse * math.log(2)  # the operator's log-sum-exp is in base 2
+    options = _apply_kernel_options(q, k, v, lse, None, None)
+    out, logsumexp, *_ = flex_hop(q, k, v, _identity, block_mask.as_tuple(), scale, options)
+    return out, logsumexp * math.log(2) if lse else None  # the operator's is in base 2
