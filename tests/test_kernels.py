@@ -524,3 +524,23 @@ def test_run_flex_gives_the_natural_log_sum_exp():
     scores = (q @ k.transpose(-1, -2) * 0.25).masked_fill(~core.pattern(N), float("-inf"))
     torch.testing.assert_close(lse, torch.logsumexp(scores, -1), atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(out, scores.softmax(-1) @ v, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "options"), SUMS, ids=["linear", "linear-relu", "performer"])
+def test_fla_on_cuda_stays_near_the_quadratic_form(name, options):
+    """fla's Triton kernel (bfloat16 features and values, float32 sums) against the float32
+    quadratic form: within bfloat16's rounding of the output's scale, outputs and gradients."""
+    _device("cuda")
+    core = build_attention(name, causal=True, device="cuda", kernel="fla", **options)
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 3, 300, 16, generator=g).cuda() for _ in range(3))
+    mask = _padding(2, 300, "cuda")
+    out, grads = with_grads(
+        lambda q, k, v: core(q, k, v, key_padding_mask=mask), [t.bfloat16() for t in (q, k, v)]
+    )
+    sums = core.sums_for(q)
+    ref, ref_grads = with_grads(lambda q, k, v: quadratic_sums(sums, q, k, v, mask), [q, k, v])
+    for got, want in zip([out, *grads], [ref, *ref_grads]):
+        error = (got.float() - want).abs().max() / want.abs().max()
+        assert error < 3e-2, f"{name}: bfloat16 relative error {error:.3g}"

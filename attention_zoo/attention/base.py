@@ -100,6 +100,7 @@ class AttentionCore(nn.Module):
         self.cfg = cfg
         self.causal = causal
         self._block_masks: dict[tuple[Any, ...], Any] = {}  # flex block masks, per length
+        self._picks: dict[Call, Implementation] = {}  # the pick rule's answers
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
@@ -126,10 +127,16 @@ class AttentionCore(nn.Module):
         return self.pick(Call.of(q, self.dropout_p))
 
     def pick(self, call: Call) -> Implementation:
-        """The implementation that computes `call`: the one rule (kernels/dispatch.py)."""
+        """The implementation that computes `call`: the one rule (kernels/dispatch.py), decided
+        once per kind of call."""
+        if not torch.compiler.is_compiling() and call in self._picks:
+            return self._picks[call]
         spec = getattr(type(self), "spec", None)
         backend = spec.name if spec is not None else type(self).__name__
-        return type(self).kernels.pick(backend, self.requested_kernel, self, call)
+        impl = type(self).kernels.pick(backend, self.requested_kernel, self, call)
+        if not torch.compiler.is_compiling():
+            self._picks[call] = impl
+        return impl
 
     def attend_block(
         self, x: Tensor, weights: BlockWeights, key_padding_mask: Tensor | None

@@ -51,6 +51,9 @@ def stand_in_device(device: str) -> str:
 def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     """Predict peak/resident bytes and FLOPs of one step of `case` on `device` (default: its own).
 
+    FLOPs are counted on the CPU's implementations whatever the device, so they measure the
+    mechanism's work, not a library's: a fused CUDA kernel the counter cannot see (fla), or one it
+    counts as dense (FlexAttention), would otherwise change them.
     Raises UnavailableError when a backend cannot run on the stand-in device, and whatever the
     case raises on FakeTensors (e.g. a backend with data-dependent shapes, which the style guide
     forbids).
@@ -64,6 +67,16 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
         with StorageTracker() as tracker:
             _, flops = count_flops(runnable.step)
         resident = runnable.resident_bytes()
+    if fake_device != "cpu":
+        flops = _cpu_flops(case)
     return Prediction(
         peak_bytes=tracker.peak, resident_bytes=resident, flops=flops, device=target, method=method
     )
+
+
+def _cpu_flops(case: BenchCase) -> int:
+    """The FLOPs of one step of `case` as the CPU's implementations compute it (FakeTensors)."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        runnable = build_runnable(case, device="cpu")
+        runnable.step()
+        return count_flops(runnable.step)[1]

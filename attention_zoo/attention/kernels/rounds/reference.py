@@ -27,7 +27,8 @@ def lsh_reference(
     other than itself: causal, one of the chunk * before sorted slots before it; bidirectional,
     in its sorted chunk, `before` chunks back or `after` ahead."""
     rounds, npad = perm.shape[2:]
-    slot = torch.empty_like(perm).scatter_(-1, perm, torch.arange(npad).expand_as(perm))
+    positions = torch.arange(npad, device=perm.device).expand_as(perm)
+    slot = torch.empty_like(perm).scatter_(-1, perm, positions)
     bucket = torch.gather(sorted_buckets.long(), -1, slot)  # (b, h, r, npad) by position
     si, sj = slot[..., :, None], slot[..., None, :]
     allowed = (bucket[..., :, None] == bucket[..., None, :]) & (si != sj)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU check, one command: on a machine with CUDA and torch, from a checkout, with no network.
+# Runs the CUDA tests, the core and block grids (bf16, forward+backward, causal and bidirectional,
+# 1k-64k tokens), the asv CUDA benchmarks, and writes a report folder reports/gpu-<device>-<date>/
+# from the store it fills. Optional packages (fla-core; asv and what it needs) travel as wheels in
+# .whl/ (README, "On a GPU"): they are installed into a scratch folder, nothing else is touched.
+#
+#   bash benchmarks/scripts/gpu_check.sh            # everything, about 6 minutes on one H100
+#   GRID=quick bash benchmarks/scripts/gpu_check.sh # the grids at 16k and 64k only
+#   OUT=/some/folder ...                            # also copy the store, log and report there
+#
+# Each step's time and exit status are printed at the end; a failed step does not stop the others.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    site=$(mktemp -d)
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 2
+    export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device is visible'" || exit 2
+
+device=$("$PY" -c "import re, torch; n = torch.cuda.get_device_name().lower(); \
+m = re.search(r'\b([a-z]+\d{2,4}[a-z]*)\b', n.replace('nvidia', '')); print(m.group(1) if m else 'gpu')")
+stamp=$(date +%Y%m%d)
+folder="reports/gpu-$device-$stamp"
+store=${STORE:-results/gpu-check.sqlite}
+mkdir -p "$(dirname "$store")"
+case "${GRID:-full}" in
+    quick) lengths=16384,65536 ;;
+    full) lengths=1024,4096,16384,65536 ;;
+    *) echo "GRID must be quick or full, not ${GRID}" >&2; exit 2 ;;
+esac
+
+declare -a steps=()
+step() {  # step NAME COMMAND...: run it, record its seconds and exit status
+    local name=$1 start=$SECONDS status
+    shift
+    echo "=== $name: $*"
+    "$@"
+    status=$?
+    steps+=("$(printf '%-28s %5ds  exit %d' "$name" $((SECONDS - start)) "$status")")
+}
+
+bench() {  # bench TARGET CAUSAL BACKENDS [--option ...]
+    local target=$1 causal=$2 backends=$3
+    shift 3
+    "$PY" -m attention_zoo bench --target "$target" --devices cuda --dtypes bfloat16 \
+        --modes forward+backward --batch 1 --heads 4 --head-dim 64 --hidden 256 \
+        --lengths "$lengths" --causal "$causal" --backends "$backends" \
+        --metrics time,memory,flops --budget 0.2 --repeats 5 --store "$store" \
+        --run-id "$target-$([ "$causal" = true ] && echo causal || echo bidirectional)" \
+        --no-progress "$@"
+}
+
+causal_backends=sdpa,local,sliding-window,bigbird,lsh,linear,performer
+bidirectional_backends=sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer
+step cuda-tests "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels.py \
+    tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py
+for target in attention block; do
+    step "$target-causal" bench "$target" true "$causal_backends" --option lsh.num_hashes=1,4
+    step "$target-bidirectional" bench "$target" false "$bidirectional_backends" \
+        --option linformer.max_length=65536
+done
+if [ -f benchmarks/scripts/asv_cuda.sh ]; then
+    step asv-cuda bash benchmarks/scripts/asv_cuda.sh
+fi
+step report "$PY" -m attention_zoo report --store "$store" --out "$folder"
+
+echo
+echo "GPU check on $("$PY" -c "import torch; print(torch.cuda.get_device_name(), 'torch', torch.__version__)")"
+printf '%s\n' "${steps[@]}"
+echo "report: $folder"
+if [ -n "${OUT:-}" ]; then
+    tar czf "$OUT/gpu-check.tgz" "$folder" "$store" 2>/dev/null
+    echo "copied to $OUT/gpu-check.tgz"
+fi
