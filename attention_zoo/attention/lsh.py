@@ -25,9 +25,16 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore, check_dropout, check_semantics
 from .kernels.chunked import check_chunking, check_int, cpu_fused, padded_length
+from .kernels.compiled import maybe_compiled
 from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import Call, Implementation, KernelTable, materialised
-from .kernels.flex import chunk_window_tiles, flex_dtype, flex_environment, structural_block_mask
+from .kernels.flex import (
+    BlockMask,
+    chunk_window_tiles,
+    flex_dtype,
+    flex_environment,
+    structural_block_mask,
+)
 from .kernels.rounds.circular import HF_KEY_EPS, CircularPlan, circular_math, hf_keys
 from .kernels.rounds.lsh_flex import lsh_flex
 from .kernels.rounds.lsh_fused import RoundsFlash
@@ -123,7 +130,15 @@ class LSHAttention(AttentionCore):
 
     def _hash(self, qk: Tensor, n: int, key_padding_mask: Tensor | None) -> Tensor:
         """Buckets (b, h, r, len) of qk (b, h, len, d) whose first n positions are real."""
-        b, h, length, d = qk.shape
+        cfg = self.cfg
+        nb, rot = self._rotations_for(qk, n, key_padding_mask)
+        groups = round_groups(cfg.num_hashes, cfg.rounds_per_pass)
+        return lsh_buckets(qk, rot, nb, n, key_padding_mask, cfg.num_hashes, groups)
+
+    def _rotations_for(
+        self, qk: Tensor, n: int, key_padding_mask: Tensor | None
+    ) -> tuple[Buckets, Tensor | None]:
+        """(bucket count, random rotations (h, d, r, k), None for one bucket) of a call."""
         cfg = self.cfg
         if key_padding_mask is not None and cfg.num_buckets is None and cfg.max_length is None:
             raise OptionError(
@@ -132,20 +147,9 @@ class LSHAttention(AttentionCore):
                 "longest sequence, as HF's max_position_embeddings)"
             )
         nb = self.buckets_for(n)
-        r = cfg.num_hashes
         if nb == 1:
-            buckets = qk.new_zeros((b, h, r, length), dtype=torch.long)
-        else:
-            rot = self.rotations(h, d, nb, qk.device, qk.dtype)
-            buckets = torch.cat(
-                [
-                    hash_rounds(qk.detach(), rot[:, :, s:e], nb)
-                    for s, e in round_groups(r, cfg.rounds_per_pass)
-                ],
-                dim=2,
-            )
-        real = real_keys(n, length, key_padding_mask, qk.device)[:, None, None]
-        return torch.where(real, buckets, total_buckets(nb))  # padding: one extra, last bucket
+            return nb, None
+        return nb, self.rotations(qk.shape[1], qk.shape[3], nb, qk.device, qk.dtype)
 
     def _sorted(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
@@ -205,7 +209,8 @@ class LSHAttention(AttentionCore):
         return out[:, :, :n]
 
     def _flex(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        """Exact semantics through FlexAttention: every round sorted side by side, one call."""
+        """Exact semantics through FlexAttention: every round sorted side by side, one call;
+        hashing, sorting, attention and the merge compiled as one function on CUDA."""
         n = q.shape[2]
         cfg, causal = self.cfg, self.causal
         c = cfg.chunk_length
@@ -214,27 +219,67 @@ class LSHAttention(AttentionCore):
             shared = k is q
             q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
             k = q if shared else k
-        with torch.no_grad():
-            perm, sorted_buckets = sort_by_bucket(self._hash(k, n, key_padding_mask))
+        nb, rot = self._rotations_for(k, n, key_padding_mask)  # drawn here: RNG state replays
         after = 0 if causal else cfg.num_chunks_after
         length = cfg.num_hashes * npad
         key = ("rounds", length, str(q.device))
         if key not in self._block_masks:  # the sorted sequence's chunk windows, per length
             tiles = chunk_window_tiles(length, c, cfg.num_chunks_before, after, causal, q.device)
             self._block_masks[key] = structural_block_mask(tiles, length)
-        out = lsh_flex(
-            q,
-            k,
-            v,
-            perm,
-            sorted_buckets,
-            self._block_masks[key],
-            chunk=c,
-            before=cfg.num_chunks_before,
-            after=after,
-            causal=causal,
-        )
+        out = maybe_compiled(
+            hashed_flex, q, k, v, rot, key_padding_mask, self._block_masks[key],
+            n=n, nb=nb, rounds=cfg.num_hashes, chunk=c, before=cfg.num_chunks_before,
+            after=after, causal=causal,
+        )  # fmt: skip
         return out[:, :, :n]
+
+
+def lsh_buckets(
+    qk: Tensor,
+    rot: Tensor | None,
+    nb: Buckets,
+    n: int,
+    key_padding_mask: Tensor | None,
+    rounds: int,
+    groups: list[tuple[int, int]],
+) -> Tensor:
+    """Buckets (b, h, r, len) of qk (b, h, len, d) whose first n positions are real, hashed a
+    group of rounds at a time; padding gets the extra, last bucket."""
+    b, h, length, _ = qk.shape
+    if rot is None:  # one bucket
+        buckets = qk.new_zeros((b, h, rounds, length), dtype=torch.long)
+    else:
+        parts = [hash_rounds(qk.detach(), rot[:, :, s:e], nb) for s, e in groups]
+        buckets = torch.cat(parts, dim=2)
+    real = real_keys(n, length, key_padding_mask, qk.device)[:, None, None]
+    return torch.where(real, buckets, total_buckets(nb))
+
+
+def hashed_flex(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rot: Tensor | None,
+    key_padding_mask: Tensor | None,
+    structure: BlockMask,
+    *,
+    n: int,
+    nb: Buckets,
+    rounds: int,
+    chunk: int,
+    before: int,
+    after: int,
+    causal: bool,
+) -> Tensor:
+    """Hash every round, sort, attend through FlexAttention and merge: a function of tensors and
+    constants only, so one compiled graph serves every module with these options."""
+    with torch.no_grad():
+        buckets = lsh_buckets(k, rot, nb, n, key_padding_mask, rounds, [(0, rounds)])
+        perm, sorted_buckets = sort_by_bucket(buckets)
+    return lsh_flex(
+        q, k, v, perm, sorted_buckets, structure, chunk=chunk, before=before, after=after,
+        causal=causal,
+    )  # fmt: skip
 
 
 HF_ROUNDS_PER_PASS = 2  # at L = 4096, 4 hashes: peak 0.24x HF's instead of 0.37x (all at once)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 # Entries of one compiled function: one per length, dtype, options... more than dynamo's default
 # of 8 across a sweep. Past the limit dynamo would run the function eagerly (for flex_attention:
@@ -28,3 +29,12 @@ def run_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True
     ):
         return _compiled(fn)(*args, **kwargs)
+
+
+def maybe_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """fn compiled on CUDA tensors (`run_compiled`), called as is elsewhere (the CPU, FakeTensors,
+    meta), where its eager result is the same computation."""
+    first = args[0]
+    if torch.compiler.is_compiling() or (first.device.type == "cuda" and not is_fake(first)):
+        return run_compiled(fn, *args, **kwargs)
+    return fn(*args, **kwargs)

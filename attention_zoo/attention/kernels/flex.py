@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from .compiled import run_compiled
+from .compiled import maybe_compiled
 from .dispatch import Call, compile_reason
 from .masks import MaskMod
 
@@ -189,7 +189,7 @@ def run_flex(
     FakeTensors: the eager implementation (dense on the CPU, forward and backward)."""
     if torch.compiler.is_compiling() or (q.device.type == "cuda" and not is_fake(q)):
         aux = AuxRequest(lse=True) if lse else None
-        result = run_compiled(
+        result = maybe_compiled(
             flex_attention, q, k, v, block_mask=block_mask, scale=scale, return_aux=aux
         )
         return (result[0], result[1].lse) if lse else (result, None)
