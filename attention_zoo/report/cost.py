@@ -17,8 +17,17 @@ from ..measure.labels import (
 from ..measure.metrics import METRICS, reported
 from ..measure.peers import families, reference_backend
 from ..measure.status import OK
+from ..measure.throughput import (
+    OVER_PEAK,
+    PEAK_UNKNOWN,
+    RATE_HEADER,
+    RATE_LABEL,
+    SHARE_HEADER,
+    SHARE_LABEL,
+    case_throughput,
+)
 from .analysis import MIN_FIT_LENGTHS, crossover
-from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, trusted
+from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, time_marks, trusted
 from .document import Heading, Image, Para, Table
 from .plots import caption, scaling_plot
 
@@ -49,6 +58,29 @@ def column_legend() -> str:
 def extra_metrics() -> list[str]:
     """The catalogue's reported metrics beyond time and peak memory (predicted memory, FLOPs)."""
     return [m.name for m in reported() if m.name not in (TIME, MEMORY)]
+
+
+def has_rates(rows: Any) -> bool:
+    """Whether any of these bench rows has a FLOP rate (a FLOP count and a median time)."""
+    return any(case_throughput(r) is not None for _, r in rows.iterrows())
+
+
+def rate_legend() -> str:
+    return f"**{RATE_HEADER}**: {RATE_LABEL}; **{SHARE_HEADER}**: {SHARE_LABEL} ({OVER_PEAK})."
+
+
+def rate_cells(ctx: Context, row: Any) -> list[str]:
+    """A row's TFLOP/s and % peak cells (measure/throughput.py), through the ledger; the rate
+    carries the marks of a time set aside."""
+    found = case_throughput(row)
+    if found is None:
+        return ["-", "-"]
+    inputs = [ctx.input(row, "flops"), ctx.input(row, TIME)]
+    rate = ctx.ledger.derive("tflops", "ratio", inputs)[1] + time_marks(row)
+    if found.peak is None:
+        return [rate, PEAK_UNKNOWN]
+    peak = {"peak_flops_per_s": found.peak.flops_per_s, "peak": found.peak.describe()}
+    return [rate, ctx.ledger.derive("fraction", "peak_share", inputs, **peak)[1]]
 
 
 def settings(ctx: Context) -> list[tuple[str, Any]]:
@@ -132,6 +164,7 @@ def headline(ctx: Context) -> list[Any]:
             f"also as a ratio to {to} at the same setting and length (ratio = variant / reference; "
             f"smaller is better). {BUSY_MARK} marks a time measured while the machine was busy, "
             f"{UNSTABLE_MARK} one whose repeats disagreed. {COMPUTES_RULE} {column_legend()}"
+            + (f" {rate_legend()}" if has_rates(ctx.bench) else "")
         ),
     ]
     if aside := ctx.set_aside():
@@ -174,6 +207,7 @@ def headline(ctx: Context) -> list[Any]:
             blocks.append(Para(f"No `{ref}` case in this setting: no ratios."))
         rows = []
         extra = [m for m in extra_metrics() if any(m in x for x in part["metrics"])]
+        rates = has_rates(part)
         for _, row in part.sort_values(["seq_len", "variant"]).iterrows():
             r = reference_row(part, row["seq_len"], ref, row["backend"])
             rows.append(
@@ -187,6 +221,7 @@ def headline(ctx: Context) -> list[Any]:
                     ctx.metric(row, MEMORY),
                     ratio_cell(ctx, row, r, MEMORY),
                     *(ctx.metric(row, m) for m in extra),
+                    *(rate_cells(ctx, row) if rates else ()),
                     note(row),
                 ]
             )
@@ -200,6 +235,7 @@ def headline(ctx: Context) -> list[Any]:
             memory_header,
             ratio_header("memory", ref),
             *(header(m) for m in extra),
+            *((RATE_HEADER, SHARE_HEADER) if rates else ()),
             "note",
         ]
         blocks.append(Table(headers, rows))
