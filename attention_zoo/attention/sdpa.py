@@ -75,6 +75,10 @@ def _run(
     return core._sdpa(q, k, v, key_padding_mask, backend)
 
 
+def _visible(device: str) -> bool:
+    return device != "cuda" or torch.cuda.is_available()
+
+
 def _probe(core: SDPAAttention, call: Call) -> Tensor:
     """A small tensor like the call's queries: what PyTorch's SDPA dispatch looks at."""
     return torch.empty(
@@ -87,6 +91,8 @@ def _pytorch_reason(name: str):
         """PyTorch's own reason why this SDPA kernel cannot run the call."""
         if call.fake or call.device == "meta":
             return None
+        if not _visible(call.device):
+            return "no CUDA device is visible to ask PyTorch's SDPA dispatch"
         x = _probe(core, call)
         try:
             with sdpa_kernel([BACKENDS[name]]):
@@ -101,7 +107,7 @@ def _pytorch_reason(name: str):
 
 def _pytorch_choice(core: SDPAAttention, call: Call) -> str:
     """The kernel PyTorch's SDPA dispatch picks for the call (math on meta/FakeTensors)."""
-    if call.fake or call.device == "meta":
+    if call.fake or call.device == "meta" or not _visible(call.device):
         return "math"
     x = _probe(core, call)
     choice = torch._fused_sdp_choice(x, x, x, None, float(call.dropout), core.causal)

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from ..declarative import check_keys, field_names
-from ..errors import OptionError, UnavailableError
+from ..errors import OptionError, UnavailableError, ZooError
 from ..registry import Registry, origin_of
+from .kernels.dispatch import Call
 
 ALL_DTYPES = frozenset({"float32", "float64", "bfloat16", "float16"})
 ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})
@@ -142,7 +143,34 @@ class BackendSpec:
             "device": device,
             "available": reason is None,
             "reason": reason,
+            "kernels": self.kernels_on(device),
         }
+
+    def kernels_on(self, device: str) -> list[dict[str, Any]]:
+        """Each implementation with its default options on `device` (CUDA: bfloat16, else float32;
+        4 heads of 64, 4,096 tokens, causal where it can be): its summary, why it cannot run
+        there (None: it can) and whether auto picks it."""
+        table = getattr(self.cls, "kernels", None)
+        if table is None:
+            return []
+        device = torch.device(device).type
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        with torch.device("meta"):
+            core = self.cls(self.make_config(), causal=self.caps.causal)
+        call = Call(device, dtype, 4096, 64)
+        try:
+            auto = core.pick(call).name
+        except ZooError:
+            auto = None
+        return [
+            {
+                "name": impl.name,
+                "summary": impl.summary,
+                "reason": "; ".join(impl.reasons(core, call)) or None,
+                "auto": impl.name == auto,
+            }
+            for impl in table.implementations
+        ]
 
 
 def _jsonable(value: Any) -> Any:

@@ -16,7 +16,7 @@ from .validate import check_device
 EXAMPLE = """examples:
   zoo list                 table of backends, availability on the default device
   zoo list --device cuda   availability if run on CUDA
-  zoo list --json          the backends as JSON
+  zoo list --json          the backends as JSON (each implementation: why it cannot run there)
   zoo list --import mine   with the backends, tasks and residual variants module `mine` registers
 
 The origin column says where each entry comes from: built-in, an installed plugin (entry point
@@ -66,6 +66,13 @@ def _others(what: str, registry: Registry) -> str:
     return f"{what}: " + "; ".join(f"{', '.join(n)} ({o})" for o, n in by_origin.items())
 
 
+def _kernels(kernels: list[dict]) -> str:
+    """'cpu-fused*, math, flex-': the implementations, the one auto picks, those that cannot run."""
+    return ", ".join(
+        k["name"] + ("*" if k["auto"] else "") + ("-" if k["reason"] else "") for k in kernels
+    )
+
+
 def _flag(value: bool) -> str:
     return "yes" if value else "no"
 
@@ -78,6 +85,7 @@ def backends_table(rows: list[dict]) -> str:
         "kind",
         "deterministic",
         f"available ({rows[0]['device'] if rows else ''})",
+        "kernels (* auto, - cannot run here)",
         "origin",
         "options",
     ]
@@ -94,6 +102,7 @@ def backends_table(rows: list[dict]) -> str:
                 caps["kind"],  # full (exact), pattern (exact under a fixed mask), approximate
                 _flag(caps["deterministic"]),
                 avail,
+                _kernels(r["kernels"]),
                 r["origin"],
                 options,
             ]

@@ -5,11 +5,13 @@
 # from the store it fills. Optional packages (fla-core; asv and what it needs) travel as wheels in
 # .whl/ (README, "On a GPU"): they are installed into a scratch folder, nothing else is touched.
 #
-#   bash benchmarks/scripts/gpu_check.sh            # everything, about 6 minutes on one H100
+#   bash benchmarks/scripts/gpu_check.sh            # everything
 #   GRID=quick bash benchmarks/scripts/gpu_check.sh # the grids at 16k and 64k only
-#   OUT=/some/folder ...                            # also copy the store, log and report there
+#   OUT=/some/folder ...                            # the store there (rows land as they are
+#                                                   # measured), and the report folder as a tarball
 #
-# Each step's time and exit status are printed at the end; a failed step does not stop the others.
+# The grids come first (what the targets are about), then the tests, asv and the report. Each
+# step's time and exit status are printed at the end; a failed step does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 PY=${PYTHON:-python3}
@@ -28,7 +30,8 @@ device=$("$PY" -c "import re, torch; n = torch.cuda.get_device_name().lower(); \
 m = re.search(r'\b([a-z]+\d{2,4}[a-z]*)\b', n.replace('nvidia', '')); print(m.group(1) if m else 'gpu')")
 stamp=$(date +%Y%m%d)
 folder="reports/gpu-$device-$stamp"
-store=${STORE:-results/gpu-check.sqlite}
+store=${STORE:-${OUT:+$OUT/gpu-check.sqlite}}
+store=${store:-results/gpu-check.sqlite}
 mkdir -p "$(dirname "$store")"
 case "${GRID:-full}" in
     quick) lengths=16384,65536 ;;
@@ -59,13 +62,13 @@ bench() {  # bench TARGET CAUSAL BACKENDS [--option ...]
 
 causal_backends=sdpa,local,sliding-window,bigbird,lsh,linear,performer
 bidirectional_backends=sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer
-step cuda-tests "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels.py \
-    tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py
 for target in attention block; do
     step "$target-causal" bench "$target" true "$causal_backends" --option lsh.num_hashes=1,4
     step "$target-bidirectional" bench "$target" false "$bidirectional_backends" \
         --option linformer.max_length=65536
 done
+step cuda-tests "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels.py \
+    tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py
 if [ -f benchmarks/scripts/asv_cuda.sh ]; then
     step asv-cuda bash benchmarks/scripts/asv_cuda.sh
 fi
@@ -76,6 +79,5 @@ echo "GPU check on $("$PY" -c "import torch; print(torch.cuda.get_device_name(),
 printf '%s\n' "${steps[@]}"
 echo "report: $folder"
 if [ -n "${OUT:-}" ]; then
-    tar czf "$OUT/gpu-check.tgz" "$folder" "$store" 2>/dev/null
-    echo "copied to $OUT/gpu-check.tgz"
+    tar czf "$OUT/gpu-report.tgz" "$folder" 2>/dev/null && echo "report folder: $OUT/gpu-report.tgz"
 fi
