@@ -13,6 +13,7 @@ from ..install import install_hint
 from ..measure.labels import DEFAULT_REFERENCE
 from ..report import build_report
 from ..report.browser import FIRST_SCREEN, chromium, screenshot
+from ..report.frame import reference_choices
 from ..report.index import write_index
 from ..report.rebuild import folder_inputs
 from ..reproduce import REPRODUCTIONS
@@ -75,9 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--reference",
-        default=DEFAULT_REFERENCE,
         help="variant the report's ratios divide by, or a peer family (hf: each variant by "
-        "Hugging Face's module of the same mechanism) (default: %(default)s)",
+        f"Hugging Face's module of the same mechanism) (default: {DEFAULT_REFERENCE})",
     )
     p.add_argument("--title", default="attention-zoo comparison", help="report title")
     p.add_argument(
@@ -98,7 +98,7 @@ def _command(args: argparse.Namespace) -> str:
         parts = ["zoo report", f"--store {args.store}", f"--out {args.out}"]
     if args.run_id:
         parts.append(f"--run-id {args.run_id}")
-    if args.reference != DEFAULT_REFERENCE:
+    if args.reference is not None:
         parts.append(f"--reference {args.reference}")
     if args.index:
         parts.append(f"--index {args.index}")
@@ -146,11 +146,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    reference = _reference(args, df)
     files = build_report(
         df,
         args.out,
         runs=runs,
-        reference=args.reference,
+        reference=reference,
         title=args.title,
         command=_command(args),
         measured_by=measured_by,
@@ -164,6 +165,27 @@ def run(args: argparse.Namespace) -> int:
     if args.index:
         print(f"index:  {write_index(args.index)}")
     return 0
+
+
+def _reference(args: argparse.Namespace, df: Any) -> str:
+    """The variant the ratios divide by: an explicit --reference must be among the rows (exit 2
+    otherwise); the default missing from them is said in one line (the report has no ratios)."""
+    reference = args.reference or DEFAULT_REFERENCE
+    choices = reference_choices(df)
+    if not choices or reference in choices:
+        return reference
+    where = args.source or args.store
+    if args.reference is not None:
+        raise UsageError(
+            f"--reference {reference!r}: no measured variant of that name in {where}; "
+            f"variants: {', '.join(choices)}" + did_you_mean(reference, choices)
+        )
+    print(
+        f"zoo report: note: no {reference} case in {where}, so the report shows no ratios; "
+        f"--reference picks the variant to divide by: {', '.join(choices)}",
+        file=sys.stderr,
+    )
+    return reference
 
 
 def _from_store(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..measure.labels import DEFAULT_REFERENCE
+from ..measure.labels import DEFAULT_REFERENCE, facts_of
 from . import accuracy, cost, fidelity, misc, summary, variants
 from .browser import FIRST_SCREEN
 from .claims import ClaimsSource, claims_section
@@ -190,9 +190,7 @@ def _write_report(
     with writing(files.html):
         files.html.write_text(to_html(doc))
     with writing(files.csv):
-        rows.drop(columns=[c for c in rows.columns if c.startswith("cfg.")]).to_csv(
-            files.csv, index=False
-        )
+        _csv_frame(rows).to_csv(files.csv, index=False)
     with writing(files.numbers):
         ctx.ledger.write(files.numbers)
     used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
@@ -209,6 +207,16 @@ def _write_report(
     with writing(out_dir / META_FILE) as path:
         path.write_text(json.dumps(meta, indent=1))
     return files
+
+
+def _csv_frame(rows: Any) -> Any:
+    """The rows as rows.csv holds them: the store's export columns, facts as JSON text (as `zoo
+    results --format csv` writes them), so `zoo report --from` reads them back."""
+    frame = rows.drop(columns=[c for c in rows.columns if c.startswith("cfg.")])
+    if "facts" in frame.columns:
+        facts = [json.dumps(facts_of(f), sort_keys=True, default=str) for f in frame["facts"]]
+        frame = frame.assign(facts=facts)
+    return frame
 
 
 def _captioned(block: Any) -> Any:
