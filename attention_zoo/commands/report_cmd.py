@@ -14,10 +14,12 @@ from ..measure.labels import DEFAULT_REFERENCE
 from ..report import build_report
 from ..report.browser import FIRST_SCREEN, chromium, screenshot
 from ..report.frame import reference_choices
-from ..report.index import write_index
+from ..report.index import check_index_target, write_index
+from ..report.output import check_report_target
 from ..report.rebuild import folder_inputs
 from ..reproduce import REPRODUCTIONS
 from ..store import DEFAULT_STORE, open_store
+from .recording import recorded_command
 from .validate import check_output_file, check_output_folder
 
 DEFAULT_OUT = "results/report"
@@ -91,20 +93,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _command(args: argparse.Namespace) -> str:
     """The command line that rebuilds this report (recorded in the folder and the index)."""
     if args.source:
-        parts = ["zoo report", f"--from {args.source}"]
+        words = ["report", "--from", args.source]
         if Path(args.out) != Path(args.source):
-            parts.append(f"--out {args.out}")
+            words += ["--out", args.out]
     else:
-        parts = ["zoo report", f"--store {args.store}", f"--out {args.out}"]
+        words = ["report", "--store", args.store, "--out", args.out]
     if args.run_id:
-        parts.append(f"--run-id {args.run_id}")
+        words += ["--run-id", args.run_id]
     if args.reference is not None:
-        parts.append(f"--reference {args.reference}")
+        words += ["--reference", args.reference]
     if args.index:
-        parts.append(f"--index {args.index}")
+        words += ["--index", args.index]
     if args.screenshot:
-        parts.append("--screenshot")
-    return " ".join(parts)
+        words.append("--screenshot")
+    for module in [*(args.imports or []), *(args.imports_sub or [])]:
+        words += ["--import", module]
+    return recorded_command(words)
 
 
 REPORT_MODULES = ("pandas", "seaborn", "matplotlib")  # what the report extra installs
@@ -129,13 +133,15 @@ def run(args: argparse.Namespace) -> int:
         raise UnavailableError(
             "--screenshot needs Chromium on PATH (Debian: apt-get install chromium)"
         )
+    inputs = folder_inputs(args.source) if args.source else None  # says what --from lacks
     out = args.out or args.source or DEFAULT_OUT
     args.out = str(check_output_folder(out, "--out", default=args.out is None and not args.source))
+    check_report_target(Path(args.out), f"--out {args.out}")
     if args.index:
         check_output_file(args.index, "--index")
+        check_index_target(args.index, f"--index {args.index}")
     measured_by: list[str] = []
-    if args.source:
-        inputs = folder_inputs(args.source)
+    if inputs is not None:
         df, runs, measured_by = inputs.rows, inputs.runs, inputs.measured_by
     else:
         df, runs = _from_store(args)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +25,12 @@ from .claims import ClaimsSource, claims_section
 from .context import Context
 from .document import Document, Image, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
-from .output import staged_folder, writing
+from .output import GENERATOR, META_FILE, staged_folder, writing
 from .plots import CAPTIONS, caption
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "attention-zoo comparison"
-META_FILE = "report.json"  # what produced the folder: read by the reports index
 # Written when there is data, each kind with its caption (plots.CAPTIONS; the reproductions' own
 # sections name theirs too): a plot the new build does not write is never carried over.
 PLOT_PATTERNS = (*(f"{prefix}*.png" for prefix in CAPTIONS), FIRST_SCREEN)
@@ -199,6 +199,7 @@ def _write_report(
         files.runs.write_text(json.dumps(used_runs, indent=1, default=str))
     measured_by = sorted({c for r in used_runs if (c := _command_of(r["meta"]))}) or measured_by
     meta = {
+        "generator": GENERATOR,  # the folder's mark: zoo report may write here again
         "title": title,
         "command": command,
         "measured_by": measured_by,
@@ -227,13 +228,15 @@ def _captioned(block: Any) -> Any:
 
 
 def _command_of(meta: dict[str, Any]) -> str:
-    """The `zoo ...` command line a run's metadata records ('' when none)."""
+    """The `zoo ...` command line a run's metadata records ('' when none): as recorded
+    (commands/recording.py), or from an older run's argv list or interpreter path."""
     if isinstance(meta.get("argv"), list):
-        return " ".join(["zoo", *map(str, meta["argv"])])
-    words = str(meta.get("command") or "").split()
-    if words and Path(words[0]).name in ("zoo", "__main__.py"):
-        words[0] = "zoo"
-    return " ".join(words)
+        return shlex.join(["zoo", *map(str, meta["argv"])])
+    command = str(meta.get("command") or "").strip()
+    first, _, rest = command.partition(" ")
+    if Path(first).name in ("zoo", "__main__.py"):
+        return f"zoo {rest}".strip()
+    return command
 
 
 def _rows_used(df: Any, ctx: Context) -> Any:
