@@ -33,6 +33,7 @@ from .measure.runner import (
     DEFAULT_SETTINGS,
     CaseResult,
     MeasureSettings,
+    case_facts,
     describe_error,
     is_oom,
     measure_case,
@@ -346,6 +347,7 @@ class BenchPlan(Plan):
                 status=result.status,
                 error=result.error,
                 environment=outcome.environment,
+                facts=result.facts or case_facts(case),  # a job that died returned none
             )
             self.results.append(result)
             if result.status in (ERROR, OOM, INVALID):

@@ -19,6 +19,7 @@ from attention_zoo.cli import main
 from attention_zoo.measure.peers import PEERS
 from attention_zoo.plugins import PLUGINS, child_environment, import_target, load_plugins
 from attention_zoo.registry import pluggable_registries
+from attention_zoo.store import ResultStore
 from attention_zoo.tasks import TASKS
 
 from . import test_attention_contract as contract
@@ -293,6 +294,8 @@ def test_user_path_subprocesses_conformance_suite_and_isolated_worker(plugin_dir
     assert bench.returncode == 0, bench.stderr
     (row,) = [line for line in bench.stdout.splitlines() if line.startswith("attention  mine")]
     assert " ok " in row
+    with ResultStore("z.sqlite", write=False) as store:  # what the worker ran it as, stored
+        assert store.rows()[0]["facts"]["capabilities"]["mine"]["kind"] == "full"
 
 
 @pytest.fixture

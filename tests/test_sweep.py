@@ -325,4 +325,5 @@ def test_isolated_case_under_address_space_limit_is_oom() -> None:
         case.replace(seq_len=128), MeasureSettings(metrics=("memory",)), rlimit_bytes=512 * 2**20
     )
     assert ok.status == "ok" and ok.value("peak_bytes") > 0
+    assert ok.facts["capabilities"]["full"]["kind"] == "full"  # carried out of the worker
     assert os.getpid()  # still here

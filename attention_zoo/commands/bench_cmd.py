@@ -27,6 +27,7 @@ from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE, open_store
 from ..sweep import AUTO, SweepGrid, run_sweep
+from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
@@ -355,7 +356,10 @@ def run(args: argparse.Namespace) -> int:
                 memory_limit_bytes=limit,
                 timeout_s=args.timeout,
                 progress=not args.no_progress,
-                meta={"command": " ".join(sys.argv), "preset": preset.source if preset else None},
+                meta={
+                    "command": recorded_command(args.argv),
+                    "preset": preset.source if preset else None,
+                },
                 executor=executor,
                 load_start=load_start,
             )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import json
 import sys
@@ -14,7 +13,7 @@ from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.table import comparison_table, format_table, group_cases
 from ..measure.throughput import DERIVED, FLOP_RATE, PEAK_SHARE, derived_rows
 from ..recover import recover
-from ..store import DEFAULT_STORE, EXPORT_COLUMNS, ResultStore, open_store, run_status
+from ..store import DEFAULT_STORE, ResultStore, open_store, run_status, write_csv
 from .validate import DeprecatedAlias, check_output_file, reject_together
 
 EXAMPLE = f"""examples:
@@ -162,9 +161,7 @@ def _render(store: ResultStore, run_id: str | None, args: argparse.Namespace) ->
         rows = store.rows(run_id)
     if args.format == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(EXPORT_COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
+        write_csv(buf, rows)
         return buf.getvalue()
     if args.format == "json":
         return json.dumps([{**r, "config": json.loads(r["config"])} for r in rows], indent=2)

@@ -17,9 +17,12 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from ..attention.spec import BACKENDS
+from ..errors import ZooError
 from .cases import BenchCase, Runnable, build_runnable
 from .fidelity import measure_fidelity
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
@@ -58,16 +61,36 @@ class MeasureSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class CaseResult:
-    """The outcome of one case: status, metric rows (maybe partial), error text."""
+    """The outcome of one case: status, metric rows (maybe partial), error text, and what it ran
+    as (`facts`, stored with its rows: "capabilities" by backend, see case_facts)."""
 
     case: BenchCase
     status: str  # ok, oom, error, skipped, invalid
     rows: list[Metric] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def value(self, metric: str) -> float | None:
         return next((r.value for r in self.rows if r.metric == metric), None)
+
+
+def case_facts(case: BenchCase) -> dict[str, Any]:
+    """What `case` runs as, from the registry now: {"capabilities": {backend: caps dict}} for each
+    registered backend it uses (with the case's options when it uses one), so a report can rank
+    it without the plugin that registered it."""
+    names = case.backends()
+    capabilities = {}
+    for name in names:
+        if name not in BACKENDS:  # a peer: its mirrored backend's kind is known without plugins
+            continue
+        spec = BACKENDS.get(name)
+        try:
+            caps = spec.caps_for(**case.options) if len(names) == 1 else spec.caps
+        except (ZooError, TypeError):  # options it does not take: the case fails on its own
+            caps = spec.caps
+        capabilities[name] = caps.to_dict()
+    return {"capabilities": capabilities} if capabilities else {}
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -153,6 +176,7 @@ class _Pending:
             rows=self.rows,
             error=text,
             seconds=time.perf_counter() - self.start,
+            facts=case_facts(self.case),
         )
         self.runnable = None
 

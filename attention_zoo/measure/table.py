@@ -10,8 +10,9 @@ from typing import Any
 from .cases import comparison_key
 from .labels import (
     DEFAULT_REFERENCE,
-    backend_kind,
+    case_kind,
     case_label,
+    facts_of,
     kind_text,
     ratio_header,
     resolve_options,
@@ -74,6 +75,7 @@ def group_cases(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 "torch_version": r.get("torch_version"),
                 "created_at": r.get("created_at"),
                 "environment": r.get("environment"),  # JSON text: where it was measured
+                "facts": facts_of(r.get("facts")),
             }
         if r["metric"] is not None:
             case["metrics"][r["metric"]] = r["value"]
@@ -131,6 +133,7 @@ def comparison_table(
         ),
     )
     kinds = {id(c): [mark.kind for mark in _marks(c)] for c in cases}
+    referenced = False  # whether any case found its reference
     for c in order:
         cfg, m = c["config"], c["metrics"]
         status = status_text(c["status"])  # the reason follows the table, in its notes
@@ -141,7 +144,7 @@ def comparison_table(
         line = [
             *case_cells(cfg),
             *(c["threads"] if k == "threads" else cfg.get(k, "?") for k in varying),
-            kind_text(backend_kind(str(cfg.get("backend", "")), cfg.get("options"))),
+            kind_text(case_kind(cfg, c.get("facts"))),
             status,
             *(spec.fmt(m.get(spec.name)) for spec in columns),
             rate_cell(rate),
@@ -151,6 +154,7 @@ def comparison_table(
         if reference:
             wanted = reference_backend(reference, cfg.get("backend", ""))
             ref = refs.get((wanted or "", comparison_key(cfg)))
+            referenced = referenced or ref is not None
             rm = ref["metrics"] if ref else {}
             both_trusted = ref is not None and all(
                 time_trusted(x["status"], kinds[id(x)]) for x in (c, ref)
@@ -163,6 +167,12 @@ def comparison_table(
     out = format_table(headers, table, right=range(2, len(headers)))
     if rates := rate_notes(order):
         out += "\n\n" + "\n".join(rates)
+    if reference and cases and not referenced:
+        backends = sorted({str(c["config"].get("backend", "?")) for c in cases})
+        out += (
+            f"\n\nno ratios: no {reference} case ran among these (backends: "
+            f"{', '.join(backends)}); --reference picks one of them"
+        )
     notes: dict[tuple[str, str, str], list[str]] = {}
     for c in order:
         if c.get("error"):

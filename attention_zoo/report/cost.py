@@ -9,6 +9,7 @@ from typing import Any
 from ..measure.labels import (
     APPROX_CLASS,
     EXACT_CLASS,
+    UNKNOWN_KIND,
     kind_class,
     kind_text,
     ratio_header,
@@ -89,6 +90,11 @@ def settings(ctx: Context) -> list[tuple[str, Any]]:
     return list(ctx.bench.groupby("setting", sort=True))
 
 
+def has_reference(part: Any, reference: str) -> bool:
+    """Whether a setting's rows hold any case of `reference` (a variant label or peer family)."""
+    return any(len(_references(part, b, reference)) for b in part["backend"].unique())
+
+
 def _references(part: Any, backend: str, reference: str) -> Any:
     """The rows `backend`'s rows divide by: the variant labelled `reference`, or for a peer
     family ('hf') that family's peer of the same mechanism (lsh -> hf:lsh)."""
@@ -111,17 +117,36 @@ def ratio_cell(ctx: Context, row: Any, ref: Any, metric: str) -> str:
     return ctx.ledger.derive("ratio", "ratio", [ctx.input(row, metric), ctx.input(ref, metric)])[1]
 
 
+def set_aside_rows(at_n: Any, metric: str, cls: str) -> list[Any]:
+    """The rows of one setting and length in class `cls` (EXACT_CLASS or APPROX_CLASS) whose
+    `metric` was measured but set aside (a busy or unstable time): any of them might be the
+    smallest, so the class has no winner there."""
+    return [
+        r
+        for _, r in at_n.iterrows()
+        if r["computes"] != UNKNOWN_KIND
+        and kind_class(r["computes"]) == cls
+        and r["status"] == OK
+        and metric in r["metrics"]
+        and not trusted(r, metric)
+    ]
+
+
 def best(at_n: Any, metric: str) -> dict[str, Any]:
     """{EXACT_CLASS: row, APPROX_CLASS: row} of the rows of one setting and length: the smallest
-    trusted `metric` in each class (None where the class has no trusted value)."""
+    trusted `metric` in each class; None where the class has no trusted value, or where one of
+    its values was set aside (set_aside_rows: the winner cannot be named)."""
     out: dict[str, Any] = {}
     for cls in (EXACT_CLASS, APPROX_CLASS):
         rows = [
             r
             for _, r in at_n.iterrows()
-            if kind_class(r["computes"]) == cls and trusted(r, metric) and r["computes"] != "?"
+            if r["computes"] != UNKNOWN_KIND
+            and kind_class(r["computes"]) == cls
+            and trusted(r, metric)
         ]
-        out[cls] = min(rows, key=lambda r: r["metrics"][metric]) if rows else None
+        ranked = rows and not set_aside_rows(at_n, metric, cls)
+        out[cls] = min(rows, key=lambda r: r["metrics"][metric]) if ranked else None
     return out
 
 
@@ -203,7 +228,7 @@ def headline(ctx: Context) -> list[Any]:
                     best_rows,
                 )
             )
-        if not any(len(_references(part, b, ref)) for b in part["backend"].unique()):
+        if not has_reference(part, ref):
             blocks.append(Para(f"No `{ref}` case in this setting: no ratios."))
         rows = []
         extra = [m for m in extra_metrics() if any(m in x for x in part["metrics"])]
