@@ -544,3 +544,36 @@ def test_fla_on_cuda_stays_near_the_quadratic_form(name, options):
     for got, want in zip([out, *grads], [ref, *ref_grads]):
         error = (got.float() - want).abs().max() / want.abs().max()
         assert error < 3e-2, f"{name}: bfloat16 relative error {error:.3g}"
+
+
+def test_the_implementation_that_ran_is_stored_and_shown(tmp_path):
+    """Each case's facts name the implementation its cores ran; the bench and results tables show
+    it in their kernel column."""
+    from attention_zoo.measure.cases import BenchCase
+    from attention_zoo.measure.runner import MeasureSettings, measure_case
+    from attention_zoo.measure.table import comparison_table, group_cases
+    from attention_zoo.store import open_store
+
+    settings = MeasureSettings(metrics=("time",), time_budget_s=0.0, min_repeats=1)
+    results = [
+        measure_case(BenchCase(target=t, backend=b, seq_len=64, options=o), settings)
+        for t, b, o in [
+            ("attention", "local", {}),
+            ("block", "linear", {"kernel": "math"}),
+            ("model", "lsh", {}),
+        ]
+    ]
+    assert [r.facts.get("kernels") for r in results] == [
+        {"local": "cpu-fused"},
+        {"linear": "math"},
+        {"lsh": "cpu-fused"},
+    ]
+    with open_store(tmp_path / "zoo.sqlite", write=True) as store:
+        run = store.start_run(kind="bench", device="cpu")
+        for r in results:
+            store.add_rows(run, None, r.case.to_dict(), r.rows, status=r.status, facts=r.facts)
+        rows = store.rows(run_id=run)
+    table = comparison_table(group_cases(rows)).splitlines()
+    assert " kernel " in table[0]
+    assert any(" cpu-fused " in line and " local " in line for line in table)
+    assert any(" math " in line and " linear(kernel=math) " in line for line in table)

@@ -107,6 +107,20 @@ def facts_of(value: Any) -> dict[str, Any]:
     return {}
 
 
+KERNEL_HEADER = "kernel"  # the implementation column: bench, results and the report
+
+
+def kernel_text(facts: dict[str, Any] | None) -> str:
+    """The implementation a case ran (its facts' "kernels"): 'flex'; several backends
+    'local: cpu-fused, lsh: flex'; '-' when not stored (rows of older versions, peers)."""
+    kernels = (facts or {}).get("kernels") or {}
+    if not isinstance(kernels, dict) or not kernels:
+        return "-"
+    if len(kernels) == 1:
+        return str(next(iter(kernels.values())))
+    return ", ".join(f"{backend}: {name}" for backend, name in kernels.items())
+
+
 def case_kind(config: dict[str, Any], facts: dict[str, Any] | None = None) -> str:
     """What a stored case computes: its backend's kind from the registry now (backend_kind),
     else from the capabilities stored with the case when it was measured (a plugin not imported

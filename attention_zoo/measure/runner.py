@@ -25,6 +25,7 @@ from ..attention.spec import BACKENDS
 from ..errors import ZooError
 from .cases import BenchCase, Runnable, build_runnable
 from .fidelity import measure_fidelity
+from .kernels import kernel_names
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
@@ -62,7 +63,8 @@ class MeasureSettings:
 @dataclass(frozen=True, kw_only=True)
 class CaseResult:
     """The outcome of one case: status, metric rows (maybe partial), error text, and what it ran
-    as (`facts`, stored with its rows: "capabilities" by backend, see case_facts)."""
+    as (`facts`, stored with its rows: "capabilities" by backend, see case_facts, and "kernels":
+    the implementation each backend's cores ran, see measure.kernels)."""
 
     case: BenchCase
     status: str  # ok, oom, error, skipped, invalid
@@ -167,6 +169,7 @@ class _Pending:
         self.notes: list[str] = []
         self.runnable: Runnable | None = None
         self.result: CaseResult | None = None
+        self.kernels: dict[str, str] = {}  # the implementation each backend's cores run
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -176,7 +179,7 @@ class _Pending:
             rows=self.rows,
             error=text,
             seconds=time.perf_counter() - self.start,
-            facts=case_facts(self.case),
+            facts={**case_facts(self.case), **({"kernels": self.kernels} if self.kernels else {})},
         )
         self.runnable = None
 
@@ -217,6 +220,7 @@ class _Pending:
             return self.finish(OK)
         try:
             runnable = build_runnable(case)
+            self.kernels = kernel_names(case, runnable.module)
             invalid, note = check_case(runnable)  # one forward on the case's own inputs
             self.notes += [note] if note else []
             if invalid:

@@ -10,9 +10,11 @@ from typing import Any
 from .cases import comparison_key
 from .labels import (
     DEFAULT_REFERENCE,
+    KERNEL_HEADER,
     case_kind,
     case_label,
     facts_of,
+    kernel_text,
     kind_text,
     ratio_header,
     resolve_options,
@@ -117,7 +119,8 @@ def comparison_table(
             refs.setdefault((c["config"].get("backend", ""), comparison_key(c["config"])), c)
     columns = table_columns()
     varying = _varying(cases)
-    headers = [*CASE_HEADERS, *varying, "computes", "status", *(m.column for m in columns)]
+    headers = [*CASE_HEADERS, *varying, "computes", KERNEL_HEADER, "status"]
+    headers += [m.column for m in columns]
     headers += [RATE_HEADER, SHARE_HEADER, "pred/meas"]
     if reference:
         headers += [ratio_header("time", reference), ratio_header("memory", reference)]
@@ -145,6 +148,7 @@ def comparison_table(
             *case_cells(cfg),
             *(c["threads"] if k == "threads" else cfg.get(k, "?") for k in varying),
             kind_text(case_kind(cfg, c.get("facts"))),
+            kernel_text(c.get("facts")),
             status,
             *(spec.fmt(m.get(spec.name)) for spec in columns),
             rate_cell(rate),

@@ -9,6 +9,7 @@ from typing import Any
 from ..measure.labels import (
     APPROX_CLASS,
     EXACT_CLASS,
+    KERNEL_HEADER,
     UNKNOWN_KIND,
     kind_class,
     kind_text,
@@ -167,7 +168,8 @@ COMPUTES_RULE = (
     "**computes** says what a variant computes, from its backend's registered capabilities: "
     "`exact` (equals full softmax attention), `exact pattern` (exactly softmax attention under a "
     "fixed mask, e.g. a local window: not what full attention computes) or `approximate`. "
-    "Fastest and leanest are named per class: exact, and not exact (pattern or approximate)."
+    "Fastest and leanest are named per class: exact, and not exact (pattern or approximate). "
+    "**kernel** is the implementation that ran (`zoo list` lists each backend's)."
 )
 
 
@@ -240,6 +242,7 @@ def headline(ctx: Context) -> list[Any]:
                     ctx.config(row, "seq_len"),
                     f"`{row['variant']}`",
                     computes(row),
+                    row["kernel"],
                     ctx.metric(row, TIME, mark_time=True),
                     ctx.metric(row, "time_iqr", TIME),  # in the median's unit
                     ratio_cell(ctx, row, r, TIME),
@@ -254,6 +257,7 @@ def headline(ctx: Context) -> list[Any]:
             "L",
             "variant",
             "computes",
+            KERNEL_HEADER,
             time_header,
             header(TIME, METRICS["time_iqr"].column),  # shown in the median's unit
             ratio_header("time", ref),

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config import ReformerConfig
 from ..measure.cases import BenchCase
-from ..measure.labels import case_kind, case_label, measured_on_peer, resolve_options
+from ..measure.labels import case_kind, case_label, kernel_text, measured_on_peer, resolve_options
 from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
 from ..measure.trust import BUSY, UNSTABLE, busy_threads, timing_marks
@@ -155,6 +155,7 @@ def bench_frame(cases: Any) -> Any:
     bench["note"] = [str(c.get("note") or c.get("peer_note") or "") for c in cfg]
     bench["label"] = [case_label(c) for c in cfg]
     bench["computes"] = [case_kind(c, f) for c, f in zip(cfg, bench["facts"])]
+    bench["kernel"] = [kernel_text(f) for f in bench["facts"]]
     bench["model_key"] = [_bench_model_key(c) if c.get("target") == "model" else "" for c in cfg]
     bench["setting"] = [setting_text(r) for r in bench[list(SETTING)].to_dict("records")]
     bench["variant"] = _with_model_fields(bench)
