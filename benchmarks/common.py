@@ -199,16 +199,17 @@ def flops(case: BenchCase) -> int:
 
 
 def _warm_up() -> None:
-    """Pay FakeTensorMode's one-time set-up (~1 s) at import, so that asv's forkserver, which
-    imports the suite once and forks per benchmark, does not pay it per fork. Only fake tensors
-    here: real kernels or the profiler would start threads, and a process forked after that can
-    hang. ZOO_ASV_NO_WARMUP=1 skips it (tests that only import the suite; no result changes)."""
+    """Pay FakeTensorMode's one-time set-up (importing torch._dynamo, ~1 s) at import, so that
+    asv's forkserver, which imports the suite once and forks per benchmark, does not pay it per
+    fork. The mode is built, no op runs under it: an op asks torch.cuda.is_available(), which
+    initialises CUDA's driver, and a process forked after that cannot use CUDA. Nothing here
+    starts threads either (a process forked after that can hang). ZOO_ASV_NO_WARMUP=1 skips it
+    (tests that only import the suite; no result changes)."""
     if os.environ.get("ZOO_ASV_NO_WARMUP"):
         return
-    case = BenchCase(
-        target="block", backend="full", seq_len=8, hidden=8, num_heads=2, head_dim=4, mode="forward"
-    )
-    predict_case(case)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    FakeTensorMode(allow_non_fake_inputs=True)
 
 
 _warm_up()
