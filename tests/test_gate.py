@@ -193,6 +193,32 @@ def test_the_fast_subset_selects_cores_and_one_block_of_its_device(device: str) 
     assert not any(re.search(r, n) for r in bench for n in [*others, *theirs])
 
 
+class FakeGate:
+    """Gate.compare answering from a list of row sets, one per comparison."""
+
+    def __init__(self, *answers: list[gate.Measurement]) -> None:
+        self.args = gate.parse_args(["--bench", "x"])
+        self.answers, self.asked = list(answers), []
+
+    def compare(self, base: str, head: str, bench: list[str], rounds: int) -> gate.Comparison:
+        self.asked.append((bench, rounds))
+        return gate.Comparison(rows=self.answers.pop(0), log=Path("asv.log"))
+
+
+@pytest.mark.parametrize("second", [0.0104, 0.015])
+def test_a_time_over_its_limit_is_re_measured_before_it_counts(monkeypatch, second) -> None:
+    monkeypatch.setattr(gate, "ensure_machine", lambda machine: None)
+    fake = FakeGate([row(0.010, 0.015)], [row(0.010, second)])
+    verdict = gate.time_verdict(fake, "a" * 40, "b" * 40, UNIFORM)
+    assert fake.asked[1] == ([f"^{re.escape(NAME)}$"], 2 * gate.DEFAULT_ROUNDS)
+    assert verdict.remeasured == {NAME: pytest.approx(second / 0.010)}
+    if second > 0.013:  # over the limit again: a regression, with both ratios
+        assert len(verdict.regressions) == 1 and "re-measured: 1.50x" in verdict.regressions[0]
+    else:
+        assert not verdict.regressions
+        assert verdict.notes == [f"{NAME}: 1.50x, re-measured 1.04x: noise, not a regression"]
+
+
 def test_rounds_are_interleaved_abba() -> None:
     a, b = sides.Side("a" * 40, Path("a")), sides.Side("b" * 40, Path("b"))
     assert sides.interleaved([a, b], 4) == [a, b, b, a, a, b, b, a]
@@ -292,13 +318,17 @@ def test_each_side_sees_its_own_commits_code_only(clone: Path, tmp_path: Path) -
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_gate_compares_only_what_both_sides_have(clone: Path) -> None:
-    """The head-only backend end to end: its times are on one commit only, and local (listed
-    before it) is compared with local."""
+def test_gate_passes_an_unchanged_core_and_compares_only_what_both_sides_have(clone: Path) -> None:
+    """Head adds a backend the base lacks and leaves local as it is: local (listed before the new
+    one, so its parameter index is the same on both sides) passes, the new one's times are on
+    one commit only. The exit-0 path at a 1.3x limit: this runs on shared machines; how close
+    an unchanged commit reads (1.05x) is the acceptance runs' question, on an idle one."""
     commit_change(clone, "planted head-only backend", plants.head_only_backend("planted"))
     regex = gate.core_time_regex(["local", "planted"]).replace(r"(\+backward)?", "")
-    proc = run_gate(clone, "--base", "HEAD~1", "--bench", regex, "--no-baselines", "--rounds", "2")
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    argv = ["--base", "HEAD~1", "--bench", regex, "--no-baselines", "--rounds", "2"]
+    proc = run_gate(clone, *argv, "--factor", "1.3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "gate: no regression" in proc.stdout
     planted = NAME.replace("'local'", "'planted'")
     assert f"note: {planted}: runs on one commit only, not compared" in proc.stdout
     assert re.search(rf"\d\.\d\dx  {re.escape(NAME)}", proc.stdout)
@@ -306,21 +336,14 @@ def test_gate_compares_only_what_both_sides_have(clone: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_gate_passes_an_unchanged_commit(clone: Path) -> None:
-    commit_change(clone, "no change")
-    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "gate: no regression" in proc.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.long
 def test_gate_fails_a_planted_slowdown_naming_the_benchmark(clone: Path) -> None:
+    """A 1.5x slower local core, one comparison (re-measuring: test above)."""
     commit_change(clone, "planted slowdown", plants.slower(1.5))
-    proc = run_gate(clone, "--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines")
+    argv = ["--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines", "--no-confirm"]
+    proc = run_gate(clone, *argv, "--rounds", "2")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"time {NAME}" in proc.stdout and "> limit" in proc.stdout
-    assert "before" in proc.stdout and "after" in proc.stdout and "re-measured" in proc.stdout
+    assert "before" in proc.stdout and "after" in proc.stdout
 
 
 def local_quick_case() -> tuple[baseline.BenchCase, dict]:
@@ -329,6 +352,7 @@ def local_quick_case() -> tuple[baseline.BenchCase, dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> None:
     case, entry = local_quick_case()
     commit_change(clone, "planted memory", plants.hungrier(entry["tracked_peak_bytes"] // 5))
@@ -340,6 +364,7 @@ def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_gate_says_a_memory_increase_is_already_in_base(clone: Path) -> None:
     """The increase landed in the base commit: head, an unrelated commit on top, passes and the
     gate names the base as where the baseline difference already is."""
@@ -395,7 +420,7 @@ def test_record_stores_results_under_the_machine(clone: Path, tmp_path: Path) ->
         text=True,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "record: 1 result(s), 0 n/a, 0 failed" in proc.stdout
+    assert "record: 1 result(s), 0 failed" in proc.stdout
     assert "launch method forkserver" in proc.stdout
     head = sh("git", "rev-parse", "HEAD", cwd=clone).strip()
     assert list((results / "box").glob(f"{head[:8]}-*.json"))

@@ -207,12 +207,21 @@ def derived_config(conf: dict, results_dir: Path, path: Path) -> Path:
     return path
 
 
-def asv(*args: str, echo: bool = True, log: Path | None = None) -> tuple[int, str]:
+def asv(
+    *args: str, echo: bool = True, log: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """Run an asv command from the repository root (echoing its output, or appending it to
-    `log`); (exit code, output)."""
+    `log`), with `env` added to this environment less PYTHONPATH (a checkout on it would be
+    imported in place of a side's code); (exit code, output)."""
     cmd = [sys.executable, "-m", "asv", *args]
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**environ, **(env or {})},
     )
     lines = []
     assert proc.stdout is not None
@@ -449,6 +458,7 @@ class Gate:
         self.results = self.dir / "results"
         self.conf_path = derived_config(self.conf, self.results, self.dir / "asv.conf.json")
         self.sides: dict[str, gate_sides.Side] = {}
+        self.launch: gate_sides.Launch | None = None  # checked on the first side built
 
     def side(self, commit: str) -> gate_sides.Side:
         """`commit`'s clean environment, built once in this run."""
@@ -456,10 +466,22 @@ class Gate:
             folder = self.dir / "sides" / f"{len(self.sides)}-{commit[:8]}"
             say(f"building a clean environment of {short(commit)}")
             try:
-                self.sides[commit] = gate_sides.build_side(ROOT, commit, folder)
+                self.sides[commit] = side = gate_sides.build_side(ROOT, commit, folder)
             except gate_sides.SideError as exc:
                 raise GateError(str(exc)) from None
+            if self.launch is None:
+                self.launch = self.launch_on(side)
         return self.sides[commit]
+
+    def launch_on(self, side: gate_sides.Side) -> gate_sides.Launch:
+        """asv's forkserver; on CUDA checked first (a fork after the suite's import must reach
+        the GPU), else what works, said."""
+        if self.args.device == "cpu":
+            return gate_sides.Launch()
+        launch = gate_sides.launch_for(side, ROOT / self.conf["benchmark_dir"], self.args.device)
+        if launch.why:
+            say(f"forkserver cannot use {self.args.device} ({launch.why}): {launch}")
+        return launch
 
     def compare(self, base: str, head: str, bench: Sequence[str], rounds: int) -> Comparison:
         """The selected benchmarks on both commits, `rounds` each, interleaved; fresh results."""
@@ -468,8 +490,10 @@ class Gate:
         order = gate_sides.interleaved([self.side(base), self.side(head)], rounds)
         for i, side in enumerate(order):
             started = time.monotonic()
-            args = gate_sides.round_args(side, self.conf_path, self.args.machine, bench, SAMPLING)
-            code, out = asv(*args, echo=False, log=log)
+            args = gate_sides.round_args(
+                side, self.conf_path, self.args.machine, bench, SAMPLING, self.launch
+            )
+            code, out = asv(*args, echo=False, log=log, env=self.launch.env)
             if "Running" not in out and NONE_SELECTED not in out:
                 raise GateError(
                     f"asv run stopped (exit {code}) on {side.commit[:8]}:\n{out[-3000:]}"
@@ -562,6 +586,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="asv rounds per commit, interleaved across the two (default: %(default)s)",
     )
     parser.add_argument("--no-baselines", action="store_true", help="skip the baseline check")
+    parser.add_argument(
+        "--quick-baselines",
+        action="store_true",
+        help="check only the quick pass's baseline cases (one per backend: what --fast checks)",
+    )
     parser.add_argument(
         "--no-confirm",
         action="store_true",
@@ -730,7 +759,7 @@ def run(args: argparse.Namespace, verdict: Verdict) -> int:
                 setattr(verdict, key, getattr(found, key))
         if not args.no_baselines:
             say("checking the deterministic baselines on the head commit")
-            more, other = check_baselines(head, base, quick=args.fast)
+            more, other = check_baselines(head, base, quick=args.fast or args.quick_baselines)
             say("baseline check done")
             verdict.regressions += more
             verdict.notes += other

@@ -11,7 +11,8 @@ LOCAL = Path("attention_zoo") / "attention" / "local.py"
 
 def slower(factor: float) -> str:
     """Every call of the local core's kernel takes `factor` times as long, busy all along (CPU
-    work, as a slower kernel's is)."""
+    work, as a slower kernel's is; on CUDA the call is timed to the GPU's end, then the host
+    stays busy for the rest)."""
     return f"""
 
 import time as _time
@@ -20,8 +21,12 @@ _plain_attend = LocalAttention.attend
 
 
 def _slower_attend(self, q, k, v, key_padding_mask):
+    if q.is_cuda:
+        torch.cuda.synchronize(q.device)
     start = _time.perf_counter()
     out = _plain_attend(self, q, k, v, key_padding_mask)
+    if q.is_cuda:
+        torch.cuda.synchronize(q.device)
     until = _time.perf_counter() + {factor - 1!r} * (_time.perf_counter() - start)
     while _time.perf_counter() < until:  # planted: {factor}x as long, busy all along
         pass

@@ -10,7 +10,8 @@ benchmarks/scripts/publish.py to turn into reports/asv/.
 
 Before it runs, it checks that a process forked after the suite's import can still use the device
 (asv's forkserver imports the suite once and forks per benchmark): if not, it says so and runs with
-asv's spawn launch method instead (a fresh interpreter per benchmark: slower, always safe).
+torch's NVML-based CUDA check (PYTORCH_NVML_BASED_CUDA_CHECK=1) if that lets a fork use CUDA, else
+with asv's spawn launch method (a fresh interpreter per benchmark: minutes more, always safe).
 Exit 0 when every selected benchmark ran or was n/a, 1 when some failed (their output shown), 2
 when nothing could be recorded.
 """
@@ -23,7 +24,6 @@ import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -50,41 +50,6 @@ def subset(device: str) -> list[str]:
     ]
 
 
-FORK_PROBE = r"""
-import os, sys
-from asv_runner._aux import update_sys_path
-from asv_runner.discovery import disc_benchmarks
-
-root, device = sys.argv[1], sys.argv[2]
-update_sys_path(root)
-for _ in disc_benchmarks(root):  # what asv's forkserver imports before it forks
-    pass
-pid = os.fork()
-if pid == 0:
-    import torch
-
-    try:
-        torch.ones(1, device=device).sum().item()
-        os._exit(0)
-    except Exception as exc:
-        print(f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr, flush=True)
-        os._exit(1)
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
-def fork_safe(side: sides.Side, device: str) -> str | None:
-    """None when a process forked after the suite's import can use `device`; else why not."""
-    proc = subprocess.run(
-        [str(side.python), "-c", FORK_PROBE, str(gate.ROOT / "benchmarks"), device],
-        capture_output=True,
-        text=True,
-        cwd=side.folder,
-    )
-    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
-
-
 def default_machine(device: str) -> str:
     """asv's machine name: the GPU's name for CUDA (every machine with that GPU files its numbers
     in one series), the host's otherwise."""
@@ -97,11 +62,11 @@ def default_machine(device: str) -> str:
 
 
 def run_args(
-    side: sides.Side, conf: Path, machine: str, bench: Sequence[str], launch: str
+    side: sides.Side, conf: Path, machine: str, bench: Sequence[str], launch: sides.Launch
 ) -> list[str]:
     args = ["run", "--config", str(conf), "--machine", machine]
     args += ["--environment", f"existing:{side.python}", "--set-commit-hash", side.commit]
-    args += ["--launch-method", launch, "--show-stderr", "-a", "rounds=1"]
+    args += ["--launch-method", launch.method, "--show-stderr", "-a", "rounds=1"]
     for key, value in SAMPLING.items():
         args += ["-a", f"{key}={value}"]
     for regex in bench:
@@ -109,21 +74,20 @@ def run_args(
     return args
 
 
-def stored(results: Path, machine: str, commit: str) -> tuple[int, int, int]:
-    """(finite values, n/a, failed) stored for `commit` on `machine`."""
+def stored(results: Path, machine: str, commit: str) -> tuple[int, int]:
+    """(finite values, failed) stored for `commit` on `machine` (asv stores n/a, and a parameter
+    combination not selected, as NaN: neither is counted)."""
     from asv.results import iter_results_for_machine_and_hash
 
-    finite = na = failed = 0
+    finite = failed = 0
     for res in iter_results_for_machine_and_hash(str(results), machine, commit):
         for name in res.get_all_result_keys():
             for value in gate.labelled_values(res, name).values():
                 if value is None:
                     failed += 1
-                elif math.isnan(value):
-                    na += 1
-                else:
+                elif not math.isnan(value):
                     finite += 1
-    return finite, na, failed
+    return finite, failed
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -164,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for cmd in (
             ["machine", "--yes", "--machine", machine],
-            run_args(side, conf_path, machine, bench, "forkserver"),
+            run_args(side, conf_path, machine, bench, sides.Launch()),
         ):
             print("record: would run: asv " + shlex.join(cmd))
         print(f"record: results would go to {results / machine}")
@@ -183,20 +147,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except sides.SideError as exc:
         print(f"record: error: {exc}", file=sys.stderr)
         return 2
-    launch = "forkserver"
-    if why := fork_safe(side, args.device):
-        launch = "spawn"
+    launch = sides.launch_for(side, gate.ROOT / conf["benchmark_dir"], args.device)
+    if launch.why:
         print(
             f"record: a process forked after the suite's import cannot use {args.device} "
-            f"({why}): running with --launch-method spawn"
+            f"({launch.why}): asv runs with --launch-method {launch.method} {launch.env or ''}"
         )
     gate.derived_config(conf, results, conf_path)
     gate.ensure_machine(machine)
-    code, _ = gate.asv(*run_args(side, conf_path, machine, bench, launch))
-    finite, na, failed = stored(results, machine, head)
+    code, _ = gate.asv(*run_args(side, conf_path, machine, bench, launch), env=launch.env)
+    finite, failed = stored(results, machine, head)
     print(
-        f"record: {finite} result(s), {na} n/a, {failed} failed for {gate.short(head)} in "
-        f"{results / machine} ({time.monotonic() - started:.0f} s, launch method {launch}); "
+        f"record: {finite} result(s), {failed} failed for {gate.short(head)} in "
+        f"{results / machine} ({time.monotonic() - started:.0f} s, launch method {launch.method}); "
         "publish with: python benchmarks/scripts/publish.py"
     )
     if finite == 0:

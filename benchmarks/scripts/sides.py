@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE = "attention_zoo"  # the project's importable package: what a side holds of its commit
@@ -56,12 +56,19 @@ class Side:
         return proc.stdout
 
 
-def dependency_paths() -> list[str]:
-    """The site-packages folders of the interpreter running this (its venv, the system's, the
-    user's): where the dependencies are. A checkout on sys.path (an editable install, PYTHONPATH)
-    is not one of them, and a path file only adds folders: the .pth files inside them (an editable
-    install's finder) do not run in a side."""
-    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+def dependency_paths(root: Path) -> list[str]:
+    """The folders the interpreter running this imports from: every site-packages (its venv's,
+    even one inside the checkout, the system's, the user's) and any other folder outside `root`
+    (PYTHONPATH's), but not the checkout nor a folder of it. A path file only adds folders: the
+    .pth files inside them (an editable install's finder) do not run in a side, and the side's
+    own site-packages comes first."""
+    inside = root.resolve()
+
+    def wanted(p: Path) -> bool:
+        site = p.name in ("site-packages", "dist-packages")
+        return p.is_dir() and (site or not p.resolve().is_relative_to(inside))
+
+    return [p for p in sys.path if p and wanted(Path(p))]
 
 
 def build_side(root: Path, commit: str, folder: Path) -> Side:
@@ -85,7 +92,7 @@ def build_side(root: Path, commit: str, folder: Path) -> Side:
         )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(side.site_packages)  # our own repository's files
-    (side.site_packages / DEPS_PTH).write_text("\n".join(dependency_paths()) + "\n")
+    (side.site_packages / DEPS_PTH).write_text("\n".join(dependency_paths(root)) + "\n")
     origin = side.run_python(
         f"import importlib.util as u; print(u.find_spec({PACKAGE!r}).origin)"
     ).strip()
@@ -94,14 +101,80 @@ def build_side(root: Path, commit: str, folder: Path) -> Side:
     return side
 
 
+FORK_PROBE = r"""
+import os, sys
+from asv_runner._aux import update_sys_path
+from asv_runner.discovery import disc_benchmarks
+
+root, device = sys.argv[1], sys.argv[2]
+update_sys_path(root)
+for _ in disc_benchmarks(root):  # what asv's forkserver imports before it forks
+    pass
+pid = os.fork()
+if pid == 0:
+    import torch
+
+    try:
+        torch.ones(1, device=device).sum().item()
+        os._exit(0)
+    except Exception as exc:
+        print(f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr, flush=True)
+        os._exit(1)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+# torch's documented switch: is_available() asks NVML, which leaves CUDA's driver alone in the
+# process that forks (cudaGetDeviceCount, its default, spoils every later fork for CUDA).
+NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How asv starts the benchmarks of a side: its launch method and environment variables."""
+
+    method: str = "forkserver"
+    env: dict[str, str] = field(default_factory=dict)
+    why: str | None = None  # what the check found, when it is not plain forkserver
+
+
+def fork_check(side: Side, benchmark_dir: Path, device: str, env: dict[str, str]) -> str | None:
+    """None when a process forked after the suite's import (as asv's forkserver does) can use
+    `device`; else the error it got."""
+    proc = subprocess.run(
+        [str(side.python), "-c", FORK_PROBE, str(benchmark_dir), device],
+        capture_output=True,
+        text=True,
+        cwd=side.folder,
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **env},
+    )
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+
+
+def launch_for(side: Side, benchmark_dir: Path, device: str) -> Launch:
+    """asv's forkserver (the suite imported once, a fork per benchmark) where a forked process can
+    use `device`; on CUDA else with torch's NVML check; else spawn (a fresh interpreter per
+    benchmark: seconds each, always safe), saying why."""
+    why = fork_check(side, benchmark_dir, device, {})
+    if why is None:
+        return Launch()
+    if device == "cuda" and fork_check(side, benchmark_dir, device, NVML_CHECK) is None:
+        return Launch("forkserver", NVML_CHECK, f"{why}; with {NVML_CHECK} it can")
+    return Launch("spawn", {}, why)
+
+
 def round_args(
-    side: Side, conf_path: Path, machine: str, bench: Sequence[str], attributes: dict[str, str]
+    side: Side,
+    conf_path: Path,
+    machine: str,
+    bench: Sequence[str],
+    attributes: dict[str, str],
+    launch: Launch,
 ) -> list[str]:
     """`asv run` arguments for one round on `side`: its own interpreter and discovery, results
     filed under its commit, samples appended to the rounds before."""
     args = ["run", "--config", str(conf_path), "--machine", machine]
     args += ["--environment", f"existing:{side.python}", "--set-commit-hash", side.commit]
-    args += ["--append-samples", "--launch-method", "forkserver", "--show-stderr"]
+    args += ["--append-samples", "--launch-method", launch.method, "--show-stderr"]
     for key, value in {"rounds": "1", **attributes}.items():
         args += ["-a", f"{key}={value}"]
     for regex in bench:
