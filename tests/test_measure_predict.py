@@ -120,7 +120,8 @@ def test_full_attention_memory_grows_quadratically() -> None:
 @pytest.mark.parametrize(
     "backend",
     # four fake-tensor traces up to 32k tokens: local ~15 s (its backward is many ops), lsh ~2.5 s
-    [pytest.param(b, marks=pytest.mark.slow) for b in ("local", "lsh")] + ["sdpa"],
+    [pytest.param(b, marks=[pytest.mark.slow, pytest.mark.long]) for b in ("local", "lsh")]
+    + ["sdpa"],
 )
 def test_chunked_attention_memory_grows_linearly(backend: str) -> None:
     if backend not in BACKENDS:

@@ -146,6 +146,7 @@ def test_lucid_length_limit_is_a_skip_reason() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @needs_hf
 @pytest.mark.parametrize("peer", ["hf:lsh", "hf:local"])
 def test_peer_is_measured_by_the_same_runner_with_the_same_metrics(monkeypatch, peer) -> None:

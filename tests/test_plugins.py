@@ -257,6 +257,7 @@ def test_every_pluggable_registry_is_tracked_a_peer_too(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_user_path_subprocesses_conformance_suite_and_isolated_worker(plugin_dir: Path) -> None:
     """As a user runs it: the conformance suite picks the plugin up from ZOO_IMPORT, and an
     isolated bench worker (a fresh process) loads the --import module again."""

@@ -73,6 +73,7 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_zoo_report_under_a_file_size_limit_keeps_the_previous_report(tmp_path: Path) -> None:
     """Before: plots replaced or truncated, 'File too large' naming no file."""
     store, out = make_store(tmp_path / "zoo.sqlite"), tmp_path / "report"
