@@ -10,6 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import OptionError
 from .base import AttentionCore, check_dropout
+from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
 from .kernels.dense import allowed_mask
 from .spec import Capabilities, register_attention
 
@@ -61,3 +62,15 @@ class SDPAAttention(AttentionCore):
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal
             )
+
+    # ---- decoding: a KV cache ----------------------------------------------------------------
+
+    init_state = staticmethod(kv_cache)
+    state_bytes = staticmethod(kv_cache_bytes)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, KVCache]:
+        """New tokens against every cached key, through SDPA (see attention/decode.py); the
+        prefill is the forward (is_causal: never a (t, n) mask)."""
+        return kv_step(self, q, k, v, state, key_padding_mask, sdpa_attention)
