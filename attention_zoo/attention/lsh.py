@@ -284,17 +284,19 @@ class LSHAttention(AttentionCore):
         core = self._sized(state.shape.max_length)
         rng = record_rng(q.device)
         out = core.attend(q, k, v, key_padding_mask)
-        with replay_rng(rng), torch.no_grad():
-            rotations = core.rotations(q.shape[1], q.shape[3], state.nb, q.device, q.dtype)
-            # HF's prefill hashes nothing when the prompt fits one chunk
-            hashes = not (isinstance(state, LSHCache) and n <= self.cfg.chunk_length)
-            buckets = core._hash(k, n, key_padding_mask) if hashes else None
+        # HF's prefill hashes nothing when the prompt fits one chunk
+        buckets = None
+        if not (isinstance(state, LSHCache) and n <= self.cfg.chunk_length):
+            with replay_rng(rng), torch.no_grad():  # the forward's draw again
+                buckets = core._hash(k, n, key_padding_mask)
         if isinstance(state, LSHCache):
             state = append(state, k, v, key_padding_mask)
             if buckets is not None:
                 padded = key_padding_mask is not None and (~key_padding_mask).any()
                 state = state.with_buckets(buckets, padded)
             return out, state
+        with replay_rng(rng):
+            rotations = core.rotations(q.shape[1], q.shape[3], state.nb, q.device, q.dtype)
         state = dataclasses.replace(state, rotations=rotations)
         return out, state.filled(unit_keys(k, EPS), v, buckets)
 
