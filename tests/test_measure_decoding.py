@@ -3,6 +3,9 @@ prefill,decode`), their state bytes and trust marks, the grid and the command li
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 from attention_zoo.attention.decode import StateShape
@@ -13,6 +16,8 @@ from attention_zoo.measure.cases import BenchCase, build_runnable, case_key
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.store import ResultStore
 from attention_zoo.sweep import SweepGrid
+
+from .decoding_fixtures import make_decode_store
 
 FAST = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time", "memory"))
 
@@ -121,3 +126,26 @@ def test_zoo_bench_measures_generation(tmp_path, capsys):
     states = {r["case_key"] for r in rows if r["metric"] == "state_bytes" and r["value"] > 0}
     assert len(states) == 6  # per backend: a prefill, its own decoding, recomputing
     assert main(["bench", "--modes", "decode", "--new-tokens", "0", "--dry-run"]) == 2
+
+
+def _targets_script():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "scripts" / "decoding_targets.py"
+    spec = importlib.util.spec_from_file_location("decoding_targets", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_targets_script_judges_a_run_and_never_a_busy_one(tmp_path, capsys):
+    """On known laws: the flat ones pass, sdpa's exponent 1.00 passes, recomputing at 16384 is
+    1638x; a performer and a sliding window not measured, and a busy run, decide nothing."""
+    script = _targets_script()
+    assert script.main(["--store", str(make_decode_store(tmp_path / "idle.sqlite"))]) == 0
+    out = capsys.readouterr().out
+    assert "linear: time per token at the longest context <= 1.2x the shortest: PASS" in out
+    assert "PASS: exponent 1.000" in out and "PASS: 1638.4x per token" in out
+    assert "performer: time per token at the longest context <= 1.2x the shortest: UNDECIDED" in out
+    busy = make_decode_store(tmp_path / "busy.sqlite", busy=True)
+    assert script.main(["--store", str(busy)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" not in out and out.count("UNDECIDED: times set aside") == 4

@@ -9,57 +9,21 @@ import pytest
 pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
-from attention_zoo.measure.cases import BenchCase
 from attention_zoo.report import build_report
 from attention_zoo.report.ledger import load_ledger, numbers_in, recompute
 from attention_zoo.store import ResultStore
 
+from .decoding_fixtures import make_decode_store
 from .test_report_trace import _fetcher, _printed_numbers
 
 pytestmark = pytest.mark.slow  # builds a report with its plots
-
-LENGTHS = (1024, 4096, 16384)
-NEW = 64
-# (backend, decoder) -> (time per token [s] = a * L^p, state bytes at L)
-LAWS = {
-    ("sdpa", "own"): (1e-8, 1.0, lambda n: 2056 * (n + NEW)),
-    ("sdpa", "recompute"): (1e-9, 2.0, lambda n: 3080 * (n + NEW)),
-    ("linear", "own"): (2e-4, 0.0, lambda n: 66560),
-    ("local", "own"): (3e-4, 0.0, lambda n: 261239),
-}
-
-
-def _case(backend: str, n: int, mode: str, decoder: str = "own") -> BenchCase:
-    label = f"{backend} (recompute)" if decoder == "recompute" else ""
-    return BenchCase(
-        target="attention", backend=backend, seq_len=n, mode=mode, new_tokens=NEW,
-        decoder=decoder, label=label,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     folder = tmp_path_factory.mktemp("decoding")
-    path = folder / "s.sqlite"
+    path = make_decode_store(folder / "s.sqlite")
     with ResultStore(path) as store:
-        run = store.start_run(kind="bench", device="cpu")
-        for (backend, decoder), (a, p, state) in LAWS.items():
-            for n in LENGTHS:
-                t = a * n**p
-                rows = [("time_median", t, "s"), ("time_iqr", t / 50, "s"), ("time_min", t, "s")]
-                rows += [("peak_bytes", 1000.0, "bytes"), ("state_bytes", state(n), "bytes")]
-                case = _case(backend, n, "decode", decoder)
-                store.add_rows(run, None, case.to_dict(), rows)
-                if decoder == "own":
-                    prefill = [("time_median", 1e-6 * n, "s"), ("state_bytes", state(n), "bytes")]
-                    store.add_rows(run, None, _case(backend, n, "prefill").to_dict(), prefill)
-        store.add_rows(
-            run, None, _case("nystrom", 1024, "decode").to_dict(), [], status="skipped",
-            error="backend 'nystrom' cannot decode token by token",
-        )  # fmt: skip
-        store.finish_run(run)
-        store._db.execute("UPDATE runs SET load_start = 0.0, load_end = 0.0, cpu_count = 2")
-        store._db.commit()
         files = build_report(store.to_dataframe(), folder / "rep", runs=store.runs())
     return path, files
 
