@@ -150,3 +150,25 @@ def test_generation_refuses_what_it_cannot_do():
     with pytest.raises(ConfigError, match=r"model.eval\(\)"):
         lm.train().generate(ids, 2)
     assert lm.eval().generate(ids, 0).shape == (1, 4)
+
+
+def _hf_padded_lm(*layers: str) -> ReformerLM:
+    """A model whose first layer runs HF's local semantics: its prompts are padded to chunks."""
+    lm = _lm(("local", *layers), "standard")
+    lm.set_attention_options("local", semantics="hf")
+    return lm
+
+
+def test_a_prompt_padded_to_whole_chunks_is_forgotten_after_the_prefill():
+    """HF pads a prompt to whole chunks: the states keep only its real positions (the KV caches,
+    the sums and the LSH rings drop the padding), so the cache still equals recomputing."""
+    lm = _hf_padded_lm("sdpa", "linear", "lsh")
+    ids = torch.randint(1, 13, (2, 10), generator=torch.Generator().manual_seed(2))  # 10 -> 12
+    assert torch.equal(lm.generate(ids, 6), lm.generate(ids, 6, use_cache=False))
+
+
+def test_a_window_that_cannot_forget_padding_says_so():
+    lm = _hf_padded_lm("sliding-window")
+    ids = torch.randint(1, 13, (1, 10))
+    with pytest.raises(InputError, match="prefill without trailing padding"):
+        lm.generate(ids, 3)

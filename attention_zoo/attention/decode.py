@@ -336,6 +336,10 @@ class SumsState(DecodeState):
 
     sums: Tensor
 
+    def truncated(self, n: int) -> SumsState:
+        """Padding added nothing to the sums (its keys' features are zero): only the count."""
+        return dataclasses.replace(self, length=n)
+
 
 def sums_state(shape: StateShape, *, features: int) -> SumsState:
     """Zero sums over `features` features per head."""

@@ -412,6 +412,10 @@ class LSHRings(DecodeState):
     def padding_bucket(self) -> int:
         return total_buckets(self.nb)
 
+    def truncated(self, n: int) -> LSHRings:
+        """Padding went to the padding bucket's ring, which no real token reads."""
+        return dataclasses.replace(self, length=n)
+
     def ring(self, bucket: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The ring of `bucket` (b, h, r) in each round: keys, values (b, h, r, C, d) and which
         of its C slots hold a key (b, h, r, C)."""
