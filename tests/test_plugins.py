@@ -23,6 +23,7 @@ from attention_zoo.store import ResultStore
 from attention_zoo.tasks import TASKS
 
 from . import test_attention_contract as contract
+from . import test_decoding_contract as decoding
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "zoo_test_plugin"
@@ -180,6 +181,9 @@ def test_a_plugin_backend_keeps_the_conformance_contract(plugin_dir: Path) -> No
     contract.test_forward_runs_on_meta_device(spec)
     contract.test_strided_inputs_give_the_dense_results(spec)
     contract.test_padding_keys_never_change_real_outputs(spec)
+    decoding.test_decoding_is_known_without_building(spec)
+    for padded in (False, True):  # a plugin decodes by recomputing its prefix
+        decoding.test_prefill_and_steps_equal_the_causal_forward(spec, padded)
 
 
 def _install(site: Path, dist: str, entry_points: str, modules: dict[str, str]) -> None:

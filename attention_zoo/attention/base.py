@@ -12,7 +12,11 @@ from torch import Tensor, nn
 from ..errors import OptionError, ShapeError
 from .kernels.dispatch import AUTO, Call, Implementation, KernelTable
 from .kernels.flex import TileMasks, flex_dtype, flex_environment, run_flex, tile_masks
-from .kernels.masks import MaskMod
+
+# the mask values and pattern type live with the kernels; cores and plugins import them here
+from .kernels.masks import MaskMod as MaskMod
+from .kernels.masks import mask_value as mask_value
+from .kernels.masks import self_mask_value as self_mask_value
 
 SEMANTICS = ("exact", "hf")
 

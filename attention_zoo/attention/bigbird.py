@@ -25,6 +25,15 @@ from torch import Tensor
 
 from ..errors import OptionError
 from .base import FLEX, AttentionCore, check_dropout
+from .decode import (
+    KVCache,
+    StateShape,
+    append,
+    fields_of,
+    kv_cache,
+    kv_cache_bytes,
+    softmax_attention,
+)
 from .kernels.chunked import check_int, cpu_fused, padded_length
 from .kernels.dispatch import KernelTable, materialised
 from .kernels.masks import MaskMod
@@ -155,6 +164,61 @@ class BigBirdAttention(AttentionCore):
             dropout=self.dropout_p,
             fused=fused,
         )
+
+    # ---- decoding: a KV cache (random blocks reach anywhere back), a fixed number of blocks read
+
+    def init_state(self, shape: StateShape) -> BigBirdState:
+        """Every position's keys and values (a later block's random blocks may be any earlier
+        one) and the random blocks of every block up to max_length: causal, they do not depend
+        on the length; unseeded, this one draw serves the whole generation."""
+        table = self.random_blocks(self.blocks_for(shape.max_length), shape.device)
+        return BigBirdState(**fields_of(kv_cache(shape)), table=table)
+
+    def state_bytes(self, shape: StateShape) -> int:
+        table = self.blocks_for(shape.max_length) * self.cfg.num_random_blocks * 8
+        return kv_cache_bytes(shape) + table
+
+    def blocks_for(self, n: int) -> int:
+        """Blocks covering n positions."""
+        return padded_length(n, self.cfg.block_size) // self.cfg.block_size
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: BigBirdState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, BigBirdState]:
+        """Each new token reads its block's global, window and random blocks from the cache: the
+        same number of keys at any length (see attention/decode.py)."""
+        start, t = state.length, q.shape[2]
+        state = append(state, k, v, key_padding_mask)
+        if start == 0:
+            return self.attend(q, k, v, key_padding_mask), state
+        cfg, device = self.cfg, q.device
+        size = cfg.block_size
+        p = torch.arange(start, start + t, device=device)  # (t,)
+        qb = p // size
+        near = self.window_start(qb)[:, None] + torch.arange(cfg.num_window_blocks, device=device)
+        heads = torch.arange(cfg.num_global_blocks, device=device).expand(t, -1)
+        blocks = torch.cat([heads, near, state.table[qb]], dim=1)  # (t, K)
+        slots = blocks.shape[1]
+        earlier = torch.ones(slots, slots, dtype=torch.bool, device=device).tril(-1)
+        repeat = ((blocks[:, :, None] == blocks[:, None, :]) & earlier).any(-1)
+        used = (blocks >= 0) & (blocks <= qb[:, None]) & ~repeat
+        j = (blocks[:, :, None] * size + torch.arange(size, device=device)).flatten(1)  # (t, K c)
+        used = used.repeat_interleave(size, dim=1)
+        allowed = used & (j <= p[:, None]) & self.pattern_with(state.table)(p[:, None], j)
+        j = j.clamp(0, state.length - 1)
+        real = state.real[:, j]  # (b, t, K c)
+        allowed = allowed[None, None] & real[:, None]
+        keys, values = state.k[:, :, j], state.v[:, :, j]  # (b, h, t, K c, d)
+        scale = 1 / math.sqrt(q.shape[-1])
+        out = softmax_attention(q.unsqueeze(3), keys, values, allowed.unsqueeze(3), scale=scale)
+        return out.squeeze(3), state
+
+
+@dataclass(frozen=True, kw_only=True)
+class BigBirdState(KVCache):
+    """A KV cache and the random key blocks of every query block (nb, r) long."""
+
+    table: Tensor
 
 
 _MASK32 = (1 << 32) - 1

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from .base import AttentionCore, check_dropout
+from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, softmax_attention
 from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
@@ -37,6 +38,17 @@ class FullAttention(AttentionCore):
         return dense_attention(
             q, k, v, allowed, scale=1 / math.sqrt(q.shape[-1]), dropout=self.dropout_p
         )
+
+    # ---- decoding: a KV cache ----------------------------------------------------------------
+
+    init_state = staticmethod(kv_cache)
+    state_bytes = staticmethod(kv_cache_bytes)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, KVCache]:
+        """New tokens against every cached key (see attention/decode.py)."""
+        return kv_step(self, q, k, v, state, key_padding_mask, softmax_attention)
 
 
 KERNELS = KernelTable(

@@ -12,8 +12,10 @@ from torch import Tensor
 
 from ..errors import OptionError
 from .base import AttentionCore
+from .decode import StateShape, SumsState, sums_add, sums_state, sums_state_bytes, sums_step
 from .kernels.chunked import check_int
-from .kernels.sums.plain import FEATURE_MAPS, KernelSums
+from .kernels.sums.plain import FEATURE_MAPS, KernelSums, compute_dtype
+from .kernels.sums.scan import _Features
 from .kernels.sums.table import SUMS_KERNELS
 from .spec import Capabilities, register_attention
 
@@ -55,3 +57,21 @@ class LinearAttention(AttentionCore):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         return self.kernel_for(q).run(self, q, k, v, key_padding_mask).to(q.dtype)
+
+    # ---- decoding: the running sums S, z (constant size) --------------------------------------
+
+    def init_state(self, shape: StateShape) -> SumsState:
+        """S and z over the positions seen: head_dim features per head."""
+        return sums_state(shape, features=shape.head_dim)
+
+    def state_bytes(self, shape: StateShape) -> int:
+        return sums_state_bytes(shape, features=shape.head_dim)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: SumsState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, SumsState]:
+        """New tokens against the sums (see attention/decode.py); the prefill is the forward."""
+        feats = _Features(self.cfg.feature_map, None, 1.0, key_padding_mask, compute_dtype(q.dtype))
+        if state.length == 0:
+            return self.attend(q, k, v, key_padding_mask), sums_add(state, k, v, feats)
+        return sums_step(q, k, v, state, feats, eps=self.cfg.eps)

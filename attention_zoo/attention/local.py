@@ -22,6 +22,22 @@ import torch
 from torch import Tensor
 
 from .base import FLEX, AttentionCore, check_dropout, check_semantics
+from .decode import (
+    CACHED,
+    CACHED_HF,
+    DecodeState,
+    KVCache,
+    StateShape,
+    WindowState,
+    append,
+    kv_cache,
+    kv_cache_bytes,
+    softmax_attention,
+    window_append,
+    window_state,
+    window_state_bytes,
+    window_step,
+)
 from .kernels.chunked import Windows, check_chunking, cpu_fused, math_attention, padded_length
 from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import Call, KernelTable, materialised
@@ -192,6 +208,66 @@ class LocalAttention(AttentionCore):
         else:
             out = circular_math(q, k, v, plan, dropout=dropout)
         return out[:, :, :n]
+
+    # ---- decoding: exact, a ring of the window; hf, a KV cache read as transformers does -----
+
+    @staticmethod
+    def decoding(cfg: LocalConfig) -> str:
+        return CACHED_HF if cfg.semantics == "hf" else CACHED
+
+    def window_size(self) -> int:
+        """Earlier positions a query may see: the rest of its chunk and `before` chunks back."""
+        c = self.cfg.chunk_length
+        return self.cfg.num_chunks_before * c + c - 1
+
+    def init_state(self, shape: StateShape) -> DecodeState:
+        """Exact: a ring of window_size() positions (bounded); hf: every position, as HF caches
+        every hidden state."""
+        if self.cfg.semantics == "hf":
+            return kv_cache(shape)
+        return window_state(shape, size=self.window_size())
+
+    def state_bytes(self, shape: StateShape) -> int:
+        if self.cfg.semantics == "hf":
+            return kv_cache_bytes(shape)
+        return window_state_bytes(shape, size=self.window_size())
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: DecodeState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, DecodeState]:
+        """New tokens against the window (see attention/decode.py); the prefill is the forward."""
+        scale = 1 / math.sqrt(q.shape[-1])
+        if isinstance(state, WindowState):
+            if state.length == 0:
+                out = self.attend(q, k, v, key_padding_mask)
+                return out, window_append(state, k, v, key_padding_mask)
+            mod = self.mask_mod(state.length + q.shape[2], q.device)
+            return window_step(q, k, v, state, key_padding_mask, mod, scale=scale)
+        return self._step_hf(q, k, v, state, key_padding_mask, scale)
+
+    def _step_hf(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: KVCache,
+        key_padding_mask: Tensor | None,
+        scale: float,
+    ) -> tuple[Tensor, KVCache]:
+        """HF's LocalSelfAttention with a cache: the token at p sees the cached states from
+        ((p // chunk) - before) * chunk on, where a negative start counts from the end (its
+        slice `past[start:]`), no mask; keys already padded stay masked here."""
+        start, t = state.length, q.shape[2]
+        state = append(state, k, v, key_padding_mask)
+        if start == 0:
+            return self.attend(q, k, v, key_padding_mask), state
+        c, before = self.cfg.chunk_length, self.cfg.num_chunks_before
+        p = torch.arange(start, start + t, device=q.device)[:, None]
+        first = (p // c - before) * c
+        first = torch.where(first >= 0, first, (p + first).clamp(min=0))
+        j = torch.arange(state.length, device=q.device)[None, :]
+        allowed = ((j >= first) & (j <= p))[None, None] & state.real_keys()[:, None, None, :]
+        return softmax_attention(q, state.keys(), state.values(), allowed, scale=scale), state
 
 
 def _consecutive(core: LocalAttention, call: Call) -> str | None:

@@ -18,8 +18,10 @@ from torch import Tensor
 
 from ..errors import OptionError
 from .base import AttentionCore
+from .decode import StateShape, SumsState, sums_add, sums_state, sums_state_bytes, sums_step
 from .kernels.chunked import check_int
 from .kernels.sums.plain import FAVOR, KernelSums, compute_dtype
+from .kernels.sums.scan import _Features
 from .kernels.sums.table import SUMS_KERNELS
 from .spec import Capabilities, register_attention
 
@@ -146,3 +148,23 @@ class PerformerAttention(AttentionCore):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         return self.kernel_for(q).run(self, q, k, v, key_padding_mask).to(q.dtype)
+
+    # ---- decoding: the running sums S, z over nb_features (constant size) --------------------
+
+    def init_state(self, shape: StateShape) -> SumsState:
+        """S and z over the positions seen: nb_features per head."""
+        return sums_state(shape, features=self.cfg.nb_features)
+
+    def state_bytes(self, shape: StateShape) -> int:
+        return sums_state_bytes(shape, features=self.cfg.nb_features)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: SumsState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, SumsState]:
+        """New tokens against the sums, the forward's features (see attention/decode.py)."""
+        d, wide = q.shape[-1], compute_dtype(q.dtype)
+        proj = self._features(d, q.device).to(wide)
+        feats = _Features(FAVOR, proj, d**-0.25, key_padding_mask, wide)
+        if state.length == 0:
+            return self.attend(q, k, v, key_padding_mask), sums_add(state, k, v, feats)
+        return sums_step(q, k, v, state, feats, eps=torch.finfo(wide).tiny)

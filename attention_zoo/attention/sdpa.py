@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .base import AttentionCore, check_dropout
+from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
 from .kernels.dense import allowed_mask
 from .kernels.dispatch import Call, Implementation, KernelTable
 from .spec import Capabilities, register_attention
@@ -60,6 +61,18 @@ class SDPAAttention(AttentionCore):
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=self.dropout_p, is_causal=causal
             )
+
+    # ---- decoding: a KV cache ----------------------------------------------------------------
+
+    init_state = staticmethod(kv_cache)
+    state_bytes = staticmethod(kv_cache_bytes)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, KVCache]:
+        """New tokens against every cached key, through SDPA (see attention/decode.py); the
+        prefill is the forward (is_causal: never a (t, n) mask)."""
+        return kv_step(self, q, k, v, state, key_padding_mask, sdpa_attention)
 
 
 def _run(

@@ -17,6 +17,14 @@ import torch
 from torch import Tensor
 
 from .base import FLEX, AttentionCore, check_dropout
+from .decode import (
+    StateShape,
+    WindowState,
+    window_append,
+    window_state,
+    window_state_bytes,
+    window_step,
+)
 from .kernels.chunked import check_int, cpu_fused, padded_length
 from .kernels.dispatch import KernelTable, materialised
 from .kernels.flex import TILE, tiles
@@ -126,6 +134,26 @@ class SlidingWindowAttention(AttentionCore):
             dropout=dropout,
             fused=fused,
         )
+
+    # ---- decoding: the global tokens and a ring of window - 1 positions ----------------------
+
+    def init_state(self, shape: StateShape) -> WindowState:
+        """The first global_tokens positions and the window - 1 latest: bounded."""
+        return window_state(shape, size=self.cfg.window - 1, front=self.cfg.global_tokens)
+
+    def state_bytes(self, shape: StateShape) -> int:
+        return window_state_bytes(shape, size=self.cfg.window - 1, front=self.cfg.global_tokens)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: WindowState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, WindowState]:
+        """New tokens against the window (see attention/decode.py); the prefill is the forward."""
+        if state.length == 0:
+            out = self.attend(q, k, v, key_padding_mask)
+            return out, window_append(state, k, v, key_padding_mask)
+        mod = self.mask_mod(state.length + q.shape[2], q.device)
+        scale = 1 / math.sqrt(q.shape[-1])
+        return window_step(q, k, v, state, key_padding_mask, mod, scale=scale)
 
 
 KERNELS = KernelTable(

@@ -13,7 +13,7 @@ import torch
 from ..engine import RunInterrupted
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
-from ..measure.cases import DTYPES, MODES
+from ..measure.cases import DECODERS, DTYPES, MODES
 from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.limits import auto_memory_limit
 from ..measure.load import busy_warning, cpu_count, machine_load
@@ -46,6 +46,10 @@ EXAMPLE = """examples:
   zoo bench --backends full,sdpa,lsh --lengths 1024,4096 --modes forward,forward+backward \\
             --option lsh.num_hashes=1,4 --threads 2
       a grid from flags; a comma list in --option is an axis (here num_hashes 1 and 4)
+  zoo bench --target attention --backends sdpa,local,linear --lengths 1024,4096,16384 \\
+            --modes prefill,decode --new-tokens 64 --decoders own,recompute --threads 2
+      generation: prefill time, time per generated token and decoding state bytes per context
+      length, each backend's own decoding beside recomputing the prefix every token
   zoo bench --preset standard --lengths 8192 --isolate --memory-limit 8GiB
       a preset with one axis overridden, each case in its own process under an 8 GiB limit
   zoo bench --preset standard --resume
@@ -98,7 +102,24 @@ def add_grid_arguments(p: argparse.ArgumentParser) -> None:
         "--lengths", type=integers(1), help="comma list of sequence lengths, e.g. 1024,4096"
     )
     g.add_argument("--batch", type=integers(1), help="comma list of batch sizes")
-    g.add_argument("--modes", type=choices(MODES, "mode"), help=f"comma list of {', '.join(MODES)}")
+    g.add_argument(
+        "--modes",
+        type=choices(MODES, "mode"),
+        help=f"comma list of {', '.join(MODES)}; prefill and decode measure the attention "
+        "core's decoding state (target attention, causal)",
+    )
+    g.add_argument(
+        "--new-tokens",
+        type=integer(1),
+        help="prefill/decode: tokens generated after each --lengths prompt (default 64); decode "
+        "times one token, the median over them",
+    )
+    g.add_argument(
+        "--decoders",
+        type=choices(DECODERS, "decoder"),
+        help="prefill/decode: own (the backend's decoding state, default), recompute (the "
+        "whole prefix again every token), or both",
+    )
     g.add_argument(
         "--dtypes", type=choices(DTYPES, "dtype"), help=f"comma list of {', '.join(DTYPES)}"
     )
@@ -143,6 +164,8 @@ def grid_from_args(
         ("heads", "num_heads"),
         ("head_dim", "head_dim"),
         ("hidden", "hidden"),
+        ("new_tokens", "new_tokens"),
+        ("decoders", "decoders"),
     ):
         value = getattr(args, flag)
         if value is not None:

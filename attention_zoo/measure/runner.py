@@ -314,6 +314,8 @@ def _measure_memory(
                 metric_row("peak_bytes", peak.peak_bytes),
                 metric_row("peak_total_bytes", resident + peak.peak_bytes),
             ]
+        if runnable.state is not None:  # a decoding state's bytes, per sequence
+            rows.append(metric_row("state_bytes", runnable.state().nbytes() / case.batch))
     if "crosscheck" in settings.metrics:
         _, tracked = tracked_peak(step)
         rows.append(metric_row("tracked_peak_bytes", tracked.peak_bytes))

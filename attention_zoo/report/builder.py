@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.labels import DEFAULT_REFERENCE, facts_of
-from . import accuracy, cost, fidelity, misc, summary, variants
+from . import accuracy, cost, decoding, fidelity, misc, summary, variants
 from .browser import FIRST_SCREEN
 from .claims import ClaimsSource, claims_section
 from .context import Context
@@ -53,6 +53,7 @@ def _reproduction_sections(ctx: Context) -> list[Any]:
 SECTIONS: tuple[Section, ...] = (
     cost.headline,
     cost.scaling,
+    decoding.section,
     fidelity.fidelity_cost,
     accuracy.accuracy_cost,
     accuracy.task_tables,

@@ -34,6 +34,7 @@ SETTING = (
     "num_heads",
     "head_dim",
     "hidden",
+    "new_tokens",
     "dtype",
     "device",
     "device_name",
@@ -149,6 +150,7 @@ def bench_frame(cases: Any) -> Any:
     bench["hidden"] = [
         0 if t == "attention" else h for t, h in zip(bench["target"], bench["hidden"])
     ]  # the attention target has no hidden size
+    bench["new_tokens"] = [int(c.get("new_tokens") or 0) for c in cfg]  # prefill, decode
     bench["dtype"] = [c.get("dtype", "?") for c in cfg]
     bench["device"] = [c.get("device", "?") for c in cfg]
     bench["peer"] = [measured_on_peer(c) for c in cfg]
@@ -198,6 +200,8 @@ def setting_text(row: dict[str, Any]) -> str:
     ]
     if row["hidden"]:
         parts.append(f"hidden={row['hidden']}")
+    if row.get("new_tokens"):
+        parts.append(f"new_tokens={row['new_tokens']}")
     parts += [row["dtype"], f"{row['device']} ({row['device_name']})", f"threads={row['threads']}"]
     return ", ".join(parts)
 

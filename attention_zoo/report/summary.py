@@ -27,6 +27,7 @@ from .cost import (
     set_aside_rows,
     settings,
 )
+from .decoding import cheapest
 from .document import Heading, Para, Table, anchor
 
 TITLE = "Summary"
@@ -44,6 +45,7 @@ def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ())
     if groups:
         table, wins = _table(ctx, groups)
         blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
+        blocks += cheapest(ctx)  # generation: the cheapest token per context length
     else:
         blocks.append(Para(f"No measured case yet: run `{QUICK}` to fill this report."))
     if text := _claims(ctx, rows, reproductions):
