@@ -13,13 +13,13 @@ from .cases import DTYPES, BenchCase
 def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, str]:
     """{backend: implementation} for every registered core in `module`, as the pick rule
     chooses for the case's device, dtype, length and head size (several layers of one backend
-    that pick differently are joined with '+')."""
+    that pick differently are joined with '+'); a decode case's own decoding: "step"."""
     if module is None:
         return {}
+    if case.mode == "decode" and case.decoder == "own":  # each token: the core's decoding step
+        return {type(core).spec.name: "step" for core in _cores(module)}
     found: dict[str, list[str]] = {}
-    for core in module.modules():
-        if not isinstance(core, AttentionCore) or not hasattr(type(core), "spec"):
-            continue
+    for core in _cores(module):
         call = Call(
             torch.device(case.device).type,
             DTYPES[case.dtype],
@@ -32,3 +32,10 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
         if name not in names:
             names.append(name)
     return {backend: "+".join(names) for backend, names in found.items()}
+
+
+def _cores(module: torch.nn.Module) -> list[AttentionCore]:
+    """The registered attention cores inside `module`."""
+    return [
+        m for m in module.modules() if isinstance(m, AttentionCore) and hasattr(type(m), "spec")
+    ]

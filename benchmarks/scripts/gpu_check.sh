@@ -9,6 +9,7 @@
 #   GRID=quick bash benchmarks/scripts/gpu_check.sh # the grids at 16k and 64k only
 #   OUT=/some/folder ...                            # the store there (rows land as they are
 #                                                   # measured), and the report folder as a tarball
+#   STEPS="attention decode" STEP_LIMIT=120 ...     # some steps, each stopped after 120 s
 #
 # The grids come first (what the targets are about), then the tests, asv and the report. Each
 # step's time and exit status are printed at the end; a failed step does not stop the others.
@@ -39,12 +40,14 @@ case "${GRID:-full}" in
     *) echo "GRID must be quick or full, not ${GRID}" >&2; exit 2 ;;
 esac
 
+steps_wanted=" ${STEPS:-attention block decode tests asv report} "
 declare -a steps=()
-step() {  # step NAME COMMAND...: run it, record its seconds and exit status
+step() {  # step NAME COMMAND...: run it (if STEPS names its kind), record its seconds and status
     local name=$1 start=$SECONDS status
     shift
+    case "$steps_wanted" in *" ${name%%-*} "*) ;; *) return ;; esac
     echo "=== $name: $*"
-    "$@"
+    if [ -n "${STEP_LIMIT:-}" ]; then timeout "$STEP_LIMIT" "$@"; else "$@"; fi
     status=$?
     steps+=("$(printf '%-28s %5ds  exit %d' "$name" $((SECONDS - start)) "$status")")
 }
@@ -67,11 +70,13 @@ for target in attention block; do
     step "$target-bidirectional" bench "$target" false "$bidirectional_backends" \
         --option linformer.max_length=65536
 done
-step cuda-tests "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels.py \
+step decode "$PY" -m attention_zoo bench --target attention --devices cuda --dtypes bfloat16 \
+    --modes prefill,decode --new-tokens 32 --lengths "$lengths" --causal true \
+    --backends sdpa,local,sliding-window,lsh,linear,performer --metrics time,memory \
+    --budget 0.2 --repeats 5 --store "$store" --run-id decode --no-progress
+step tests "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels.py \
     tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py
-if [ -f benchmarks/scripts/asv_cuda.sh ]; then
-    step asv-cuda bash benchmarks/scripts/asv_cuda.sh
-fi
+step asv "$PY" benchmarks/scripts/record.py --device cuda
 step report "$PY" -m attention_zoo report --store "$store" --out "$folder"
 
 echo
