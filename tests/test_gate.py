@@ -59,6 +59,8 @@ def test_a_flagged_time_names_the_noise_its_limit_was_calibrated_on(tmp_path: Pa
     )
     other = "bench_attention.Time.time_step('cpu', 1, 'attention', 'lsh', 1024, 'forward')"
     assert limits.Limits.load(path).for_benchmark(other).source.startswith("not calibrated")
+    on_gpu = limits.Limits.load(path).for_benchmark(NAME.replace("'cpu'", "'cuda'"))
+    assert on_gpu.source.startswith("uncalibrated")  # CPU's noise says nothing of the GPU's
     # a later calibration of other benchmarks keeps this one's entry
     limits.write({other: 1.10}, runs=5, machine="idle-box", commit="def456", path=path)
     assert limits.Limits.load(path).for_benchmark(NAME).factor == 1.08
