@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import subprocess
@@ -59,6 +60,8 @@ def test_a_flagged_time_names_the_noise_its_limit_was_calibrated_on(tmp_path: Pa
     )
     other = "bench_attention.Time.time_step('cpu', 1, 'attention', 'lsh', 1024, 'forward')"
     assert limits.Limits.load(path).for_benchmark(other).source.startswith("not calibrated")
+    on_gpu = limits.Limits.load(path).for_benchmark(NAME.replace("'cpu'", "'cuda'"))
+    assert on_gpu.source.startswith("uncalibrated")  # CPU's noise says nothing of the GPU's
     # a later calibration of other benchmarks keeps this one's entry
     limits.write({other: 1.10}, runs=5, machine="idle-box", commit="def456", path=path)
     assert limits.Limits.load(path).for_benchmark(NAME).factor == 1.08
@@ -409,7 +412,8 @@ def test_gate_exits_2_on_a_broken_configuration_or_revision(clone: Path) -> None
 @pytest.mark.long
 def test_record_stores_results_under_the_machine(clone: Path, tmp_path: Path) -> None:
     """The record command's whole path on CPU (the CUDA run differs only in its subset): a clean
-    environment of HEAD, the fork check, asv run, results filed under the machine."""
+    environment of HEAD, the fork check, asv run, results filed under the machine. The checkout
+    is on PYTHONPATH, as the GPU check runs it."""
     commit_change(clone, "no change")
     results = tmp_path / "asv-results"
     argv = ["--device", "cpu", "--machine", "box", "--results-dir", str(results)]
@@ -418,6 +422,7 @@ def test_record_stores_results_under_the_machine(clone: Path, tmp_path: Path) ->
         cwd=clone,
         capture_output=True,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(clone)},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "record: 1 result(s), 0 failed" in proc.stdout

@@ -60,6 +60,12 @@ class Outcome:
         return self.exit == gate.REGRESSION and any("local" in f for f in self.flagged)
 
 
+def what(regression: str) -> str:
+    """A regression line up to its numbers: the benchmark, or the baseline case and metric."""
+    parts = regression.split(": ")
+    return ": ".join(parts[:2] if regression.startswith("baseline") else parts[:1])
+
+
 def deviation(ratio: float) -> float:
     """How far a ratio is from 1x, either way, as a ratio >= 1."""
     return max(ratio, 1 / ratio)
@@ -110,7 +116,7 @@ def outcome(scenario: Scenario, run: int, found: dict, seconds: float) -> Outcom
         exit=found["exit"],
         largest=top["ratio"] if top else None,
         largest_name=top["benchmark"] if top else "",
-        flagged=[line.split(": ")[0] for line in found["regressions"]],
+        flagged=[what(line) for line in found["regressions"]],
         remeasured=len(found["remeasured"]),
         seconds=seconds,
     )

@@ -211,17 +211,17 @@ def asv(
     *args: str, echo: bool = True, log: Path | None = None, env: dict[str, str] | None = None
 ) -> tuple[int, str]:
     """Run an asv command from the repository root (echoing its output, or appending it to
-    `log`), with `env` added to this environment less PYTHONPATH (a checkout on it would be
-    imported in place of a side's code); (exit code, output)."""
+    `log`), with `env` added to this environment; (exit code, output). PYTHONPATH reaches asv
+    (it may be where asv is) but not the suite: asv's benchmark processes drop its folders from
+    their path, and a side finds its dependencies through its own path file."""
     cmd = [sys.executable, "-m", "asv", *args]
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**environ, **(env or {})},
+        env={**os.environ, **(env or {})},
     )
     lines = []
     assert proc.stdout is not None
@@ -377,8 +377,9 @@ def baseline_differences(
     argv += ["--quick"] if quick else []
     for key in cases:
         argv += ["--case", key]
+    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
-        argv, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True
+        argv, cwd=code, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True
     )
     diffs = None
     if proc.returncode in (0, 1):  # 1: a difference, but also Python's code for a crash
