@@ -313,8 +313,8 @@ class ResultStore:
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} has store schema version {version}, written by a newer "
-                f"attention-zoo; this one ({__version__}) reads versions up to {SCHEMA_VERSION}: "
-                "upgrade attention-zoo to read it"
+                f"attention-zoo; this one ({__version__}) reads store schemas up to version "
+                f"{SCHEMA_VERSION}: upgrade attention-zoo to read it"
             )
         if version < SCHEMA_VERSION and not all(
             v in MIGRATIONS for v in range(version + 1, 1 + SCHEMA_VERSION)

@@ -388,6 +388,7 @@ def run_sweep(
     run_id: str | None = None,
     resume: bool = False,
     force: bool = False,
+    resume_required: bool = False,
     isolate: bool = False,
     memory_limit_bytes: int | str | None = None,
     timeout_s: float | None = None,
@@ -401,8 +402,9 @@ def run_sweep(
     at a time; returns what ran now.
 
     run_id, resume, force: engine.RUN_RULE (continue that run, or the latest run of the same
-    cases; force measures every case again). isolate: each case in its own subprocess, under an
-    address-space limit of memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
+    cases; force measures every case again); resume_required: no such run to continue is an
+    error. isolate: each case in its own subprocess, under an address-space limit of
+    memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
     prediction (AUTO: from the memory available where each case runs). measure: replaces
     measure_case (tests inject failures through it). executor: where the cases run (default:
     this process; the caller closes it, `with executor:`); whichever it is, only this process
@@ -426,7 +428,9 @@ def run_sweep(
     done = run_plan(
         plan,
         store,
-        policy=RunPolicy(run_id=run_id, resume=resume, force=force),
+        policy=RunPolicy(
+            run_id=run_id, resume=resume, force=force, resume_required=resume_required
+        ),
         executor=executor,
         device=cases[0].device,
         environment=environment,

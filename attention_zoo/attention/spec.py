@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..declarative import check_keys, field_names
+from ..declarative import check_keys, check_types, field_names
 from ..errors import OptionError, UnavailableError, ZooError
 from ..registry import Registry, origin_of
 from .kernels.dispatch import Call
@@ -100,14 +100,11 @@ class BackendSpec:
         return out
 
     def make_config(self, **options: Any) -> Any:
-        check_keys(
-            options,
-            field_names(self.config),
-            where=f"backend {self.name!r}",
-            noun="option",
-            error=OptionError,
-        )
-        return self.config(**options)
+        where = f"backend {self.name!r}"
+        check_keys(options, field_names(self.config), where=where, noun="option", error=OptionError)
+        cfg = self.config(**options)  # its own checks first: they say what would work
+        check_types(self.config, options, where=where, noun="option", error=OptionError)
+        return cfg
 
     def unavailable_reason(self, device: str | torch.device = "cpu") -> str | None:
         """None when the backend can run on `device`, else why not."""

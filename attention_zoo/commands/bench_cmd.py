@@ -10,15 +10,15 @@ from typing import Any
 
 import torch
 
-from ..engine import RunInterrupted
+from ..engine import RunInterrupted, continued_run
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
-from ..measure.cases import DECODERS, DTYPES, MODES
+from ..measure.cases import DECODERS, DTYPES, MODES, BenchCase
 from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.limits import auto_memory_limit
 from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
-from ..measure.peers import PEERS
+from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
@@ -26,7 +26,7 @@ from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE, open_store
-from ..sweep import AUTO, SweepGrid, run_sweep
+from ..sweep import AUTO, BenchPlan, SweepGrid, run_sweep
 from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
@@ -182,6 +182,25 @@ def grid_from_args(
             device, flag="--devices", present=devices_present, allow=("cpu", "cuda", "auto")
         )
     return grid, preset
+
+
+def check_options_used(args: argparse.Namespace, cases: list[BenchCase]) -> None:
+    """Each --option must change a measured case: one for a backend not measured (or not taking
+    options there, as a model's layers) is refused, never ignored."""
+    for text in args.option:
+        backend, name, _ = _parse_option(text)
+        takers = [
+            c
+            for c in cases
+            if c.backend == backend
+            or (is_peer(c.backend) and get_peer(c.backend).mirrors == backend)
+        ]
+        if not any(name in c.options for c in takers):
+            measured = ", ".join(sorted({c.backend for c in cases})) or "none"
+            raise UsageError(
+                f"--option {text} would change nothing: no case measured here runs {backend} "
+                f"with options (backends: {measured}); add {backend} to --backends, or drop it"
+            )
 
 
 def _parse_option(text: str) -> tuple[str, str, list[Any]]:
@@ -340,6 +359,7 @@ def run(args: argparse.Namespace) -> int:
     grid, preset = grid_from_args(args, devices_present=True)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
+    check_options_used(args, cases)
     check_reference(args.reference, cases)
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)
@@ -359,6 +379,7 @@ def run(args: argparse.Namespace) -> int:
     torch_threads = settings.threads or _torch_threads()
     threads = max((busy_threads(c.device, torch_threads) for c in cases), default=torch_threads)
     with store, executor:
+        continued_run(store, BenchPlan.kind, [c.key() for c in cases], policy)  # refused early
         print(
             f"{len(cases)} cases -> {store.path}; threads={settings.threads or 'torch default'}, "
             f"memory limit {_describe_limit(limit)}; executor {where}",
@@ -375,6 +396,7 @@ def run(args: argparse.Namespace) -> int:
                 run_id=policy.run_id,
                 resume=policy.resume,
                 force=policy.force,
+                resume_required=policy.resume_required,
                 isolate=args.isolate,
                 memory_limit_bytes=limit,
                 timeout_s=args.timeout,

@@ -37,7 +37,7 @@ class ReportWriteError(ZooError):
 
 
 def report_meta(folder: Path) -> dict[str, Any] | None:
-    """report.json of a folder `zoo report` wrote (its command names zoo report), else None."""
+    """report.json of a folder `zoo report` wrote (its generator says so), else None."""
     try:
         meta = json.loads((Path(folder) / META_FILE).read_text())
     except (OSError, ValueError):
