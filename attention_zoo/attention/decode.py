@@ -15,9 +15,9 @@ building it (`decoding_of`):
 
 States are frozen dataclasses of tensors; a step returns the next state. A KV cache is
 preallocated to `max_length` positions and written in place: appending a token then costs its
-own bytes, not a copy of the cache (growing by concatenation copies the whole cache every token,
-which at 64k positions costs more than the attention itself), and an earlier state stays valid
-for the positions it holds (a KV cache only appends). Bounded states (windows, running sums,
+own bytes (growing by concatenation would copy the whole cache every token: reading and writing
+it again, more bytes than the attention itself reads), and an earlier state stays valid for the
+positions it holds (a KV cache only appends). Bounded states (windows, running sums,
 bucket rings) are also written in place: a state is used once, then its successor.
 """
 
