@@ -52,7 +52,8 @@ def decoding_of(spec: BackendSpec, **options: Any) -> str:
     """How `spec` decodes with these options (one of DECODINGS), without building it: `none` when
     it cannot run causally, `recompute` when its class has no `init_state`, else what its class's
     `decoding(cfg)` says (`cached` when it has none)."""
-    if not spec.caps_for(**options).causal:
+    caps = spec.caps_for(**options) if options else spec.caps  # no config built for defaults
+    if not caps.causal:
         return NONE
     if getattr(spec.cls, "init_state", None) is None:
         return RECOMPUTE
