@@ -109,7 +109,7 @@ def test_generating_equals_transformers_for_local_attention():
     assert torch.equal(ours.generate(ids, 10, do_sample=True, top_k=4, seed=7), want)
 
 
-@pytest.mark.slow  # about 20 generations of 20-30 tokens per case
+@pytest.mark.slow  # 8 generations of 20-30 tokens per case, HF's and ours
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("length", [3, 5, 13], ids=lambda n: f"prompt{n}")
 def test_generating_equals_transformers(case, length):
@@ -121,12 +121,10 @@ def test_generating_equals_transformers(case, length):
     `_get_relevant_hid_states_and_buckets` adds no batch offset), which we do not copy."""
     hf, ours = _hf_pair(case, hash_seed=None, max_position_embeddings=32)
     gen = torch.Generator().manual_seed(length)
-    for _ in range(2):  # two prompts
-        ids = torch.randint(1, BASE["vocab_size"], (1, length), generator=gen)
-        new = 32 - length
-        _same_as_hf(hf, ours, ids, new)
-        _same_as_hf(hf, ours, ids, new, do_sample=True, top_k=4)
-        _same_as_hf(hf, ours, ids, new, do_sample=True, top_k=0, top_p=0.8, temperature=0.7)
+    ids = torch.randint(1, BASE["vocab_size"], (1, length), generator=gen)
+    new = 32 - length
+    _same_as_hf(hf, ours, ids, new)
+    _same_as_hf(hf, ours, ids, new, do_sample=True, top_k=6, top_p=0.8, temperature=0.7)
 
 
 def test_generation_stops_at_eos_as_transformers_does():

@@ -15,9 +15,9 @@ building it (`decoding_of`):
 
 States are frozen dataclasses of tensors; a step returns the next state. A KV cache is
 preallocated to `max_length` positions and written in place: appending a token then costs its
-own bytes, not a copy of the cache (growing by concatenation copies the whole cache every token,
-which at 64k positions costs more than the attention itself), and an earlier state stays valid
-for the positions it holds (a KV cache only appends). Bounded states (windows, running sums,
+own bytes (growing by concatenation would copy the whole cache every token: reading and writing
+it again, more bytes than the attention itself reads), and an earlier state stays valid for the
+positions it holds (a KV cache only appends). Bounded states (windows, running sums,
 bucket rings) are also written in place: a state is used once, then its successor.
 """
 
@@ -54,7 +54,8 @@ def decoding_of(spec: BackendSpec, **options: Any) -> str:
     """How `spec` decodes with these options (one of DECODINGS), without building it: `none` when
     it cannot run causally, `recompute` when its class has no `init_state`, else what its class's
     `decoding(cfg)` says (`cached` when it has none)."""
-    if not spec.caps_for(**options).causal:
+    caps = spec.caps_for(**options) if options else spec.caps  # no config built for defaults
+    if not caps.causal:
         return NONE
     if getattr(spec.cls, "init_state", None) is None:
         return RECOMPUTE

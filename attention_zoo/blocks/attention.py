@@ -88,7 +88,8 @@ class SelfAttention(nn.Module):
             )
             if folded is not None:
                 return folded
-        out = self.core(*self.project(x), key_padding_mask=key_padding_mask)
+        q, k, v = self.project(x)
+        out = self.core(q, k, v, key_padding_mask=key_padding_mask)
         return self.out_proj(rearrange(out, "b h n d -> b n (h d)"))
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:

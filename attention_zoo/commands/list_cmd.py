@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..attention.decode import decoding_of
 from ..attention.spec import BACKENDS, default_device
 from ..blocks.residual import RESIDUALS
 from ..measure.table import format_table
@@ -47,7 +48,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     check_device(device, flag="--device", present=False, allow=("cpu", "cuda", "meta"))
-    rows = [{**spec.describe(device), "origin": BACKENDS.origin(spec.name)} for spec in BACKENDS]
+    rows = [
+        {
+            **spec.describe(device),
+            "decoding": decoding_of(spec),
+            "origin": BACKENDS.origin(spec.name),
+        }
+        for spec in BACKENDS
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -83,6 +91,7 @@ def backends_table(rows: list[dict]) -> str:
         "causal",
         "shared-qk",
         "kind",
+        "decodes",
         "deterministic",
         f"available ({rows[0]['device'] if rows else ''})",
         "kernels (* auto, - cannot run here)",
@@ -100,6 +109,7 @@ def backends_table(rows: list[dict]) -> str:
                 _flag(caps["causal"]),
                 _flag(caps["shared_qk"]),
                 caps["kind"],  # full (exact), pattern (exact under a fixed mask), approximate
+                r["decoding"],  # cached, cached-hf, recompute, none (attention/decode.py)
                 _flag(caps["deterministic"]),
                 avail,
                 _kernels(r["kernels"]),

@@ -406,25 +406,25 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
         made = [torch.randn(b, h, count, d, device=device, dtype=dtype) for _ in range(parts)]
         return (made[0], made[0], made[1]) if spec.caps.shared_qk else tuple(made)
 
-    prompt = tokens(n)
-
-    def prefill() -> tuple[Tensor, decode.DecodeState]:
+    def prefill(prompt: tuple[Tensor, ...]) -> tuple[Tensor, decode.DecodeState]:
         with torch.no_grad():
             return decode.step(core, *prompt, decode.init_state(core, shape, recompute=recompute))
 
     if case.mode == "prefill":
+        prompt = tokens(n)
         kept: list[decode.DecodeState] = []
 
         def run() -> Tensor:
-            out, state = prefill()
+            out, state = prefill(prompt)
             kept[:] = [state]
             return out
 
         inputs = tuple(dict.fromkeys(prompt))  # shared QK: the one tensor once
-        state = lambda: kept[0] if kept else prefill()[1]  # noqa: E731
+        state = lambda: kept[0] if kept else prefill(prompt)[1]  # noqa: E731
         return Runnable(case, core, inputs, _discard(run), output=run, state=state)
+    # decode: the prompt is consumed here; the state, the new tokens and a snapshot stay resident
+    first = prefill(tokens(n))[1]
     new = tokens(case.new_tokens)
-    first = prefill()[1]
     snapshot = None if first.appends_only else [t.clone() for t in first.tensors()]
     now = {"state": first, "i": 0}
 
@@ -440,7 +440,7 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
         now["i"] = i + 1
         return out
 
-    inputs = tuple(dict.fromkeys((*prompt, *new, *(snapshot or ()))))
+    inputs = tuple(dict.fromkeys((*new, *(snapshot or ()))))
     return Runnable(case, core, inputs, _discard(one), output=one, state=lambda: now["state"])
 
 
