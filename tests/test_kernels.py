@@ -24,6 +24,7 @@ from attention_zoo.attention.kernels.flex import (
 from attention_zoo.attention.kernels.patterns.reference import pattern_reference
 from attention_zoo.attention.kernels.rounds.lsh_hashing import sort_by_bucket
 from attention_zoo.attention.kernels.rounds.reference import lsh_reference
+from attention_zoo.attention.kernels.sums import table as sums_table
 from attention_zoo.attention.kernels.sums.fla import fla_sums
 from attention_zoo.attention.kernels.sums.reference import quadratic_sums
 from attention_zoo.errors import OptionError, UnavailableError
@@ -328,8 +329,9 @@ def test_auto_on_the_cpu_keeps_the_cpu_kernels(name):
 
 @pytest.fixture
 def triton_present(monkeypatch):
-    """As on a CUDA machine with Triton (fla-core is installed here)."""
+    """As on a CUDA machine with Triton and fla-core."""
     monkeypatch.setattr(dispatch, "has_triton", lambda: True)
+    monkeypatch.setattr(sums_table, "fla_reason", lambda: None)
     dispatch.compile_reason.cache_clear()
     yield
     dispatch.compile_reason.cache_clear()
@@ -449,7 +451,14 @@ def _lists(block_mask) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("n", [45, 300, 700])
 @pytest.mark.parametrize(
     ("name", "options"),
-    [*PATTERNS, ("local", {}), ("sliding-window", {"window": 300}), ("bigbird", {})],
+    [
+        *PATTERNS,
+        ("local", {}),
+        ("local", {"chunk_length": 100, "num_chunks_after": 2}),  # chunks that do not divide
+        ("local", {"chunk_length": 300, "num_chunks_before": 2}),  # a tile, nor a tile them
+        ("sliding-window", {"window": 300}),
+        ("bigbird", {}),
+    ],
 )
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 def test_block_lists_hold_exactly_the_tiles_with_allowed_pairs(name, options, causal, n):
@@ -468,19 +477,21 @@ def test_block_lists_hold_exactly_the_tiles_with_allowed_pairs(name, options, ca
 
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("length", [48, 304, 1024])
-def test_lsh_block_lists_cover_every_window_of_the_sorted_rounds(causal, length):
+@pytest.mark.parametrize("chunk", [16, 100])
+def test_lsh_block_lists_cover_every_window_of_the_sorted_rounds(causal, length, chunk):
     """The sorted sequence's block lists come from its chunk structure alone: every (query, key)
     slot pair its windows allow, whatever the buckets, lies in a listed tile."""
     after = 0 if causal else 1
     structure = structural_block_mask(
-        chunk_window_tiles(length, 16, 1, after, causal, "cpu"), length
+        chunk_window_tiles(length, chunk, 1, after, causal, "cpu"), length
     )
     i = torch.arange(length)
     si, sj = i[:, None], i[None, :]
     if causal:
-        window = (sj < si) & (sj >= si - 16)
+        window = (sj < si) & (sj >= si - chunk)
     else:
-        window = (sj // 16 >= si // 16 - 1) & (sj // 16 <= si // 16 + after) & (si != sj)
+        qc, kc = si // chunk, sj // chunk
+        window = (kc >= qc - 1) & (kc <= qc + after) & (si != sj)
     some, _ = _dense_tiles(window)
     partial, full = _lists(structure)
     assert not full.any()
@@ -578,3 +589,77 @@ def test_the_implementation_that_ran_is_stored_and_shown(tmp_path):
     assert " kernel " in table[0]
     assert any(" cpu-fused " in line and " local " in line for line in table)
     assert any(" math " in line and " linear(kernel=math) " in line for line in table)
+
+
+@pytest.mark.slow  # compiling the forward and backward takes ~20 s on 2 cores
+def test_compiled_nystrom_equals_its_plain_formula():
+    """The CUDA implementation is the plain function through torch.compile: the same function,
+    outputs and gradients, compiled here on the CPU."""
+    core = build_attention("nystrom", device="cpu", num_landmarks=8)
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, 3, N, 16, generator=g) for _ in range(3))
+    mask = _padding(2, N, "cpu")
+    torch._dynamo.reset()
+    out, grads = with_grads(lambda *t: core._nystrom(*t, mask, compiled=True), [q, k, v])
+    ref, ref_grads = with_grads(lambda *t: core._nystrom(*t, mask, compiled=False), [q, k, v])
+    for got, want in zip([out, *grads], [ref, *ref_grads]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_plugin_keeps_its_own_kernel_values_and_gets_flex_for_its_pattern(triton_present):
+    """A plugin core with a kernel option of its own: a value the pick rule does not name is its
+    attend's; with a fixed pattern, flex stands in on CUDA under auto, and can be named."""
+    from dataclasses import dataclass
+
+    from attention_zoo import AttentionCore, Capabilities, register_attention
+    from attention_zoo.attention.spec import BACKENDS
+
+    @dataclass(frozen=True, kw_only=True)
+    class BandConfig:
+        kernel: str = "mine"
+
+    @register_attention(
+        "test-band", config=BandConfig, caps=Capabilities(exact=False, fixed_pattern=True)
+    )
+    class Band(AttentionCore):
+        def mask_mod(self, n, device="cpu"):
+            return lambda i, j: ((i - j).abs() < 4) & (j <= i)
+
+        def attend(self, q, k, v, key_padding_mask):
+            return pattern_reference(self, q, k, v, key_padding_mask)
+
+    try:
+        own = build_attention("test-band", causal=True, device="cpu")
+        assert own.requested_kernel == "attend"
+        flex = build_attention("test-band", causal=True, device="cpu", kernel="flex")
+        q = torch.randn(1, 2, N, 16, dtype=torch.float64)
+        assert flex.kernel_for(q).name == "flex" and own.kernel_for(q).name == "attend"
+        torch.testing.assert_close(flex(q, q, q), own(q, q, q), atol=1e-12, rtol=1e-12)
+        cuda = Call("cuda", torch.bfloat16, 4096, 64)
+        auto = build_attention("test-band", causal=True, device="cpu", kernel="auto")
+        assert auto.pick(cuda).name == "flex" and own.pick(cuda).name == "attend"
+        kernels = BACKENDS.get("test-band").kernels_on("cpu")
+        assert [(k["name"], k["auto"]) for k in kernels] == [("attend", True), ("flex", False)]
+    finally:
+        BACKENDS.remove("test-band")
+
+
+def test_zoo_list_shows_no_kernels_for_a_plugin_it_cannot_build_with_defaults():
+    from dataclasses import dataclass
+
+    from attention_zoo import AttentionCore, register_attention
+    from attention_zoo.attention.spec import BACKENDS
+
+    @dataclass(frozen=True, kw_only=True)
+    class NeedsConfig:
+        width: int  # required
+
+    @register_attention("test-needs", config=NeedsConfig)
+    class Needs(AttentionCore):
+        def attend(self, q, k, v, key_padding_mask):
+            return v
+
+    try:
+        assert BACKENDS.get("test-needs").describe("cpu")["kernels"] == []
+    finally:
+        BACKENDS.remove("test-needs")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -11,12 +10,13 @@ from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
 from .kernels.dispatch import AUTO, Call, Implementation, KernelTable
-from .kernels.flex import TileMasks, flex_dtype, flex_environment, run_flex, tile_masks
+from .kernels.flex import TileMasks, tile_masks
 
 # the mask values and pattern type live with the kernels; cores and plugins import them here
 from .kernels.masks import MaskMod as MaskMod
 from .kernels.masks import mask_value as mask_value
 from .kernels.masks import self_mask_value as self_mask_value
+from .kernels.patterns.flex_pattern import FLEX
 
 SEMANTICS = ("exact", "hf")
 
@@ -104,6 +104,9 @@ class AttentionCore(nn.Module):
         self.cfg = cfg
         self.causal = causal
         self._block_masks: dict[tuple[Any, ...], Any] = {}  # flex block masks, per length
+        spec = getattr(type(self), "spec", None)  # its capabilities with these options
+        refine = getattr(cfg, "capabilities", None)
+        self.capabilities = None if spec is None else refine(spec.caps) if refine else spec.caps
         self._picks: dict[Call, Implementation] = {}  # the pick rule's answers
 
     def forward(
@@ -112,23 +115,28 @@ class AttentionCore(nn.Module):
         """(b, h, n, d) x3 -> (b, h, n, d); key_padding_mask (b, n) bool, True = real token."""
         check_qkv(q, k, v, key_padding_mask)
         if type(self).kernels is OWN_KERNELS:  # its own attend, or flex standing in for it
-            return self.kernel_for(q).run(self, q, k, v, key_padding_mask)
+            return self.kernel_for(q, key_padding_mask).run(self, q, k, v, key_padding_mask)
         return self.attend(q, k, v, key_padding_mask)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d): the picked implementation (a plugin overrides it)."""
         if type(self).kernels is OWN_KERNELS:
             raise NotImplementedError(f"{type(self).__name__} must define attend()")
-        return self.kernel_for(q).run(self, q, k, v, key_padding_mask)
+        return self.kernel_for(q, key_padding_mask).run(self, q, k, v, key_padding_mask)
 
     @property
     def requested_kernel(self) -> str:
-        """The `kernel` option: an implementation's name, or auto."""
-        return getattr(self.cfg, "kernel", AUTO)
+        """The `kernel` option: an implementation's name, or auto. A core with its own attend may
+        have a `kernel` option of its own: a value the table does not name is its attend's."""
+        kernel = getattr(self.cfg, "kernel", AUTO)
+        if type(self).kernels is OWN_KERNELS and kernel not in OWN_KERNELS.names:
+            return OWN.name
+        return kernel
 
-    def kernel_for(self, q: Tensor) -> Implementation:
+    def kernel_for(self, q: Tensor, key_padding_mask: Tensor | None = None) -> Implementation:
         """The implementation that computes a call on q (b, h, n, d) now."""
-        return self.pick(Call.of(q, self.dropout_p))
+        masked = key_padding_mask is not None
+        return self.pick(Call.of(q, q.shape[-1], self.dropout_p, masked))
 
     def pick(self, call: Call) -> Implementation:
         """The implementation that computes `call`: the one rule (kernels/dispatch.py), decided
@@ -178,8 +186,15 @@ class AttentionCore(nn.Module):
             mod = self.mask_mod(n, device)
             if mod is None:
                 raise ValueError(f"{type(self).__name__} has no fixed pattern at length {n}")
-            self._block_masks[key] = tile_masks(mod, n, self.key_tiles(n, device), device)
+            self.keep_block_mask(key, tile_masks(mod, n, self.key_tiles(n, device), device))
         return self._block_masks[key]
+
+    def keep_block_mask(self, key: tuple[Any, ...], block_mask: Any) -> None:
+        """Cache a block mask; the oldest goes beyond BLOCK_MASKS_KEPT (lengths seen come and go:
+        each mask holds (tiles x tiles) index tensors)."""
+        while len(self._block_masks) >= BLOCK_MASKS_KEPT:
+            self._block_masks.pop(next(iter(self._block_masks)))
+        self._block_masks[key] = block_mask
 
     @property
     def dropout_p(self) -> float:
@@ -193,38 +208,7 @@ class AttentionCore(nn.Module):
         return f"causal={self.causal}, {self.cfg}"
 
 
-def pattern_flex(
-    core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
-) -> Tensor:
-    """The core's fixed pattern through FlexAttention: a softmax under its mask_mod and the key
-    padding, a query with no key to see gets zeros."""
-    n, d = q.shape[-2:]
-    block_mask = core.tile_masks(n, q.device).for_call(key_padding_mask)
-    return run_flex(q, k, v, block_mask, scale=d**-0.5)[0]
-
-
-def _has_pattern(core: AttentionCore, call: Call) -> str | None:
-    caps = core.spec.caps_for(**_options(core.cfg)) if hasattr(core, "spec") else None
-    if caps is not None and not caps.fixed_pattern:
-        return "computes no fixed pattern with these options (capabilities: not fixed_pattern)"
-    if core.mask_mod(1) is None:
-        return "computes no fixed pattern with these options (mask_mod is None)"
-    return None
-
-
-def _options(cfg: Any) -> dict[str, Any]:
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-
-
-FLEX = Implementation(
-    name="flex",
-    summary="FlexAttention under the pattern's mask_mod, block lists from its structure "
-    "(compiled on CUDA; PyTorch's dense eager version elsewhere)",
-    run=pattern_flex,
-    devices=frozenset({"cpu", "cuda"}),
-    environment=flex_environment,
-    checks=(_has_pattern, flex_dtype),
-)
+BLOCK_MASKS_KEPT = 8  # per core: a few lengths and devices
 
 OWN = Implementation(
     name="attend",
@@ -237,4 +221,10 @@ OWN = Implementation(
 OWN_KERNELS = KernelTable(
     (OWN, FLEX), {"cuda": ("flex", "attend"), "cpu": ("attend",), "meta": ("attend",)}
 )
+# The fixed patterns' order of preference: the fused CPU op, FlexAttention on CUDA, else math.
+PATTERN_PRIORITY = {
+    "cpu": ("cpu-fused", "math"),
+    "meta": ("cpu-fused", "math"),
+    "cuda": ("flex", "math"),
+}
 AttentionCore.kernels = OWN_KERNELS

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..errors import OptionError
-from .base import FLEX, AttentionCore, check_dropout
+from .base import PATTERN_PRIORITY, AttentionCore, check_dropout
 from .decode import (
     KVCache,
     StateShape,
@@ -38,6 +38,7 @@ from .kernels.chunked import check_int, cpu_fused, padded_length
 from .kernels.dispatch import KernelTable, materialised
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
+from .kernels.patterns.flex_pattern import FLEX
 from .spec import Capabilities, register_attention
 
 
@@ -255,6 +256,6 @@ KERNELS = KernelTable(
         ),
         FLEX,
     ),
-    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("flex", "math")},
+    PATTERN_PRIORITY,
 )
 BigBirdAttention.kernels = KERNELS

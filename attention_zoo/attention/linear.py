@@ -56,7 +56,8 @@ class LinearAttention(AttentionCore):
         return head_dim
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        return self.kernel_for(q).run(self, q, k, v, key_padding_mask).to(q.dtype)
+        impl = self.kernel_for(q, key_padding_mask)
+        return impl.run(self, q, k, v, key_padding_mask).to(q.dtype)
 
     # ---- decoding: the running sums S, z (constant size) --------------------------------------
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import FLEX, AttentionCore, check_dropout, check_semantics
+from .base import PATTERN_PRIORITY, AttentionCore, check_dropout, check_semantics
 from .decode import (
     CACHED,
     CACHED_HF,
@@ -43,6 +43,7 @@ from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import Call, KernelTable, materialised
 from .kernels.flex import chunk_window_tiles
 from .kernels.masks import MaskMod, mask_value
+from .kernels.patterns.flex_pattern import FLEX
 from .kernels.patterns.local_fused import (
     LocalFlash,
     LocalMasks,
@@ -51,7 +52,13 @@ from .kernels.patterns.local_fused import (
     local_windows,
     unflat,
 )
-from .kernels.rounds.circular import CircularPlan, circular_math, empty_rows, window_means
+from .kernels.rounds.circular import (
+    CircularPlan,
+    circular_math,
+    consecutive_reason,
+    empty_rows,
+    window_means,
+)
 from .kernels.rounds.lsh_fused import RoundsFlash
 from .spec import Capabilities, register_attention
 
@@ -271,17 +278,7 @@ class LocalAttention(AttentionCore):
 
 
 def _consecutive(core: LocalAttention, call: Call) -> str | None:
-    """HF semantics: the fused kernel's buffers hold consecutive chunks only."""
-    cfg = core.cfg
-    if cfg.semantics != "hf" or call.length <= cfg.chunk_length:
-        return None
-    chunks = padded_length(call.length, cfg.chunk_length) // cfg.chunk_length
-    if max(cfg.num_chunks_before, cfg.num_chunks_after) > chunks:
-        return (
-            f"HF-semantics windows reach past all {chunks} chunks (HF clamps those offsets): "
-            "materialised only"
-        )
-    return None
+    return consecutive_reason(core.cfg, call.length)
 
 
 KERNELS = KernelTable(
@@ -297,6 +294,6 @@ KERNELS = KernelTable(
         ),
         FLEX,
     ),
-    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("flex", "math")},
+    PATTERN_PRIORITY,
 )
 LocalAttention.kernels = KERNELS

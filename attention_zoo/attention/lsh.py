@@ -48,7 +48,13 @@ from .kernels.flex import (
     structural_block_mask,
 )
 from .kernels.masks import mask_value, self_mask_value
-from .kernels.rounds.circular import HF_KEY_EPS, CircularPlan, circular_math, hf_keys
+from .kernels.rounds.circular import (
+    HF_KEY_EPS,
+    CircularPlan,
+    circular_math,
+    consecutive_reason,
+    hf_keys,
+)
 from .kernels.rounds.lsh_flex import lsh_flex
 from .kernels.rounds.lsh_fused import RoundsFlash
 from .kernels.rounds.lsh_hashing import (
@@ -408,7 +414,7 @@ class LSHAttention(AttentionCore):
         key = ("rounds", length, str(q.device))
         if key not in self._block_masks:  # the sorted sequence's chunk windows, per length
             tiles = chunk_window_tiles(length, c, cfg.num_chunks_before, after, causal, q.device)
-            self._block_masks[key] = structural_block_mask(tiles, length)
+            self.keep_block_mask(key, structural_block_mask(tiles, length))
         out = maybe_compiled(
             hashed_flex, q, k, v, rot, key_padding_mask, self._block_masks[key],
             n=n, nb=nb, rounds=cfg.num_hashes, chunk=c, before=cfg.num_chunks_before,
@@ -576,17 +582,7 @@ def _exact(core: LSHAttention, call: Call) -> str | None:
 
 
 def _consecutive(core: LSHAttention, call: Call) -> str | None:
-    """HF semantics: the fused kernel's buffers hold consecutive chunks only."""
-    cfg = core.cfg
-    if cfg.semantics != "hf" or call.length <= cfg.chunk_length:
-        return None
-    chunks = cfg.num_hashes * padded_length(call.length, cfg.chunk_length) // cfg.chunk_length
-    if max(cfg.num_chunks_before, cfg.num_chunks_after) > chunks:
-        return (
-            f"HF-semantics windows reach past all {chunks} chunks of the rounds (HF clamps those "
-            "offsets): materialised only"
-        )
-    return None
+    return consecutive_reason(core.cfg, call.length, core.cfg.num_hashes)
 
 
 KERNELS = KernelTable(

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch._subclasses.fake_tensor import is_fake
 from torch.nn import functional as F
 
 from ..errors import OptionError
@@ -96,7 +95,7 @@ class NystromAttention(AttentionCore):
         b, n, hidden = x.shape
         h, landmarks = weights.heads, self.cfg.num_landmarks
         inner = weights.w_q.shape[0]
-        call = Call(x.device.type, x.dtype, n, inner // h, bool(self.dropout_p), is_fake(x))
+        call = Call.of(x, inner // h, self.dropout_p, key_padding_mask is not None)
         if (
             self.dropout_p
             or self.conv is not None

@@ -147,7 +147,8 @@ class PerformerAttention(AttentionCore):
         return self.cfg.nb_features
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        return self.kernel_for(q).run(self, q, k, v, key_padding_mask).to(q.dtype)
+        impl = self.kernel_for(q, key_padding_mask)
+        return impl.run(self, q, k, v, key_padding_mask).to(q.dtype)
 
     # ---- decoding: the running sums S, z over nb_features (constant size) --------------------
 

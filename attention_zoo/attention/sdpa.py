@@ -14,7 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .base import AttentionCore, check_dropout
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
 from .kernels.dense import allowed_mask
-from .kernels.dispatch import Call, Implementation, KernelTable
+from .kernels.dispatch import Call, Check, Implementation, KernelTable
 from .spec import Capabilities, register_attention
 
 BACKENDS = {
@@ -81,10 +81,10 @@ def _run(
     k: Tensor,
     v: Tensor,
     key_padding_mask: Tensor | None,
-    forced: SDPBackend,
+    name: str,
 ) -> Tensor:
     """Named: that kernel only; auto: PyTorch's dispatch as is (it also sees the mask)."""
-    backend = forced if core.requested_kernel == NAMES[forced] else None
+    backend = BACKENDS[name] if core.requested_kernel == name else None
     return core._sdpa(q, k, v, key_padding_mask, backend)
 
 
@@ -92,24 +92,33 @@ def _visible(device: str) -> bool:
     return device != "cuda" or torch.cuda.is_available()
 
 
-def _probe(core: SDPAAttention, call: Call) -> Tensor:
-    """A small tensor like the call's queries: what PyTorch's SDPA dispatch looks at."""
-    return torch.empty(
-        1, 1, min(call.length, 128), call.head_dim, dtype=call.dtype, device=call.device
-    )
+def _probe(core: SDPAAttention, call: Call) -> tuple[Tensor, Tensor | None, bool]:
+    """Small inputs like the call's, as PyTorch's SDPA dispatch sees them: queries, the mask a
+    key padding makes (causality then goes into it), is_causal."""
+    n = min(call.length, 128)
+    x = torch.empty(1, 1, n, call.head_dim, dtype=call.dtype, device=call.device)
+    if not call.masked:
+        return x, None, core.causal
+    return x, torch.ones(1, 1, n, n, dtype=torch.bool, device=call.device), False
 
 
-def _pytorch_reason(name: str):
+def _undecidable(call: Call) -> bool:
+    """No dispatch to ask: shapes only, a device that is not there, or inside torch.compile
+    (its tracing takes no integer answer from PyTorch's dispatch)."""
+    return call.fake or not _visible(call.device) or torch.compiler.is_compiling()
+
+
+def _pytorch_reason(name: str) -> Check:
     def check(core: SDPAAttention, call: Call) -> str | None:
         """PyTorch's own reason why this SDPA kernel cannot run the call."""
-        if call.fake or call.device == "meta":
-            return None
-        if not _visible(call.device):
+        if not _visible(call.device) and not call.fake:
             return "no CUDA device is visible to ask PyTorch's SDPA dispatch"
-        x = _probe(core, call)
+        if _undecidable(call):
+            return None
+        x, mask, causal = _probe(core, call)
         try:
             with sdpa_kernel([BACKENDS[name]]):
-                torch._fused_sdp_choice(x, x, x, None, float(call.dropout), core.causal)
+                torch._fused_sdp_choice(x, x, x, mask, float(call.dropout), causal)
         except RuntimeError as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             return "PyTorch says: " + (lines[0] if lines else type(exc).__name__)
@@ -119,11 +128,12 @@ def _pytorch_reason(name: str):
 
 
 def _pytorch_choice(core: SDPAAttention, call: Call) -> str:
-    """The kernel PyTorch's SDPA dispatch picks for the call (math on meta/FakeTensors)."""
-    if call.fake or call.device == "meta" or not _visible(call.device):
+    """The kernel PyTorch's SDPA dispatch picks for the call; where it cannot be asked, "math"
+    stands in (auto runs PyTorch's dispatch unforced whatever the name)."""
+    if _undecidable(call):
         return "math"
-    x = _probe(core, call)
-    choice = torch._fused_sdp_choice(x, x, x, None, float(call.dropout), core.causal)
+    x, mask, causal = _probe(core, call)
+    choice = torch._fused_sdp_choice(x, x, x, mask, float(call.dropout), causal)
     return NAMES.get(SDPBackend(choice), "math")
 
 
@@ -132,11 +142,11 @@ KERNELS = KernelTable(
         Implementation(
             name=name,
             summary=f"PyTorch's SDPA, its {name} kernel",
-            run=functools.partial(_run, forced=backend),
+            run=functools.partial(_run, name=name),
             dropout=True,
             checks=() if name == "math" else (_pytorch_reason(name),),
         )
-        for name, backend in BACKENDS.items()
+        for name in BACKENDS
     ),
     {},
     choose=_pytorch_choice,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import FLEX, AttentionCore, check_dropout
+from .base import PATTERN_PRIORITY, AttentionCore, check_dropout
 from .decode import (
     StateShape,
     WindowState,
@@ -30,6 +30,7 @@ from .kernels.dispatch import KernelTable, materialised
 from .kernels.flex import TILE, tiles
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
+from .kernels.patterns.flex_pattern import FLEX
 from .kernels.patterns.local_fused import LocalFlash
 from .local import chunk_windows
 from .spec import Capabilities, register_attention
@@ -169,6 +170,6 @@ KERNELS = KernelTable(
         ),
         FLEX,
     ),
-    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("flex", "math")},
+    PATTERN_PRIORITY,
 )
 SlidingWindowAttention.kernels = KERNELS

@@ -152,8 +152,11 @@ class BackendSpec:
             return []
         device = torch.device(device).type
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        with torch.device("meta"):
-            core = self.cls(self.make_config(), causal=self.caps.causal)
+        try:
+            with torch.device("meta"):
+                core = self.cls(self.make_config(), causal=self.caps.causal)
+        except (ZooError, TypeError):  # no defaults to build it with (a plugin's required option)
+            return []
         call = Call(device, dtype, 4096, 64)
         try:
             auto = core.pick(call).name
@@ -243,8 +246,8 @@ def build_attention(
     if not causal and not spec.caps.non_causal:
         raise OptionError(f"backend {name!r} only runs causally; pass causal=True")
     cfg = spec.make_config(**options)
-    kernels = getattr(spec.cls, "kernels", None)
-    if kernels is not None and hasattr(cfg, "kernel"):  # a plugin's own kernel option too
+    kernels = getattr(spec.cls, "kernels", None)  # a table of its own: the kernel must name it
+    if kernels is not None and hasattr(cfg, "kernel") and "attend" not in kernels.by_name:
         kernels.check_option(name, cfg.kernel)
     with torch.device(device):  # parameters and buffers where it runs
         return spec.cls(cfg, causal=causal)

@@ -28,12 +28,15 @@ def run_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     # set and restored by hand: config.patch costs a quarter of a millisecond per call, as much
     # as a flex call's kernels at 16k tokens
     config = torch._dynamo.config
-    saved = config.recompile_limit, config.fail_on_recompile_limit_hit
-    config.recompile_limit, config.fail_on_recompile_limit_hit = RECOMPILE_LIMIT, True
+    wanted = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
+    saved = {name: getattr(config, name) for name in wanted if hasattr(config, name)}  # newer torch
+    for name in saved:
+        setattr(config, name, wanted[name])
     try:
         return _compiled(fn)(*args, **kwargs)
     finally:
-        config.recompile_limit, config.fail_on_recompile_limit_hit = saved
+        for name, value in saved.items():
+            setattr(config, name, value)
 
 
 def maybe_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

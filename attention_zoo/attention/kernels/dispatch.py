@@ -36,12 +36,14 @@ class Call:
     head_dim: int
     dropout: bool = False  # attention dropout applies (training, p > 0)
     fake: bool = False  # FakeTensors or the meta device: shapes only, nothing launched
+    masked: bool = False  # a key padding mask comes with it
 
     @classmethod
-    def of(cls, q: Tensor, dropout: float = 0.0) -> Call:
-        """The call on q (b, h, n, d) with this attention dropout."""
-        fake = q.device.type == "meta" or is_fake(q)
-        return cls(q.device.type, q.dtype, q.shape[-2], q.shape[-1], bool(dropout), fake)
+    def of(cls, x: Tensor, head_dim: int, dropout: float = 0.0, masked: bool = False) -> Call:
+        """The call on x (..., n, *) with heads of head_dim: its device, dtype and length. Traced
+        by torch.compile, its tensors are fake only while tracing: the compiled call is real."""
+        fake = x.device.type == "meta" or (not torch.compiler.is_compiling() and is_fake(x))
+        return cls(x.device.type, x.dtype, x.shape[-2], head_dim, bool(dropout), fake, masked)
 
 
 # (core, call) -> why this implementation cannot compute it, or None
@@ -77,7 +79,8 @@ class Implementation:
             found.append("applies no attention dropout (the core has dropout > 0 in training)")
         if call.fake and not self.fake:
             found.append("does not trace on FakeTensors or the meta device")
-        if self.environment is not None and not found:
+        # the installation is checked eagerly; a caller inside torch.compile has a compiler
+        if self.environment is not None and not found and not torch.compiler.is_compiling():
             if reason := self.environment(call.device):
                 found.append(reason)
         found += [r for check in self.checks if (r := check(core, call))]

@@ -2,8 +2,9 @@
 call that runs compiled on CUDA, PyTorch's eager (dense) FlexAttention elsewhere.
 
 A pattern gives, per query tile of TILE positions, a fixed number of candidate key tiles (a
-superset of those holding an allowed pair, from its structure: never an n x n mask). The mask_mod
-is evaluated inside the candidate tiles only, once per (pattern, length, device): tiles with no
+superset of those holding an allowed pair, from its structure: never an n x n mask of positions;
+FlexAttention's own index lists are (tiles x tiles), n^2 / TILE^2 integers). The mask_mod is
+evaluated inside the candidate tiles only, once per (pattern, length, device): tiles with no
 allowed pair are dropped, tiles where every pair is allowed become "full" (no mask_mod inside the
 kernel). Compiled on CUDA, flex_attention skips every other tile; eagerly (CPU, FakeTensors) it
 computes densely under the same mask_mod, which is what the CPU tests check.
@@ -15,6 +16,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -35,8 +37,9 @@ try:  # FlexAttention with AuxRequest (its log-sum-exp request): recent torch on
     )
 
     _IMPORT_ERROR = None
-except ImportError as exc:  # an older torch
+except ImportError as exc:  # an older torch: the flex implementations say so, nothing else runs it
     _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+    BlockMask = Any  # for annotations only
 
 TILE = 128  # positions per query and key tile (flex_attention's default block size)
 # Scratch of one pass of the tile evaluation: candidate tiles x TILE^2 mask values
@@ -100,11 +103,14 @@ def tile_masks(mod: MaskMod, n: int, candidates: Tensor | None, device: torch.de
     """Block masks of pattern `mod` at length n from candidate key tiles (nq, K) (-1 = none;
     None: every tile), refined by evaluating the mask inside each candidate tile."""
     nq = tiles(n)
-    if candidates is None:
+    if candidates is None:  # every tile once: no repeats to drop
         candidates = torch.arange(nq, device=device).expand(nq, nq)
-    candidates = candidates.to(device)
+        unique = torch.ones(nq, nq, dtype=torch.bool, device=device)
+    else:
+        candidates = candidates.to(device)
+        unique = ~_repeats(candidates)
     some, every = _evaluate(mod, n, candidates)
-    used = some & (candidates >= 0) & ~_repeats(candidates)
+    used = some & (candidates >= 0) & unique
     full = used & every
     fmod = flex_mod(mod, n)
     return TileMasks(
@@ -124,7 +130,9 @@ def chunk_window_tiles(
     first = ((i * TILE) // chunk - before).clamp(min=0) * chunk // TILE
     last = ((((i + 1) * TILE - 1) // chunk + after + 1) * chunk - 1) // TILE
     last = torch.minimum(last, i) if causal else last.clamp(max=nq - 1)
-    width = (before + after + 1) * chunk // TILE + 3  # bounds last - first + 1
+    # a tile spans at most (TILE - 1) // chunk + 2 chunks: with the neighbours, a span of keys
+    # that at most ceil(span / TILE) + 1 tiles hold
+    width = -(-((TILE - 1) // chunk + 2 + before + after) * chunk // TILE) + 1
     slots = first[:, None] + torch.arange(width, device=device)
     return torch.where(slots <= last[:, None], slots, -1)
 

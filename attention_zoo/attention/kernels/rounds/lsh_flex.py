@@ -2,10 +2,11 @@
 by side in one sequence, one flex call over it, rounds merged by their log-sum-exp.
 
 The block lists come from the chunk structure alone (a query tile's keys lie in its own and the
-previous chunks of the sorted sequence: O(n) tiles, never an n x n mask) and are built once per
-length; the mask_mod compares the slots' codes (bucket and round in one number) and their sorted
-offsets, the same rule as `lsh_plan.BucketMasks`. A query's own key is left to the self partial
-(`lsh_plan.with_self`), as in the other kernels, so outputs agree within rounding.
+previous chunks of the sorted sequence: a few tiles per query tile, never an n x n mask) and are
+built once per length; the mask_mod compares the slots' codes (bucket and round in one number)
+and their sorted offsets, the same rule as `lsh_plan.BucketMasks`. A query's own key is left to
+the self partial (`lsh_plan.with_self`), as in the other kernels, so outputs agree within
+rounding.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 import torch
@@ -19,9 +20,24 @@ from .fla import fla_sums
 from .plain import plain_sums
 from .scan import scan_sums
 
+FLA_VERSION = (0, 6)  # fla-core from 0.6 takes (b, n, h, *) only (earlier: head_first=True)
+
+
+def fla_reason() -> str | None:
+    """Why fla-core cannot be used here (found without importing it), or None."""
+    if reason := package_reason("fla", "fla-core"):
+        return reason
+    try:
+        version = tuple(int(p) for p in importlib.metadata.version("fla-core").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        version = (0, 0)
+    if version < FLA_VERSION:
+        return f"needs fla-core >= {'.'.join(map(str, FLA_VERSION))} (its (b, n, h, *) layout)"
+    return None
+
 
 def _fla_environment(device: str) -> str | None:
-    return package_reason("fla", "fla-core") or compile_reason(device)
+    return fla_reason() or compile_reason(device)
 
 
 def _causal(core: Any, call: Call) -> str | None:
