@@ -4,7 +4,8 @@ Causal: query i sees keys j with i - window < j <= i; bidirectional: |i - j| < w
 `global_tokens` positions see every (causally allowed) key, and every query sees them. Exact: a
 softmax under that mask (`pattern(n)`). Without global tokens, the band runs through local's fused
 chunked kernels (chunks that see their neighbours, masked to the band; memory O(n * window)); with
-them, or with dropout, through gathered key blocks (see `kernels/block_sparse`).
+them, or with dropout, through gathered key blocks (see `kernels/patterns/block_sparse`); on CUDA
+through FlexAttention under the same mask_mod.
 """
 
 from __future__ import annotations

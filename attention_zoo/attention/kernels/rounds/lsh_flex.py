@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..dense import unit_keys
-from ..flex import BlockMask, run_flex
+from ..flex import BlockMask, FlexMaskMod, run_flex
 from ..masks import mask_value
 from .lsh_plan import EPS, with_self
 from .rows import undo_perm
@@ -30,7 +30,7 @@ def sorted_codes(sorted_buckets: Tensor) -> Tensor:
     return (sorted_buckets * rounds + round_of).reshape(b, h, rounds * npad)
 
 
-def window_mod(codes: Tensor, chunk: int, before: int, after: int, causal: bool):
+def window_mod(codes: Tensor, chunk: int, before: int, after: int, causal: bool) -> FlexMaskMod:
     """The exact LSH window over sorted slots as a FlexAttention mask_mod: same code, not self;
     causal: at most chunk * before slots back (within a bucket, sorted order is position order);
     else the query's chunk, `before` chunks back and `after` ahead."""

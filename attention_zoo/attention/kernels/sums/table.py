@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from ..dispatch import (
     Call,
@@ -53,7 +55,8 @@ def _even(core: Any, call: Call) -> str | None:
     return None
 
 
-def _run(fn):  # (core, q, k, v, mask) -> fn(core's sums, q, k, v, mask)
+def _run(fn: Callable[..., Tensor]) -> Run:
+    """An implementation's run from a function of (sums, q, k, v, mask): the core gives sums."""
     return lambda core, q, k, v, mask: fn(core.sums_for(q), q, k, v, mask)
 
 
