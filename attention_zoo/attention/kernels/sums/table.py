@@ -14,6 +14,7 @@ from ..dispatch import (
     Call,
     Implementation,
     KernelTable,
+    Run,
     compile_reason,
     materialised,
     package_reason,
