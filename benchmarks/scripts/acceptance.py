@@ -7,6 +7,8 @@ times as long) and on a planted growth of its memory (`--growth` times its peak)
     python benchmarks/scripts/acceptance.py --calibrate 10      # first the noise, written to this
                                                                 # checkout's time-limits.json
     python benchmarks/scripts/acceptance.py --runs 1 --bench 'Time.time_step.*attention.*local'
+    python benchmarks/scripts/acceptance.py --device cuda --runs 1 --scenario unchanged \
+        --scenario slowdown --slowdown 1.5                     # the GPU check's two runs
 
 Targets: unchanged, every benchmark within 1.05x either way, exit 0 and no re-measure in every
 run; the slowdown and the growth flagged (exit 1 naming the local core) in every run. Exit 0 when
@@ -32,6 +34,7 @@ import gate  # sibling scripts
 import limits as time_limits
 import plants
 
+SCENARIOS = ("unchanged", "slowdown", "growth")
 UNCHANGED_LIMIT = 1.05  # the target: an unchanged commit reads at most this in every run
 
 
@@ -152,6 +155,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--bench", action="append", default=[], help="asv regex instead of --fast's subset"
     )
     parser.add_argument("--device", choices=gate.DEVICES, default="cpu")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help="only these scenarios (repeatable; default: all three)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch clone")
     return parser.parse_args(argv)
 
@@ -166,18 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     (case,) = [c for c in baseline.quick_cases() if c.backend == "local"]
     peak = baseline.load()["cases"][case.key()]["tracked_peak_bytes"]
-    scenarios = {
-        s.name: s
-        for s in (
-            Scenario("unchanged", "", flagged=False),
-            Scenario(f"local {args.slowdown}x slower", plants.slower(args.slowdown), True),
-            Scenario(
-                f"local {args.growth}x memory",
-                plants.hungrier(int((args.growth - 1) * peak)),
-                True,
-            ),
-        )
+    planted = {
+        "unchanged": Scenario("unchanged", "", flagged=False),
+        "slowdown": Scenario(f"local {args.slowdown}x slower", plants.slower(args.slowdown), True),
+        "growth": Scenario(
+            f"local {args.growth}x memory", plants.hungrier(int((args.growth - 1) * peak)), True
+        ),
     }
+    wanted = args.scenario or SCENARIOS
+    scenarios = {s.name: s for key, s in planted.items() if key in wanted}
     folder = Path(tempfile.mkdtemp(prefix="zoo-acceptance-"))
     log = folder / "gate.log"
     outcomes: list[Outcome] = []
@@ -186,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"acceptance: scratch clone {repo}; every gate run's output in {log}", flush=True)
         limits = folder / time_limits.PATH.name  # outside the clone: checkouts keep it
         if args.calibrate:
-            commit(repo, scenarios["unchanged"])
+            commit(repo, planted["unchanged"])
             argv = [sys.executable, "benchmarks/scripts/gate.py", "--calibrate"]
             argv += [str(args.calibrate), *gate_args, "--limits", str(limits)]
             subprocess.run(argv, cwd=repo, check=True)

@@ -10,6 +10,7 @@
 #   OUT=/some/folder ...                            # the store there (rows land as they are
 #                                                   # measured), and the report folder as a tarball
 #   STEPS="attention decode" STEP_LIMIT=120 ...     # some steps, each stopped after 120 s
+#   CAUSAL=sdpa,local BIDIRECTIONAL=sdpa,nystrom ...# other backends in the grids
 #
 # The grids come first (what the targets are about), then the tests, asv and the report. Each
 # step's time and exit status are printed at the end; a failed step does not stop the others.
@@ -63,8 +64,8 @@ bench() {  # bench TARGET CAUSAL BACKENDS [--option ...]
         --no-progress "$@"
 }
 
-causal_backends=sdpa,local,sliding-window,bigbird,lsh,linear,performer
-bidirectional_backends=sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer
+causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer}
+bidirectional_backends=${BIDIRECTIONAL:-sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer}
 for target in attention block; do
     step "$target-causal" bench "$target" true "$causal_backends" --option lsh.num_hashes=1,4
     step "$target-bidirectional" bench "$target" false "$bidirectional_backends" \
