@@ -344,9 +344,9 @@ CUDA_AUTO = [
     ("bigbird", {}, False, "flex"),
     ("lsh", {"num_hashes": 4}, True, "flex"),
     ("lsh", {"semantics": "hf"}, True, "math"),
-    ("linear", {}, True, "fla"),
+    ("linear", {}, True, "math"),
     ("linear", {}, False, "math"),
-    ("performer", {}, True, "fla"),
+    ("performer", {}, True, "math"),
     ("nystrom", {}, False, "compiled"),
     ("linformer", {}, False, "math"),
 ]

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InputError, OptionError, ShapeError
 from .base import check_key_padding_mask, check_qkv
@@ -201,11 +202,17 @@ def softmax_attention(
     return torch.matmul(torch.softmax(scores, dim=-1), values)
 
 
+# SDPA's kernels for a step: all but cuDNN's, which plans anew for every key count it meets
+# (tens of milliseconds per generated token on an H100, whatever the context).
+STEP_SDPA_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
 def sdpa_attention(
     q: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, *, scale: float | None = None
 ) -> Tensor:
     """The same through F.scaled_dot_product_attention (its fused CPU and CUDA kernels)."""
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=scale)
+    with sdpa_kernel(list(STEP_SDPA_KERNELS)):
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=scale)
 
 
 def kv_step(

@@ -249,8 +249,8 @@ def build_attention(
     kernels = getattr(spec.cls, "kernels", None)  # a table of its own: the kernel must name it
     if kernels is not None and hasattr(cfg, "kernel") and "attend" not in kernels.by_name:
         kernels.check_option(name, cfg.kernel)
-    with torch.device(device):  # parameters and buffers where it runs
-        return spec.cls(cfg, causal=causal)
+    # Built on the CPU, then moved: a seed gives the same initial values on every device.
+    return spec.cls(cfg, causal=causal).to(device)
 
 
 def backends_where(keep: Callable[[BackendSpec], bool]) -> list[str]:

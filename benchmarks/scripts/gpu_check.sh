@@ -10,7 +10,8 @@
 #   OUT=/some/folder ...                            # the store there (rows land as they are
 #                                                   # measured), and the report folder as a tarball
 #   STEPS="attention decode" STEP_LIMIT=120 ...     # some steps, each stopped after 120 s
-#   CAUSAL=sdpa,local BIDIRECTIONAL=sdpa,nystrom ...# other backends in the grids
+#   CAUSAL=sdpa,local BIDIRECTIONAL=sdpa,nystrom ...# other backends in the grids (DECODE: in
+#                                                   # the decoding step)
 #
 # The grids come first (what the targets are about), then the tests, asv and the report. Each
 # step's time and exit status are printed at the end; a failed step does not stop the others.
@@ -53,29 +54,30 @@ step() {  # step NAME COMMAND...: run it (if STEPS names its kind), record its s
     steps+=("$(printf '%-28s %5ds  exit %d' "$name" $((SECONDS - start)) "$status")")
 }
 
-bench() {  # bench TARGET CAUSAL BACKENDS [--option ...]
-    local target=$1 causal=$2 backends=$3
-    shift 3
-    "$PY" -m attention_zoo bench --target "$target" --devices cuda --dtypes bfloat16 \
-        --modes forward+backward --batch 1 --heads 4 --head-dim 64 --hidden 256 \
-        --lengths "$lengths" --causal "$causal" --backends "$backends" \
+bench() {  # bench TARGET CAUSAL BACKENDS: one grid, a step of its own
+    local target=$1 causal=$2 backends=$3 kind
+    kind=$([ "$causal" = true ] && echo causal || echo bidirectional)
+    local -a options=()
+    case ",$backends," in *,lsh,*) options+=(--option lsh.num_hashes=1,4) ;; esac
+    case ",$backends," in *,linformer,*) options+=(--option linformer.max_length=65536) ;; esac
+    step "$target-$kind" "$PY" -m attention_zoo bench --target "$target" --devices cuda \
+        --dtypes bfloat16 --modes forward+backward --batch 1 --heads 4 --head-dim 64 \
+        --hidden 256 --lengths "$lengths" --causal "$causal" --backends "$backends" \
         --metrics time,memory,flops --budget 0.2 --repeats 5 --store "$store" \
-        --run-id "$target-$([ "$causal" = true ] && echo causal || echo bidirectional)" \
-        --no-progress "$@"
+        --run-id "$target-$kind" --no-progress "${options[@]}"
 }
 
 causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer}
 bidirectional_backends=${BIDIRECTIONAL:-sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer}
 for target in attention block; do
-    step "$target-causal" bench "$target" true "$causal_backends" --option lsh.num_hashes=1,4
-    step "$target-bidirectional" bench "$target" false "$bidirectional_backends" \
-        --option linformer.max_length=65536
+    bench "$target" true "$causal_backends"
+    bench "$target" false "$bidirectional_backends"
 done
 step decode "$PY" -m attention_zoo bench --target attention --devices cuda --dtypes bfloat16 \
     --modes prefill,decode --new-tokens 32 --lengths "$lengths" --causal true \
-    --backends sdpa,local,sliding-window,lsh,linear,performer --metrics time,memory \
+    --backends "${DECODE:-sdpa,local,sliding-window,lsh,linear,performer}" --metrics time,memory \
     --budget 0.2 --repeats 5 --store "$store" --run-id decode --no-progress
-step tests "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels.py \
+step tests "$PY" -m pytest -v -rf --tb=line -m gpu -p no:cacheprovider tests/test_kernels.py \
     tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py
 step asv "$PY" benchmarks/scripts/record.py --device cuda
 step report "$PY" -m attention_zoo report --store "$store" --out "$folder"
