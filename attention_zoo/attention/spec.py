@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._guards import detect_fake_mode
 
 from ..declarative import check_keys, check_types, field_names
 from ..errors import OptionError, UnavailableError, ZooError
@@ -249,8 +250,12 @@ def build_attention(
     kernels = getattr(spec.cls, "kernels", None)  # a table of its own: the kernel must name it
     if kernels is not None and hasattr(cfg, "kernel") and "attend" not in kernels.by_name:
         kernels.check_option(name, cfg.kernel)
-    # Built on the CPU, then moved: a seed gives the same initial values on every device.
-    return spec.cls(cfg, causal=causal).to(device)
+    if device in ("cpu", "meta") or detect_fake_mode() is not None:  # no values to draw elsewhere
+        with torch.device(device):
+            return spec.cls(cfg, causal=causal)
+    # Drawn on the CPU, then moved: a seed gives the same initial values on every device.
+    with torch.device("cpu"):
+        return spec.cls(cfg, causal=causal).to(device)
 
 
 def backends_where(keep: Callable[[BackendSpec], bool]) -> list[str]:
