@@ -101,7 +101,7 @@ def test_lra_settings_build_each_backend_with_the_lra_rows_options() -> None:
         for cfg in cores:
             assert {k: getattr(cfg, k) for k in expected[backend]} == expected[backend], backend
     own = lra_settings.listops_preset("cpu")
-    assert own.name == "cpu" and own.model["local_attn_chunk_length"] == 16
+    assert own.name == "cpu" and own.model["local_attn_chunk_length"] == 8
 
 
 def test_zoology_sweep_expands_every_point_width_and_learning_rate() -> None:

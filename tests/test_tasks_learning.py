@@ -149,9 +149,17 @@ def test_scored_only_logits_give_the_full_logits_loss() -> None:
 
     task = AssociativeRecallTask(seq_len=32, vocab_size=64, num_kv_pairs=4, eval_size=8)
     batch = task.build(seed=0).eval_set
-    config = ReformerConfig(attn_layers=["full"], num_hidden_layers=1, hidden_size=32,
-                            num_attention_heads=2, feed_forward_size=32, vocab_size=64,
-                            max_position_embeddings=32, axial_pos_embds=False, is_decoder=True)  # fmt: skip
+    config = ReformerConfig(
+        attn_layers=["full"],
+        num_hidden_layers=1,
+        hidden_size=32,
+        num_attention_heads=2,
+        feed_forward_size=32,
+        vocab_size=64,
+        max_position_embeddings=32,
+        axial_pos_embds=False,
+        is_decoder=True,
+    )
     torch.manual_seed(0)
     model = ReformerLM(config).eval()
     full = scored_loss(logits_of(model(batch.input_ids)), batch.labels)
