@@ -18,6 +18,7 @@ from .intervals import Interval, mean_interval, paired_gap
 
 MIN_SEEDS = 3  # an accuracy claim reads at least this many seeds
 LEVEL, BELOW, ABOVE = "level", "below", "above"
+NOT_ABOVE = "not above"  # a one-sided class: the gap's interval lies at or below +band
 # Why a claim has no verdict (the summary counts each as undecided).
 NOT_LEARNED = f"{UNDECIDED}: the reference did not learn the task at this scale"
 FEW_SEEDS = f"{UNDECIDED}: fewer than {MIN_SEEDS} seeds"
@@ -99,6 +100,23 @@ def judge_gap(
     return GapVerdict(gap, cls, "" if cls else STRADDLES)
 
 
+def judge_not_above(
+    reference: Mapping[int, float],
+    other: Mapping[int, float],
+    *,
+    floor: float,
+    band: float,
+) -> GapVerdict:
+    """One-sided: ABOVE when the interval of other - reference lies wholly beyond +band,
+    NOT_ABOVE when wholly at or below +band, else undecided (floor and seeds as judge_gap)."""
+    judged = judge_gap(reference, other, floor=floor, band=band)
+    if judged.gap is None or judged.reason not in ("", STRADDLES):
+        return judged
+    gap = judged.gap
+    cls = ABOVE if gap.low > band else NOT_ABOVE if gap.high <= band else None
+    return GapVerdict(gap, cls, "" if cls else STRADDLES)
+
+
 def exact_siblings(reference: str, backends: Iterable[str]) -> list[str]:
     """The backends (training labels) that compute what `reference` computes, full softmax
     attention (the registry's kind "full"): their gaps to it are seed noise, so they are grouped
@@ -121,6 +139,7 @@ __all__ = [
     "FEW_SEEDS",
     "LEVEL",
     "MIN_SEEDS",
+    "NOT_ABOVE",
     "NOT_LEARNED",
     "STRADDLES",
     "GapVerdict",
@@ -130,6 +149,7 @@ __all__ = [
     "gap_of",
     "interval_of",
     "judge_gap",
+    "judge_not_above",
     "per_seed",
     "point_class",
     "seeds_text",

@@ -27,7 +27,7 @@ from ..evidence import (
     clears,
     exact_siblings,
     interval_of,
-    judge_gap,
+    judge_not_above,
     seeds_text,
 )
 from ..intervals import Interval
@@ -230,8 +230,8 @@ def _ordering(
     rule = (
         f"at each (point, width) where full attention clears the floor: the paired gap other - "
         f"full over >= {MIN_SEEDS} seeds, its 95% interval classed above (wholly beyond "
-        f"+{ORDER_BAND:g} points), level or below, else undecided; holds: not above at every "
-        "point, all decided; does not hold: above at one; else undecided"
+        f"+{ORDER_BAND:g} points) or not above (wholly at or below +{ORDER_BAND:g}), else "
+        "undecided; holds: not above at every point; does not hold: above at one; else undecided"
     )
     out = []
     for backend in backends:
@@ -243,7 +243,7 @@ def _ordering(
                 continue
             pct = {s: 100 * v for s, v in mine.items()}, {s: 100 * v for s, v in ref.items()}
             floor = 100 * target if (n, w) in solved else float("inf")
-            judged.append(((n, w), judge_gap(pct[1], pct[0], floor=floor, band=ORDER_BAND)))
+            judged.append(((n, w), judge_not_above(pct[1], pct[0], floor=floor, band=ORDER_BAND)))
         used = tuple(
             dict.fromkeys(
                 r for (n, w), _ in judged for k in ((backend, n, w), (REFERENCE, n, w))
