@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95  # every interval the reproductions print
+PERCENT = (0.0, 100.0)  # an accuracy in percent: where its printed interval is clipped
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,17 @@ class Interval:
         return Interval(self.mean * factor, self.low * factor, self.high * factor, self.n,
                         self.confidence)  # fmt: skip
 
-    def text(self, digits: int = 1, sign: bool = False) -> str:
-        """'+2.1 [-0.4, +4.6]' (sign: show + on positive numbers)."""
+    def text(
+        self, digits: int = 1, sign: bool = False, within: tuple[float, float] | None = None
+    ) -> str:
+        """'+2.1 [-0.4, +4.6]' (sign: show + on positive numbers); within: the range the
+        quantity cannot leave (an accuracy's 0-100), the printed bounds clipped to it (clipping
+        keeps the interval's coverage)."""
+        low, high = self.low, self.high
+        if within is not None:
+            low, high = max(low, within[0]), min(high, within[1])
         f = f"{{:{'+' if sign else ''}.{digits}f}}"
-        return f"{f.format(self.mean)} [{f.format(self.low)}, {f.format(self.high)}]"
+        return f"{f.format(self.mean)} [{f.format(low)}, {f.format(high)}]"
 
 
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
@@ -105,4 +113,12 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
     return front * f / a
 
 
-__all__ = ["CONFIDENCE", "Interval", "mean_interval", "paired_gap", "t_cdf", "t_quantile"]
+__all__ = [
+    "CONFIDENCE",
+    "PERCENT",
+    "Interval",
+    "mean_interval",
+    "paired_gap",
+    "t_cdf",
+    "t_quantile",
+]

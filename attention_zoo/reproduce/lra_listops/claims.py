@@ -25,6 +25,7 @@ from ..evidence import (
     point_class,
     seeds_text,
 )
+from ..intervals import PERCENT
 
 TASK = "listops"
 REFERENCE = "full"
@@ -125,7 +126,7 @@ def claims(
             out.append(line(claim, backend, pub_text, NOT_MEASURED, rule="-"))
             continue
         if backend == REFERENCE:
-            interval = "-" if ref_interval is None else ref_interval.text()
+            interval = "-" if ref_interval is None else ref_interval.text(within=PERCENT)
             out.append(line(claim, backend, pub_text, REFERENCE_VERDICT, interval=interval))
             continue
         if floor is None:

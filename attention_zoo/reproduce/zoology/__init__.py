@@ -101,8 +101,8 @@ class Zoology(Reproduction):
             rates = ", ".join(f"{lr:g}" for lr in sweep.learning_rates)
             caption = (
                 "A cell: the mean final accuracy over the seeds it names and its 95% interval "
-                "(Student's t); each seed's accuracy is the best over the learning rates "
-                f"{rates}."
+                "(Student's t, clipped to 0-100%); each seed's accuracy is the best over the "
+                f"learning rates {rates}."
             )
             headers = ["mechanism", "L", *map(width_label, sweep.widths)]
             blocks.append(Table(headers, table, caption=caption))

@@ -30,7 +30,7 @@ from ..evidence import (
     judge_not_above,
     seeds_text,
 )
-from ..intervals import Interval
+from ..intervals import PERCENT, Interval
 
 TASK = "associative-recall"
 REFERENCE = "full"  # the attention every other mechanism is compared with
@@ -150,7 +150,7 @@ def cell_text(seeds: Mapping[int, float]) -> str:
     if interval is None:
         mean = 100 * sum(seeds.values()) / len(seeds)
         return f"{mean:.1f}% ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}, no interval)"
-    return f"{interval.scaled(100).text()}% ({interval.n} seeds)"
+    return f"{interval.scaled(100).text(within=PERCENT)}% ({interval.n} seeds)"
 
 
 def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> list[ClaimRow]:
@@ -199,7 +199,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
                     f"{width_label(w)}: " + (cell_text(s) if s else "-") for w, s in cells.items()
                 ),
                 interval="; ".join(
-                    f"d {w}: " + ("-" if i is None else _pct(i).text())
+                    f"d {w}: " + ("-" if i is None else _pct(i).text(within=PERCENT))
                     for w, i in intervals.items()
                 ),
                 floor=f"{floor}: cleared at " + (", ".join(f"d {w}" for w in cleared) or "none"),
