@@ -150,7 +150,7 @@ def test_zoology_clear_gaps_get_verdicts_and_exact_siblings_are_grouped() -> Non
     lines = {line.setting.split()[-1]: line for line in zoology.claims(_mqar(accs), "cpu", 0.95)}
     solves = [line for line in zoology.claims(_mqar(accs), "cpu", 0.95) if "solves" in line.claim]
     assert [line.verdict for line in solves] == ["holds"]
-    assert lines["local"].verdict == "holds" and "not above" in lines["local"].ours
+    assert lines["local"].verdict == "holds" and lines["local"].ours == "L 64 d 64: below"
     assert lines["sdpa"].verdict == zoology.GROUPED
     assert lines["lsh-2"].verdict == "does not hold here"  # above attention beyond the band
     assert "ours" in lines["local"].claim and lines["local"].published == "-"

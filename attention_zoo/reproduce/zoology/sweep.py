@@ -17,15 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...report.claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimRow
+from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimRow
 from ...tasks.suite import TaskPreset, load_task_preset
 from ..evidence import (
     ABOVE,
     FEW_SEEDS,
     MIN_SEEDS,
     NOT_LEARNED,
+    GapVerdict,
     clears,
     exact_siblings,
+    gap_class,
     interval_of,
     judge_not_above,
     seeds_text,
@@ -272,8 +274,7 @@ def _ordering(
                 setting=f"MQAR sweep, preset {preset}, backend {backend}",
                 scale=scale,
                 published="-",
-                ours="; ".join(f"L {n} d {w}: {j.cls or 'undecided'}" for (n, w), j in judged)
-                or "-",
+                ours="; ".join(f"L {n} d {w}: {_class_text(j)}" for (n, w), j in judged) or "-",
                 interval="; ".join(
                     f"L {n} d {w}: {j.gap.text(sign=True)}" for (n, w), j in judged if j.gap
                 )
@@ -289,6 +290,12 @@ def _ordering(
             )
         )
     return out
+
+
+def _class_text(judged: GapVerdict) -> str:
+    """'below' / 'level' where the two-sided class is decided too, else the one-sided class."""
+    two_sided = gap_class(judged.gap, ORDER_BAND) if judged.cls and judged.gap else None
+    return two_sided or judged.cls or UNDECIDED
 
 
 def _pct(interval: Interval | None) -> Interval | None:
