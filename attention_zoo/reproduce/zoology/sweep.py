@@ -329,7 +329,11 @@ def plot(rows: Iterable[Mapping[str, Any]], preset: str, path: Path) -> Path | N
     sweep = SWEEPS[preset]
     backends = sorted({b for b, _, _ in best}, key=lambda b: (b != REFERENCE, b))
     fig, axes = plt.subplots(
-        1, len(sweep.points), figsize=(4 * len(sweep.points), 3.4), sharey=True, squeeze=False
+        1,
+        len(sweep.points),
+        figsize=(max(4 * len(sweep.points), 6.5), 3.6),
+        sharey=True,
+        squeeze=False,
     )
     for ax, (seq_len, pairs) in zip(axes[0], sweep.points):
         for backend in backends:
@@ -355,7 +359,7 @@ def plot(rows: Iterable[Mapping[str, Any]], preset: str, path: Path) -> Path | N
         ax.set_ylim(0, 1.05)
     axes[0][0].set_ylabel("MQAR accuracy (mean over seeds)")
     axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"MQAR accuracy vs width (Zoology Figure 2 layout), preset {preset}")
+    fig.suptitle(f"MQAR accuracy vs width (Zoology Figure 2 layout), preset {preset}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
