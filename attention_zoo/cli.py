@@ -131,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         prog = f"zoo {args.command}"
+        args.argv = argv  # the words after `zoo`, as commands record them (commands/recording.py)
         load_plugins_for_command([*(args.imports or []), *(args.imports_sub or [])])
         return int(args.run(args) or 0)
     except KeyboardInterrupt as exc:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from .errors import ConfigError, ZooError, did_you_mean
 
@@ -57,6 +59,71 @@ def check_keys(
             f"it takes: {', '.join(accepted) or f'(no {noun}s)'}"
             + "".join(did_you_mean(k, accepted) for k in unknown)
         )
+
+
+def check_types(
+    cls: type,
+    values: Mapping[str, Any],
+    *,
+    where: str,
+    noun: str = "key",
+    error: type[ZooError] = ConfigError,
+) -> None:
+    """Raise `error` for a value that does not fit its field's annotation in dataclass `cls`
+    (int, float, bool, str, None, Literal, unions, tuples and lists of them): "<where> <noun>
+    window must be an int, got 'abc'". A bool is no int, an int is a float; annotations this check
+    cannot read are left to the dataclass's own checks."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation naming what its module does not define: not checkable
+        return
+    for name, value in values.items():
+        expected = hints.get(name)
+        if expected is not None and not _fits(value, expected):
+            raise error(f"{where} {noun} {name} must be {_kind(expected)}, got {value!r}")
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if origin is Literal:
+        return value in args
+    if origin in (tuple, list):
+        if not isinstance(value, (tuple, list)):
+            return False
+        if not args:
+            return True
+        if origin is list or args[-1] is Ellipsis:  # list[X], tuple[X, ...]
+            return all(_fits(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args))
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type) and origin is None:
+        return isinstance(value, tp)
+    return True  # a typing construct this check does not know
+
+
+def _kind(tp: Any) -> str:
+    """How a message names what fits `tp`: an int, a number, a string, ..."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_kind(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin in (tuple, list):
+        plural = {int: "ints", float: "numbers", bool: "true/false values", str: "strings"}
+        return f"a list of {plural.get(args[0], _kind(args[0]))}" if args else "a list"
+    names = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
+    return "None" if tp is type(None) else names.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 def checked_dataclass(

@@ -42,6 +42,8 @@ class RunPolicy:
     run_id: str | None = None  # continue (or name) this run
     resume: bool = False  # continue the latest run of the same jobs
     force: bool = False  # run every job again
+    # --resume asked for by the user: no earlier run of the same jobs is an error, not a new run
+    resume_required: bool = False
 
     def __post_init__(self) -> None:
         if self.resume and self.run_id is not None:
@@ -120,6 +122,24 @@ class RunInterrupted(Interrupted):
         self.run_id, self.stored = run_id, stored  # the plan's units the run holds
 
 
+def continued_run(
+    store: ResultStore, kind: str, keys: Sequence[str], policy: RunPolicy
+) -> str | None:
+    """The run an invocation continues (RUN_RULE): --run-id's, or with --resume the latest run of
+    the same jobs; None: a new run. A required resume with no such run is a UsageError (checked
+    by commands before they start, and by run_plan)."""
+    if not policy.resume:
+        return policy.run_id
+    run_id = store.latest_run(kind=kind, fingerprint=fingerprint(keys))
+    if run_id is None and policy.resume_required:
+        raise UsageError(
+            f"--resume: {store.path} holds no earlier run of these {len(keys)} {kind} jobs to "
+            "continue (a run of other jobs, e.g. another grid, is not one); drop --resume to "
+            "start a new run, or continue a run by name with --run-id"
+        )
+    return run_id
+
+
 def run_plan(
     plan: Plan,
     store: ResultStore,
@@ -140,10 +160,13 @@ def run_plan(
     keys = plan.keys()
     executor.prepare(plan.jobs(keys))  # a bad cluster fails here, before the store is touched
     identity = fingerprint(keys)
-    run_id = policy.run_id
-    if policy.resume:
-        run_id = store.latest_run(kind=plan.kind, fingerprint=identity)
-    elif run_id is not None and (run := store.run(run_id)) and run["kind"] != plan.kind:
+    run_id = continued_run(store, plan.kind, keys, policy)
+    if (
+        not policy.resume
+        and run_id is not None
+        and (run := store.run(run_id))
+        and run["kind"] != plan.kind
+    ):
         raise UsageError(
             f"--run-id {run_id}: that run holds {run['kind']} jobs, not {plan.kind} jobs; "
             "give another name, or leave --run-id out for a new run"

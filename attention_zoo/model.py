@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch._subclasses.fake_tensor import is_fake
 
+from . import generation
 from . import hf_reformer as hf
 from .attention.spec import BACKENDS, get_backend
 from .blocks.attention import SelfAttention
@@ -322,6 +323,46 @@ class ReformerLM(nn.Module):
 
     set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
     replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
+
+    def generate(
+        self,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        *,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = 50,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        use_cache: bool = True,
+        attention_mask: Tensor | None = None,
+        eos_token_id: int | None = None,
+        pad_token_id: int | None = None,
+    ) -> Tensor:
+        """input_ids (b, n) and up to max_new_tokens generated tokens each: (b, n + new).
+
+        Greedy, or sampled (do_sample) after HF's temperature, top_k and top_p warpers, the
+        draws seeded by `seed` (else torch's global RNG): token for token what transformers'
+        generate gives. use_cache: every layer keeps its attention's decoding state (KV cache,
+        window, running sums, LSH buckets; see attention/decode.py) and each new token runs
+        one step; else each token runs the forward over the whole sequence. A sequence that
+        produced eos_token_id goes on with pad_token_id (default: the config's)."""
+        sampling = generation.Sampling(
+            do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+        )
+        if input_ids.dim() == 2:
+            _check_token_ids(input_ids, self.config.vocab_size)
+        return generation.generate(
+            self,
+            input_ids,
+            max_new_tokens,
+            sampling,
+            use_cache=use_cache,
+            attention_mask=_padding_mask(attention_mask, input_ids.shape),
+            prompt_padding=hf_padding(self.config, input_ids.shape[-1]),
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+        )
 
 
 class ReformerClassificationHead(nn.Module):

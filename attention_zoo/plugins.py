@@ -11,7 +11,8 @@ Every `zoo` command (and the asv suite, the isolated worker and the test suite) 
 A module is a dotted name (found on sys.path or in the current folder) or a path to a .py file.
 Each registry entry remembers where it came from (`Registry.origin`), which `zoo list` shows.
 A plugin that fails to import is reported with its name and the error, and everything it
-registered before failing is removed again, so the rest keeps working.
+registered before failing is removed again, so the rest keeps working; a module asked for by name
+(ZOO_IMPORT, --import) that fails is an error in every command and in the test suite.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class PluginFailure:
     target: str
     origin: str
     error: str
-    explicit: bool  # asked for by name (--import): the command cannot go on without it
+    explicit: bool  # asked for by name (--import, ZOO_IMPORT): the command cannot go on without it
 
     def message(self) -> str:
         return f"{self.origin} failed to load: {self.error}"
@@ -70,8 +71,10 @@ def load_plugins(modules: Sequence[str] = (), *, report: bool = True) -> list[Pl
     for ep in _entry_points():
         dist = f" ({ep.dist.name} {ep.dist.version})" if getattr(ep, "dist", None) else ""
         failures += _load(ep.name, f"plugin {ep.name!r}{dist}", lambda ep=ep: _call(ep.load()))
-    for target in split_targets(os.environ.get(ENV_VAR, "")):
-        failures += _load(target, f"{ENV_VAR} {target}", lambda t=target: import_target(t))
+    for target in split_targets(os.environ.get(ENV_VAR, "")):  # asked for by name, as --import
+        failures += _load(
+            target, f"{ENV_VAR} {target}", lambda t=target: import_target(t), explicit=True
+        )
     for target in modules:
         failures += _load(
             target, f"--import {target}", lambda t=target: import_target(t), explicit=True
@@ -87,9 +90,10 @@ def warn(failures: Sequence[PluginFailure]) -> None:
         print(f"zoo: warning: {failure.message()}; continuing without it", file=sys.stderr)
 
 
-def load_plugins_for_command(modules: Sequence[str]) -> None:
-    """The CLI's loading: a failing installed or ZOO_IMPORT plugin is a warning, a failing
-    --import module (asked for by name) a PluginError."""
+def load_plugins_for_command(modules: Sequence[str] = ()) -> None:
+    """Every entry point's loading (the CLI, the test suite, the micro-benchmarks): a failing
+    installed plugin is a warning, a failing ZOO_IMPORT or --import module (asked for by name)
+    a PluginError."""
     failures = load_plugins(modules, report=False)
     warn([f for f in failures if not f.explicit])
     explicit = [f for f in failures if f.explicit]

@@ -17,16 +17,20 @@ API (everything a writer needs; benchmarks and tasks share it):
 Every row carries run id, git commit, torch version, device name, thread count, host and the full
 case config as JSON; `environment` holds the whole environment of the process that measured the
 case, attention-zoo's version beside the commit (a Ray worker on another machine records its own,
-see measure/env.py); every run the machine's load (cores busy) when it started and finished (and
-the core count), so timings taken on a busy machine can be told apart. A case written again in the
-same run replaces its earlier rows (no duplicates).
+see measure/env.py); `facts` what the case ran as (each backend's capabilities when it was
+measured, so a report needs no plugin to rank it; any other keys a writer adds); every run the
+machine's load (cores busy) when it started and finished (and the core count), so timings taken on
+a busy machine can be told apart. A case written again in the same run replaces its earlier rows
+(no duplicates).
 
 A file that is not a store of this schema raises StoreError saying what it is; nothing is changed.
 A store of ours that SQLite cannot read is called damaged, and the rows it still holds are offered
-to `zoo results --recover` (recover.py). A store of an older schema version is upgraded in place
-(MIGRATIONS: additions only, no row is lost). Creating and upgrading are safe with several
-processes opening one store at once: each takes the write lock first and looks again under it, so
-one creates (or upgrades) and the others find it done.
+to `zoo results --recover` (recover.py). Reading never changes a store: it is opened read-only,
+and one of an older schema version is read through an upgraded copy in memory. Writing to an older
+store upgrades it in place (MIGRATIONS: additions only, no row is lost) after copying the file
+beside it, and says so in one line; a store of a newer version is refused, naming it. Creating and
+upgrading are safe with several processes opening one store at once: each takes the write lock
+first and looks again under it, so one creates (or upgrades) and the others find it done.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import sqlite3
 import time
 import uuid
@@ -44,13 +49,17 @@ from typing import IO, Any
 from .errors import ZooError
 from .measure.cases import case_key
 from .measure.env import Environment, capture
+from .measure.labels import facts_of
 from .measure.load import Load, cpu_count, machine_load
 from .measure.status import OK, STATUSES
 from .paths import require_folder
 from .salvage import readable_rows
+from .version import __version__
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STORE = "results/zoo.sqlite"  # every command's --store default
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x5A4F4F31  # "ZOO1" in the SQLite header: marks a file as an attention-zoo store
 BUSY_TIMEOUT_S = 30  # how long an opener waits for another process's write lock
 EXPORT_COLUMNS = (
@@ -69,6 +78,7 @@ EXPORT_COLUMNS = (
     "created_at",
     "host",
     "environment",
+    "facts",
 )
 
 _SCHEMA = """
@@ -95,6 +105,7 @@ CREATE TABLE IF NOT EXISTS cases (
     config TEXT NOT NULL,            -- JSON
     created_at REAL NOT NULL,
     environment TEXT,                -- JSON: where it was measured (NULL: the run's environment)
+    facts TEXT,                      -- JSON: what it ran as (backends' capabilities, ...) (v4)
     PRIMARY KEY (run_id, case_key)
 );
 CREATE TABLE IF NOT EXISTS results (
@@ -126,6 +137,9 @@ MIGRATIONS = {
     """,
     3: """
         ALTER TABLE cases ADD COLUMN environment TEXT;
+    """,
+    4: """
+        ALTER TABLE cases ADD COLUMN facts TEXT;
     """,
 }
 
@@ -171,11 +185,51 @@ def _now() -> float:
     return time.time()
 
 
-class ResultStore:
-    """An SQLite results store at `path` (created with its folder if missing)."""
+def _apply_migrations(db: sqlite3.Connection, version: int) -> None:
+    """Run MIGRATIONS from `version` up to SCHEMA_VERSION on `db` (the caller's transaction)."""
+    for v in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in filter(str.strip, MIGRATIONS[v].split(";")):
+            db.execute(statement)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+
+def _copy_to(path: Path, dest: Path) -> None:
+    """Copy the store at `path` into a new file through a second SQLite connection, which may
+    read while this process holds the write lock (a backup through the locking connection waits
+    on itself; opening the file outside SQLite and closing it would drop SQLite's POSIX locks)."""
+    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    copy = sqlite3.connect(dest)
+    try:
+        source.backup(copy)
+    finally:
+        copy.close()
+        source.close()
+
+
+def backup_path(path: Path, version: int) -> Path:
+    """Where a store of schema `version` is copied before it is upgraded: beside it, named by
+    the version (zoo.sqlite -> zoo.v3-backup.sqlite), never over an existing file."""
+    for n in range(1, 10_000):
+        tag = f"v{version}-backup" + (f"-{n}" if n > 1 else "")
+        candidate = path.with_name(f"{path.stem}.{tag}{path.suffix}")
+        if not candidate.exists():
+            return candidate
+    raise StoreError(f"too many backups of {path} beside it; move some away")
+
+
+class ResultStore:
+    """An SQLite results store at `path` (created with its folder if missing).
+
+    write=False opens it for reading only: nothing of the file is ever changed (SQLite opens it
+    read-only), and a store of an older schema version is read through an upgraded copy in
+    memory. write=True upgrades an older store in place, copying the file beside it first
+    (`upgraded`: the notice saying so, None when nothing was upgraded)."""
+
+    def __init__(self, path: str | Path, *, create: bool = True, write: bool = True) -> None:
         self.path = Path(path)
+        self.write = write
+        self.upgraded: str | None = None
+        create = create and write
         if self.path.is_dir():
             raise StoreError(
                 f"--store {self.path} is a folder; give a file such as {self.path / 'zoo.sqlite'}"
@@ -190,7 +244,13 @@ class ResultStore:
         if not exists:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+            self._db = (
+                sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+                if write
+                else sqlite3.connect(
+                    f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S
+                )
+            )
         except sqlite3.Error as err:
             raise StoreError(f"cannot open the results store {self.path} ({err})") from None
         self._db.row_factory = sqlite3.Row
@@ -198,7 +258,8 @@ class ResultStore:
             self._open()
         except sqlite3.OperationalError as err:
             self._db.close()
-            raise StoreError(f"cannot create the results store {self.path} ({err})") from None
+            what = "create" if create and not exists else "read"
+            raise StoreError(f"cannot {what} the results store {self.path} ({err})") from None
         except sqlite3.DatabaseError as err:
             self._db.close()
             if is_ours(self.path):
@@ -212,7 +273,7 @@ class ResultStore:
             raise
 
     def _open(self) -> None:
-        if self._is_empty():
+        if self.write and self._is_empty():
             self._create()
         self._check()
 
@@ -249,21 +310,19 @@ class ResultStore:
                 f"(application_id {app:#x}, tables: {', '.join(tables) or 'none'}); "
                 f"pass another --store path"
             )
-        if version < SCHEMA_VERSION and all(
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has store schema version {version}, written by a newer "
+                f"attention-zoo; this one ({__version__}) reads store schemas up to version "
+                f"{SCHEMA_VERSION}: upgrade attention-zoo to read it"
+            )
+        if version < SCHEMA_VERSION and not all(
             v in MIGRATIONS for v in range(version + 1, 1 + SCHEMA_VERSION)
         ):
-            self._migrate(version)
-        elif version != SCHEMA_VERSION:
-            newer = version > SCHEMA_VERSION
             raise StoreError(
-                f"{self.path} has store schema version {version}, this attention-zoo reads version "
-                f"{SCHEMA_VERSION}; "
-                + (
-                    "upgrade attention-zoo to read it"
-                    if newer
-                    else "it was written by an older version: export it with that "
-                    "version ('zoo results --format csv') or start a new store"
-                )
+                f"{self.path} has store schema version {version}, which this attention-zoo "
+                f"({__version__}) cannot read; export it with the version that wrote it "
+                "('zoo results --format csv') or start a new store"
             )
         try:  # a damaged file with an intact header fails here
             check = self._db.execute("PRAGMA quick_check").fetchone()[0]
@@ -272,28 +331,56 @@ class ResultStore:
             self._db.execute("SELECT count(*) FROM results").fetchone()
         except sqlite3.DatabaseError as err:
             raise damaged(self.path, err) from None
+        if version < SCHEMA_VERSION:
+            if self.write:
+                self._upgrade(version)
+            else:
+                self._db = self._upgraded_copy(version)
 
-    def _migrate(self, version: int) -> None:
-        """Bring a store of an older schema version up to this one, in one transaction.
+    def _upgraded_copy(self, version: int) -> sqlite3.Connection:
+        """An in-memory copy of this older store brought up to this schema: what a reader reads,
+        so the file itself is never changed."""
+        copy = sqlite3.connect(":memory:")
+        self._db.backup(copy)
+        self._db.close()
+        copy.row_factory = sqlite3.Row
+        with copy:
+            _apply_migrations(copy, version)
+        return copy
+
+    def _upgrade(self, version: int) -> None:
+        """Bring this store of an older schema `version` up to this one, in one transaction,
+        after copying the file beside it (`backup_path`); sets `upgraded` to the notice saying so.
 
         The write lock is taken first and the version read again under it, so a concurrent
-        opener that migrated meanwhile leaves nothing to do."""
+        opener that upgraded it meanwhile leaves nothing to do (and no second copy)."""
+        backup = None
         try:
             self._db.execute("BEGIN IMMEDIATE")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in filter(str.strip, MIGRATIONS[v].split(";")):
-                    self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version < SCHEMA_VERSION:
+                backup = backup_path(self.path, version)
+                _copy_to(self.path, backup)  # no writer can change it under this lock
+                _apply_migrations(self._db, version)
             self._db.execute("COMMIT")
-        except sqlite3.OperationalError as err:
+        except (sqlite3.OperationalError, OSError) as err:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+            reason = f"SQLite says: {err}" if isinstance(err, sqlite3.Error) else err.strerror
             raise StoreError(
                 f"{self.path} has store schema version {version} and could not be upgraded to "
-                f"{SCHEMA_VERSION} (SQLite says: {err}); nothing was changed. Make the file "
-                "writable, or pass another --store path"
+                f"{SCHEMA_VERSION} for writing ({reason}); nothing was changed. Make the file "
+                "and its folder writable, or pass another --store path (reading needs neither)"
             ) from None
+        if backup is not None:
+            self.upgraded = (
+                f"note: upgraded the results store {self.path} from schema version {version} to "
+                f"{SCHEMA_VERSION} to write to it; the version-{version} file is kept as {backup} "
+                "(attention-zoo versions that read only that schema can open it)"
+            )
+            log.warning("%s", self.upgraded)
 
     # ---- context manager -------------------------------------------------------------------
 
@@ -417,11 +504,14 @@ class ResultStore:
         error: str | None = None,
         environment: Environment | None = None,
         replace: bool = True,
+        facts: dict[str, Any] | None = None,
     ) -> str:
         """Write one case's metric rows in one transaction; returns the case key.
 
         key None: case_key(case_config). environment None: the run's. replace=False appends
         to the case's earlier rows instead of replacing them (status/error are updated either way).
+        facts: what the case ran as (any JSON keys, e.g. "capabilities" by backend), read back
+        as each row's `facts`.
         """
         if status not in STATUSES:
             raise StoreError(f"status {status!r} is not one of: {', '.join(STATUSES)}")
@@ -441,6 +531,7 @@ class ResultStore:
             else (run["git_commit"], run["torch_version"], run["device_name"], run["threads"])
         )
         env_json = json.dumps(environment.to_dict()) if environment else None
+        facts_json = json.dumps(facts, sort_keys=True, default=str) if facts else None
         now = _now()
         values = []
         for row in rows:
@@ -463,8 +554,9 @@ class ResultStore:
                     "DELETE FROM results WHERE run_id = ? AND case_key = ?", (run_id, key)
                 )
             self._db.execute(
-                "INSERT OR REPLACE INTO cases VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, key, status, error, config, now, env_json),
+                "INSERT OR REPLACE INTO cases (run_id, case_key, status, error, config, "
+                "created_at, environment, facts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, key, status, error, config, now, env_json, facts_json),
             )
             self._db.executemany(
                 "INSERT INTO results (run_id, case_key, metric, value, unit, git_commit, "
@@ -546,8 +638,9 @@ class ResultStore:
     def rows(
         self, run_id: str | None = None, *, metric: str | None = None, status: str | None = None
     ) -> list[dict[str, Any]]:
-        """One dict per metric row (EXPORT_COLUMNS; config as JSON text). A case with no metric rows
-        (oom, error, skipped) appears once with metric None, so tables can show it."""
+        """One dict per metric row (EXPORT_COLUMNS; config and environment as JSON text, facts a
+        dict: {} for a case stored without them). A case with no metric rows (oom, error,
+        skipped) appears once with metric None, so tables can show it."""
         sql = """
             SELECT c.run_id, c.case_key, c.status, r.metric, r.value, r.unit,
                    COALESCE(r.git_commit, u.git_commit) AS git_commit,
@@ -555,7 +648,7 @@ class ResultStore:
                    COALESCE(r.device_name, u.device_name) AS device_name,
                    COALESCE(r.threads, u.threads) AS threads,
                    c.config, c.error, COALESCE(r.created_at, c.created_at) AS created_at,
-                   c.environment, u.meta
+                   c.environment, c.facts, u.meta
             FROM cases c JOIN runs u ON u.run_id = c.run_id
             LEFT JOIN results r ON r.run_id = c.run_id AND r.case_key = c.case_key
             WHERE (? IS NULL OR c.run_id = ?) AND (? IS NULL OR r.metric = ?)
@@ -580,16 +673,24 @@ class ResultStore:
         rows = self.rows(run_id)
         if isinstance(dest, (str, Path)):
             with open(dest, "w", newline="") as f:
-                return self.export_csv(f, run_id)
-        writer = csv.DictWriter(dest, fieldnames=list(EXPORT_COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
-        return len(rows)
+                return write_csv(f, rows)
+        return write_csv(dest, rows)
 
     def to_csv_text(self, run_id: str | None = None) -> str:
         buf = io.StringIO()
         self.export_csv(buf, run_id)
         return buf.getvalue()
+
+
+def write_csv(dest: IO[str], rows: Iterable[dict[str, Any]]) -> int:
+    """ResultStore.rows() as CSV (EXPORT_COLUMNS; facts as JSON text); returns the rows written."""
+    writer = csv.DictWriter(dest, fieldnames=list(EXPORT_COLUMNS))
+    writer.writeheader()
+    count = 0
+    for row in rows:
+        writer.writerow({**row, "facts": json.dumps(row.get("facts") or {}, sort_keys=True)})
+        count += 1
+    return count
 
 
 _ROW_ENVIRONMENT = ("git_commit", "torch_version", "device_name", "threads")
@@ -598,7 +699,8 @@ _ROW_ENVIRONMENT = ("git_commit", "torch_version", "device_name", "threads")
 def _with_environment(r: sqlite3.Row) -> dict[str, Any]:
     """An export row; a case stored without its own environment (older stores, writers that
     give none) gets the run's, so every row names its host and device."""
-    row = dict(zip(EXPORT_COLUMNS[:-2], r))
+    row = {k: r[k] for k in EXPORT_COLUMNS if k not in ("host", "environment", "facts")}
+    row["facts"] = facts_of(r["facts"])
     env = json.loads(r["environment"]) if r["environment"] else None
     if env is None:
         meta = json.loads(r["meta"])
@@ -613,7 +715,7 @@ def _with_environment(r: sqlite3.Row) -> dict[str, Any]:
         row.update({k: env[k] for k in _ROW_ENVIRONMENT if k in env})
     row["host"] = env.get("host", "")
     row["environment"] = json.dumps(env, sort_keys=True)
-    return row
+    return {k: row[k] for k in EXPORT_COLUMNS}
 
 
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
@@ -631,7 +733,7 @@ def open_store(path: str | Path | None, *, write: bool, flag: str = "--store") -
     where = Path(DEFAULT_STORE if path is None else path)
     if write and path is not None and not where.is_dir():
         require_folder(where.parent, f"{flag} {path}")
-    store = ResultStore(where, create=write)
+    store = ResultStore(where, create=write, write=write)
     if write:
         try:
             store.check_writable()
@@ -655,6 +757,8 @@ __all__ = [
     "Row",
     "StoreError",
     "case_key",
+    "facts_of",
     "open_store",
     "run_status",
+    "write_csv",
 ]

@@ -24,7 +24,7 @@ from .attention.spec import get_backend, list_backends
 from .engine import Plan, RunPolicy, Stored, failed_status, fingerprint, run_plan
 from .errors import ConfigError
 from .executors import Executor, Job, Outcome
-from .measure.cases import MODES, TARGETS, BenchCase, comparison_key
+from .measure.cases import DECODE_MODES, DECODERS, MODES, TARGETS, BenchCase, comparison_key
 from .measure.env import Environment, capture
 from .measure.limits import auto_memory_limit
 from .measure.load import Load
@@ -33,6 +33,7 @@ from .measure.runner import (
     DEFAULT_SETTINGS,
     CaseResult,
     MeasureSettings,
+    case_facts,
     describe_error,
     is_oom,
     measure_case,
@@ -57,6 +58,9 @@ class SweepGrid:
     peers: peer families ("hf", "lucid") or peer names ("hf:lsh") measured beside the backends;
     a family brings the peers of the backends measured. A peer without options of its own takes
     those of the backend it mirrors, so both sides run with the same settings.
+    Modes prefill and decode measure the attention cores' decoding states (target attention,
+    causal, whatever `target` and `causal` say): new_tokens after a seq_len prompt, decoded by
+    each of `decoders` (own: the backend's decoding; recompute: the whole prefix every token).
     """
 
     target: str = "block"
@@ -73,6 +77,8 @@ class SweepGrid:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: tuple[dict[str, Any], ...] = ()
     peers: tuple[str, ...] = ()
+    new_tokens: int = 64  # prefill/decode: tokens generated after the prompt
+    decoders: tuple[str, ...] = ("own",)  # prefill/decode: own, recompute
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -80,9 +86,16 @@ class SweepGrid:
         bad = [m for m in self.modes if m not in MODES]
         if bad:
             raise ConfigError(f"mode(s) {bad} unknown; modes: {', '.join(MODES)}")
-        for name in ("seq_lens", "batches", "modes", "dtypes", "causal", "devices"):
+        for name in ("seq_lens", "batches", "modes", "dtypes", "causal", "devices", "decoders"):
             if not getattr(self, name):
                 raise ConfigError(f"grid axis {name!r} is empty; give at least one value")
+        if bad := [d for d in self.decoders if d not in DECODERS]:
+            raise ConfigError(f"decoder(s) {bad} unknown; decoders: {', '.join(DECODERS)}")
+        if set(self.modes) & set(DECODE_MODES) and self.target == "model":
+            raise ConfigError(
+                "modes prefill and decode measure attention cores' decoding states; a model "
+                "generates with ReformerLM.generate: use target attention (or block)"
+            )
 
     def backend_names(self) -> list[str]:
         """Our backends (every registered one when none is given), then the peers."""
@@ -108,24 +121,35 @@ class SweepGrid:
         ), n, b, mode, dtype, causal, device in itertools.product(
             variants, self.seq_lens, self.batches, self.modes, self.dtypes, self.causal, devices
         ):
-            out.append(
-                BenchCase(
-                    target=self.target,
-                    backend=backend,
-                    seq_len=n,
-                    batch=b,
-                    num_heads=self.num_heads,
-                    head_dim=self.head_dim,
-                    hidden=self.hidden,
-                    causal=causal,
-                    dtype=dtype,
-                    device=device,
-                    mode=mode,
-                    options=options,
-                    model=model,
-                    label=label,
-                )
+            common = dict(
+                backend=backend,
+                seq_len=n,
+                batch=b,
+                num_heads=self.num_heads,
+                head_dim=self.head_dim,
+                hidden=self.hidden,
+                dtype=dtype,
+                device=device,
+                mode=mode,
+                options=options,
+                model=model,
             )
+            if mode not in DECODE_MODES:
+                out.append(BenchCase(target=self.target, causal=causal, label=label, **common))
+                continue
+            # a core decodes causally, whatever the axis says; a prefill is the forward either way
+            for decoder in self.decoders if mode == "decode" else ("own",):
+                named = label or (f"{backend} (recompute)" if decoder == "recompute" else "")
+                out.append(
+                    BenchCase(
+                        target="attention",
+                        causal=True,
+                        label=named,
+                        new_tokens=self.new_tokens,
+                        decoder=decoder,
+                        **common,
+                    )
+                )
         return list({c.key(): c for c in out}.values())  # duplicates collapse (same key)
 
     def _variants(self) -> list[tuple[str, dict[str, Any], dict[str, Any], str]]:
@@ -346,6 +370,7 @@ class BenchPlan(Plan):
                 status=result.status,
                 error=result.error,
                 environment=outcome.environment,
+                facts=result.facts or case_facts(case),  # a job that died returned none
             )
             self.results.append(result)
             if result.status in (ERROR, OOM, INVALID):
@@ -363,6 +388,7 @@ def run_sweep(
     run_id: str | None = None,
     resume: bool = False,
     force: bool = False,
+    resume_required: bool = False,
     isolate: bool = False,
     memory_limit_bytes: int | str | None = None,
     timeout_s: float | None = None,
@@ -376,8 +402,9 @@ def run_sweep(
     at a time; returns what ran now.
 
     run_id, resume, force: engine.RUN_RULE (continue that run, or the latest run of the same
-    cases; force measures every case again). isolate: each case in its own subprocess, under an
-    address-space limit of memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
+    cases; force measures every case again); resume_required: no such run to continue is an
+    error. isolate: each case in its own subprocess, under an address-space limit of
+    memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
     prediction (AUTO: from the memory available where each case runs). measure: replaces
     measure_case (tests inject failures through it). executor: where the cases run (default:
     this process; the caller closes it, `with executor:`); whichever it is, only this process
@@ -401,7 +428,9 @@ def run_sweep(
     done = run_plan(
         plan,
         store,
-        policy=RunPolicy(run_id=run_id, resume=resume, force=force),
+        policy=RunPolicy(
+            run_id=run_id, resume=resume, force=force, resume_required=resume_required
+        ),
         executor=executor,
         device=cases[0].device,
         environment=environment,

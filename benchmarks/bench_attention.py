@@ -43,7 +43,8 @@ class Time:
     ) -> None:
         use(device, threads)
         self.runnable = build(
-            case_for(device=device, target=target, backend=backend, seq_len=seq_len, mode=mode)
+            self,
+            case_for(device=device, target=target, backend=backend, seq_len=seq_len, mode=mode),
         )
 
     def time_step(self, *_: object) -> None:
@@ -60,7 +61,8 @@ class Memory:
     def setup(self, device: str, target: str, backend: str, seq_len: int, mode: str) -> None:
         use(device)
         self.runnable = build(
-            case_for(device=device, target=target, backend=backend, seq_len=seq_len, mode=mode)
+            self,
+            case_for(device=device, target=target, backend=backend, seq_len=seq_len, mode=mode),
         )
 
     @tracks("peak_bytes")
@@ -116,7 +118,7 @@ class Scaling:
                 f"predicted peak {need / 2**30:.1f} GiB is over Scaling's "
                 f"{SCALING_PEAK_LIMIT / 2**30:.0f} GiB limit"
             )
-        self.runnable = build(case)
+        self.runnable = build(self, case)
 
     def time_forward(self, *_: object) -> None:
         run_synced(self.runnable)
@@ -132,13 +134,14 @@ class LSHHashes:
     def setup(self, device: str, threads: int, num_hashes: int, seq_len: int, mode: str) -> None:
         use(device, threads)
         self.runnable = build(
+            self,
             case_for(
                 device=device,
                 backend="lsh",
                 seq_len=seq_len,
                 mode=mode,
                 options={"num_hashes": num_hashes},
-            )
+            ),
         )
 
     def time_step(self, *_: object) -> None:
@@ -162,9 +165,10 @@ class Shapes:
     ) -> None:
         use(device, threads)
         self.runnable = build(
+            self,
             case_for(
                 device=device, backend=backend, seq_len=1024, dtype=dtype, batch=batch, mode=mode
-            )
+            ),
         )
 
     def time_step(self, *_: object) -> None:
@@ -182,9 +186,10 @@ class PaddingMask:
         use(device, threads)
         options = padding_options(backend, 1024)
         self.runnable = build_padded(
+            self,
             case_for(
                 device=device, backend=backend, seq_len=1024, batch=2, mode=mode, options=options
-            )
+            ),
         )
 
     def time_step(self, *_: object) -> None:

@@ -76,7 +76,7 @@ class ResidualLayers(_TrainStepBenchmark):
     def setup(self, device: str, threads: int, residual: str, layers: int) -> None:
         use(device, threads)
         self.case = model_case(device, residual=residual, num_hidden_layers=layers)
-        self.runnable = build(self.case)
+        self.runnable = build(self, self.case)
 
 
 class ChunkedFFN(_TrainStepBenchmark):
@@ -96,7 +96,7 @@ class ChunkedFFN(_TrainStepBenchmark):
             num_hidden_layers=2,
             residual="standard",
         )
-        self.runnable = build(self.case)
+        self.runnable = build(self, self.case)
 
 
 class AxialPositions:
@@ -117,7 +117,7 @@ class AxialPositions:
             num_hidden_layers=2,
             residual="reversible",
         )
-        self.runnable = build(self.case)
+        self.runnable = build(self, self.case)
 
     def track_parameters(self, *_: object) -> int:
         return sum(p.numel() for p in self.runnable.module.parameters())

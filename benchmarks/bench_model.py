@@ -21,7 +21,7 @@ class Model:
     def setup(self, device: str, threads: int, mode: str) -> None:
         use(device, threads)
         self.runnable = build(
-            model_case(device, mode=mode, batch=2, num_hidden_layers=2, residual="reversible")
+            self, model_case(device, mode=mode, batch=2, num_hidden_layers=2, residual="reversible")
         )
 
     def time_step(self, *_: object) -> None:

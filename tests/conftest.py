@@ -5,13 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attention_zoo.errors import PluginError
 from attention_zoo.measure import load
-from attention_zoo.plugins import load_plugins
+from attention_zoo.plugins import load_plugins_for_command
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 # Installed plugins and ZOO_IMPORT modules join the registry-driven suites (the conformance suite
 # of a user's own backend: ZOO_IMPORT=my_module python -m pytest tests/test_attention_contract.py).
-load_plugins()
+try:
+    load_plugins_for_command()
+    _PLUGIN_ERROR = ""
+except PluginError as err:  # a ZOO_IMPORT module that fails: no test may run without it
+    _PLUGIN_ERROR = str(err)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _PLUGIN_ERROR:
+        raise pytest.UsageError(f"{_PLUGIN_ERROR}; no test runs without it")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -161,6 +161,7 @@ def test_forward_runs_on_meta_device(spec):
 
 
 @pytest.mark.slow  # compiling takes 3-12 s per backend
+@pytest.mark.long
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_compiles_to_one_graph_with_eager_results(spec):
     """torch.compile(fullgraph=True) traces every backend's forward and backward as one graph (no

@@ -18,7 +18,7 @@ from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.measure.timing import fixed_threads, time_interleaved
 
 BASELINE = baseline.load() if baseline.DEFAULT_PATH.exists() else {"cases": {}}
-SLOW = pytest.mark.slow
+LONG = (pytest.mark.slow, pytest.mark.long)  # CI runs them: python -m pytest -m long
 
 
 def interleaved_medians(cases: dict[str, BenchCase], repeats: int = 3) -> dict[str, float]:
@@ -38,6 +38,7 @@ def need(*names: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_lsh_and_local_beat_full_at_8k() -> None:
     """Forward of the attention core at 8,192 tokens (4 heads of 64, causal): full attention
     materialises 1 GiB of scores, lsh (4 hashes) and local work chunk by chunk."""
@@ -73,7 +74,7 @@ QUICK = {case.key() for case in baseline.quick_cases()}
 @pytest.mark.parametrize(
     "key",
     [
-        pytest.param(key, id=BASELINE["cases"][key]["name"], marks=() if key in QUICK else SLOW)
+        pytest.param(key, id=BASELINE["cases"][key]["name"], marks=() if key in QUICK else LONG)
         for key in sorted(BASELINE["cases"])
     ]
     or ["<none>"],

@@ -148,6 +148,7 @@ def test_table2_rows_from_the_task_store(store) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_smoke_reproduction_end_to_end_resumes_after_an_interruption(
     tmp_path, monkeypatch, capsys
 ) -> None:

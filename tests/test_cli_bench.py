@@ -187,6 +187,7 @@ def test_memory_check_measures_and_compares(capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_quick_preset_prints_comparison_of_every_backend(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -143,6 +143,38 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("task-list-with-run-spec", ["task", "duplication", "--list"], "--list takes no RUN_SPEC"),
     ("task-table2-with-force", ["task", "--table2", "--force"], "--force needs a RUN_SPEC"),
     ("report-unknown-flag", ["report", "--all"], "unrecognized argument --all (see 'zoo report"),
+    (
+        "bench-option-for-a-backend-not-measured",
+        ["bench", "--backends", "full", "--option", "lsh.num_hashes=4"],
+        "--option lsh.num_hashes=4 would change nothing: no case measured here runs lsh",
+    ),
+    (
+        "memory-option-for-a-backend-not-measured",
+        ["memory", "--backends", "full", "--option", "lsh.num_hashes=4"],
+        "--option lsh.num_hashes=4 would change nothing",
+    ),
+    (
+        "bench-resume-with-nothing-to-resume",
+        [
+            "bench",
+            "--backends",
+            "full",
+            "--lengths",
+            "8",
+            "--metrics",
+            "flops",
+            "--resume",
+            "--store",
+            "{store}",
+            "--no-progress",
+        ],
+        "holds no earlier run of these 1 bench jobs to continue",
+    ),
+    (
+        "report-unknown-reference",
+        ["report", "--store", "{store}", "--reference", "nosuch"],
+        "--reference 'nosuch': no measured variant of that name",
+    ),
     # output paths
     (
         "results-output-missing-folder",

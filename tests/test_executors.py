@@ -254,6 +254,7 @@ def _statuses(store: ResultStore, run_id: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_quick_preset_on_ray_gives_the_local_cases_and_statuses(
     ray_runtime, tmp_path: Path
 ) -> None:
@@ -344,6 +345,7 @@ def _stored_cases(path: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_driver_killed_mid_sweep_resumes_to_the_uninterrupted_rows(
     ray_runtime, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from attention_zoo import OptionError, build_attention
-from attention_zoo.attention.kernels.circular import CircularPlan
-from attention_zoo.attention.kernels.lsh_hashing import auto_buckets
-from attention_zoo.attention.kernels.rows import undo_perm
+from attention_zoo.attention.kernels.rounds.circular import CircularPlan
+from attention_zoo.attention.kernels.rounds.lsh_hashing import auto_buckets
+from attention_zoo.attention.kernels.rounds.rows import undo_perm
 
 reformer = pytest.importorskip(
     "transformers.models.reformer.modeling_reformer", reason="transformers is not installed"
@@ -130,7 +130,7 @@ LSH_CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("kernel", ["cpu-fused", "math"])
 def test_lsh_equals_hf_in_float64(kernel):
     """Outputs and input gradients (through HF's projections) within 1e-9."""
     assert len(LSH_CASES) >= 20
@@ -146,7 +146,7 @@ def test_lsh_equals_hf_in_float64(kernel):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("kernel", ["cpu-fused", "math"])
 def test_lsh_equals_hf_in_float32(kernel):
     """Within 1e-5 of HF's float32 result, queries that see only themselves included: HF's
     rounding of their -1e5 self scores (value times 1 +- 4e-3) is reproduced, not corrected."""
@@ -166,7 +166,7 @@ def test_lsh_equals_hf_in_float32(kernel):
     assert alone_seen > 0  # the cases hold queries that see only themselves
 
 
-@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("kernel", ["cpu-fused", "math"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_lsh_equals_hf_in_16_bits(kernel, dtype):
     """HF's 16-bit self values round far more (bfloat16: -1e5 is -99840, steps of 512, so a
@@ -216,7 +216,7 @@ def test_windows_and_self_copies_are_hfs_look_adjacent(rounds):
 WRAPPING = [(2, 2), (3, 0), (4, 1)]  # windows of more chunks than a round has (two)
 
 
-@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("kernel", ["auto", "math"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_lsh_equals_hf_when_windows_wrap_around_more_than_once(kernel, dtype):
     """Two chunks per round, windows of up to five chunks: a query's own chunk is in its window
@@ -269,7 +269,7 @@ LOCAL_CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("kernel", ["cpu-fused", "math"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_local_equals_hf(kernel, dtype):
     """Windows wrap around the sequence; float64 within 1e-9 everywhere (a padding query that

@@ -28,6 +28,7 @@ OPTIONAL = frozenset(
         "seaborn",
         "matplotlib",
         "xformers",  # cuda extra
+        "fla",  # cuda extra: fla-core's Triton kernels
         "ray",  # ray extra
     }
 )

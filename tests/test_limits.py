@@ -47,6 +47,7 @@ def _hard_address_space_limit() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_isolated_bench_under_a_hard_address_space_limit(tmp_path: Path) -> None:
     """Before: every isolated case failed with 'current limit exceeds maximum limit'."""
     argv = ["bench", "--backends", "full", "--lengths", "128", "--modes", "forward",

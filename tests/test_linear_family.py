@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 from attention_zoo import build_attention, get_backend
-from attention_zoo.attention.kernels import linear_scan
+from attention_zoo.attention.kernels.sums import scan as linear_scan
 from attention_zoo.attention.performer import counter_normal, orthogonal_features
 from attention_zoo.errors import OptionError
 from attention_zoo.measure.memory import profiled_peak

@@ -100,6 +100,7 @@ def test_bad_config_names_every_problem() -> None:
 
 
 @pytest.mark.slow  # trains the smoke preset and measures each model's training step
+@pytest.mark.long
 def test_the_report_s_accuracy_x_cost_covers_listops(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

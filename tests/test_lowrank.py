@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attention_zoo import SelfAttention, build_attention
 from attention_zoo.attention.base import BlockWeights
-from attention_zoo.attention.kernels import low_rank
+from attention_zoo.attention.kernels.low_rank import projected as low_rank
 from attention_zoo.errors import InputError, OptionError
 from attention_zoo.measure import profiled_peak
 from attention_zoo.measure.cases import BenchCase, build_runnable

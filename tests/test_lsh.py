@@ -11,7 +11,7 @@ import torch
 from attention_zoo import OptionError, SelfAttention, build_attention
 from attention_zoo.attention.kernels.chunked import padded_length
 from attention_zoo.attention.kernels.dense import dense_attention, unit_keys
-from attention_zoo.attention.kernels.lsh_hashing import auto_buckets
+from attention_zoo.attention.kernels.rounds.lsh_hashing import auto_buckets
 from attention_zoo.attention.lsh import LSHConfig
 
 from .contract import with_grads
@@ -65,7 +65,7 @@ def _lsh(causal=False, **options):
     return build_attention("lsh", causal=causal, device="cpu", **opts)
 
 
-@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("kernel", ["cpu-fused", "math"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("n", [32, 37], ids=["multiple-of-chunk", "not-multiple"])
 @pytest.mark.parametrize("hashes", [1, 3])
@@ -101,7 +101,7 @@ def test_key_padding_goes_to_an_extra_bucket(causal):
     torch.testing.assert_close(out[rows], ref[rows], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", ["flash", "math"])
+@pytest.mark.parametrize("kernel", ["cpu-fused", "math"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 def test_one_bucket_and_a_window_covering_everything_equals_shared_qk(kernel, causal):
     qk, v = _qkv(n=37)
@@ -179,7 +179,7 @@ def test_rounds_per_pass_and_kernels_do_not_change_results(causal):
     qk, v = _qkv(n=45)
     k = torch.randn_like(qk)
     results = {}
-    for kernel in ("math", "flash"):
+    for kernel in ("math", "cpu-fused"):
         for per_pass in (None, 1, 2):
             attn = _lsh(causal, num_hashes=3, kernel=kernel, rounds_per_pass=per_pass)
             results[kernel, per_pass, "shared"] = with_grads(
@@ -264,7 +264,7 @@ def test_runs_on_meta_and_in_the_block():
         ({"rounds_per_pass": 0}, "rounds_per_pass must be an int >= 1"),
         ({"chunk_length": 0}, "chunk_length must be an int >= 1"),
         ({"dropout": 1.0}, "dropout must be a float in [0, 1)"),
-        ({"kernel": "fast"}, "kernel 'fast' is not one of: auto, flash, math"),
+        ({"kernel": "fast"}, "kernel 'fast' is not one of: auto, cpu-fused, math"),
     ],
 )
 def test_bad_options_say_what_would_work(options, message):
@@ -277,7 +277,7 @@ def test_bad_options_say_what_would_work(options, message):
 def test_exact_causal_forward_in_quarter_chunk_blocks_matches_the_math_path(monkeypatch, before):
     """Exact causal windows slide with the query, so the fused forward runs 8-query blocks for
     chunk 32 (a smaller mask); outputs and gradients still equal the chunk-blocked math path."""
-    from attention_zoo.attention.kernels.lsh_plan import LSHPlan
+    from attention_zoo.attention.kernels.rounds.lsh_plan import LSHPlan
 
     blocks = []
     regrid = LSHPlan.regrid
@@ -297,7 +297,7 @@ def test_exact_causal_forward_in_quarter_chunk_blocks_matches_the_math_path(monk
             )(x, x, v),
             (qk, v),
         )
-        for kernel in ("math", "flash")
+        for kernel in ("math", "cpu-fused")
     ]
     assert blocks == [8]
     (ref, ref_grads), (out, grads) = results

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attention_zoo import build_attention
-from attention_zoo.attention.kernels import lsh_fused
+from attention_zoo.attention.kernels.rounds import lsh_fused
 from attention_zoo.measure.memory import profiled_peak
 
 from .contract import with_grads
@@ -31,14 +31,14 @@ def test_rounds_in_slices_equal_the_materialised_kernel(monkeypatch, semantics, 
     opts = dict(chunk_length=32, num_hashes=3, num_buckets=4, seed=1, semantics=semantics)
     cores = {
         kernel: build_attention("lsh", causal=causal, kernel=kernel, **opts)
-        for kernel in ("math", "flash")
+        for kernel in ("math", "cpu-fused")
     }
     for inputs, fn in (
         ((qk, v), lambda core: lambda x, y: core(x, x, y)),
         ((qk, k, v), lambda core: core),
     ):
         want_out, want_grads = with_grads(fn(cores["math"]), inputs)
-        out, grads = with_grads(fn(cores["flash"]), inputs)
+        out, grads = with_grads(fn(cores["cpu-fused"]), inputs)
         torch.testing.assert_close(out, want_out, atol=1e-9, rtol=1e-9)
         for got, want in zip(grads, want_grads):
             torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)

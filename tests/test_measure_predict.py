@@ -120,7 +120,8 @@ def test_full_attention_memory_grows_quadratically() -> None:
 @pytest.mark.parametrize(
     "backend",
     # four fake-tensor traces up to 32k tokens: local ~15 s (its backward is many ops), lsh ~2.5 s
-    [pytest.param(b, marks=pytest.mark.slow) for b in ("local", "lsh")] + ["sdpa"],
+    [pytest.param(b, marks=[pytest.mark.slow, pytest.mark.long]) for b in ("local", "lsh")]
+    + ["sdpa"],
 )
 def test_chunked_attention_memory_grows_linearly(backend: str) -> None:
     if backend not in BACKENDS:
@@ -145,3 +146,28 @@ def test_measured_exponents_match_on_small_lengths() -> None:
         ]
         slope = math.log(peaks[-1] / peaks[0]) / math.log(lengths[-1] / lengths[0])
         assert slope == pytest.approx(expected, abs=0.15), (backend, peaks)
+
+
+def test_a_target_whose_kernels_cannot_be_traced_is_predicted_on_the_cpu(monkeypatch):
+    """FlexAttention's operator has no rule for the counting modes on FakeTensors of the GPU:
+    memory comes from the CPU's implementations then, and the method says so; FLOPs always do."""
+    from attention_zoo.measure import predict
+
+    real = predict._fake_step
+
+    def fake_step(case, device, *, flops):
+        if device != "cpu":
+            raise NotImplementedError("no rule registered for HigherOrderOperator flex_attention")
+        return real(case, device, flops=flops)
+
+    monkeypatch.setattr(predict, "stand_in_device", lambda device: "cuda")
+    monkeypatch.setattr(predict, "_fake_step", fake_step)
+    case = BenchCase(target="attention", backend="local", seq_len=512, device="cuda")
+    got = predict.predict_case(case)
+    want = predict.predict_case(case.replace(device="cpu"))
+    assert (got.peak_bytes, got.resident_bytes, got.flops) == (
+        want.peak_bytes,
+        want.resident_bytes,
+        want.flops,
+    )
+    assert got.method.startswith("fake:cpu standing in for cuda (no rule registered")

@@ -237,6 +237,7 @@ def _copy_batch(batch: int, half: int, vocab: int) -> tuple[torch.Tensor, torch.
 
 
 @pytest.mark.slow  # 300 Adam steps: ~5 s with full attention
+@pytest.mark.long
 @pytest.mark.parametrize("mix", [("full",), ("local", "lsh")], ids="+".join)
 def test_learns_a_tiny_copy_task(mix: tuple[str, ...]) -> None:
     cfg = tiny_config(

@@ -19,9 +19,11 @@ from attention_zoo.cli import main
 from attention_zoo.measure.peers import PEERS
 from attention_zoo.plugins import PLUGINS, child_environment, import_target, load_plugins
 from attention_zoo.registry import pluggable_registries
+from attention_zoo.store import ResultStore
 from attention_zoo.tasks import TASKS
 
 from . import test_attention_contract as contract
+from . import test_decoding_contract as decoding
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "zoo_test_plugin"
@@ -179,6 +181,9 @@ def test_a_plugin_backend_keeps_the_conformance_contract(plugin_dir: Path) -> No
     contract.test_forward_runs_on_meta_device(spec)
     contract.test_strided_inputs_give_the_dense_results(spec)
     contract.test_padding_keys_never_change_real_outputs(spec)
+    decoding.test_decoding_is_known_without_building(spec)
+    for padded in (False, True):  # a plugin decodes by recomputing its prefix
+        decoding.test_prefill_and_steps_equal_the_causal_forward(spec, padded)
 
 
 def _install(site: Path, dist: str, entry_points: str, modules: dict[str, str]) -> None:
@@ -256,6 +261,7 @@ def test_every_pluggable_registry_is_tracked_a_peer_too(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_user_path_subprocesses_conformance_suite_and_isolated_worker(plugin_dir: Path) -> None:
     """As a user runs it: the conformance suite picks the plugin up from ZOO_IMPORT, and an
     isolated bench worker (a fresh process) loads the --import module again."""
@@ -293,6 +299,8 @@ def test_user_path_subprocesses_conformance_suite_and_isolated_worker(plugin_dir
     assert bench.returncode == 0, bench.stderr
     (row,) = [line for line in bench.stdout.splitlines() if line.startswith("attention  mine")]
     assert " ok " in row
+    with ResultStore("z.sqlite", write=False) as store:  # what the worker ran it as, stored
+        assert store.rows()[0]["facts"]["capabilities"]["mine"]["kind"] == "full"
 
 
 @pytest.fixture
@@ -330,3 +338,70 @@ def test_asv_suite_stops_on_a_zoo_import_that_fails(
     monkeypatch.setenv("ZOO_IMPORT", "zoo_not_there")
     with pytest.raises(PluginError, match="ZOO_IMPORT zoo_not_there failed to load"):
         suite.load_suite_plugins()
+
+
+@pytest.mark.slow
+def test_a_zoo_import_that_fails_is_an_error_in_every_entry_point(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_registries: None,
+) -> None:
+    """Before: one warning in `zoo`, and every test silently deselected in pytest."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_IMPORT", "zoo_not_there")
+    code, _, err = run(capsys, "list")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("zoo list: error: ZOO_IMPORT zoo_not_there failed to load")
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co",
+         str(ROOT / "tests" / "test_registry.py")],
+        capture_output=True, text=True, env={**os.environ, "ZOO_IMPORT": "zoo_not_there"},
+    )  # fmt: skip
+    assert tests.returncode == 4, tests.stdout + tests.stderr
+    (line,) = tests.stderr.strip().splitlines()
+    assert "ZOO_IMPORT zoo_not_there failed to load" in line and "no test runs" in line
+
+
+TYPED_SOURCE = '''
+"""A plugin whose options are typed only by its dataclass (no checks of its own)."""
+
+from dataclasses import dataclass
+
+from attention_zoo import AttentionCore, Capabilities, register_attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class TypedConfig:
+    """Options of typed."""
+
+    window: int = 4  # keys less than `window` positions away
+
+
+@register_attention("typed", config=TypedConfig, caps=Capabilities(exact=False))
+class TypedAttention(AttentionCore):
+    """Attends to v as it is."""
+
+    def attend(self, q, k, v, key_padding_mask):
+        return v
+'''
+
+
+@pytest.mark.parametrize(("value", "shown"), [("abc", "'abc'"), ("3.5", "3.5"), ("true", "True")])
+def test_plugin_options_are_checked_against_their_dataclass(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_registries: None,
+    value: str,
+    shown: str,
+) -> None:
+    """Before: window=abc became an error row, 3.5 was accepted for an int."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "zoo_typed_plugin.py").write_text(TYPED_SOURCE)
+    argv = ["bench", "--import", "zoo_typed_plugin.py", "--backends", "typed", "--lengths", "8",
+            "--option", f"typed.window={value}", "--store", "s.sqlite", *FAST]  # fmt: skip
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"backend 'typed' option window must be an int, got {shown}" in err
+    assert not (tmp_path / "s.sqlite").exists()

@@ -58,16 +58,17 @@ def test_headline_cells_hold_stored_numbers_ratios_and_statuses(built):
     _, text = built
     rows = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant")}
     # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms, IQR 1/20 of it
-    assert rows[("1024", "`full`")][2:6] == ["exact", "1.05", "0.0524", "2.00x"]
+    assert rows[("1024", "`full`")][2:7] == ["exact", "-", "1.05", "0.0524", "2.00x"]  # "-":
+    # the planted rows store no implementation
     assert rows[("1024", "`lsh`")][2] == "approximate"  # from the backend's capabilities
     # set aside: shown with their marks, in no ratio; memory is never set aside
     at = str(SET_ASIDE_LENGTH)
-    assert rows[(at, "`full`")][3:8] == ["1,000†", "50.0", "-", "0.00000954", "1.00x"]
-    assert rows[(at, "`sdpa`")][3:6] == ["1,000‡", "1,000", "-"]
-    assert rows[("4096", "`full`")][3:8] == ["OOM", "OOM", "-", "OOM", "-"]
+    assert rows[(at, "`full`")][4:9] == ["1,000†", "50.0", "-", "0.00000954", "1.00x"]
+    assert rows[(at, "`sdpa`")][4:7] == ["1,000‡", "1,000", "-"]
+    assert rows[("4096", "`full`")][4:9] == ["OOM", "OOM", "-", "OOM", "-"]
     # a case without numbers says why in its note, as zoo bench does
     assert rows[("4096", "`full`")][-1] == "`OOM: predicted 30 GiB > 20 GiB`"
-    assert rows[("256", "`sdpa`")][5] == "1.00x"
+    assert rows[("256", "`sdpa`")][6] == "1.00x"
     # lsh with num_hashes=1 (the default) is plain `lsh`: one label per configuration
     assert ("1024", "`lsh`") in rows and not any("num_hashes=1" in k[1] for k in rows)
     # fastest and leanest per class: exact (time, its value), not exact (time, value), ...
@@ -76,7 +77,7 @@ def test_headline_cells_hold_stored_numbers_ratios_and_statuses(built):
     # the busy run's lsh read every core free around its own timing: kept, and the fastest
     # there; full (timed in the same busy run without a reading) and the unstable sdpa are not
     assert fastest[at][:4] == ["-", "-", "`lsh`", "0.512"]
-    assert rows[(at, "`lsh`")][3:6] == ["0.512", "0.0256", "-"]  # no ratio to a time set aside
+    assert rows[(at, "`lsh`")][4:7] == ["0.512", "0.0256", "-"]  # no ratio to a time set aside
     assert "2 of 19 times set aside (1 taken while the machine was busy, †; 1 unstable" in text
 
 
@@ -169,7 +170,7 @@ def test_one_row_per_configuration_latest_run_and_every_parameter_shown(tmp_path
     headline = text.split("## Scaling")[0]
     rows = _table(headline, FORWARD, "L | variant")
     # the latest run, not the mean (the † of a busy machine aside)
-    assert [[*r[:2], r[3].rstrip("†")] for r in rows] == [["1024", "`lsh`", "250"]]
+    assert [[*r[:2], r[4].rstrip("†")] for r in rows] == [["1024", "`lsh`", "250"]]
     assert "the latest stored run of it" in text
     # cases differing only in causal, batch or dtype are separate settings, named as such
     assert "### `block, forward, non-causal, batch=1" in headline
@@ -289,9 +290,9 @@ def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(
     assert "`hf`'s module of the same mechanism (e.g. `hf:lsh` for `lsh`)" in text
     rows = {(r[0], r[1].split("(")[0].strip("` ")): r for r in _table(text, "### ", "L | variant")}
     for n in ("1024", "2048"):
-        assert rows[(n, "lsh")][5] == "0.250x" and rows[(n, "lsh")][7] == "0.250x"
-        assert rows[(n, "local")][5] == "0.750x" and rows[(n, "local")][7] == "0.750x"
-        assert rows[(n, "hf:lsh")][5] == "1.00x"
+        assert rows[(n, "lsh")][6] == "0.250x" and rows[(n, "lsh")][8] == "0.250x"
+        assert rows[(n, "local")][6] == "0.750x" and rows[(n, "local")][8] == "0.750x"
+        assert rows[(n, "hf:lsh")][6] == "1.00x"
         assert rows[(n, "hf:lsh")][2] == "approximate"  # a peer computes what it mirrors
     assert "no ratios" not in text.split("## Scaling")[0]
 

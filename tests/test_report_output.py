@@ -5,21 +5,37 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
+import os
 import resource
+import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from attention_zoo.report.output import ReportWriteError, staged_folder
+from attention_zoo.cli import main as zoo_main
+from attention_zoo.commands.recording import recorded_command
+from attention_zoo.report.index import BEGIN, END, HEADER, write_index
+from attention_zoo.report.output import ReportWriteError, _one_writer, staged_folder
+from attention_zoo.store import ResultStore
 
-from .report_fixtures import make_store
+from .report_fixtures import block_case, make_store
+
+OLD_META = b'{"command": "zoo report --out report", "built": "2026-01-01 00:00 UTC"}'
 
 
 def _old_report(folder: Path) -> dict[str, bytes]:
+    """A folder an earlier zoo report wrote (its report.json says so), with a file of the user's."""
     folder.mkdir()
-    files = {"report.md": b"old", "scaling-3.png": b"old plot", "notes.txt": b"mine"}
+    files = {
+        "report.md": b"old",
+        "scaling-3.png": b"old plot",
+        "notes.txt": b"mine",
+        "report.json": OLD_META,
+    }
     for name, data in files.items():
         (folder / name).write_bytes(data)
     return files
@@ -48,7 +64,7 @@ def test_a_complete_build_replaces_the_report_and_keeps_other_files(tmp_path: Pa
     with staged_folder(out, regenerated=("scaling-*.png",)) as stage:
         (stage / "report.md").write_text("new")
     # an old plot this build did not write is gone; a file of the user's stays
-    assert _contents(out) == {"report.md": b"new", "notes.txt": b"mine"}
+    assert _contents(out) == {"report.md": b"new", "notes.txt": b"mine", "report.json": OLD_META}
     assert [p.name for p in tmp_path.iterdir()] == ["report"]
 
 
@@ -57,6 +73,7 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_zoo_report_under_a_file_size_limit_keeps_the_previous_report(tmp_path: Path) -> None:
     """Before: plots replaced or truncated, 'File too large' naming no file."""
     store, out = make_store(tmp_path / "zoo.sqlite"), tmp_path / "report"
@@ -85,3 +102,152 @@ def test_zoo_report_under_a_file_size_limit_keeps_the_previous_report(tmp_path: 
     assert f"the previous report in {out} is unchanged" in proc.stderr
     assert _digest(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "zoo.sqlite"]
+
+
+# ---- what zoo report may write: its own folders and its marked index section, nothing else ------
+
+
+def _tiny_store(path: Path) -> Path:
+    """One run, two bench cases: a report of it builds in about a second."""
+    with ResultStore(path) as store:
+        run = store.start_run(kind="bench", device="cpu")
+        for backend, seconds in (("sdpa", 1e-3), ("full", 2e-3)):
+            rows = [("time_median", seconds, "s"), ("peak_bytes", 1e6, "bytes")]
+            store.add_rows(run, None, block_case(backend, 256).to_dict(), rows)
+        store.finish_run(run)
+    return path
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder` (and the folder itself) with its mode."""
+    files = {p.relative_to(folder).as_posix(): p for p in folder.rglob("*")}
+    shot = {
+        name: (p.read_bytes() if p.is_file() else b"", p.stat().st_mode)
+        for name, p in files.items()
+    }
+    return {**shot, ".": (b"", folder.stat().st_mode)}
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], code: int, *words: str) -> None:
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert all(w in err for w in words), err
+
+
+def test_a_folder_zoo_report_did_not_write_is_refused_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the user's scaling-9.png (a plot's name) was deleted and the folder made 0700."""
+    store, mine = _tiny_store(tmp_path / "s.sqlite"), tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    (mine / "scaling-9.png").write_bytes(b"my plot")
+    (mine / "notes.txt").write_text("mine")
+    before = _snapshot(mine)
+    code = zoo_main(["report", "--store", str(store), "--out", str(mine)])
+    _one_line_error(capsys, code, f"--out {mine} holds files zoo report did not write", "notes.txt")
+    assert _snapshot(mine) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "s.sqlite"]  # nothing beside it
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert zoo_main(["report", "--store", str(store), "--out", str(empty)]) == 0  # nothing to lose
+
+
+def test_report_folders_and_files_keep_the_users_umask(tmp_path: Path) -> None:
+    """Before: a freshly published folder was 0700 (a temporary folder's mode)."""
+    store, out = _tiny_store(tmp_path / "s.sqlite"), tmp_path / "report"
+    old = os.umask(0o022)
+    try:
+        assert zoo_main(["report", "--store", str(store), "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o644}
+    os.chmod(out, 0o750)  # a mode the user chose for a report folder: kept when it is rebuilt
+    assert zoo_main(["report", "--store", str(store), "--out", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750
+
+
+@pytest.mark.parametrize("where", [".", ".."])
+def test_the_current_folder_is_refused_leaving_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """Before: `--out .` failed with EBUSY and left a stray `..old-XXXX` folder."""
+    store, here = _tiny_store(tmp_path / "s.sqlite"), tmp_path / "work"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code = zoo_main(["report", "--store", str(store), "--out", where])
+    _one_line_error(capsys, code, f"--out {where} is the current folder or one above it")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_a_second_writer_to_one_folder_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: two `zoo report --out SAME` at once both said ok; one silently replaced the other."""
+    store, out = _tiny_store(tmp_path / "s.sqlite"), tmp_path / "report"
+    assert zoo_main(["report", "--store", str(store), "--out", str(out), "--title", "first"]) == 0
+    before = _snapshot(out)
+    with _one_writer(out):  # another zoo report, still writing
+        code = zoo_main(["report", "--store", str(store), "--out", str(out), "--title", "second"])
+    _one_line_error(capsys, code, f"another zoo report is writing {out} now; nothing was written")
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "s.sqlite"]  # lock removed
+
+
+def test_index_edits_only_its_marked_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: `--index README.md` replaced a 595-line README with a 14-line index."""
+    store, reports = _tiny_store(tmp_path / "s.sqlite"), tmp_path / "reports"
+    reports.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# My project\n\nMy words.\n")
+    out = str(reports / "cpu")
+    code = zoo_main(["report", "--store", str(store), "--out", out, "--index", str(readme)])
+    _one_line_error(capsys, code, f"--index {readme} has no generated index section", BEGIN, END)
+    assert readme.read_text() == "# My project\n\nMy words.\n" and not (reports / "cpu").exists()
+    mine = reports / "README.md"
+    mine.write_text(f"# Our reports\n\nBefore.\n\n{BEGIN}\nstale\n{END}\n\nAfter.\n")
+    assert zoo_main(["report", "--store", str(store), "--out", out, "--index", str(mine)]) == 0
+    text = mine.read_text()
+    assert text.startswith("# Our reports\n\nBefore.\n\n" + BEGIN) and text.endswith(
+        END + "\n\nAfter.\n"
+    )
+    assert "stale" not in text and "[cpu](cpu/report.md)" in text
+
+
+def test_an_index_an_older_zoo_report_wrote_whole_is_regenerated(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# Published reports\n\nGenerated by `zoo report --out ...` (not by hand).\n")
+    write_index(readme)
+    text = readme.read_text()
+    assert text.startswith(f"{HEADER}\n{BEGIN}\n") and "--out ...`" not in text
+
+
+def test_the_index_records_commands_quoted_relative_and_with_their_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: commands unquoted, with absolute paths, without --import; a folder name with a
+    space gave a broken link."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_attention.py").write_text('"""A plugin that registers nothing."""\n')
+    monkeypatch.setenv("ZOO_IMPORT", str(tmp_path / "my_attention.py"))
+    (tmp_path / "my results").mkdir()
+    store = _tiny_store(tmp_path / "my results" / "zoo.sqlite")
+    with ResultStore(store) as s:  # as zoo bench records its command line now
+        meta = {"command": recorded_command(["bench", "--store", str(store)])}
+        s._db.execute("UPDATE runs SET meta = ?", (json.dumps(meta),))
+        s._db.commit()
+    (tmp_path / "reports").mkdir()
+    out, index = str(tmp_path / "reports" / "cpu run"), str(tmp_path / "reports" / "README.md")
+    assert zoo_main(["report", "--store", str(store), "--out", out, "--index", index]) == 0
+    text = (tmp_path / "reports" / "README.md").read_text()
+    assert "[cpu run](cpu%20run/report.md)" in text
+    assert "`zoo bench --store 'my results/zoo.sqlite' --import my_attention.py`" in text
+    report = (
+        "zoo report --store 'my results/zoo.sqlite' --out 'reports/cpu run' "
+        "--index reports/README.md --import my_attention.py"
+    )
+    assert f"| `{report}` |" in text
+    assert shlex.split(report)[3] == "my results/zoo.sqlite"  # a shell takes it back whole

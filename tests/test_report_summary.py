@@ -123,8 +123,9 @@ def test_the_summary_is_first_and_made_of_the_numbers(built):
     assert rows["256"][0] == "`block, forward, batch=1, heads=4, head_dim=64, hidden=256`"
     # 4096: full ran out of memory, so no ratio: the value with its unit instead
     assert rows["4096"][2] == "`sdpa` 6.36 ms"
-    # at the set-aside length neither exact time is ranked (busy full, unstable sdpa)
-    assert rows["512"][2] == "none ranked" and rows["512"][4] == "`full` 1.00x"
+    # at the set-aside length neither exact time is ranked (busy full, unstable sdpa): said so
+    assert rows["512"][2] == "not ranked: `full`, `sdpa` set aside"
+    assert rows["512"][4] == "`full` 1.00x"  # memory is never set aside
     assert rows["256"][6] == f"`lsh` below `sdpa`: from L ≈ {LSH_BEATS_SDPA_FROM:.0f}"
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     assert "**Exact**: fastest `sdpa` (at 3 of 4)" in summary

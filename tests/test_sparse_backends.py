@@ -148,16 +148,13 @@ def test_bidirectional_only_backends_refuse_causal_in_one_line_naming_what_works
 
 
 @pytest.mark.parametrize("name", ["sliding-window", "bigbird"])
-def test_the_sdpa_path_off_cpu_kernels_equals_the_pattern(monkeypatch, name):
+def test_the_sdpa_path_off_cpu_kernels_equals_the_pattern(name):
     """The path taken on CUDA and with dropout (every block at once through SDPA), batch 2 with
     padding, in float64: the pattern's dense masked softmax, and dropout only in training."""
-    from attention_zoo.attention import sliding_window
-    from attention_zoo.attention.kernels import block_sparse
     from attention_zoo.attention.kernels.dense import dense_attention
 
     options = {"window": 8, "global_tokens": 3} if name == "sliding-window" else SMALL_BIGBIRD
-    for module in (sliding_window, block_sparse):
-        monkeypatch.setattr(module, "resolve_kernel", lambda *args: "math")
+    options["kernel"] = "math"
     mask = torch.ones(2, 45, dtype=torch.bool)
     mask[0, 30:] = False
     q, k, v = (torch.randn(2, 3, 45, 16, dtype=torch.float64) for _ in range(3))
@@ -251,7 +248,7 @@ def _equals_the_dense_masked_softmax(attn, n: int, mask: torch.Tensor | None) ->
 def test_segment_by_segment_kernels_equal_the_dense_masked_softmax(monkeypatch, name, options):
     """A 1-byte scratch budget: one query block per segment, forward and backward, and the
     global rows' backward over many key segments; with and without padding, both modes."""
-    from attention_zoo.attention.kernels import block_sparse
+    from attention_zoo.attention.kernels.patterns import block_sparse
 
     monkeypatch.setattr(block_sparse, "SCRATCH_BYTES", 1)
     n = 37

@@ -118,19 +118,6 @@ def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
         ResultStore(path)
 
 
-def test_other_schema_version_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "zoo.sqlite"
-    ResultStore(path).close()
-    db = sqlite3.connect(path)
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    db.commit()
-    db.close()
-    with pytest.raises(
-        StoreError, match=f"schema version {SCHEMA_VERSION + 1}.*upgrade attention-zoo"
-    ):
-        ResultStore(path)
-
-
 def test_corrupt_store_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "zoo.sqlite"
     with ResultStore(path) as s:
@@ -172,8 +159,9 @@ def test_store_of_schema_2_is_upgraded_without_loss(tmp_path: Path) -> None:
     with ResultStore(path) as s:
         run = s.start_run(environment=ENV)
         s.add_rows(run, "k", CONFIG, [("x", 1, "u"), ("y", 2, "u")])
-    db = sqlite3.connect(path)  # make it a version-2 store: no per-case environment column
+    db = sqlite3.connect(path)  # make it a version-2 store: no per-case environment, no facts
     db.execute("ALTER TABLE cases DROP COLUMN environment")
+    db.execute("ALTER TABLE cases DROP COLUMN facts")
     db.execute("PRAGMA user_version = 2")
     db.commit()
     db.close()

@@ -189,7 +189,7 @@ def test_an_opener_that_lost_the_race_to_migrate_finds_the_store_upgraded(tmp_pa
     path = tmp_path / "old.sqlite"
     _v1_store(path)
     with ResultStore(path, create=False) as first, ResultStore(path, create=False) as second:
-        second._migrate(1)  # read version 1 before `first` upgraded the file: nothing left to do
+        second._upgrade(1)  # read version 1 before `first` upgraded the file: nothing left to do
         assert [r["value"] for r in first.rows()] == [0.5] == [r["value"] for r in second.rows()]
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -234,6 +234,7 @@ KILLER = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_killed_sweep_resumes_only_missing_cases(tmp_path: Path) -> None:
     script, store_path = tmp_path / "sweep.py", tmp_path / "zoo.sqlite"
     script.write_text(KILLER)
@@ -312,6 +313,7 @@ def test_progress_in_a_log_is_plain_lines_without_carriage_returns(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_isolated_case_under_address_space_limit_is_oom() -> None:
     """No prediction guard here: the subprocess really tries to allocate 4 GiB of scores and hits
     its RLIMIT_AS, which is stored as oom; the parent is unharmed."""
@@ -325,4 +327,5 @@ def test_isolated_case_under_address_space_limit_is_oom() -> None:
         case.replace(seq_len=128), MeasureSettings(metrics=("memory",)), rlimit_bytes=512 * 2**20
     )
     assert ok.status == "ok" and ok.value("peak_bytes") > 0
+    assert ok.facts["capabilities"]["full"]["kind"] == "full"  # carried out of the worker
     assert os.getpid()  # still here

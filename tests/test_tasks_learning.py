@@ -24,7 +24,7 @@ from attention_zoo.tasks.runner import (
 from attention_zoo.tasks.suite import TaskPreset, load_task_preset
 from attention_zoo.tasks.trainer import TrainResult, evaluate, train
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -158,6 +158,7 @@ def test_a_broken_output_is_stored_invalid_with_its_reason(plugin: Path) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_invalid_cases_are_shown_like_oom_and_never_ranked(
     plugin: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -328,6 +329,7 @@ def test_a_case_both_unstable_and_busy_is_warned_about_once(caplog) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.real_load
 def test_a_case_timed_beside_spinning_processes_is_marked_busy(plugin: Path) -> None:
     if load._cpu_times() is None:

@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
+from .kernels.dispatch import AUTO, Call, Implementation, KernelTable
+from .kernels.flex import TileMasks, tile_masks
 
-# Large negative scores instead of -inf: a row with every key masked stays finite
-# (HF does the same).
-_MASK_VALUE = {torch.float16: -1e4, torch.bfloat16: -1e9, torch.float32: -1e9, torch.float64: -1e9}
-# A shared-QK query scores highest against itself; this penalty lets it attend to itself only when
-# nothing else is allowed (Reformer paper, section 2; HF's self_mask_value).
-_SELF_VALUE = {torch.float16: -1e3, torch.bfloat16: -1e5, torch.float32: -1e5, torch.float64: -1e5}
-
-
-def mask_value(dtype: torch.dtype) -> float:
-    return _MASK_VALUE.get(dtype, -1e9)
-
-
-def self_mask_value(dtype: torch.dtype) -> float:
-    return _SELF_VALUE.get(dtype, -1e5)
-
+# the mask values and pattern type live with the kernels; cores and plugins import them here
+from .kernels.masks import MaskMod as MaskMod
+from .kernels.masks import mask_value as mask_value
+from .kernels.masks import self_mask_value as self_mask_value
+from .kernels.patterns.flex_pattern import FLEX
 
 SEMANTICS = ("exact", "hf")
-
-# A fixed attention pattern written once (attention-gym's mask_mod): (query positions, key
-# positions), broadcasting int tensors -> bool, True where the query may see the key. Kernels
-# build their block masks from it, `AttentionCore.pattern` the dense (n, n) mask tests check.
-MaskMod = Callable[[Tensor, Tensor], Tensor]
 
 
 def check_dropout(backend: str, p: object) -> None:
@@ -103,24 +89,66 @@ class BlockWeights:
 
 
 class AttentionCore(nn.Module):
-    """Base class of the built-in cores: validates input, then calls `attend`."""
+    """Base class of the attention cores: validates input, then runs the implementation the pick
+    rule chooses (`kernels`, see kernels/dispatch.py).
+
+    A built-in core declares its implementations in `kernels` and leaves `attend` to them. A core
+    with its own `attend` (a plugin) keeps the default table: its attend, and FlexAttention under
+    its `mask_mod` where its capabilities say it is a fixed pattern (the auto choice on CUDA)."""
 
     spec: Any  # set by @register_attention
+    kernels: ClassVar[KernelTable]  # set below: the own-attend table
 
     def __init__(self, cfg: Any, *, causal: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         self.causal = causal
+        self._block_masks: dict[tuple[Any, ...], Any] = {}  # flex block masks, per length
+        spec = getattr(type(self), "spec", None)  # its capabilities with these options
+        refine = getattr(cfg, "capabilities", None)
+        self.capabilities = None if spec is None else refine(spec.caps) if refine else spec.caps
+        self._picks: dict[Call, Implementation] = {}  # the pick rule's answers
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
     ) -> Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d); key_padding_mask (b, n) bool, True = real token."""
         check_qkv(q, k, v, key_padding_mask)
+        if type(self).kernels is OWN_KERNELS:  # its own attend, or flex standing in for it
+            return self.kernel_for(q, key_padding_mask).run(self, q, k, v, key_padding_mask)
         return self.attend(q, k, v, key_padding_mask)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        raise NotImplementedError
+        """(b, h, n, d) x3 -> (b, h, n, d): the picked implementation (a plugin overrides it)."""
+        if type(self).kernels is OWN_KERNELS:
+            raise NotImplementedError(f"{type(self).__name__} must define attend()")
+        return self.kernel_for(q, key_padding_mask).run(self, q, k, v, key_padding_mask)
+
+    @property
+    def requested_kernel(self) -> str:
+        """The `kernel` option: an implementation's name, or auto. A core with its own attend may
+        have a `kernel` option of its own: a value the table does not name is its attend's."""
+        kernel = getattr(self.cfg, "kernel", AUTO)
+        if type(self).kernels is OWN_KERNELS and kernel not in OWN_KERNELS.names:
+            return OWN.name
+        return kernel
+
+    def kernel_for(self, q: Tensor, key_padding_mask: Tensor | None = None) -> Implementation:
+        """The implementation that computes a call on q (b, h, n, d) now."""
+        masked = key_padding_mask is not None
+        return self.pick(Call.of(q, q.shape[-1], self.dropout_p, masked))
+
+    def pick(self, call: Call) -> Implementation:
+        """The implementation that computes `call`: the one rule (kernels/dispatch.py), decided
+        once per kind of call."""
+        if not torch.compiler.is_compiling() and call in self._picks:
+            return self._picks[call]
+        spec = getattr(type(self), "spec", None)
+        backend = spec.name if spec is not None else type(self).__name__
+        impl = type(self).kernels.pick(backend, self.requested_kernel, self, call)
+        if not torch.compiler.is_compiling():
+            self._picks[call] = impl
+        return impl
 
     def attend_block(
         self, x: Tensor, weights: BlockWeights, key_padding_mask: Tensor | None
@@ -146,6 +174,28 @@ class AttentionCore(nn.Module):
         i = torch.arange(n, device=device)
         return mod(i[:, None], i[None, :])
 
+    def key_tiles(self, n: int, device: torch.device) -> Tensor | None:
+        """(query tiles, K) long: for each query tile of `kernels.flex.TILE` positions, key tiles
+        that hold every key its pattern allows (-1: none); None: any tile may (all are checked)."""
+        return None
+
+    def tile_masks(self, n: int, device: torch.device) -> TileMasks:
+        """FlexAttention's block masks of this core's pattern at length n, built once per device."""
+        key = ("pattern", n, str(device))
+        if key not in self._block_masks:
+            mod = self.mask_mod(n, device)
+            if mod is None:
+                raise ValueError(f"{type(self).__name__} has no fixed pattern at length {n}")
+            self.keep_block_mask(key, tile_masks(mod, n, self.key_tiles(n, device), device))
+        return self._block_masks[key]
+
+    def keep_block_mask(self, key: tuple[Any, ...], block_mask: Any) -> None:
+        """Cache a block mask; the oldest goes beyond BLOCK_MASKS_KEPT (lengths seen come and go:
+        each mask holds (tiles x tiles) index tensors)."""
+        while len(self._block_masks) >= BLOCK_MASKS_KEPT:
+            self._block_masks.pop(next(iter(self._block_masks)))
+        self._block_masks[key] = block_mask
+
     @property
     def dropout_p(self) -> float:
         """Attention-probability dropout to apply now: the `dropout` option in training, else 0.
@@ -156,3 +206,25 @@ class AttentionCore(nn.Module):
 
     def extra_repr(self) -> str:
         return f"causal={self.causal}, {self.cfg}"
+
+
+BLOCK_MASKS_KEPT = 8  # per core: a few lengths and devices
+
+OWN = Implementation(
+    name="attend",
+    summary="the core's own attend",
+    run=lambda core, q, k, v, mask: core.attend(q, k, v, mask),
+    dropout=True,
+)
+
+# The table of a core with its own attend: that, or flex for a fixed pattern (auto on CUDA).
+OWN_KERNELS = KernelTable(
+    (OWN, FLEX), {"cuda": ("flex", "attend"), "cpu": ("attend",), "meta": ("attend",)}
+)
+# The fixed patterns' order of preference: the fused CPU op, FlexAttention on CUDA, else math.
+PATTERN_PRIORITY = {
+    "cpu": ("cpu-fused", "math"),
+    "meta": ("cpu-fused", "math"),
+    "cuda": ("flex", "math"),
+}
+AttentionCore.kernels = OWN_KERNELS

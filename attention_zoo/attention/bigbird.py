@@ -24,9 +24,21 @@ import torch
 from torch import Tensor
 
 from ..errors import OptionError
-from .base import AttentionCore, MaskMod, check_dropout
-from .kernels.block_sparse import BlockLayout, block_sparse_attention
-from .kernels.chunked import check_int, padded_length
+from .base import PATTERN_PRIORITY, AttentionCore, check_dropout
+from .decode import (
+    KVCache,
+    StateShape,
+    append,
+    fields_of,
+    kv_cache,
+    kv_cache_bytes,
+    softmax_attention,
+)
+from .kernels.chunked import check_int, cpu_fused, padded_length
+from .kernels.dispatch import KernelTable, materialised
+from .kernels.masks import MaskMod
+from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
+from .kernels.patterns.flex_pattern import FLEX
 from .spec import Capabilities, register_attention
 
 
@@ -40,6 +52,7 @@ class BigBirdConfig:
     num_random_blocks: int = 3  # other blocks each query block sees, drawn per query block
     seed: int | None = 0  # fixes the random blocks; None draws them from torch's global RNG
     dropout: float = 0.0  # attention-probability dropout, in training mode only
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex
 
     def __post_init__(self) -> None:
         for name, least in (
@@ -54,6 +67,7 @@ class BigBirdConfig:
         ):
             raise OptionError(f"bigbird option seed must be an int >= 0 or None, got {self.seed!r}")
         check_dropout("bigbird", self.dropout)
+        KERNELS.check_option("bigbird", self.kernel)
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """Unseeded: random blocks drawn anew every call, so no fixed pattern."""
@@ -104,21 +118,33 @@ class BigBirdAttention(AttentionCore):
         return self.pattern_with(self.random_blocks(padded_length(n, size) // size, device))
 
     def pattern_with(self, table: Tensor) -> MaskMod:
-        """The pattern as a mask_mod, given the random blocks (nb, r) of one draw."""
+        """The pattern as a mask_mod, given the random blocks (nb, r) of one draw: a lookup in the
+        (nb, nb) table of which key blocks each query block sees (pointwise, as FlexAttention
+        needs), causal inside the query's own block."""
         cfg, causal = self.cfg, self.causal
         size, g, w = cfg.block_size, cfg.num_global_blocks, cfg.num_window_blocks
+        nb = table.shape[0]
+        qb, kb = (
+            torch.arange(nb, device=table.device)[:, None],
+            torch.arange(nb, device=table.device),
+        )
+        lo = self.window_start(qb)
+        seen = ((kb >= lo) & (kb < lo + w)) | (qb < g) | (kb < g)
+        picked = torch.zeros(nb, nb + 1, dtype=torch.bool, device=table.device)
+        picked.scatter_(1, torch.where(table >= 0, table, nb), True)  # -1: the spare column
+        seen = seen | picked[:, :nb]
+        last = nb - 1
 
         def mod(i: Tensor, j: Tensor) -> Tensor:
-            qb, kb = i // size, j // size
-            lo = self.window_start(qb)
-            seen = ((kb >= lo) & (kb < lo + w)) | (qb < g) | (kb < g)
-            picked = (table[qb] == kb[..., None]).any(-1)  # table[qb]: (..., r) random blocks
-            seen = seen | picked
-            return seen & (j <= i) if causal else seen
+            ok = seen[(i // size).clamp(max=last), (j // size).clamp(max=last)]
+            return ok & (j <= i) if causal else ok
 
         return mod
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def _blocks(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
+    ) -> Tensor:
+        """Gathered key blocks: PyTorch's fused CPU op a segment at a time (fused), or SDPA."""
         cfg, n = self.cfg, q.shape[-2]
         nb = padded_length(n, cfg.block_size) // cfg.block_size
         i = torch.arange(nb, device=q.device)[:, None]
@@ -137,7 +163,63 @@ class BigBirdAttention(AttentionCore):
             key_padding_mask=key_padding_mask,
             scale=1 / math.sqrt(q.shape[-1]),
             dropout=self.dropout_p,
+            fused=fused,
         )
+
+    # ---- decoding: a KV cache (random blocks reach anywhere back), a fixed number of blocks read
+
+    def init_state(self, shape: StateShape) -> BigBirdState:
+        """Every position's keys and values (a later block's random blocks may be any earlier
+        one) and the random blocks of every block up to max_length: causal, they do not depend
+        on the length; unseeded, this one draw serves the whole generation."""
+        table = self.random_blocks(self.blocks_for(shape.max_length), shape.device)
+        return BigBirdState(**fields_of(kv_cache(shape)), table=table)
+
+    def state_bytes(self, shape: StateShape) -> int:
+        table = self.blocks_for(shape.max_length) * self.cfg.num_random_blocks * 8
+        return kv_cache_bytes(shape) + table
+
+    def blocks_for(self, n: int) -> int:
+        """Blocks covering n positions."""
+        return padded_length(n, self.cfg.block_size) // self.cfg.block_size
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: BigBirdState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, BigBirdState]:
+        """Each new token reads its block's global, window and random blocks from the cache: the
+        same number of keys at any length (see attention/decode.py)."""
+        start, t = state.length, q.shape[2]
+        state = append(state, k, v, key_padding_mask)
+        if start == 0:
+            return self.attend(q, k, v, key_padding_mask), state
+        cfg, device = self.cfg, q.device
+        size = cfg.block_size
+        p = torch.arange(start, start + t, device=device)  # (t,)
+        qb = p // size
+        near = self.window_start(qb)[:, None] + torch.arange(cfg.num_window_blocks, device=device)
+        heads = torch.arange(cfg.num_global_blocks, device=device).expand(t, -1)
+        blocks = torch.cat([heads, near, state.table[qb]], dim=1)  # (t, K)
+        slots = blocks.shape[1]
+        earlier = torch.ones(slots, slots, dtype=torch.bool, device=device).tril(-1)
+        repeat = ((blocks[:, :, None] == blocks[:, None, :]) & earlier).any(-1)
+        used = (blocks >= 0) & (blocks <= qb[:, None]) & ~repeat
+        j = (blocks[:, :, None] * size + torch.arange(size, device=device)).flatten(1)  # (t, K c)
+        used = used.repeat_interleave(size, dim=1)
+        allowed = used & (j <= p[:, None]) & self.pattern_with(state.table)(p[:, None], j)
+        j = j.clamp(0, state.length - 1)
+        real = state.real[:, j]  # (b, t, K c)
+        allowed = allowed[None, None] & real[:, None]
+        keys, values = state.k[:, :, j], state.v[:, :, j]  # (b, h, t, K c, d)
+        scale = 1 / math.sqrt(q.shape[-1])
+        out = softmax_attention(q.unsqueeze(3), keys, values, allowed.unsqueeze(3), scale=scale)
+        return out.squeeze(3), state
+
+
+@dataclass(frozen=True, kw_only=True)
+class BigBirdState(KVCache):
+    """A KV cache and the random key blocks of every query block (nb, r) long."""
+
+    table: Tensor
 
 
 _MASK32 = (1 << 32) - 1
@@ -160,3 +242,20 @@ def _hash32(x: _Int) -> _Int:
     for shift, factor in ((16, 0x7FEB352D), (15, 0x2C1B3C6D)):
         x = ((x ^ (x >> shift)) * factor) & _MASK32
     return x ^ (x >> 16)
+
+
+KERNELS = KernelTable(
+    (
+        cpu_fused(
+            lambda core, *args: core._blocks(*args, fused=True),
+            "gathered key blocks through PyTorch's fused CPU attention, a segment at a time",
+        ),
+        materialised(
+            lambda core, *args: core._blocks(*args, fused=False),
+            "gathered key blocks through SDPA with autograd; global rows dense",
+        ),
+        FLEX,
+    ),
+    PATTERN_PRIORITY,
+)
+BigBirdAttention.kernels = KERNELS

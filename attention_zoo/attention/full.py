@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from .base import AttentionCore, check_dropout
+from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, softmax_attention
 from .kernels.dense import allowed_mask, dense_attention
+from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
 
 
@@ -17,16 +19,18 @@ class FullConfig:
     """Options of full attention."""
 
     dropout: float = 0.0  # attention-probability dropout, in training mode only
+    kernel: str = "auto"  # auto or math: one implementation, the dense reference
 
     def __post_init__(self) -> None:
         check_dropout("full", self.dropout)
+        KERNELS.check_option("full", self.kernel)
 
 
 @register_attention("full", config=FullConfig, caps=Capabilities())
 class FullAttention(AttentionCore):
     """Naive materialised softmax attention; O(n^2) memory. The reference for exact backends."""
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def _dense(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         n = q.shape[-2]
         allowed = allowed_mask(
             n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
@@ -34,3 +38,21 @@ class FullAttention(AttentionCore):
         return dense_attention(
             q, k, v, allowed, scale=1 / math.sqrt(q.shape[-1]), dropout=self.dropout_p
         )
+
+    # ---- decoding: a KV cache ----------------------------------------------------------------
+
+    init_state = staticmethod(kv_cache)
+    state_bytes = staticmethod(kv_cache_bytes)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, KVCache]:
+        """New tokens against every cached key (see attention/decode.py)."""
+        return kv_step(self, q, k, v, state, key_padding_mask, softmax_attention)
+
+
+KERNELS = KernelTable(
+    (materialised(FullAttention._dense, "materialised n x n scores with autograd"),),
+    {"cpu": ("math",), "meta": ("math",), "cuda": ("math",)},
+)
+FullAttention.kernels = KERNELS

@@ -16,9 +16,10 @@ from torch.nn import functional as F
 
 from ..errors import InputError, OptionError
 from .base import AttentionCore, BlockWeights, check_dropout
-from .kernels.chunked import check_int
-from .kernels.linear_scan import compute_dtype
-from .kernels.low_rank import ProjectedAttention, project
+from .kernels.chunked import check_int, cpu_fused
+from .kernels.dispatch import KernelTable, materialised
+from .kernels.low_rank.projected import ProjectedAttention, project
+from .kernels.sums.plain import compute_dtype
 from .spec import Capabilities, register_attention
 
 
@@ -30,6 +31,7 @@ class LinformerConfig:
     max_length: int = 4096  # longest sequence the projections cover
     share_kv: bool = True  # one projection for keys and values (the paper's key-value sharing)
     dropout: float = 0.0  # attention-probability dropout over the projected keys, training only
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math
 
     def __post_init__(self) -> None:
         check_int("proj_length", self.proj_length, minimum=1, backend="linformer")
@@ -39,6 +41,7 @@ class LinformerConfig:
                 f"linformer option share_kv must be True or False, got {self.share_kv!r}"
             )
         check_dropout("linformer", self.dropout)
+        KERNELS.check_option("linformer", self.kernel)
 
 
 def _projection(cfg: LinformerConfig) -> nn.Parameter:
@@ -58,7 +61,11 @@ class LinformerAttention(AttentionCore):
         self.proj_k = _projection(cfg)
         self.proj_v = None if cfg.share_kv else _projection(cfg)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def _projected(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
+    ) -> Tensor:
+        """Keys and values projected along the sequence, then softmax attention over them:
+        PyTorch's fused CPU op with a segmented backward (fused), or SDPA with autograd."""
         n = q.shape[-2]
         self._check_length(n)
         dtype, wide = q.dtype, compute_dtype(q.dtype)
@@ -71,7 +78,7 @@ class LinformerAttention(AttentionCore):
         proj_k = self.proj_k.to(wide)
         proj_v = None if self.proj_v is None else self.proj_v.to(wide)
         scale = q.shape[-1] ** -0.5
-        if not self.dropout_p:
+        if fused:
             return ProjectedAttention.apply(q, k, v, proj_k, proj_v, scale).to(dtype)
         keys = project(proj_k[:, :n], k)  # (b, h, k, d)
         values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
@@ -117,3 +124,19 @@ class LinformerAttention(AttentionCore):
                 f"linformer got {n} positions, more than its max_length={self.cfg.max_length}; "
                 f"build it with max_length >= {n}"
             )
+
+
+KERNELS = KernelTable(
+    (
+        cpu_fused(
+            lambda core, *args: core._projected(*args, fused=True),
+            "PyTorch's fused CPU attention over the projected keys; backward a segment at a time",
+        ),
+        materialised(
+            lambda core, *args: core._projected(*args, fused=False),
+            "projections and SDPA with autograd: a few launches",
+        ),
+    ),
+    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("math",)},
+)
+LinformerAttention.kernels = KERNELS

@@ -21,17 +21,30 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import AttentionCore, MaskMod, check_dropout, check_semantics, mask_value
-from .kernels.chunked import (
-    Windows,
-    check_chunking,
-    math_attention,
-    padded_length,
-    resolve_kernel,
+from .base import PATTERN_PRIORITY, AttentionCore, check_dropout, check_semantics
+from .decode import (
+    CACHED,
+    CACHED_HF,
+    DecodeState,
+    KVCache,
+    StateShape,
+    WindowState,
+    append,
+    kv_cache,
+    kv_cache_bytes,
+    softmax_attention,
+    window_append,
+    window_state,
+    window_state_bytes,
+    window_step,
 )
-from .kernels.circular import CircularPlan, circular_math, empty_rows, window_means
+from .kernels.chunked import Windows, check_chunking, cpu_fused, math_attention, padded_length
 from .kernels.dense import allowed_mask, dense_attention
-from .kernels.local_fused import (
+from .kernels.dispatch import Call, KernelTable, materialised
+from .kernels.flex import chunk_window_tiles
+from .kernels.masks import MaskMod, mask_value
+from .kernels.patterns.flex_pattern import FLEX
+from .kernels.patterns.local_fused import (
     LocalFlash,
     LocalMasks,
     flat,
@@ -39,7 +52,14 @@ from .kernels.local_fused import (
     local_windows,
     unflat,
 )
-from .kernels.lsh_fused import RoundsFlash
+from .kernels.rounds.circular import (
+    CircularPlan,
+    circular_math,
+    consecutive_reason,
+    empty_rows,
+    window_means,
+)
+from .kernels.rounds.lsh_fused import RoundsFlash
 from .spec import Capabilities, register_attention
 
 
@@ -75,14 +95,13 @@ class LocalConfig:
     num_chunks_after: int = 0  # following chunks each query also sees (exact: none when causal)
     semantics: str = "exact"  # exact, or hf (transformers' LocalSelfAttention, windows wrap)
     dropout: float = 0.0  # attention-probability dropout, in training mode only
-    kernel: str = "auto"  # auto (flash on cpu/meta, else math), flash, math; dropout runs math
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex (exact semantics)
 
     def __post_init__(self) -> None:
-        check_chunking(
-            "local", self.chunk_length, self.num_chunks_before, self.num_chunks_after, self.kernel
-        )
+        check_chunking("local", self.chunk_length, self.num_chunks_before, self.num_chunks_after)
         check_semantics("local", self.semantics)
         check_dropout("local", self.dropout)
+        KERNELS.check_option("local", self.kernel)
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """HF semantics: wrapped windows may hold a key twice, so no (n, n) mask describes them."""
@@ -105,17 +124,27 @@ class LocalAttention(AttentionCore):
         cfg = self.cfg
         if cfg.semantics != "exact":
             return None
-        c, causal = cfg.chunk_length, self.causal
+        c, before, causal = cfg.chunk_length, cfg.num_chunks_before, self.causal
         after = 0 if causal else cfg.num_chunks_after
 
         def mod(i: Tensor, j: Tensor) -> Tensor:
             qc, kc = i // c, j // c
-            seen = (kc >= qc - cfg.num_chunks_before) & (kc <= qc + after)
+            seen = (kc >= qc - before) & (kc <= qc + after)
             return seen & (j <= i) if causal else seen
 
         return mod
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def key_tiles(self, n: int, device: torch.device) -> Tensor:
+        """A query tile's keys: its chunks' windows."""
+        cfg = self.cfg
+        return chunk_window_tiles(
+            n, cfg.chunk_length, cfg.num_chunks_before, cfg.num_chunks_after, self.causal, device
+        )
+
+    def _chunked(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
+    ) -> Tensor:
+        """The chunked kernels: PyTorch's fused CPU op (fused) or materialised blocks."""
         b, h, n, d = q.shape
         cfg = self.cfg
         dropout = self.dropout_p
@@ -131,13 +160,13 @@ class LocalAttention(AttentionCore):
             chunks = padded_length(n, cfg.chunk_length) // cfg.chunk_length
             exact = self.causal and cfg.num_chunks_after == 0 and key_padding_mask is None
             if not (exact and cfg.num_chunks_before < chunks):
-                return self._attend_wrapped(q, k, v, key_padding_mask, dropout)
+                return self._attend_wrapped(q, k, v, key_padding_mask, dropout, fused)
         after = 0 if self.causal else cfg.num_chunks_after  # later chunks are all in the future
         win, masks = chunk_windows(
             q, cfg.chunk_length, cfg.num_chunks_before, after, self.causal, key_padding_mask
         )
         scale = 1 / math.sqrt(d)
-        if resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout:
+        if fused:
             return LocalFlash.apply(q, k, v, win, masks, scale, key_padding_mask is not None)
         npad = win.length // b
         q4 = win.to_blocks(flat(q, npad))
@@ -145,12 +174,18 @@ class LocalAttention(AttentionCore):
         k_long = torch.nn.functional.pad(flat(k, npad), pad)
         v_long = torch.nn.functional.pad(flat(v, npad), pad)
         out4, lse = math_attention(q4, k_long, v_long, win, masks, scale, dropout)
-        if key_padding_mask is not None:  # as the flash path: no real key to see -> zeros
+        if key_padding_mask is not None:  # as the fused path: no real key to see -> zeros
             out4 = out4 * (lse > mask_value(q.dtype) / 2).unsqueeze(-1)
         return unflat(out4.transpose(1, 2).reshape(win.length, h, d), b, n)
 
     def _attend_wrapped(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, dropout: float
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        dropout: float,
+        fused: bool,
     ) -> Tensor:
         """HF semantics: windows wrapping around the sequence, as one round of circular chunks."""
         b, h, n, d = q.shape
@@ -173,11 +208,92 @@ class LocalAttention(AttentionCore):
             key_eps=None,
             self_partial=False,
         )
-        flash = resolve_kernel(cfg.kernel, q.device, q.dtype) == "flash" and not dropout
-        if flash and plan.consecutive:  # else HF's clamped offsets: materialised
+        if fused:  # consecutive windows (the pick rule checked)
             out = RoundsFlash.apply(q, None if k is q else k, v, plan)
             if key_padding_mask is not None:  # HF: a query with no allowed key averages its window
                 out = torch.where(empty_rows(plan), window_means(v, plan), out)
         else:
             out = circular_math(q, k, v, plan, dropout=dropout)
         return out[:, :, :n]
+
+    # ---- decoding: exact, a ring of the window; hf, a KV cache read as transformers does -----
+
+    @staticmethod
+    def decoding(cfg: LocalConfig) -> str:
+        return CACHED_HF if cfg.semantics == "hf" else CACHED
+
+    def window_size(self) -> int:
+        """Earlier positions a query may see: the rest of its chunk and `before` chunks back."""
+        c = self.cfg.chunk_length
+        return self.cfg.num_chunks_before * c + c - 1
+
+    def init_state(self, shape: StateShape) -> DecodeState:
+        """Exact: a ring of window_size() positions (bounded); hf: every position, as HF caches
+        every hidden state."""
+        if self.cfg.semantics == "hf":
+            return kv_cache(shape)
+        return window_state(shape, size=self.window_size())
+
+    def state_bytes(self, shape: StateShape) -> int:
+        if self.cfg.semantics == "hf":
+            return kv_cache_bytes(shape)
+        return window_state_bytes(shape, size=self.window_size())
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: DecodeState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, DecodeState]:
+        """New tokens against the window (see attention/decode.py); the prefill is the forward."""
+        scale = 1 / math.sqrt(q.shape[-1])
+        if isinstance(state, WindowState):
+            if state.length == 0:
+                out = self.attend(q, k, v, key_padding_mask)
+                return out, window_append(state, k, v, key_padding_mask)
+            mod = self.mask_mod(state.length + q.shape[2], q.device)
+            return window_step(q, k, v, state, key_padding_mask, mod, scale=scale)
+        return self._step_hf(q, k, v, state, key_padding_mask, scale)
+
+    def _step_hf(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: KVCache,
+        key_padding_mask: Tensor | None,
+        scale: float,
+    ) -> tuple[Tensor, KVCache]:
+        """HF's LocalSelfAttention with a cache: the token at p sees the cached states from
+        ((p // chunk) - before) * chunk on, where a negative start counts from the end (its
+        slice `past[start:]`), no mask; keys already padded stay masked here."""
+        start, t = state.length, q.shape[2]
+        state = append(state, k, v, key_padding_mask)
+        if start == 0:
+            return self.attend(q, k, v, key_padding_mask), state
+        c, before = self.cfg.chunk_length, self.cfg.num_chunks_before
+        p = torch.arange(start, start + t, device=q.device)[:, None]
+        first = (p // c - before) * c
+        first = torch.where(first >= 0, first, (p + first).clamp(min=0))
+        j = torch.arange(state.length, device=q.device)[None, :]
+        allowed = ((j >= first) & (j <= p))[None, None] & state.real_keys()[:, None, None, :]
+        return softmax_attention(q, state.keys(), state.values(), allowed, scale=scale), state
+
+
+def _consecutive(core: LocalAttention, call: Call) -> str | None:
+    return consecutive_reason(core.cfg, call.length)
+
+
+KERNELS = KernelTable(
+    (
+        cpu_fused(
+            lambda core, *args: core._chunked(*args, fused=True),
+            "PyTorch's fused CPU attention over chunk windows; backward from the log-sum-exp",
+            (_consecutive,),
+        ),
+        materialised(
+            lambda core, *args: core._chunked(*args, fused=False),
+            "materialised chunk windows with autograd",
+        ),
+        FLEX,
+    ),
+    PATTERN_PRIORITY,
+)
+LocalAttention.kernels = KERNELS

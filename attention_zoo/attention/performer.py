@@ -18,8 +18,11 @@ from torch import Tensor
 
 from ..errors import OptionError
 from .base import AttentionCore
+from .decode import StateShape, SumsState, sums_add, sums_state, sums_state_bytes, sums_step
 from .kernels.chunked import check_int
-from .kernels.linear_scan import FAVOR, compute_dtype, kernel_attention
+from .kernels.sums.plain import FAVOR, KernelSums, compute_dtype
+from .kernels.sums.scan import _Features
+from .kernels.sums.table import SUMS_KERNELS
 from .spec import Capabilities, register_attention
 
 
@@ -33,10 +36,12 @@ class PerformerConfig:
     # causal: positions per chunk of the prefix sums; 128 (not linear's 64): with m = 4d features
     # the (n/c, m, d) chunk states and the c x c scores balance near c = sqrt(m d)
     chunk_length: int = 128
+    kernel: str = "auto"  # auto (the pick rule), scan, math, fla (CUDA, causal)
 
     def __post_init__(self) -> None:
         check_int("nb_features", self.nb_features, minimum=1, backend="performer")
         check_int("chunk_length", self.chunk_length, minimum=1, backend="performer")
+        SUMS_KERNELS.check_option("performer", self.kernel)
         if self.seed is not None:
             check_int("seed", self.seed, minimum=0, backend="performer")
         if not isinstance(self.redraw, bool):
@@ -99,6 +104,8 @@ def orthogonal_features(
 class PerformerAttention(AttentionCore):
     """FAVOR+ attention with positive orthogonal random features; O(n * nb_features) memory."""
 
+    kernels = SUMS_KERNELS
+
     features: Tensor
 
     def __init__(self, cfg: PerformerConfig, *, causal: bool = False) -> None:
@@ -123,19 +130,42 @@ class PerformerAttention(AttentionCore):
             self.features = torch.empty_like(saved, device=self.features.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def sums_for(self, q: Tensor) -> KernelSums:
+        """What a call on q computes: FAVOR+ on the features for its head size."""
         d = q.shape[-1]
         wide = compute_dtype(q.dtype)
-        out = kernel_attention(
-            q,
-            k,
-            v,
-            feature_map=FAVOR,
+        return KernelSums(
+            FAVOR,
+            self.causal,
+            self.cfg.chunk_length,
+            torch.finfo(wide).tiny,  # only guards 0/0 (every visible key padding)
             proj=self._features(d, q.device),
             scale=d**-0.25,  # q.k / sqrt(d) = (q d^-1/4) . (k d^-1/4)
-            causal=self.causal,
-            chunk=self.cfg.chunk_length,
-            eps=torch.finfo(wide).tiny,  # only guards 0/0 (every visible key padding)
-            key_padding_mask=key_padding_mask,
         )
-        return out.to(q.dtype)
+
+    def feature_dim(self, head_dim: int) -> int:
+        return self.cfg.nb_features
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        impl = self.kernel_for(q, key_padding_mask)
+        return impl.run(self, q, k, v, key_padding_mask).to(q.dtype)
+
+    # ---- decoding: the running sums S, z over nb_features (constant size) --------------------
+
+    def init_state(self, shape: StateShape) -> SumsState:
+        """S and z over the positions seen: nb_features per head."""
+        return sums_state(shape, features=self.cfg.nb_features)
+
+    def state_bytes(self, shape: StateShape) -> int:
+        return sums_state_bytes(shape, features=self.cfg.nb_features)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: SumsState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, SumsState]:
+        """New tokens against the sums, the forward's features (see attention/decode.py)."""
+        d, wide = q.shape[-1], compute_dtype(q.dtype)
+        proj = self._features(d, q.device).to(wide)
+        feats = _Features(FAVOR, proj, d**-0.25, key_padding_mask, wide)
+        if state.length == 0:
+            return self.attend(q, k, v, key_padding_mask), sums_add(state, k, v, feats)
+        return sums_step(q, k, v, state, feats, eps=torch.finfo(wide).tiny)

@@ -2,62 +2,153 @@
 
 from __future__ import annotations
 
+import functools
+from contextlib import nullcontext
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..errors import OptionError
 from .base import AttentionCore, check_dropout
+from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
 from .kernels.dense import allowed_mask
+from .kernels.dispatch import Call, Check, Implementation, KernelTable
 from .spec import Capabilities, register_attention
 
-KERNELS = {
-    "auto": None,
-    "math": SDPBackend.MATH,
+BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
 }
+NAMES = {backend: name for name, backend in BACKENDS.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
 class SDPAConfig:
     """Options of the SDPA backend."""
 
-    kernel: str = "auto"  # force one SDPA kernel: auto, math, flash, efficient, cudnn
+    kernel: str = "auto"  # auto (PyTorch's own choice), or force one: flash, efficient, cudnn, math
     dropout: float = 0.0  # attention-probability dropout (SDPA's dropout_p), in training only
 
     def __post_init__(self) -> None:
         check_dropout("sdpa", self.dropout)
-        if self.kernel not in KERNELS:
-            raise OptionError(f"sdpa kernel {self.kernel!r} is not one of: {', '.join(KERNELS)}")
+        KERNELS.check_option("sdpa", self.kernel)
 
 
 @register_attention("sdpa", config=SDPAConfig, caps=Capabilities())
 class SDPAAttention(AttentionCore):
     """Full attention via F.scaled_dot_product_attention; PyTorch picks or is told the kernel."""
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        if key_padding_mask is None:
-            return self._sdpa(q, k, v, mask=None, is_causal=self.causal)
-        # SDPA takes either is_causal or a mask: fold causality into the mask.
-        mask = allowed_mask(
-            q.shape[-2], causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-        )
-        return self._sdpa(q, k, v, mask=mask, is_causal=False)
-
     def _sdpa(
-        self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, is_causal: bool
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        backend: SDPBackend | None,
     ) -> Tensor:
-        kernel = KERNELS[self.cfg.kernel]
-        p = self.dropout_p
-        if kernel is None:
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal
+        mask, causal = None, self.causal
+        if key_padding_mask is not None:  # SDPA takes is_causal or a mask: causality goes in it
+            mask = allowed_mask(
+                q.shape[-2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
             )
-        with sdpa_kernel([kernel]):
+            causal = False
+        context = sdpa_kernel([backend]) if backend is not None else nullcontext()
+        with context:
             return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal
+                q, k, v, attn_mask=mask, dropout_p=self.dropout_p, is_causal=causal
             )
+
+    # ---- decoding: a KV cache ----------------------------------------------------------------
+
+    init_state = staticmethod(kv_cache)
+    state_bytes = staticmethod(kv_cache_bytes)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, KVCache]:
+        """New tokens against every cached key, through SDPA (see attention/decode.py); the
+        prefill is the forward (is_causal: never a (t, n) mask)."""
+        return kv_step(self, q, k, v, state, key_padding_mask, sdpa_attention)
+
+
+def _run(
+    core: SDPAAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    name: str,
+) -> Tensor:
+    """Named: that kernel only; auto: PyTorch's dispatch as is (it also sees the mask)."""
+    backend = BACKENDS[name] if core.requested_kernel == name else None
+    return core._sdpa(q, k, v, key_padding_mask, backend)
+
+
+def _visible(device: str) -> bool:
+    return device != "cuda" or torch.cuda.is_available()
+
+
+def _probe(core: SDPAAttention, call: Call) -> tuple[Tensor, Tensor | None, bool]:
+    """Small inputs like the call's, as PyTorch's SDPA dispatch sees them: queries, the mask a
+    key padding makes (causality then goes into it), is_causal."""
+    n = min(call.length, 128)
+    x = torch.empty(1, 1, n, call.head_dim, dtype=call.dtype, device=call.device)
+    if not call.masked:
+        return x, None, core.causal
+    return x, torch.ones(1, 1, n, n, dtype=torch.bool, device=call.device), False
+
+
+def _undecidable(call: Call) -> bool:
+    """No dispatch to ask: shapes only, a device that is not there, or inside torch.compile
+    (its tracing takes no integer answer from PyTorch's dispatch)."""
+    return call.fake or not _visible(call.device) or torch.compiler.is_compiling()
+
+
+def _pytorch_reason(name: str) -> Check:
+    def check(core: SDPAAttention, call: Call) -> str | None:
+        """PyTorch's own reason why this SDPA kernel cannot run the call."""
+        if not _visible(call.device) and not call.fake:
+            return "no CUDA device is visible to ask PyTorch's SDPA dispatch"
+        if _undecidable(call):
+            return None
+        x, mask, causal = _probe(core, call)
+        try:
+            with sdpa_kernel([BACKENDS[name]]):
+                torch._fused_sdp_choice(x, x, x, mask, float(call.dropout), causal)
+        except RuntimeError as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            return "PyTorch says: " + (lines[0] if lines else type(exc).__name__)
+        return None
+
+    return check
+
+
+def _pytorch_choice(core: SDPAAttention, call: Call) -> str:
+    """The kernel PyTorch's SDPA dispatch picks for the call; where it cannot be asked, "math"
+    stands in (auto runs PyTorch's dispatch unforced whatever the name)."""
+    if _undecidable(call):
+        return "math"
+    x, mask, causal = _probe(core, call)
+    choice = torch._fused_sdp_choice(x, x, x, mask, float(call.dropout), causal)
+    return NAMES.get(SDPBackend(choice), "math")
+
+
+KERNELS = KernelTable(
+    tuple(
+        Implementation(
+            name=name,
+            summary=f"PyTorch's SDPA, its {name} kernel",
+            run=functools.partial(_run, name=name),
+            dropout=True,
+            checks=() if name == "math" else (_pytorch_reason(name),),
+        )
+        for name in BACKENDS
+    ),
+    {},
+    choose=_pytorch_choice,
+)
+SDPAAttention.kernels = KERNELS

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
-from .base import AttentionCore, check_dropout
+from .base import AttentionCore, check_dropout, mask_value, self_mask_value
+from .decode import KVCache, append, causal_allowed, kv_cache, kv_cache_bytes
 from .kernels.dense import allowed_mask, dense_attention, unit_keys
+from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
 
 
@@ -20,16 +23,18 @@ class SharedQKConfig:
     """Options of shared-QK full attention."""
 
     dropout: float = 0.0  # attention-probability dropout, in training mode only
+    kernel: str = "auto"  # auto or math: one implementation
 
     def __post_init__(self) -> None:
         check_dropout("shared-qk", self.dropout)
+        KERNELS.check_option("shared-qk", self.kernel)
 
 
 @register_attention("shared-qk", config=SharedQKConfig, caps=Capabilities(shared_qk=True))
 class SharedQKAttention(AttentionCore):
     """Full attention on shared QK: scores q_i . k_j/|k_j|, self masked unless alone. O(n^2)."""
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def _dense(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         n = q.shape[-2]
         allowed = allowed_mask(
             n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
@@ -37,3 +42,32 @@ class SharedQKAttention(AttentionCore):
         return dense_attention(
             q, unit_keys(k), v, allowed, scale=1.0, penalise_self=True, dropout=self.dropout_p
         )
+
+    # ---- decoding: a KV cache of unit keys ---------------------------------------------------
+
+    init_state = staticmethod(kv_cache)
+    state_bytes = staticmethod(kv_cache_bytes)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, KVCache]:
+        """New tokens against every cached unit key, self penalised (see attention/decode.py)."""
+        start, t = state.length, q.shape[2]
+        state = append(state, unit_keys(k), v, key_padding_mask)
+        if start == 0:
+            return self.attend(q, k, v, key_padding_mask), state
+        scores = torch.matmul(q, state.keys().transpose(-1, -2))  # (b, h, t, n)
+        allowed = causal_allowed(state, t)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
+        positions = torch.arange(state.length, device=q.device)
+        own = positions[None, :] == (start + torch.arange(t, device=q.device))[:, None]
+        scores = scores.masked_fill(own, self_mask_value(scores.dtype))
+        return torch.matmul(torch.softmax(scores, dim=-1), state.values()), state
+
+
+KERNELS = KernelTable(
+    (materialised(SharedQKAttention._dense, "materialised n x n scores with autograd"),),
+    {"cpu": ("math",), "meta": ("math",), "cuda": ("math",)},
+)
+SharedQKAttention.kernels = KERNELS

@@ -10,9 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..declarative import check_keys, field_names
-from ..errors import OptionError, UnavailableError
+from ..declarative import check_keys, check_types, field_names
+from ..errors import OptionError, UnavailableError, ZooError
 from ..registry import Registry, origin_of
+from .kernels.dispatch import Call
 
 ALL_DTYPES = frozenset({"float32", "float64", "bfloat16", "float16"})
 ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})
@@ -99,14 +100,11 @@ class BackendSpec:
         return out
 
     def make_config(self, **options: Any) -> Any:
-        check_keys(
-            options,
-            field_names(self.config),
-            where=f"backend {self.name!r}",
-            noun="option",
-            error=OptionError,
-        )
-        return self.config(**options)
+        where = f"backend {self.name!r}"
+        check_keys(options, field_names(self.config), where=where, noun="option", error=OptionError)
+        cfg = self.config(**options)  # its own checks first: they say what would work
+        check_types(self.config, options, where=where, noun="option", error=OptionError)
+        return cfg
 
     def unavailable_reason(self, device: str | torch.device = "cpu") -> str | None:
         """None when the backend can run on `device`, else why not."""
@@ -142,7 +140,37 @@ class BackendSpec:
             "device": device,
             "available": reason is None,
             "reason": reason,
+            "kernels": self.kernels_on(device),
         }
+
+    def kernels_on(self, device: str) -> list[dict[str, Any]]:
+        """Each implementation with its default options on `device` (CUDA: bfloat16, else float32;
+        4 heads of 64, 4,096 tokens, causal where it can be): its summary, why it cannot run
+        there (None: it can) and whether auto picks it."""
+        table = getattr(self.cls, "kernels", None)
+        if table is None:
+            return []
+        device = torch.device(device).type
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        try:
+            with torch.device("meta"):
+                core = self.cls(self.make_config(), causal=self.caps.causal)
+        except (ZooError, TypeError):  # no defaults to build it with (a plugin's required option)
+            return []
+        call = Call(device, dtype, 4096, 64)
+        try:
+            auto = core.pick(call).name
+        except ZooError:
+            auto = None
+        return [
+            {
+                "name": impl.name,
+                "summary": impl.summary,
+                "reason": "; ".join(impl.reasons(core, call)) or None,
+                "auto": impl.name == auto,
+            }
+            for impl in table.implementations
+        ]
 
 
 def _jsonable(value: Any) -> Any:
@@ -217,7 +245,12 @@ def build_attention(
         raise OptionError(causal_error(name))
     if not causal and not spec.caps.non_causal:
         raise OptionError(f"backend {name!r} only runs causally; pass causal=True")
-    return spec.cls(spec.make_config(**options), causal=causal)
+    cfg = spec.make_config(**options)
+    kernels = getattr(spec.cls, "kernels", None)  # a table of its own: the kernel must name it
+    if kernels is not None and hasattr(cfg, "kernel") and "attend" not in kernels.by_name:
+        kernels.check_option(name, cfg.kernel)
+    # Built on the CPU, then moved: a seed gives the same initial values on every device.
+    return spec.cls(cfg, causal=causal).to(device)
 
 
 def backends_where(keep: Callable[[BackendSpec], bool]) -> list[str]:

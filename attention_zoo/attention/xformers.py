@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import AttentionCore, check_dropout, mask_value
+from .base import AttentionCore, check_dropout
+from .kernels.dispatch import Implementation, KernelTable
+from .kernels.masks import mask_value
 from .spec import Capabilities, register_attention
 
 
@@ -53,9 +55,11 @@ class XFormersConfig:
     """Options of the xformers backend."""
 
     dropout: float = 0.0  # attention-probability dropout (xformers' p), in training mode only
+    kernel: str = "auto"  # auto or memory-efficient: one implementation
 
     def __post_init__(self) -> None:
         check_dropout("xformers", self.dropout)
+        KERNELS.check_option("xformers", self.kernel)
 
 
 @register_attention(
@@ -69,7 +73,7 @@ class XFormersConfig:
 class XFormersAttention(AttentionCore):
     """Full attention via xformers' memory-efficient CUDA kernel; scores never materialised."""
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    def _xformers(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         import xformers.ops as xops
 
         # xformers wants (b, n, h, d).
@@ -85,3 +89,19 @@ class XFormersAttention(AttentionCore):
             bias = dense
         out = xops.memory_efficient_attention(q, k, v, attn_bias=bias, p=self.dropout_p)
         return out.transpose(1, 2)
+
+
+KERNELS = KernelTable(
+    (
+        Implementation(
+            name="memory-efficient",
+            summary="xformers.ops.memory_efficient_attention (its CUDA kernels)",
+            run=XFormersAttention._xformers,
+            devices=frozenset({"cuda"}),
+            dropout=True,
+            fake=False,
+        ),
+    ),
+    {"cuda": ("memory-efficient",)},
+)
+XFormersAttention.kernels = KERNELS

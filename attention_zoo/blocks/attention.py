@@ -9,6 +9,7 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..attention import decode
 from ..attention.base import BlockWeights, check_key_padding_mask
 from ..attention.spec import build_attention, get_backend
 from ..declarative import field_names
@@ -87,18 +88,47 @@ class SelfAttention(nn.Module):
             )
             if folded is not None:
                 return folded
+        q, k, v = self.project(x)
+        out = self.core(q, k, v, key_padding_mask=key_padding_mask)
+        return self.out_proj(rearrange(out, "b h n d -> b n (h d)"))
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (b, h, n, d) of x (b, n, hidden); k is q under shared QK."""
+        weights = self.in_proj.weight.split(self.num_heads * self.head_size)
         # One matmul per part (slices of the fused weight): each part's gradient then flows to its
         # own matmul, with no stacked (3, b, n, inner) gradient copy in backward.
         parts = [
             rearrange(F.linear(x, w), "b n (h d) -> b h n d", h=self.num_heads) for w in weights
         ]
         if self.shared_qk:
-            q = k = parts[0]
-            v = parts[1]
-        else:
-            q, k, v = parts
-        out = self.core(q, k, v, key_padding_mask=key_padding_mask)
-        return self.out_proj(rearrange(out, "b h n d -> b n (h d)"))
+            return parts[0], parts[0], parts[1]
+        q, k, v = parts
+        return q, k, v
+
+    # ---- decoding (attention/decode.py) ---------------------------------------------------------
+
+    def init_state(
+        self,
+        batch: int,
+        max_length: int,
+        *,
+        dtype: torch.dtype | None = None,
+        recompute: bool = False,
+    ) -> decode.DecodeState:
+        """An empty decoding state of the core for `batch` sequences of up to max_length
+        positions, in the projections' dtype and device unless `dtype` is given."""
+        weight = self.in_proj.weight
+        shape = decode.StateShape(
+            batch, self.num_heads, self.head_size, max_length, dtype or weight.dtype, weight.device
+        )
+        return decode.init_state(self.core, shape, recompute=recompute)
+
+    def step(
+        self, x: Tensor, state: decode.DecodeState, key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, decode.DecodeState]:
+        """(b, t, hidden) new positions -> their outputs (b, t, hidden) and the state after them."""
+        out, state = decode.step(self.core, *self.project(x), state, key_padding_mask)
+        return self.out_proj(rearrange(out, "b h n d -> b n (h d)")), state
 
 
 def _autocasting(x: Tensor) -> bool:

@@ -39,10 +39,11 @@ class TablePositionEmbedding(nn.Module):
         self.dropout = dropout
         nn.init.normal_(self.weight, std=init_std)
 
-    def forward(self, n: int, batch: int = 1) -> Tensor:
-        """Embeddings of positions 0..n-1: (1, n, hidden), or (batch, n, hidden) under dropout."""
-        check_length(n, self.max_positions)
-        table = self.weight[:n].unsqueeze(0)
+    def forward(self, n: int, batch: int = 1, *, start: int = 0) -> Tensor:
+        """Embeddings of positions start..start+n-1: (1, n, hidden), or (batch, n, hidden) under
+        dropout."""
+        check_length(start + n, self.max_positions)
+        table = self.weight[start : start + n].unsqueeze(0)
         if not (self.training and self.dropout > 0):
             return table
         return F.dropout(table.expand(batch, -1, -1), self.dropout, training=True)
@@ -82,21 +83,21 @@ class AxialPositionEmbedding(nn.Module):
         # Stride of axis k in the row-major grid: n2 * ... * nK, ..., nK, 1.
         self._strides = tuple(math.prod(shape[k + 1 :]) for k in range(axes))
 
-    def digits(self, n: int, axis: int) -> Tensor:
-        """Index along `axis` of positions 0..n-1: (n,) long."""
-        j = torch.arange(n, device=self.weights[0].device)
+    def digits(self, n: int, axis: int, start: int = 0) -> Tensor:
+        """Index along `axis` of positions start..start+n-1: (n,) long."""
+        j = torch.arange(start, start + n, device=self.weights[0].device)
         return (j // self._strides[axis]) % self.shape[axis]
 
-    def forward(self, n: int, batch: int = 1) -> Tensor:
-        """Embeddings of positions 0..n-1: (1, n, d), or (batch, n, d) under dropout."""
-        if not 1 <= n <= self.max_positions:
+    def forward(self, n: int, batch: int = 1, *, start: int = 0) -> Tensor:
+        """Embeddings of positions start..start+n-1: (1, n, d), or (batch, n, d) under dropout."""
+        if not 1 <= start + n <= self.max_positions:
             raise ShapeError(
-                f"sequence length {n} is outside 1..{self.max_positions}, the axial_pos_shape "
-                f"{self.shape} product; use at most {self.max_positions} positions or a larger "
-                "axial_pos_shape"
+                f"sequence length {start + n} is outside 1..{self.max_positions}, the "
+                f"axial_pos_shape {self.shape} product; use at most {self.max_positions} "
+                "positions or a larger axial_pos_shape"
             )
         parts = [
-            w.reshape(n_k, d_k)[self.digits(n, k)]
+            w.reshape(n_k, d_k)[self.digits(n, k, start)]
             for k, (w, n_k, d_k) in enumerate(zip(self.weights, self.shape, self.dims))
         ]
         table = torch.cat(parts, dim=-1).unsqueeze(0)
@@ -105,7 +106,7 @@ class AxialPositionEmbedding(nn.Module):
         # HF drops whole columns of the (n1, n2) grid: one keep/drop draw per (batch, j % n2).
         axis = 1 if len(self.shape) > 1 else 0
         keep = table.new_empty(batch, self.shape[axis]).bernoulli_(1 - self.dropout)
-        keep = keep.div_(1 - self.dropout)[:, self.digits(n, axis)]
+        keep = keep.div_(1 - self.dropout)[:, self.digits(n, axis, start)]
         return table * keep.unsqueeze(-1)
 
     def extra_repr(self) -> str:

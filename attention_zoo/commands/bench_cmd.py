@@ -10,15 +10,15 @@ from typing import Any
 
 import torch
 
-from ..engine import RunInterrupted
+from ..engine import RunInterrupted, continued_run
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
-from ..measure.cases import DTYPES, MODES
+from ..measure.cases import DECODERS, DTYPES, MODES, BenchCase
 from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.limits import auto_memory_limit
 from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
-from ..measure.peers import PEERS
+from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
@@ -26,7 +26,8 @@ from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE, open_store
-from ..sweep import AUTO, SweepGrid, run_sweep
+from ..sweep import AUTO, BenchPlan, SweepGrid, run_sweep
+from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
@@ -45,6 +46,10 @@ EXAMPLE = """examples:
   zoo bench --backends full,sdpa,lsh --lengths 1024,4096 --modes forward,forward+backward \\
             --option lsh.num_hashes=1,4 --threads 2
       a grid from flags; a comma list in --option is an axis (here num_hashes 1 and 4)
+  zoo bench --target attention --backends sdpa,local,linear --lengths 1024,4096,16384 \\
+            --modes prefill,decode --new-tokens 64 --decoders own,recompute --threads 2
+      generation: prefill time, time per generated token and decoding state bytes per context
+      length, each backend's own decoding beside recomputing the prefix every token
   zoo bench --preset standard --lengths 8192 --isolate --memory-limit 8GiB
       a preset with one axis overridden, each case in its own process under an 8 GiB limit
   zoo bench --preset standard --resume
@@ -97,7 +102,24 @@ def add_grid_arguments(p: argparse.ArgumentParser) -> None:
         "--lengths", type=integers(1), help="comma list of sequence lengths, e.g. 1024,4096"
     )
     g.add_argument("--batch", type=integers(1), help="comma list of batch sizes")
-    g.add_argument("--modes", type=choices(MODES, "mode"), help=f"comma list of {', '.join(MODES)}")
+    g.add_argument(
+        "--modes",
+        type=choices(MODES, "mode"),
+        help=f"comma list of {', '.join(MODES)}; prefill and decode measure the attention "
+        "core's decoding state (target attention, causal)",
+    )
+    g.add_argument(
+        "--new-tokens",
+        type=integer(1),
+        help="prefill/decode: tokens generated after each --lengths prompt (default 64); decode "
+        "times one token, the median over them",
+    )
+    g.add_argument(
+        "--decoders",
+        type=choices(DECODERS, "decoder"),
+        help="prefill/decode: own (the backend's decoding state, default), recompute (the "
+        "whole prefix again every token), or both",
+    )
     g.add_argument(
         "--dtypes", type=choices(DTYPES, "dtype"), help=f"comma list of {', '.join(DTYPES)}"
     )
@@ -142,6 +164,8 @@ def grid_from_args(
         ("heads", "num_heads"),
         ("head_dim", "head_dim"),
         ("hidden", "hidden"),
+        ("new_tokens", "new_tokens"),
+        ("decoders", "decoders"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -158,6 +182,25 @@ def grid_from_args(
             device, flag="--devices", present=devices_present, allow=("cpu", "cuda", "auto")
         )
     return grid, preset
+
+
+def check_options_used(args: argparse.Namespace, cases: list[BenchCase]) -> None:
+    """Each --option must change a measured case: one for a backend not measured (or not taking
+    options there, as a model's layers) is refused, never ignored."""
+    for text in args.option:
+        backend, name, _ = _parse_option(text)
+        takers = [
+            c
+            for c in cases
+            if c.backend == backend
+            or (is_peer(c.backend) and get_peer(c.backend).mirrors == backend)
+        ]
+        if not any(name in c.options for c in takers):
+            measured = ", ".join(sorted({c.backend for c in cases})) or "none"
+            raise UsageError(
+                f"--option {text} would change nothing: no case measured here runs {backend} "
+                f"with options (backends: {measured}); add {backend} to --backends, or drop it"
+            )
 
 
 def _parse_option(text: str) -> tuple[str, str, list[Any]]:
@@ -316,6 +359,7 @@ def run(args: argparse.Namespace) -> int:
     grid, preset = grid_from_args(args, devices_present=True)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
+    check_options_used(args, cases)
     check_reference(args.reference, cases)
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)
@@ -335,6 +379,7 @@ def run(args: argparse.Namespace) -> int:
     torch_threads = settings.threads or _torch_threads()
     threads = max((busy_threads(c.device, torch_threads) for c in cases), default=torch_threads)
     with store, executor:
+        continued_run(store, BenchPlan.kind, [c.key() for c in cases], policy)  # refused early
         print(
             f"{len(cases)} cases -> {store.path}; threads={settings.threads or 'torch default'}, "
             f"memory limit {_describe_limit(limit)}; executor {where}",
@@ -351,11 +396,15 @@ def run(args: argparse.Namespace) -> int:
                 run_id=policy.run_id,
                 resume=policy.resume,
                 force=policy.force,
+                resume_required=policy.resume_required,
                 isolate=args.isolate,
                 memory_limit_bytes=limit,
                 timeout_s=args.timeout,
                 progress=not args.no_progress,
-                meta={"command": " ".join(sys.argv), "preset": preset.source if preset else None},
+                meta={
+                    "command": recorded_command(args.argv),
+                    "preset": preset.source if preset else None,
+                },
                 executor=executor,
                 load_start=load_start,
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..attention.decode import decoding_of
 from ..attention.spec import BACKENDS, default_device
 from ..blocks.residual import RESIDUALS
 from ..measure.table import format_table
@@ -16,7 +17,7 @@ from .validate import check_device
 EXAMPLE = """examples:
   zoo list                 table of backends, availability on the default device
   zoo list --device cuda   availability if run on CUDA
-  zoo list --json          the backends as JSON
+  zoo list --json          the backends as JSON (each implementation: why it cannot run there)
   zoo list --import mine   with the backends, tasks and residual variants module `mine` registers
 
 The origin column says where each entry comes from: built-in, an installed plugin (entry point
@@ -47,7 +48,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     check_device(device, flag="--device", present=False, allow=("cpu", "cuda", "meta"))
-    rows = [{**spec.describe(device), "origin": BACKENDS.origin(spec.name)} for spec in BACKENDS]
+    rows = [
+        {
+            **spec.describe(device),
+            "decoding": decoding_of(spec),
+            "origin": BACKENDS.origin(spec.name),
+        }
+        for spec in BACKENDS
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -66,6 +74,13 @@ def _others(what: str, registry: Registry) -> str:
     return f"{what}: " + "; ".join(f"{', '.join(n)} ({o})" for o, n in by_origin.items())
 
 
+def _kernels(kernels: list[dict]) -> str:
+    """'cpu-fused*, math, flex-': the implementations, the one auto picks, those that cannot run."""
+    return ", ".join(
+        k["name"] + ("*" if k["auto"] else "") + ("-" if k["reason"] else "") for k in kernels
+    )
+
+
 def _flag(value: bool) -> str:
     return "yes" if value else "no"
 
@@ -76,8 +91,10 @@ def backends_table(rows: list[dict]) -> str:
         "causal",
         "shared-qk",
         "kind",
+        "decodes",
         "deterministic",
         f"available ({rows[0]['device'] if rows else ''})",
+        "kernels (* auto, - cannot run here)",
         "origin",
         "options",
     ]
@@ -92,8 +109,10 @@ def backends_table(rows: list[dict]) -> str:
                 _flag(caps["causal"]),
                 _flag(caps["shared_qk"]),
                 caps["kind"],  # full (exact), pattern (exact under a fixed mask), approximate
+                r["decoding"],  # cached, cached-hf, recompute, none (attention/decode.py)
                 _flag(caps["deterministic"]),
                 avail,
+                _kernels(r["kernels"]),
                 r["origin"],
                 options,
             ]

@@ -15,7 +15,7 @@ from ..measure.table import CASE_HEADERS, case_cells, format_table
 from ..measure.units import format_bytes
 from ..presets import builtin_presets
 from ..sweep import default_memory_limit
-from .bench_cmd import add_grid_arguments, grid_from_args
+from .bench_cmd import add_grid_arguments, check_options_used, grid_from_args
 from .validate import size
 
 EXAMPLE = """examples:
@@ -65,6 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     grid, _ = grid_from_args(args, devices_present=False)  # a CUDA case is predicted anywhere
     cases = grid.cases()
+    check_options_used(args, cases)
     budget = args.fits
     records = [_predict(case, args.check) for case in cases]
     if args.format == "json":

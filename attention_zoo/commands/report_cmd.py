@@ -13,10 +13,13 @@ from ..install import install_hint
 from ..measure.labels import DEFAULT_REFERENCE
 from ..report import build_report
 from ..report.browser import FIRST_SCREEN, chromium, screenshot
-from ..report.index import write_index
+from ..report.frame import reference_choices
+from ..report.index import check_index_target, write_index
+from ..report.output import check_report_target
 from ..report.rebuild import folder_inputs
 from ..reproduce import REPRODUCTIONS
 from ..store import DEFAULT_STORE, open_store
+from .recording import recorded_command
 from .validate import check_output_file, check_output_folder
 
 DEFAULT_OUT = "results/report"
@@ -75,9 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--reference",
-        default=DEFAULT_REFERENCE,
         help="variant the report's ratios divide by, or a peer family (hf: each variant by "
-        "Hugging Face's module of the same mechanism) (default: %(default)s)",
+        f"Hugging Face's module of the same mechanism) (default: {DEFAULT_REFERENCE})",
     )
     p.add_argument("--title", default="attention-zoo comparison", help="report title")
     p.add_argument(
@@ -91,20 +93,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _command(args: argparse.Namespace) -> str:
     """The command line that rebuilds this report (recorded in the folder and the index)."""
     if args.source:
-        parts = ["zoo report", f"--from {args.source}"]
+        words = ["report", "--from", args.source]
         if Path(args.out) != Path(args.source):
-            parts.append(f"--out {args.out}")
+            words += ["--out", args.out]
     else:
-        parts = ["zoo report", f"--store {args.store}", f"--out {args.out}"]
+        words = ["report", "--store", args.store, "--out", args.out]
     if args.run_id:
-        parts.append(f"--run-id {args.run_id}")
-    if args.reference != DEFAULT_REFERENCE:
-        parts.append(f"--reference {args.reference}")
+        words += ["--run-id", args.run_id]
+    if args.reference is not None:
+        words += ["--reference", args.reference]
     if args.index:
-        parts.append(f"--index {args.index}")
+        words += ["--index", args.index]
     if args.screenshot:
-        parts.append("--screenshot")
-    return " ".join(parts)
+        words.append("--screenshot")
+    for module in [*(args.imports or []), *(args.imports_sub or [])]:
+        words += ["--import", module]
+    return recorded_command(words)
 
 
 REPORT_MODULES = ("pandas", "seaborn", "matplotlib")  # what the report extra installs
@@ -129,13 +133,15 @@ def run(args: argparse.Namespace) -> int:
         raise UnavailableError(
             "--screenshot needs Chromium on PATH (Debian: apt-get install chromium)"
         )
+    inputs = folder_inputs(args.source) if args.source else None  # says what --from lacks
     out = args.out or args.source or DEFAULT_OUT
     args.out = str(check_output_folder(out, "--out", default=args.out is None and not args.source))
+    check_report_target(Path(args.out), f"--out {args.out}")
     if args.index:
         check_output_file(args.index, "--index")
+        check_index_target(args.index, f"--index {args.index}")
     measured_by: list[str] = []
-    if args.source:
-        inputs = folder_inputs(args.source)
+    if inputs is not None:
         df, runs, measured_by = inputs.rows, inputs.runs, inputs.measured_by
     else:
         df, runs = _from_store(args)
@@ -146,11 +152,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    reference = _reference(args, df)
     files = build_report(
         df,
         args.out,
         runs=runs,
-        reference=args.reference,
+        reference=reference,
         title=args.title,
         command=_command(args),
         measured_by=measured_by,
@@ -164,6 +171,27 @@ def run(args: argparse.Namespace) -> int:
     if args.index:
         print(f"index:  {write_index(args.index)}")
     return 0
+
+
+def _reference(args: argparse.Namespace, df: Any) -> str:
+    """The variant the ratios divide by: an explicit --reference must be among the rows (exit 2
+    otherwise); the default missing from them is said in one line (the report has no ratios)."""
+    reference = args.reference or DEFAULT_REFERENCE
+    choices = reference_choices(df)
+    if not choices or reference in choices:
+        return reference
+    where = args.source or args.store
+    if args.reference is not None:
+        raise UsageError(
+            f"--reference {reference!r}: no measured variant of that name in {where}; "
+            f"variants: {', '.join(choices)}" + did_you_mean(reference, choices)
+        )
+    print(
+        f"zoo report: note: no {reference} case in {where}, so the report shows no ratios; "
+        f"--reference picks the variant to divide by: {', '.join(choices)}",
+        file=sys.stderr,
+    )
+    return reference
 
 
 def _from_store(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:

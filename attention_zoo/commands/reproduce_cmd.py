@@ -18,6 +18,7 @@ from ..reproduce import (
 )
 from ..store import DEFAULT_STORE, open_store
 from ..tasks.driver import TaskRequest, train_task
+from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 
 DEFAULT_SCALE = "cpu"
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             policy=policy,
             progress=not args.no_progress,
-            meta={"command": " ".join(["zoo", *sys.argv[1:]])},
+            meta={"command": recorded_command(args.argv)},
             executor=executor,
             settings=args.settings,
         )

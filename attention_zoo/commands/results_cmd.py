@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import json
 import sys
@@ -12,11 +11,12 @@ from pathlib import Path
 from ..errors import UsageError, did_you_mean
 from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.table import comparison_table, format_table, group_cases
+from ..measure.throughput import DERIVED, FLOP_RATE, PEAK_SHARE, derived_rows
 from ..recover import recover
-from ..store import DEFAULT_STORE, EXPORT_COLUMNS, ResultStore, open_store, run_status
+from ..store import DEFAULT_STORE, ResultStore, open_store, run_status, write_csv
 from .validate import DeprecatedAlias, check_output_file, reject_together
 
-EXAMPLE = """examples:
+EXAMPLE = f"""examples:
   zoo results                              the latest run as a comparison table
   zoo results --runs                       every run: id, kind, version, commit, device, threads
   zoo results --format csv -o all.csv      every row of every run as CSV (one row per metric)
@@ -26,6 +26,10 @@ EXAMPLE = """examples:
 
 Each row carries run id, git commit, torch version, device name, threads and the case config
 (JSON). In Python: ResultStore(path).to_dataframe() gives the same rows as a pandas DataFrame.
+csv/json also hold, per case with a FLOP count and a median time, a {FLOP_RATE} row (flop/s: the
+counted FLOPs of one step / its median time) and, where the device's dense peak for the dtype is
+known, a {PEAK_SHARE} row (its share of that peak, named in the unit): derived as they are read,
+never stored.
 """
 
 
@@ -109,8 +113,10 @@ def run(args: argparse.Namespace) -> int:
                     f"no run {run_id!r} in {args.store}; latest runs: {known}"
                     + did_you_mean(run_id, [r["run_id"] for r in store.runs()])
                 )
-            if args.metric is not None and args.metric not in store.metric_names(run_id):
-                known = store.metric_names(run_id)
+            known = store.metric_names(run_id)
+            if {"flops", "time_median"} <= set(known):
+                known += DERIVED
+            if args.metric is not None and args.metric not in known:
                 raise UsageError(
                     f"no metric {args.metric!r} stored"
                     + (f" in run {run_id}" if run_id else "")
@@ -140,13 +146,22 @@ def _recover(store: Path, dest: str) -> int:
     return 0
 
 
+def _export_rows(store: ResultStore, run_id: str | None, metric: str | None) -> list[dict]:
+    """The stored rows (of `metric`), then the rows derived from them (measure/throughput.py)."""
+    if metric in DERIVED:
+        return [r for r in derived_rows(store.rows(run_id)) if r["metric"] == metric]
+    rows = store.rows(run_id, metric=metric)
+    return rows if metric else rows + derived_rows(rows)
+
+
 def _render(store: ResultStore, run_id: str | None, args: argparse.Namespace) -> str:
-    rows = store.rows(run_id, metric=args.metric)
+    if args.format != "table":
+        rows = _export_rows(store, run_id, args.metric)
+    else:
+        rows = store.rows(run_id)
     if args.format == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(EXPORT_COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
+        write_csv(buf, rows)
         return buf.getvalue()
     if args.format == "json":
         return json.dumps([{**r, "config": json.loads(r["config"])} for r in rows], indent=2)

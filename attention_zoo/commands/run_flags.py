@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from dataclasses import replace
 
 from ..engine import RUN_RULE, RunPolicy
 
@@ -42,6 +43,9 @@ def run_rule_text() -> str:
 
 def policy_from_args(args: argparse.Namespace, *, default: RunPolicy | None = None) -> RunPolicy:
     """The run policy the flags ask for (none given: `default`, else RunPolicy()); conflicting
-    flags are a one-line UsageError."""
+    flags are a one-line UsageError. --resume where the command does not resume by default
+    requires a run to continue (engine.run_plan refuses to start a new one in its name)."""
     policy = RunPolicy(run_id=args.run_id, resume=args.resume, force=args.force)
-    return default if default is not None and policy == RunPolicy() else policy
+    if default is not None and policy == RunPolicy():
+        return default
+    return replace(policy, resume_required=args.resume and default is None)

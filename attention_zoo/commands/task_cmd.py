@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from collections import defaultdict
 
 import torch
@@ -19,6 +18,7 @@ from ..tasks.base import TASKS, tabulation_of
 from ..tasks.driver import TaskRequest, train_task
 from ..tasks.suite import TaskPreset, find_suite, load_task_preset, preset_names
 from ..tasks.tabulate import build_matrix, format_matrix
+from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
@@ -201,7 +201,7 @@ def _train(args: argparse.Namespace, policy: RunPolicy) -> TaskPreset:
             executor=executor,
             policy=policy,
             progress=not args.quiet,
-            meta={"command": "zoo task", "argv": sys.argv[1:]},
+            meta={"command": recorded_command(args.argv)},
         )
 
 

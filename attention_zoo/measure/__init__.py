@@ -6,6 +6,8 @@ tracker.py  live storage bytes under a dispatch mode (cross-check on real device
             on fake ones)
 predict.py  memory and FLOPs of a case on FakeTensors: any length, any device, nothing allocated
 flops.py    FLOPs from PyTorch's flop formulas (plus the CPU flash-attention kernels)
+throughput.py  FLOP rate achieved and its share of the device's dense peak (peaks.py): derived
+            where rows are read
 cases.py    BenchCase (what is measured) and building it into a runnable step
 runner.py   measure_case: one case -> status + metric rows; measure_group: compared cases timed
             round-robin; worker.py: one case in a subprocess

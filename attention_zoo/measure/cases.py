@@ -5,7 +5,11 @@ Targets: an attention core alone on (q, k, v); the `SelfAttention` block around 
 causal. Modes: `forward` (inference, no autograd graph), `forward+backward` (loss = sum of outputs,
 or the model's loss; gradients cleared after each step), `train-step` (forward+backward and an AdamW
 step). Every step leaves no gradients behind, so each call starts from the same resident state and
-repeated calls measure the same thing.
+repeated calls measure the same thing. Generation, on a causal core (attention/decode.py):
+`prefill` (the prompt of seq_len tokens into an empty decoding state, made for seq_len +
+new_tokens positions) and `decode` (one generated token against the prefilled state; after
+new_tokens of them the state goes back to the prefilled one, so every call decodes at a context
+of seq_len to seq_len + new_tokens).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..attention import decode
 from ..attention.spec import RunTarget, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..config import ReformerConfig
@@ -31,7 +36,10 @@ from ..model import ReformerForSequenceClassification, ReformerLM
 from .peers import get_peer, is_peer
 
 TARGETS = ("attention", "block", "model")
-MODES = ("forward", "forward+backward", "train-step")
+DECODE_MODES = ("prefill", "decode")  # generation: a core's decoding state (attention/decode.py)
+MODES = ("forward", "forward+backward", "train-step", *DECODE_MODES)
+# how a decode case decodes: the backend's own decoding, or the whole prefix recomputed per token
+DECODERS = ("own", "recompute")
 MODEL_CASE_LAYERS = 6  # layers of a model case whose model does not set num_hidden_layers
 DTYPES = {
     "float32": torch.float32,
@@ -59,7 +67,9 @@ class BenchCase:
     causal: bool = True
     dtype: str = "float32"
     device: str = "cpu"
-    mode: str = "forward"  # forward, forward+backward, train-step
+    mode: str = "forward"  # forward, forward+backward, train-step, prefill, decode
+    new_tokens: int = 0  # prefill/decode: tokens generated after the seq_len-token prompt
+    decoder: str = "own"  # prefill/decode: own (the backend's decoding) or recompute
     options: dict[str, Any] = field(default_factory=dict)  # backend options
     model: dict[str, Any] = field(default_factory=dict)  # ReformerConfig fields (target model)
     label: str = ""  # a short name for tables (e.g. the model preset's name); not part of the key
@@ -82,10 +92,33 @@ class BenchCase:
                 "mode 'train-step' needs parameters to update; an attention core alone has none. "
                 "Use target 'block' or 'model', or mode 'forward+backward'"
             )
+        self._check_decoding()
         if is_peer(self.backend):
             spec = get_peer(self.backend)
             object.__setattr__(self, "peer", self.peer or spec.provenance())
             object.__setattr__(self, "note", self.note or spec.note)
+
+    def _check_decoding(self) -> None:
+        """ConfigError unless new_tokens and decoder fit the mode."""
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"decoder {self.decoder!r} is not one of: {', '.join(DECODERS)}")
+        tokens = self.new_tokens
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ConfigError(f"new_tokens must be an integer >= 0, got {tokens!r}")
+        if self.mode not in DECODE_MODES:
+            if tokens or self.decoder != "own":
+                raise ConfigError(
+                    f"new_tokens and decoder describe generation: use mode prefill or decode, "
+                    f"not {self.mode!r}"
+                )
+            return
+        if self.target != "attention" or not self.causal:
+            raise ConfigError(
+                f"mode {self.mode!r} measures a causal attention core's decoding state: use "
+                "target 'attention' with causal=true (ReformerLM.generate decodes a whole model)"
+            )
+        if self.mode == "decode" and tokens < 1:
+            raise ConfigError("mode 'decode' needs new_tokens >= 1 (tokens per decoded stretch)")
 
     # ---- identity and serialisation -------------------------------------------------------
 
@@ -103,6 +136,9 @@ class BenchCase:
         data.pop("note")
         if not data["peer"]:
             data.pop("peer")  # our own backends keep the keys they had before peers existed
+        for name, default in (("new_tokens", 0), ("decoder", "own")):
+            if data[name] == default:
+                data.pop(name)  # cases that do not generate keep the keys they had before
         return case_key(data)
 
     def name(self) -> str:
@@ -121,10 +157,14 @@ class BenchCase:
                 if k in self.model
             ]
             what += f"({','.join(extra)})" if extra else ""
+        mode = self.mode
+        if mode in DECODE_MODES:
+            recompute = " recompute" if self.decoder == "recompute" else ""
+            mode = f"{mode}(+{self.new_tokens}{recompute})"
         return (
             f"{self.target}:{what}{'[' + opts + ']' if opts else ''} "
             f"L={self.seq_len} b={self.batch} "
-            f"{self.mode} {self.dtype} {self.device}"
+            f"{mode} {self.dtype} {self.device}"
         )
 
     def replace(self, **changes: Any) -> BenchCase:
@@ -152,6 +192,10 @@ class BenchCase:
             )
             if reason:
                 return reason
+            if self.mode in DECODE_MODES:
+                spec = get_backend(name)
+                if decode.decoding_of(spec, **self.options) == decode.NONE:
+                    return decode.refusal(name)
         return None
 
     def reformer_config(self) -> Any:
@@ -222,10 +266,15 @@ class Runnable:
     # keyword-only: code that builds a Runnable positionally (case, module, inputs, step,
     # optimizer) keeps its meaning, and code that leaves it out fails loudly, never unchecked
     output: Callable[[], Tensor] = field(kw_only=True)
+    # prefill/decode: the decoding state now (alive between decode steps; its bytes are a metric)
+    state: Callable[[], decode.DecodeState] | None = field(default=None, kw_only=True)
 
     def resident_bytes(self) -> int:
-        """Bytes of everything alive between steps: parameters, buffers, inputs, optimizer state."""
+        """Bytes of everything alive between steps: parameters, buffers, inputs, optimizer state,
+        a decode case's state."""
         tensors: list[Tensor] = list(self.inputs)
+        if self.state is not None and self.case.mode == "decode":
+            tensors += self.state().tensors()
         if self.module is not None:
             tensors += list(self.module.parameters()) + list(self.module.buffers())
         if self.optimizer is not None:
@@ -247,6 +296,8 @@ def build_runnable(case: BenchCase, device: str | torch.device | None = None) ->
     if reason := case.unsupported(device.type):
         raise UnavailableError(reason)
     dtype = DTYPES[case.dtype]
+    if case.mode in DECODE_MODES:
+        return _build_decoding(case, device, dtype)
     builders = {"attention": _build_attention, "block": _build_block, "model": _build_model}
     return builders[case.target](case, device, dtype)
 
@@ -335,6 +386,71 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
 
     step = _make_step(case, forward, params, optimizer)
     return Runnable(case, block, (x,), step, optimizer, output=lambda: block(x))
+
+
+def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
+    """prefill: the prompt into a new state, every call; decode: one token per call against a
+    state prefilled here (untimed), set back to the prefilled state after new_tokens tokens (a
+    state that only appends, a KV cache, is simply its prefilled self again; others are copied
+    back from a snapshot, at one call in new_tokens)."""
+    spec = get_backend(case.backend)
+    with _defaults(device, dtype):
+        core = build_attention(case.backend, causal=True, device=device.type, **case.options)
+    core.eval()
+    b, h, n, d = case.batch, case.num_heads, case.seq_len, case.head_dim
+    shape = decode.StateShape(b, h, d, n + case.new_tokens, dtype, device)
+    recompute = case.decoder == "recompute"
+    parts = 2 if spec.caps.shared_qk else 3
+
+    def tokens(count: int) -> tuple[Tensor, Tensor, Tensor]:
+        made = [torch.randn(b, h, count, d, device=device, dtype=dtype) for _ in range(parts)]
+        return (made[0], made[0], made[1]) if spec.caps.shared_qk else tuple(made)
+
+    def prefill(prompt: tuple[Tensor, ...]) -> tuple[Tensor, decode.DecodeState]:
+        with torch.no_grad():
+            return decode.step(core, *prompt, decode.init_state(core, shape, recompute=recompute))
+
+    if case.mode == "prefill":
+        prompt = tokens(n)
+        kept: list[decode.DecodeState] = []
+
+        def run() -> Tensor:
+            out, state = prefill(prompt)
+            kept[:] = [state]
+            return out
+
+        inputs = tuple(dict.fromkeys(prompt))  # shared QK: the one tensor once
+        state = lambda: kept[0] if kept else prefill(prompt)[1]  # noqa: E731
+        return Runnable(case, core, inputs, _discard(run), output=run, state=state)
+    # decode: the prompt is consumed here; the state, the new tokens and a snapshot stay resident
+    first = prefill(tokens(n))[1]
+    new = tokens(case.new_tokens)
+    snapshot = None if first.appends_only else [t.clone() for t in first.tensors()]
+    now = {"state": first, "i": 0}
+
+    def one() -> Tensor:
+        if now["i"] == case.new_tokens:  # back to the prompt alone
+            for live, saved in zip(first.tensors(), snapshot or ()):
+                live.copy_(saved)
+            now.update(state=first, i=0)
+        i = now["i"]
+        with torch.no_grad():
+            token = (t[:, :, i : i + 1] for t in new)
+            out, now["state"] = decode.step(core, *token, now["state"])
+        now["i"] = i + 1
+        return out
+
+    inputs = tuple(dict.fromkeys((*new, *(snapshot or ()))))
+    return Runnable(case, core, inputs, _discard(one), output=one, state=lambda: now["state"])
+
+
+def _discard(fn: Callable[[], Tensor]) -> Callable[[], None]:
+    """fn as a step: its output dropped at once."""
+
+    def step() -> None:
+        fn()
+
+    return step
 
 
 CLASSIFIER_LABELS = 2  # classes of a non-causal model case's head (a small part of its cost)

@@ -32,6 +32,9 @@ class Environment:
     host: str = platform.node()
     cuda_version: str = ""  # CUDA runtime torch was built with; "" without CUDA
     driver_version: str = ""  # NVIDIA driver; "" without one
+    # torch.backends.cuda.matmul.allow_tf32 on CUDA (float32 matmuls rounded to TF32: which peak
+    # a float32 rate is a share of, measure/peaks.py); None elsewhere
+    cuda_matmul_tf32: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,4 +120,5 @@ def capture(device: str | torch.device = "cpu", threads: int | None = None) -> E
         host=platform.node(),
         cuda_version=(torch.version.cuda or "") if on_cuda else "",
         driver_version=nvidia_driver_version() if on_cuda else "",
+        cuda_matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32) if on_cuda else None,
     )

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..attention.spec import BACKENDS, build_attention, get_backend
-from .cases import DTYPES, BenchCase
+from .cases import DECODE_MODES, DTYPES, BenchCase
 from .metrics import FIDELITY_INPUTS, Metric, approx_error_name, metric_row
 from .predict import predict_case
 from .validate import dense_reference
@@ -89,13 +89,15 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
     shapes (b, h, n, d), dtype, device, causal flag and options (the block's core for target
     block). Not measured (a note says why) for model cases, or when the reference is predicted
     to exceed the memory limit (CPU: the run's; CUDA: the free device memory). Exact backends
-    and peers: nothing, silently (the metric is about approximations)."""
+    and peers, and prefill/decode cases (the forward's error is theirs): nothing, silently."""
     if not is_approximate(case):
         return Fidelity()
     if case.target == "model":
         return Fidelity(
             note=f"{NOT_MEASURED}: model cases are not compared (measure target attention or block)"
         )
+    if case.mode in DECODE_MODES:  # the same mechanism as its forward, whose error it shares
+        return Fidelity()
     ref_case = BenchCase(
         target="attention",
         backend=dense_reference(get_backend(case.backend).caps_for(**case.options).shared_qk),

@@ -93,6 +93,60 @@ def backend_kind(backend: str, options: dict[str, Any] | str | None = None) -> s
     return max(kinds, key=_KIND_ORDER.index)
 
 
+def facts_of(value: Any) -> dict[str, Any]:
+    """A stored case's facts as a dict, however its row was read: a dict (ResultStore.rows()),
+    JSON text (a CSV export, a report's rows.csv), or nothing (rows stored before facts): {}."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value.strip():
+        try:
+            loaded = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
+    return {}
+
+
+KERNEL_HEADER = "kernel"  # the implementation column: bench, results and the report
+
+
+def kernel_text(facts: dict[str, Any] | None) -> str:
+    """The implementation a case ran (its facts' "kernels"): 'flex'; several backends
+    'local: cpu-fused, lsh: flex'; '-' when not stored (rows of older versions, peers)."""
+    kernels = (facts or {}).get("kernels") or {}
+    if not isinstance(kernels, dict) or not kernels:
+        return "-"
+    if len(kernels) == 1:
+        return str(next(iter(kernels.values())))
+    return ", ".join(f"{backend}: {name}" for backend, name in kernels.items())
+
+
+def case_kind(config: dict[str, Any], facts: dict[str, Any] | None = None) -> str:
+    """What a stored case computes: its backend's kind from the registry now (backend_kind),
+    else from the capabilities stored with the case when it was measured (a plugin not imported
+    now), else UNKNOWN_KIND."""
+    backend = str(config.get("backend", ""))
+    kind = backend_kind(backend, config.get("options"))
+    if kind != UNKNOWN_KIND:
+        return kind
+    stored = (facts or {}).get("capabilities") or {}
+    kinds = [_stored_kind(stored.get(name)) for name in backend.split("+")]
+    if not kinds or UNKNOWN_KIND in kinds:
+        return UNKNOWN_KIND
+    return max(kinds, key=_KIND_ORDER.index)
+
+
+def _stored_kind(caps: Any) -> str:
+    """The kind of a Capabilities.to_dict() as stored ('kind', else derived from its flags)."""
+    if not isinstance(caps, dict):
+        return UNKNOWN_KIND
+    if caps.get("kind") in _KIND_ORDER:
+        return str(caps["kind"])
+    if "exact" not in caps:
+        return UNKNOWN_KIND
+    return "full" if caps["exact"] else "pattern" if caps.get("fixed_pattern") else "approximate"
+
+
 def kind_text(kind: str) -> str:
     """How a table names what a variant computes (KIND_TEXT; '?' for an unknown backend)."""
     return KIND_TEXT.get(kind, UNKNOWN_KIND)

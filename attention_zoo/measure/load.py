@@ -93,7 +93,8 @@ def machine_load(sample_s: float | None = None) -> Load:
 
 
 # Below this many seconds between two readings the counters' 10 ms ticks make the load coarser
-# than SLACK (on 2 cores: 20 ticks, +-0.1 core each for the machine and for this process).
+# than SLACK (on 2 cores: 20 ticks, +-0.1 core for the machine); a timing lasts at least this long
+# wherever the counters can be read (trust.time_until_stable).
 MIN_WINDOW_S = 0.1
 
 
@@ -113,8 +114,8 @@ def read_cpu() -> CpuReading | None:
     times = _cpu_times()
     if times is None:
         return None
-    own = os.times()
-    return CpuReading(times[0], times[1], own.user + own.system, time.perf_counter())
+    # all of this process's threads, to the nanosecond (os.times() counts 10 ms ticks)
+    return CpuReading(times[0], times[1], time.process_time(), time.perf_counter())
 
 
 def others_load(before: CpuReading | None, after: CpuReading | None) -> float | None:

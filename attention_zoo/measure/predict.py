@@ -51,6 +51,10 @@ def stand_in_device(device: str) -> str:
 def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     """Predict peak/resident bytes and FLOPs of one step of `case` on `device` (default: its own).
 
+    FLOPs are counted on the CPU's implementations whatever the device, so they measure the
+    mechanism's work, not a library's: a fused CUDA kernel the counter cannot see (fla), or one it
+    counts as dense (FlexAttention), would otherwise change them. Memory is predicted on the fake
+    target device where its kernels trace there, else on the CPU standing in (the method says so).
     Raises UnavailableError when a backend cannot run on the stand-in device, and whatever the
     case raises on FakeTensors (e.g. a backend with data-dependent shapes, which the style guide
     forbids).
@@ -58,12 +62,25 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     target = torch.device(device or case.device).type
     fake_device = stand_in_device(target)
     method = f"fake:{fake_device}" + ("" if fake_device == target else f" standing in for {target}")
+    cpu = _fake_step(case, "cpu", flops=True) if fake_device != "cpu" else None
+    try:
+        peak, resident, flops = _fake_step(case, fake_device, flops=cpu is None)
+    except NotImplementedError as exc:  # an operator these counting modes cannot trace
+        if cpu is None:
+            raise
+        (peak, resident, flops), method = cpu, f"fake:cpu standing in for {target} ({exc})"
+    if cpu is not None:
+        flops = cpu[2]
+    return Prediction(
+        peak_bytes=peak, resident_bytes=resident, flops=flops, device=target, method=method
+    )
+
+
+def _fake_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, int]:
+    """(peak above resident, resident bytes, FLOPs or 0) of one step on FakeTensors of `device`."""
     with FakeTensorMode(allow_non_fake_inputs=True):
-        runnable = build_runnable(case, device=fake_device)
+        runnable = build_runnable(case, device=device)
         runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
         with StorageTracker() as tracker:
-            _, flops = count_flops(runnable.step)
-        resident = runnable.resident_bytes()
-    return Prediction(
-        peak_bytes=tracker.peak, resident_bytes=resident, flops=flops, device=target, method=method
-    )
+            counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0
+        return tracker.peak, runnable.resident_bytes(), counted

@@ -17,11 +17,15 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from ..attention.spec import BACKENDS
+from ..errors import ZooError
 from .cases import BenchCase, Runnable, build_runnable
 from .fidelity import measure_fidelity
+from .kernels import kernel_names
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
@@ -58,16 +62,37 @@ class MeasureSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class CaseResult:
-    """The outcome of one case: status, metric rows (maybe partial), error text."""
+    """The outcome of one case: status, metric rows (maybe partial), error text, and what it ran
+    as (`facts`, stored with its rows: "capabilities" by backend, see case_facts, and "kernels":
+    the implementation each backend's cores ran, see measure.kernels)."""
 
     case: BenchCase
     status: str  # ok, oom, error, skipped, invalid
     rows: list[Metric] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def value(self, metric: str) -> float | None:
         return next((r.value for r in self.rows if r.metric == metric), None)
+
+
+def case_facts(case: BenchCase) -> dict[str, Any]:
+    """What `case` runs as, from the registry now: {"capabilities": {backend: caps dict}} for each
+    registered backend it uses (with the case's options when it uses one), so a report can rank
+    it without the plugin that registered it."""
+    names = case.backends()
+    capabilities = {}
+    for name in names:
+        if name not in BACKENDS:  # a peer: its mirrored backend's kind is known without plugins
+            continue
+        spec = BACKENDS.get(name)
+        try:
+            caps = spec.caps_for(**case.options) if len(names) == 1 else spec.caps
+        except (ZooError, TypeError):  # options it does not take: the case fails on its own
+            caps = spec.caps
+        capabilities[name] = caps.to_dict()
+    return {"capabilities": capabilities} if capabilities else {}
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -144,6 +169,7 @@ class _Pending:
         self.notes: list[str] = []
         self.runnable: Runnable | None = None
         self.result: CaseResult | None = None
+        self.kernels: dict[str, str] = {}  # the implementation each backend's cores run
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -153,6 +179,7 @@ class _Pending:
             rows=self.rows,
             error=text,
             seconds=time.perf_counter() - self.start,
+            facts={**case_facts(self.case), **({"kernels": self.kernels} if self.kernels else {})},
         )
         self.runnable = None
 
@@ -193,6 +220,7 @@ class _Pending:
             return self.finish(OK)
         try:
             runnable = build_runnable(case)
+            self.kernels = kernel_names(case, runnable.module)
             invalid, note = check_case(runnable)  # one forward on the case's own inputs
             self.notes += [note] if note else []
             if invalid:
@@ -286,6 +314,8 @@ def _measure_memory(
                 metric_row("peak_bytes", peak.peak_bytes),
                 metric_row("peak_total_bytes", resident + peak.peak_bytes),
             ]
+        if runnable.state is not None:  # a decoding state's bytes, per sequence
+            rows.append(metric_row("state_bytes", runnable.state().nbytes() / case.batch))
     if "crosscheck" in settings.metrics:
         _, tracked = tracked_peak(step)
         rows.append(metric_row("tracked_peak_bytes", tracked.peak_bytes))

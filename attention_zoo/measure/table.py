@@ -10,8 +10,11 @@ from typing import Any
 from .cases import comparison_key
 from .labels import (
     DEFAULT_REFERENCE,
-    backend_kind,
+    KERNEL_HEADER,
+    case_kind,
     case_label,
+    facts_of,
+    kernel_text,
     kind_text,
     ratio_header,
     resolve_options,
@@ -20,6 +23,14 @@ from .labels import (
 from .metrics import table_columns
 from .peers import peer_note, reference_backend
 from .status import OK
+from .throughput import (
+    RATE_HEADER,
+    SHARE_HEADER,
+    case_throughput,
+    rate_cell,
+    rate_notes,
+    share_cell,
+)
 from .trust import MARK_RULES, time_trusted, timing_marks
 
 
@@ -65,6 +76,8 @@ def group_cases(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 "git_commit": r.get("git_commit"),
                 "torch_version": r.get("torch_version"),
                 "created_at": r.get("created_at"),
+                "environment": r.get("environment"),  # JSON text: where it was measured
+                "facts": facts_of(r.get("facts")),
             }
         if r["metric"] is not None:
             case["metrics"][r["metric"]] = r["value"]
@@ -87,8 +100,9 @@ def case_cells(config: dict[str, Any]) -> list[Any]:
 def comparison_table(
     cases: Sequence[dict[str, Any]], reference: str | None = DEFAULT_REFERENCE
 ) -> str:
-    """One line per case: what it computes, time, measured and predicted memory, FLOPs, ratios
-    to `reference` (the report's words: measure/labels.py).
+    """One line per case: what it computes, time, measured and predicted memory, FLOPs, the FLOP
+    rate and its share of the device's peak (measure/throughput.py), ratios to `reference` (the
+    report's words: measure/labels.py).
 
     The reference is the case with the same shape, mode, dtype and device whose backend is
     `reference` (the one without options, if several); a peer family as reference ('hf') means
@@ -105,8 +119,9 @@ def comparison_table(
             refs.setdefault((c["config"].get("backend", ""), comparison_key(c["config"])), c)
     columns = table_columns()
     varying = _varying(cases)
-    headers = [*CASE_HEADERS, *varying, "computes", "status", *(m.column for m in columns)]
-    headers.append("pred/meas")
+    headers = [*CASE_HEADERS, *varying, "computes", KERNEL_HEADER, "status"]
+    headers += [m.column for m in columns]
+    headers += [RATE_HEADER, SHARE_HEADER, "pred/meas"]
     if reference:
         headers += [ratio_header("time", reference), ratio_header("memory", reference)]
     table = []
@@ -121,23 +136,29 @@ def comparison_table(
         ),
     )
     kinds = {id(c): [mark.kind for mark in _marks(c)] for c in cases}
+    referenced = False  # whether any case found its reference
     for c in order:
         cfg, m = c["config"], c["metrics"]
         status = status_text(c["status"])  # the reason follows the table, in its notes
         if c["status"] == OK:  # a time set aside says why in the notes
             status += "".join(f" ({kind})" for kind in kinds[id(c)])
         meas, pred = m.get("peak_bytes"), m.get("predicted_peak_bytes")
+        rate = case_throughput(c)
         line = [
             *case_cells(cfg),
             *(c["threads"] if k == "threads" else cfg.get(k, "?") for k in varying),
-            kind_text(backend_kind(str(cfg.get("backend", "")), cfg.get("options"))),
+            kind_text(case_kind(cfg, c.get("facts"))),
+            kernel_text(c.get("facts")),
             status,
             *(spec.fmt(m.get(spec.name)) for spec in columns),
+            rate_cell(rate),
+            share_cell(rate),
             f"{pred / meas:.2f}" if meas and pred is not None else "-",
         ]
         if reference:
             wanted = reference_backend(reference, cfg.get("backend", ""))
             ref = refs.get((wanted or "", comparison_key(cfg)))
+            referenced = referenced or ref is not None
             rm = ref["metrics"] if ref else {}
             both_trusted = ref is not None and all(
                 time_trusted(x["status"], kinds[id(x)]) for x in (c, ref)
@@ -148,6 +169,14 @@ def comparison_table(
             ]
         table.append(line)
     out = format_table(headers, table, right=range(2, len(headers)))
+    if rates := rate_notes(order):
+        out += "\n\n" + "\n".join(rates)
+    if reference and cases and not referenced:
+        backends = sorted({str(c["config"].get("backend", "?")) for c in cases})
+        out += (
+            f"\n\nno ratios: no {reference} case ran among these (backends: "
+            f"{', '.join(backends)}); --reference picks one of them"
+        )
     notes: dict[tuple[str, str, str], list[str]] = {}
     for c in order:
         if c.get("error"):

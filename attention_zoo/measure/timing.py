@@ -109,12 +109,15 @@ def time_interleaved(
     repeats: int = 5,
     budget_s: float = 0.0,
     max_repeats: int | None = None,
+    min_wall_s: float = 0.0,
 ) -> dict[Any, TimeStats]:
     """Time several callables round-robin (a, b, c, a, b, c, ...) so slow drift of the machine's
     load hits all of them alike; used where ratios between them are the result.
 
     At least `repeats` rounds; more rounds while the time spent is below `budget_s` per callable
-    on average, up to `max_repeats` rounds. One callable alone is timed as `time_call` times it.
+    on average, up to `max_repeats` rounds; and more, past `max_repeats`, until the rounds have
+    lasted `min_wall_s` (the load during a timing can only be read over a long enough window).
+    One callable alone is timed as `time_call` times it.
     """
     max_repeats = max(repeats, max_repeats or repeats)
     if repeats < 1:
@@ -124,8 +127,10 @@ def time_interleaved(
             fn()
     synchronize(device)
     samples: dict[Any, list[float]] = {name: [] for name in fns}
-    spent, rounds = 0.0, 0
-    while rounds < max_repeats and (rounds < repeats or spent < budget_s * len(fns)):
+    spent, rounds, start = 0.0, 0, time.perf_counter()
+    while (rounds < max_repeats and (rounds < repeats or spent < budget_s * len(fns))) or (
+        time.perf_counter() - start < min_wall_s
+    ):
         for name, fn in fns.items():
             dt = _time_once(fn, device)
             samples[name].append(dt)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .load import SLACK, free_cores, read_cpu, too_few_free
+from .load import MIN_WINDOW_S, SLACK, free_cores, read_cpu, too_few_free
 from .status import OK
 from .timing import TimeStats, time_interleaved
 
@@ -141,7 +141,10 @@ def time_until_stable(
     which other processes kept the cores busy (the retry would measure the load again), or one
     longer than RETRY_MAX_BUDGETS budgets per case. Kept: the first attempt with every case
     stable, else the one whose worst IQR/median is the smallest (the tightest the group got).
-    The CPU counters are read just before and after each timing, never inside it. dropped(key):
+    The CPU counters are read just before and after each timing, never inside it, and a timing
+    with a budget lasts at least MIN_WINDOW_S where they can be read (more rounds than
+    max_repeats for a fast step), so every such case has a reading of its own (budget 0: exactly
+    `repeats` rounds, as asked). dropped(key):
     a callable that failed (left out of the retries and of the choice)."""
     kept: dict[Any, TrustedTime] = {}
     kept_spread = float("inf")
@@ -157,6 +160,9 @@ def time_until_stable(
             repeats=repeats,
             budget_s=budget_s,
             max_repeats=max_repeats,
+            # a budgeted timing lasts long enough to read the load during it: a fast case would
+            # otherwise have no reading, judged by the run's start and end samples instead
+            min_wall_s=MIN_WINDOW_S if before is not None and budget_s > 0 else 0.0,
         )
         elapsed, free = time.perf_counter() - start, free_cores(before, read_cpu())
         live = {key: s for key, s in stats.items() if not dropped(key)}

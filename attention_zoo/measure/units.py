@@ -1,7 +1,9 @@
-"""Units in and out: sizes as users write them, and seconds, bytes and FLOPs as tables show them."""
+"""Units in and out: sizes as users write them, and seconds, bytes, FLOPs and rates as tables show
+them."""
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {
@@ -55,3 +57,22 @@ def format_gflop(n: float | None) -> str:
 
 def format_number(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """`value` to `digits` significant digits, thousands separated, never in exponent form."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value}"
+    if abs(value) >= 10 ** (digits - 1) - 0.5:
+        return f"{value:,.0f}"
+    decimals = digits - 1 - math.floor(math.log10(abs(value)))
+    return f"{value:,.{max(decimals, 0)}f}"
+
+
+def format_tflops(flops_per_s: float | None) -> str:
+    """A FLOP rate in TFLOP/s, three significant digits."""
+    return "-" if flops_per_s is None else significant(flops_per_s / 1e12)
+
+
+def format_percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.1f}%"

@@ -34,7 +34,8 @@ def expected_output(case: BenchCase) -> tuple[tuple[int, ...], torch.dtype]:
     core, (b, n, hidden) for a block, (b, n, vocab) logits for a model ((b, classes) when not
     causal); the case's dtype."""
     if case.target == "attention":
-        shape: tuple[int, ...] = (case.batch, case.num_heads, case.seq_len, case.head_dim)
+        n = 1 if case.mode == "decode" else case.seq_len  # decode: one new token
+        shape: tuple[int, ...] = (case.batch, case.num_heads, n, case.head_dim)
     elif case.target == "block":
         shape = (case.batch, case.seq_len, case.hidden)
     elif case.causal:

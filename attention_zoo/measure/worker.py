@@ -55,6 +55,7 @@ def result_to_dict(r: CaseResult) -> dict[str, Any]:
         "rows": [list(m) for m in r.rows],
         "error": r.error,
         "seconds": r.seconds,
+        "facts": r.facts,
     }
 
 
@@ -97,7 +98,12 @@ def run_isolated(
             d = json.loads(line[len(MARKER) :])
             rows = [Metric(*r) for r in d["rows"]]
             return CaseResult(
-                case=case, status=d["status"], rows=rows, error=d["error"], seconds=d["seconds"]
+                case=case,
+                status=d["status"],
+                rows=rows,
+                error=d["error"],
+                seconds=d["seconds"],
+                facts=d.get("facts") or {},
             )
     tail = (proc.stderr or "").strip().splitlines()[-3:]
     if proc.returncode == -signal.SIGKILL:

@@ -11,26 +11,26 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..measure.labels import DEFAULT_REFERENCE
-from . import accuracy, cost, fidelity, misc, summary, variants
+from ..measure.labels import DEFAULT_REFERENCE, facts_of
+from . import accuracy, cost, decoding, fidelity, misc, summary, variants
 from .browser import FIRST_SCREEN
 from .claims import ClaimsSource, claims_section
 from .context import Context
 from .document import Document, Image, Para, to_html, to_markdown
 from .frame import bench_frame, case_frame, latest_per_identity, task_frame
-from .output import staged_folder, writing
+from .output import GENERATOR, META_FILE, staged_folder, writing
 from .plots import CAPTIONS, caption
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "attention-zoo comparison"
-META_FILE = "report.json"  # what produced the folder: read by the reports index
 # Written when there is data, each kind with its caption (plots.CAPTIONS; the reproductions' own
 # sections name theirs too): a plot the new build does not write is never carried over.
 PLOT_PATTERNS = (*(f"{prefix}*.png" for prefix in CAPTIONS), FIRST_SCREEN)
@@ -53,6 +53,7 @@ def _reproduction_sections(ctx: Context) -> list[Any]:
 SECTIONS: tuple[Section, ...] = (
     cost.headline,
     cost.scaling,
+    decoding.section,
     fidelity.fidelity_cost,
     accuracy.accuracy_cost,
     accuracy.task_tables,
@@ -190,9 +191,7 @@ def _write_report(
     with writing(files.html):
         files.html.write_text(to_html(doc))
     with writing(files.csv):
-        rows.drop(columns=[c for c in rows.columns if c.startswith("cfg.")]).to_csv(
-            files.csv, index=False
-        )
+        _csv_frame(rows).to_csv(files.csv, index=False)
     with writing(files.numbers):
         ctx.ledger.write(files.numbers)
     used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
@@ -201,6 +200,7 @@ def _write_report(
         files.runs.write_text(json.dumps(used_runs, indent=1, default=str))
     measured_by = sorted({c for r in used_runs if (c := _command_of(r["meta"]))}) or measured_by
     meta = {
+        "generator": GENERATOR,  # the folder's mark: zoo report may write here again
         "title": title,
         "command": command,
         "measured_by": measured_by,
@@ -211,6 +211,16 @@ def _write_report(
     return files
 
 
+def _csv_frame(rows: Any) -> Any:
+    """The rows as rows.csv holds them: the store's export columns, facts as JSON text (as `zoo
+    results --format csv` writes them), so `zoo report --from` reads them back."""
+    frame = rows.drop(columns=[c for c in rows.columns if c.startswith("cfg.")])
+    if "facts" in frame.columns:
+        facts = [json.dumps(facts_of(f), sort_keys=True, default=str) for f in frame["facts"]]
+        frame = frame.assign(facts=facts)
+    return frame
+
+
 def _captioned(block: Any) -> Any:
     """An image with its figure's caption (plots.CAPTIONS) when its section gave none."""
     if isinstance(block, Image) and not block.caption:
@@ -219,13 +229,15 @@ def _captioned(block: Any) -> Any:
 
 
 def _command_of(meta: dict[str, Any]) -> str:
-    """The `zoo ...` command line a run's metadata records ('' when none)."""
+    """The `zoo ...` command line a run's metadata records ('' when none): as recorded
+    (commands/recording.py), or from an older run's argv list or interpreter path."""
     if isinstance(meta.get("argv"), list):
-        return " ".join(["zoo", *map(str, meta["argv"])])
-    words = str(meta.get("command") or "").split()
-    if words and Path(words[0]).name in ("zoo", "__main__.py"):
-        words[0] = "zoo"
-    return " ".join(words)
+        return shlex.join(["zoo", *map(str, meta["argv"])])
+    command = str(meta.get("command") or "").strip()
+    first, _, rest = command.partition(" ")
+    if Path(first).name in ("zoo", "__main__.py"):
+        return f"zoo {rest}".strip()
+    return command
 
 
 def _rows_used(df: Any, ctx: Context) -> Any:

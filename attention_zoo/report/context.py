@@ -45,11 +45,7 @@ class Context:
         if value is None:
             return STATUS_TEXT.get(row["status"], "-") if row["status"] != OK else "-"
         text = self.ledger.value(kind or metric, value, self.ref(row, metric))
-        if mark_time:
-            text += (BUSY_MARK if flag(row, "busy") else "") + (
-                UNSTABLE_MARK if flag(row, "unstable") else ""
-            )
-        return text
+        return text + time_marks(row) if mark_time else text
 
     def set_aside(self) -> str:
         """How many shown times are set aside and why ('' when none)."""
@@ -87,6 +83,14 @@ def trusted(row: Any, metric: str) -> bool:
         return False
     kinds = [kind for kind in (BUSY, UNSTABLE) if flag(row, kind)]  # the frame's flag columns
     return metric != TIME or time_trusted(row["status"], kinds)
+
+
+def time_marks(row: Any) -> str:
+    """The marks of a case's time set aside ('' when it is trusted): what a number made from that
+    time carries too."""
+    return (BUSY_MARK if flag(row, "busy") else "") + (
+        UNSTABLE_MARK if flag(row, "unstable") else ""
+    )
 
 
 def flag(row: Any, name: str) -> bool:

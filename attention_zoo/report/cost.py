@@ -9,6 +9,8 @@ from typing import Any
 from ..measure.labels import (
     APPROX_CLASS,
     EXACT_CLASS,
+    KERNEL_HEADER,
+    UNKNOWN_KIND,
     kind_class,
     kind_text,
     ratio_header,
@@ -17,8 +19,17 @@ from ..measure.labels import (
 from ..measure.metrics import METRICS, reported
 from ..measure.peers import families, reference_backend
 from ..measure.status import OK
+from ..measure.throughput import (
+    OVER_PEAK,
+    PEAK_UNKNOWN,
+    RATE_HEADER,
+    RATE_LABEL,
+    SHARE_HEADER,
+    SHARE_LABEL,
+    case_throughput,
+)
 from .analysis import MIN_FIT_LENGTHS, crossover
-from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, trusted
+from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, time_marks, trusted
 from .document import Heading, Image, Para, Table
 from .plots import caption, scaling_plot
 
@@ -51,10 +62,38 @@ def extra_metrics() -> list[str]:
     return [m.name for m in reported() if m.name not in (TIME, MEMORY)]
 
 
+def has_rates(rows: Any) -> bool:
+    """Whether any of these bench rows has a FLOP rate (a FLOP count and a median time)."""
+    return any(case_throughput(r) is not None for _, r in rows.iterrows())
+
+
+def rate_legend() -> str:
+    return f"**{RATE_HEADER}**: {RATE_LABEL}; **{SHARE_HEADER}**: {SHARE_LABEL} ({OVER_PEAK})."
+
+
+def rate_cells(ctx: Context, row: Any) -> list[str]:
+    """A row's TFLOP/s and % peak cells (measure/throughput.py), through the ledger; the rate
+    carries the marks of a time set aside."""
+    found = case_throughput(row)
+    if found is None:
+        return ["-", "-"]
+    inputs = [ctx.input(row, "flops"), ctx.input(row, TIME)]
+    rate = ctx.ledger.derive("tflops", "ratio", inputs)[1] + time_marks(row)
+    if found.peak is None:
+        return [rate, PEAK_UNKNOWN]
+    peak = {"peak_flops_per_s": found.peak.flops_per_s, "peak": found.peak.describe()}
+    return [rate, ctx.ledger.derive("fraction", "peak_share", inputs, **peak)[1]]
+
+
 def settings(ctx: Context) -> list[tuple[str, Any]]:
     if ctx.bench.empty:
         return []
     return list(ctx.bench.groupby("setting", sort=True))
+
+
+def has_reference(part: Any, reference: str) -> bool:
+    """Whether a setting's rows hold any case of `reference` (a variant label or peer family)."""
+    return any(len(_references(part, b, reference)) for b in part["backend"].unique())
 
 
 def _references(part: Any, backend: str, reference: str) -> Any:
@@ -79,17 +118,36 @@ def ratio_cell(ctx: Context, row: Any, ref: Any, metric: str) -> str:
     return ctx.ledger.derive("ratio", "ratio", [ctx.input(row, metric), ctx.input(ref, metric)])[1]
 
 
+def set_aside_rows(at_n: Any, metric: str, cls: str) -> list[Any]:
+    """The rows of one setting and length in class `cls` (EXACT_CLASS or APPROX_CLASS) whose
+    `metric` was measured but set aside (a busy or unstable time): any of them might be the
+    smallest, so the class has no winner there."""
+    return [
+        r
+        for _, r in at_n.iterrows()
+        if r["computes"] != UNKNOWN_KIND
+        and kind_class(r["computes"]) == cls
+        and r["status"] == OK
+        and metric in r["metrics"]
+        and not trusted(r, metric)
+    ]
+
+
 def best(at_n: Any, metric: str) -> dict[str, Any]:
     """{EXACT_CLASS: row, APPROX_CLASS: row} of the rows of one setting and length: the smallest
-    trusted `metric` in each class (None where the class has no trusted value)."""
+    trusted `metric` in each class; None where the class has no trusted value, or where one of
+    its values was set aside (set_aside_rows: the winner cannot be named)."""
     out: dict[str, Any] = {}
     for cls in (EXACT_CLASS, APPROX_CLASS):
         rows = [
             r
             for _, r in at_n.iterrows()
-            if kind_class(r["computes"]) == cls and trusted(r, metric) and r["computes"] != "?"
+            if r["computes"] != UNKNOWN_KIND
+            and kind_class(r["computes"]) == cls
+            and trusted(r, metric)
         ]
-        out[cls] = min(rows, key=lambda r: r["metrics"][metric]) if rows else None
+        ranked = rows and not set_aside_rows(at_n, metric, cls)
+        out[cls] = min(rows, key=lambda r: r["metrics"][metric]) if ranked else None
     return out
 
 
@@ -110,7 +168,8 @@ COMPUTES_RULE = (
     "**computes** says what a variant computes, from its backend's registered capabilities: "
     "`exact` (equals full softmax attention), `exact pattern` (exactly softmax attention under a "
     "fixed mask, e.g. a local window: not what full attention computes) or `approximate`. "
-    "Fastest and leanest are named per class: exact, and not exact (pattern or approximate)."
+    "Fastest and leanest are named per class: exact, and not exact (pattern or approximate). "
+    "**kernel** is the implementation that ran (`zoo list` lists each backend's)."
 )
 
 
@@ -132,6 +191,7 @@ def headline(ctx: Context) -> list[Any]:
             f"also as a ratio to {to} at the same setting and length (ratio = variant / reference; "
             f"smaller is better). {BUSY_MARK} marks a time measured while the machine was busy, "
             f"{UNSTABLE_MARK} one whose repeats disagreed. {COMPUTES_RULE} {column_legend()}"
+            + (f" {rate_legend()}" if has_rates(ctx.bench) else "")
         ),
     ]
     if aside := ctx.set_aside():
@@ -170,10 +230,11 @@ def headline(ctx: Context) -> list[Any]:
                     best_rows,
                 )
             )
-        if not any(len(_references(part, b, ref)) for b in part["backend"].unique()):
+        if not has_reference(part, ref):
             blocks.append(Para(f"No `{ref}` case in this setting: no ratios."))
         rows = []
         extra = [m for m in extra_metrics() if any(m in x for x in part["metrics"])]
+        rates = has_rates(part)
         for _, row in part.sort_values(["seq_len", "variant"]).iterrows():
             r = reference_row(part, row["seq_len"], ref, row["backend"])
             rows.append(
@@ -181,12 +242,14 @@ def headline(ctx: Context) -> list[Any]:
                     ctx.config(row, "seq_len"),
                     f"`{row['variant']}`",
                     computes(row),
+                    row["kernel"],
                     ctx.metric(row, TIME, mark_time=True),
                     ctx.metric(row, "time_iqr", TIME),  # in the median's unit
                     ratio_cell(ctx, row, r, TIME),
                     ctx.metric(row, MEMORY),
                     ratio_cell(ctx, row, r, MEMORY),
                     *(ctx.metric(row, m) for m in extra),
+                    *(rate_cells(ctx, row) if rates else ()),
                     note(row),
                 ]
             )
@@ -194,12 +257,14 @@ def headline(ctx: Context) -> list[Any]:
             "L",
             "variant",
             "computes",
+            KERNEL_HEADER,
             time_header,
             header(TIME, METRICS["time_iqr"].column),  # shown in the median's unit
             ratio_header("time", ref),
             memory_header,
             ratio_header("memory", ref),
             *(header(m) for m in extra),
+            *((RATE_HEADER, SHARE_HEADER) if rates else ()),
             "note",
         ]
         blocks.append(Table(headers, rows))

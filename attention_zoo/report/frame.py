@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config import ReformerConfig
 from ..measure.cases import BenchCase
-from ..measure.labels import backend_kind, case_label, measured_on_peer, resolve_options
+from ..measure.labels import case_kind, case_label, kernel_text, measured_on_peer, resolve_options
 from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
 from ..measure.trust import BUSY, UNSTABLE, busy_threads, timing_marks
@@ -34,6 +34,7 @@ SETTING = (
     "num_heads",
     "head_dim",
     "hidden",
+    "new_tokens",
     "dtype",
     "device",
     "device_name",
@@ -149,12 +150,14 @@ def bench_frame(cases: Any) -> Any:
     bench["hidden"] = [
         0 if t == "attention" else h for t, h in zip(bench["target"], bench["hidden"])
     ]  # the attention target has no hidden size
+    bench["new_tokens"] = [int(c.get("new_tokens") or 0) for c in cfg]  # prefill, decode
     bench["dtype"] = [c.get("dtype", "?") for c in cfg]
     bench["device"] = [c.get("device", "?") for c in cfg]
     bench["peer"] = [measured_on_peer(c) for c in cfg]
     bench["note"] = [str(c.get("note") or c.get("peer_note") or "") for c in cfg]
     bench["label"] = [case_label(c) for c in cfg]
-    bench["computes"] = [backend_kind(str(c.get("backend", "")), c.get("options")) for c in cfg]
+    bench["computes"] = [case_kind(c, f) for c, f in zip(cfg, bench["facts"])]
+    bench["kernel"] = [kernel_text(f) for f in bench["facts"]]
     bench["model_key"] = [_bench_model_key(c) if c.get("target") == "model" else "" for c in cfg]
     bench["setting"] = [setting_text(r) for r in bench[list(SETTING)].to_dict("records")]
     bench["variant"] = _with_model_fields(bench)
@@ -175,6 +178,16 @@ def bench_frame(cases: Any) -> Any:
     return bench
 
 
+def reference_choices(rows: Any) -> list[str]:
+    """What a report's ratios may divide by for these stored rows (ResultStore rows or frame):
+    every bench variant's label, and each peer family measured (hf: each variant by its peer)."""
+    bench = bench_frame(case_frame(rows))
+    if bench.empty:
+        return []
+    families = {b.split(":", 1)[0] for b in bench["backend"] if ":" in b}
+    return sorted(set(bench["label"])) + sorted(families)
+
+
 def setting_text(row: dict[str, Any]) -> str:
     """The parameters shared by the rows of one table, in one line."""
     parts = [
@@ -187,6 +200,8 @@ def setting_text(row: dict[str, Any]) -> str:
     ]
     if row["hidden"]:
         parts.append(f"hidden={row['hidden']}")
+    if row.get("new_tokens"):
+        parts.append(f"new_tokens={row['new_tokens']}")
     parts += [row["dtype"], f"{row['device']} ({row['device_name']})", f"threads={row['threads']}"]
     return ", ".join(parts)
 

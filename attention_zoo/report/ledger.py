@@ -3,9 +3,10 @@
 A reference names a stored value: `[run_id, case_key, what]`, where `what` is a metric name, a
 case config field (`config.seq_len`, `config.model.num_hidden_layers`) or a run field
 (`run.load_start`, case_key ""). A number is either one referenced value, or derived by a named
-formula from referenced values (ratio, exponent fit and its R², crossover, mean, slope, count), or
-a published constant. The ledger is written beside the report (numbers.json); the traceability
-test fetches every reference from the store and checks that it gives the printed text.
+formula from referenced values (ratio, exponent fit and its R², crossover, mean, slope, count,
+share of a device's peak), or a published constant. The ledger is written beside the report
+(numbers.json); the traceability test fetches every reference from the store and checks that it
+gives the printed text.
 """
 
 from __future__ import annotations
@@ -20,18 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.metrics import metric_spec
+from ..measure.units import format_percent, format_tflops, significant
 from .analysis import crossover, fit_exponent, linear_slope
-
-
-def significant(value: float, digits: int = 3) -> str:
-    """`value` to `digits` significant digits, thousands separated, never in exponent form."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value}"
-    if abs(value) >= 10 ** (digits - 1) - 0.5:
-        return f"{value:,.0f}"
-    decimals = digits - 1 - math.floor(math.log10(abs(value)))
-    return f"{value:,.{max(decimals, 0)}f}"
-
 
 # kind -> formatter; a stored metric's name is a kind too: shown in the catalogue's display unit
 FORMATS: dict[str, Callable[[float], str]] = {
@@ -40,7 +31,8 @@ FORMATS: dict[str, Callable[[float], str]] = {
     "r2": lambda r: f"{r:.3f}",  # goodness of a fit (coefficient of determination)
     "length": lambda n: f"{n:.0f}",
     "count": lambda n: f"{n:,.0f}",
-    "fraction": lambda f: f"{100 * f:.1f}%",
+    "fraction": format_percent,
+    "tflops": format_tflops,  # a FLOP rate (FLOP/s) in TFLOP/s
     "load": lambda v: f"{v:.2f}",
     "plain": significant,
 }
@@ -101,6 +93,8 @@ FORMULAS: dict[str, Callable[[Sequence[Input], dict[str, Any]], float]] = {
     "mean": lambda i, p: statistics.fmean(v for _, v in i),
     "slope": lambda i, p: linear_slope(*_points(i, p["x"])),
     "count": lambda i, p: len(i),  # how many of the referenced values (e.g. times set aside)
+    # FLOPs / time as a share of the peak FLOP/s in the params (measure/throughput.py)
+    "peak_share": lambda i, p: i[0][1] / i[1][1] / p["peak_flops_per_s"],
 }
 
 

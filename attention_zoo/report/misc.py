@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..measure.labels import backend_kind, kind_text
+from ..measure.labels import case_kind, kind_text
 from ..measure.load import SLACK
 from ..measure.status import STATUS_TEXT
 from ..measure.trust import UNSTABLE_IQR, UNSTABLE_MIN
@@ -35,9 +35,7 @@ def missing(ctx: Context) -> list[Any]:
         rows.append(
             [
                 f"`{name}`",
-                kind_text(
-                    backend_kind(str(r["config"].get("backend", "")), r["config"].get("options"))
-                ),
+                kind_text(case_kind(r["config"], r.get("facts"))),
                 f"`{settings.get(r['case_key'], r['kind'])}`",
                 ctx.config(r, "config.seq_len" if "seq_len" in r["config"] else "config.length")
                 if length is not None

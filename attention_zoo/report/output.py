@@ -1,48 +1,158 @@
-"""Write a report folder whole or not at all: built in a temporary folder beside the target and
-swapped in only when complete, so a failed write (a full disk, a file-size limit) leaves the
-previous report as it was and names what could not be written."""
+"""Write a report folder whole or not at all, and only where it owns the files: built in a
+temporary folder beside the target and swapped in only when complete, so a failed write (a full
+disk, a file-size limit) leaves the previous report as it was and names what could not be written.
+
+The target is a new folder, an empty one, or one a previous `zoo report` wrote (its report.json,
+META_FILE, says so); any other folder is refused, never emptied. One writer at a time: a second
+`zoo report` into the same folder is refused while the first runs. Folders and files get the
+modes the user's umask gives (a folder replaced keeps its mode).
+"""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..errors import ZooError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (Windows: no advisory locks; one writer is the user's care)
+    fcntl = None  # type: ignore[assignment]
+
+META_FILE = "report.json"  # what produced a report folder: its marker, read by the reports index
+GENERATOR = "zoo report"  # report.json's "generator" (older folders: their command starts so)
 
 
 class ReportWriteError(ZooError):
     """The report could not be written; the previous one is unchanged."""
 
 
+def report_meta(folder: Path) -> dict[str, Any] | None:
+    """report.json of a folder `zoo report` wrote (its generator says so), else None."""
+    try:
+        meta = json.loads((Path(folder) / META_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    ours = meta.get("generator") == GENERATOR or str(meta.get("command", "")).startswith(GENERATOR)
+    return meta if ours else None
+
+
+def check_report_target(target: Path, what: str = "") -> None:
+    """ReportWriteError unless a report may be written to `target`: a new folder, an empty one or
+    one zoo report wrote, that is neither the current folder, one above it, nor a mount point
+    (the build replaces the folder whole). what: how messages name it (default: the path)."""
+    target = Path(target)
+    what = what or str(target)
+    here, resolved = Path.cwd().resolve(), target.resolve()
+    where = (
+        "the current folder or one above it"
+        if resolved == here or resolved in here.parents
+        else "a mount point"
+        if os.path.ismount(resolved)
+        else ""
+    )
+    if where:
+        raise ReportWriteError(
+            f"{what} is {where}: a report replaces its folder whole, so it needs a folder of "
+            f"its own, e.g. {target / 'report'}; nothing was written"
+        )
+    if not target.is_dir():
+        return
+    entries = sorted(p.name for p in target.iterdir())
+    if entries and report_meta(target) is None:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ReportWriteError(
+            f"{what} holds files zoo report did not write ({shown}; no {META_FILE} of a "
+            "report): nothing was changed; give a new or empty folder, or one zoo report wrote"
+        )
+
+
 @contextmanager
 def staged_folder(target: Path, *, regenerated: Sequence[str] = ()) -> Iterator[Path]:
-    """A new empty folder beside `target` to build into; on a clean exit it replaces `target`.
+    """A new empty folder beside `target` to build into; on a clean exit it replaces `target`
+    (check_report_target: refused where it may not).
 
     Files of the old folder that the build did not write are carried over, except those
     matching `regenerated` (glob patterns of files a build writes only when it has something to
     show, such as plots). Any OSError becomes a ReportWriteError naming the file and target."""
     target = Path(target)
-    try:
-        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
-    except OSError as err:
-        raise ReportWriteError(
-            f"cannot write the report beside {target}: {err.strerror or err}"
-        ) from None
-    try:
+    with _one_writer(target):
+        check_report_target(target)
+        mode = stat.S_IMODE(target.stat().st_mode) if target.is_dir() else _default_mode(0o777)
         try:
-            yield stage
-            if target.is_dir():
-                _carry_over(target, stage, regenerated)
-            _swap(stage, target)
+            stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
         except OSError as err:
-            raise _write_error(err, stage, target) from None
+            raise ReportWriteError(
+                f"cannot write the report beside {target}: {err.strerror or err}"
+            ) from None
+        try:
+            try:
+                yield stage
+                if target.is_dir():
+                    _carry_over(target, stage, regenerated)
+                os.chmod(stage, mode)
+                _swap(stage, target)
+            except OSError as err:
+                raise _write_error(err, stage, target) from None
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextmanager
+def _one_writer(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock named after `target` beside it (removed after); ReportWriteError
+    while another process holds it. A lock file removed by its holder while this one waited to
+    lock it is not the lock any more: it is opened again."""
+    if fcntl is None:
+        yield
+        return
+    lock = target.parent / f".{target.name}.lock"
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise ReportWriteError(
+                f"cannot write the report beside {target}: {err.strerror or err}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ReportWriteError(
+                f"another zoo report is writing {target} now; nothing was written: run this "
+                "again when it has finished, or give another folder"
+            ) from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        try:
+            os.unlink(lock)
+        finally:
+            os.close(fd)
+
+
+def _default_mode(full: int) -> int:
+    """`full` (0o777 for a folder, 0o666 for a file) less this process's umask."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return full & ~umask
 
 
 @contextmanager
@@ -73,12 +183,13 @@ def _swap(stage: Path, target: Path) -> None:
         os.rename(stage, target)
         return
     old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.rename(target, old / target.name)
     try:
-        os.rename(stage, target)
-    except OSError:
-        os.rename(old / target.name, target)  # put the previous report back
-        raise
+        os.rename(target, old / target.name)
+        try:
+            os.rename(stage, target)
+        except OSError:
+            os.rename(old / target.name, target)  # put the previous report back
+            raise
     finally:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -98,11 +209,14 @@ def _write_error(err: OSError, stage: Path, target: Path) -> ReportWriteError:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file beside it: all of it, or the old file."""
+    """Write `text` to `path` through a temporary file beside it: all of it, or the old file
+    (whose mode it keeps; a new file gets the umask's)."""
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _default_mode(0o666)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)

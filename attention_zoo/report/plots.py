@@ -35,6 +35,11 @@ CAPTIONS = {
         "Look toward the lower left: faster and closer to full attention; circled points are "
         "the Pareto front of their length (no other variant both faster and more faithful)."
     ),
+    "decoding-": (
+        "Look for flat lines: a token that costs the same at any context (running sums, a window) "
+        "beside a KV cache's linear growth; dashed lines are not exact, `(recompute)` lines run "
+        "the whole prefix for every token."
+    ),
     "pareto-": (
         "Look toward the upper left: more accurate for less time per step; the red line joins "
         "the Pareto front (no other run both faster and more accurate)."
@@ -97,14 +102,21 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
-    """Time (with IQR bars) and peak memory against length, log-log, one line per variant;
-    exact variants solid with circles, the others dashed (pattern: squares, approximate:
-    triangles); one legend for both panels."""
+def scaling_plot(
+    ok: Any,
+    setting: str,
+    path: Path,
+    metrics: dict[str, str] | None = None,
+    xlabel: str = "sequence length L",
+) -> Path | None:
+    """Time (with IQR bars) and peak memory (or `metrics`: metric -> axis title) against length,
+    log-log, one line per variant; exact variants solid with circles, the others dashed
+    (pattern: squares, approximate: triangles); one legend for both panels."""
     import seaborn as sns
 
     plt = _pyplot()
-    panels = [(m, axis_label(m, METRICS[m].column), METRICS[m].scale) for m in SCALING_METRICS]
+    titles = metrics or {m: METRICS[m].column for m in SCALING_METRICS}
+    panels = [(m, axis_label(m, title), METRICS[m].scale) for m, title in titles.items()]
     data = []
     for _, r in ok.iterrows():
         for metric, _, scale in panels:
@@ -161,7 +173,7 @@ def scaling_plot(ok: Any, setting: str, path: Path) -> Path | None:
         ax.set(
             xscale="log",
             yscale="log",
-            xlabel="sequence length L (log scale)",
+            xlabel=f"{xlabel} (log scale)",
             ylabel=f"{label}, log scale",
         )
         ax.set_xticks(lengths, [str(n) for n in lengths], rotation=45 if len(lengths) > 5 else 0)

@@ -20,11 +20,14 @@ from .cost import (
     QUICK,
     best,
     crossover_text,
+    has_reference,
     ratio_cell,
     reference_row,
     series,
+    set_aside_rows,
     settings,
 )
+from .decoding import cheapest
 from .document import Heading, Para, Table, anchor
 
 TITLE = "Summary"
@@ -42,6 +45,7 @@ def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ())
     if groups:
         table, wins = _table(ctx, groups)
         blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
+        blocks += cheapest(ctx)  # generation: the cheapest token per context length
     else:
         blocks.append(Para(f"No measured case yet: run `{QUICK}` to fill this report."))
     if text := _claims(ctx, rows, reproductions):
@@ -74,18 +78,42 @@ def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
     devices = ", ".join(sorted({f"`{d}`" for d in bench["device_name"]}))
     return (
         f"{_count(ctx, [_length_input(r) for r in firsts])} settings on {devices}, lengths "
-        f"{ctx.config(shortest, 'seq_len')} to {ctx.config(longest, 'seq_len')}. Every ratio "
-        f"divides by `{ctx.reference}` at the same setting and length (below one: better than it). "
+        f"{ctx.config(shortest, 'seq_len')} to {ctx.config(longest, 'seq_len')}. "
+        f"{_reference_text(ctx, groups)} "
         f"**{EXACT_CLASS}**: equals full softmax attention; **{APPROX_CLASS}**: computes something "
         "else — softmax under a fixed pattern such as a local window, or an approximation — shown "
         f"with its approx_error against full attention on peaked inputs (`{SHOWN_ERROR}`; zero: "
         "the same output). Times taken on a busy machine or with disagreeing repeats are never "
-        "ranked."
+        "ranked, and no variant of their class is named fastest beside them."
     )
+
+
+def _reference_text(ctx: Context, groups: list[tuple[str, Any]]) -> str:
+    """Which variant the ratios divide by, or that it was not measured (where it was not)."""
+    ref = ctx.reference
+    without = [part.iloc[0] for _, part in groups if not has_reference(part, ref)]
+    if len(without) == len(groups):
+        return (
+            f"No `{ref}` case was measured, so no ratio is shown (`zoo report --reference` names "
+            "the variant to divide by)."
+        )
+    text = (
+        f"Every ratio divides by `{ref}` at the same setting and length (below one: better than "
+        "it)."
+    )
+    if without:
+        text = text[:-1] + (
+            f"; {_count(ctx, [_length_input(r) for r in without])} settings have no `{ref}` "
+            "case, so no ratios there."
+        )
+    return text
 
 
 def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -> str:
     if row is None:
+        if aside := set_aside_rows(at_n, metric, cls):
+            names = ", ".join(f"`{r['variant']}`" for r in aside)
+            return f"not ranked: {names} set aside"
         present = any(kind_class(k) == cls for k in at_n["computes"])
         return "none ranked" if present else "none measured"
     ratio = ratio_cell(ctx, row, reference_row(part, row["seq_len"], ctx.reference, row["backend"]),
@@ -154,7 +182,8 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
     caption = (
         "Per setting (the parameters that differ between settings) and length: the variant with "
         "the smallest median time and the smallest peak memory in each class, with its ratio to "
-        f"`{ctx.reference}` (none ranked: its times were set aside or it has no number there; "
+        f"`{ctx.reference}` (not ranked: the named variants' times were set aside, and any of "
+        "them might be the fastest; none ranked: no variant of that class has a number there; "
         "none measured: no variant of that class at that length); a crossover is where the "
         "not-exact variant best at the longest length ranking both classes gets below the exact "
         "one best there."

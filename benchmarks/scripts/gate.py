@@ -2,25 +2,30 @@
 
     python benchmarks/scripts/gate.py                  # merge base with main vs HEAD, whole suite
     python benchmarks/scripts/gate.py --fast           # CI's subset: attention cores + one block
+    python benchmarks/scripts/gate.py --fast --device cuda   # the same subset on the GPU
     python benchmarks/scripts/gate.py --base HEAD~1 --bench 'Time.time_forward\\(.*local'
     python benchmarks/scripts/gate.py --head worktree  # uncommitted changes vs the merge base
-    python benchmarks/scripts/gate.py --calibrate 10   # noise: HEAD against a copy of itself
+    python benchmarks/scripts/gate.py --calibrate 10   # noise: HEAD against a copy of itself,
+                                                       # and the limits drawn from it (written to
+                                                       # benchmarks/baselines/time-limits.json)
     python benchmarks/scripts/gate.py --fast --comment gate.md \
         --report-summary results/report/summary.md     # the verdict and the report's summary as
                                                        # Markdown: a PR comment, CI's artifact
 
-Time: `asv continuous` builds both commits into one virtualenv and runs the selected benchmarks in
-`--rounds` rounds interleaved across the commits (ABBA), at one torch thread (the suite's `threads`
-parameter), each round taking more samples than asv's default (SAMPLING). A time benchmark regresses
-when its median grows by more than TIME_FACTOR, the smallest factor that never fired in repeated
-runs of a commit against itself (`--calibrate`), in the comparison and again when the gate
-re-measures it at once with twice the rounds (a load spike rarely lasts).
+Time: each commit gets a clean environment of its own, built for this run (benchmarks/scripts/
+sides.py), and asv runs the selected benchmarks in `--rounds` rounds per commit, interleaved ABBA,
+at one torch thread (the suite's `threads` parameter), each round taking more samples than asv's
+default (SAMPLING). A time benchmark regresses when its median grows beyond its limit, calibrated
+by `--calibrate` and stored in benchmarks/baselines/time-limits.json (benchmarks/scripts/
+limits.py), in the comparison and again when the gate re-measures it at once with twice the rounds
+(a load spike rarely lasts).
 Deterministic metrics (the metric catalogue says which) regress on any increase beyond their
 tolerance: asv's track_<metric> results, and the baselines (benchmarks/baselines/) checked on the
-head commit.
-Exit codes: 0 no regression, 1 a regression (each named with both numbers and the ratio),
-2 the gate could not decide (bad configuration, unknown revision, build or benchmark failure,
-a crashing baseline check).
+head commit and, where head differs from them, on the base commit too: a difference already there
+is named as such, not blamed on head.
+Exit codes: 0 no regression, 1 a regression (each named with both numbers, the ratio and its
+limit), 2 the gate could not decide (bad configuration, unknown revision, build or benchmark
+failure, a crashing baseline check).
 asv's own exit code mixes the last two, so the verdict is read from its stored results.
 """
 
@@ -41,32 +46,44 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import limits as time_limits  # sibling scripts
+import sides as gate_sides
+
 ROOT = Path(__file__).resolve().parents[2]
-TIME_FACTOR = 1.16  # head/base median ratio above it is a regression; from `--calibrate 10 --fast`
 DEFAULT_ROUNDS = 4
 # Per round: 5 to 25 samples within 5 s, after 0.5 s of warm-up; each sample is one call after a
 # fresh setup (the suite's setup hooks). asv's default, up to 5 samples after 0.1 s, let a brief
 # load spike move a 2 ms benchmark's median by 13% between identical commits; at least 5 samples
 # is never fewer than asv takes. Passed to asv for the gate's comparisons only: published results
-# keep asv's defaults. TIME_FACTOR was calibrated with exactly this.
+# keep asv's defaults. The limits were calibrated with exactly this.
 SAMPLING = {"repeat": "(5,25,5.0)", "warmup_time": "0.5"}
-BLOCK_TIME_REGEX = r"^bench_blocks\.ResidualLayers\.time_train_step\('cpu', 1, 'reversible', 2\)$"
+DEVICES = ("cpu", "cuda")
 
 
-def core_time_regex(backends: Sequence[str] = ()) -> str:
+def core_time_regex(backends: Sequence[str] = (), device: str = "cpu") -> str:
     """asv's names of the attention cores' forward and forward+backward times at 1,024 tokens on
-    one CPU thread, for `backends` (default: every one)."""
+    one thread of `device`, for `backends` (default: every one)."""
     names = "|".join(re.escape(b) for b in backends) or "[^']+"
-    params = rf"\('cpu', 1, 'attention', '({names})', 1024, 'forward(\+backward)?'\)"
+    params = rf"\('{device}', 1, 'attention', '({names})', 1024, 'forward(\+backward)?'\)"
     return rf"^bench_attention\.Time\.time_step{params}$"
 
 
-# CI's subset: every attention core, and one block variant (a reversible 2-layer model step).
-FAST_BENCH = [core_time_regex(), BLOCK_TIME_REGEX]
-GATE_DIR = Path(".asv") / "gate"  # the gate's own config and results, apart from the published ones
+def block_time_regex(device: str = "cpu") -> str:
+    """asv's name of one block variant's time: a reversible 2-layer model's training step."""
+    return rf"^bench_blocks\.ResidualLayers\.time_train_step\('{device}', 1, 'reversible', 2\)$"
+
+
+def fast_bench(device: str = "cpu") -> list[str]:
+    """CI's subset on `device`: every attention core, and one block variant."""
+    return [core_time_regex(device=device), block_time_regex(device)]
+
+
+NONE_SELECTED = "No benchmarks selected"  # asv run, when no benchmark of a side matches --bench
+GATE_DIR = Path(".asv") / "gate"  # the gate's config, sides and results, apart from published ones
 OK, REGRESSION, ERROR = 0, 1, 2
 
 
@@ -110,6 +127,18 @@ def kept(commit: str, name: str) -> Iterator[str]:
         yield commit
     finally:
         git("update-ref", "-d", ref, check=False)
+
+
+@contextlib.contextmanager
+def checked_out(commit: str) -> Iterator[Path]:
+    """`commit`'s tree in a temporary git worktree."""
+    with tempfile.TemporaryDirectory(prefix="zoo-gate-") as tmp:
+        tree = Path(tmp) / "tree"
+        git("worktree", "add", "--detach", "--quiet", str(tree), commit)
+        try:
+            yield tree
+        finally:
+            git("worktree", "remove", "--force", str(tree), check=False)
 
 
 def snapshot_worktree() -> str:
@@ -159,33 +188,40 @@ def load_asv_config(path: Path) -> dict:
         conf = load_json(str(path), api_version=1, js_comments=True)
     except Exception as exc:
         raise GateError(f"{path} is not a valid asv configuration: {exc}") from None
-    for key in ("repo", "benchmark_dir", "env_dir", "html_dir", "matrix", "build_command"):
+    for key in ("repo", "benchmark_dir", "env_dir", "html_dir", "results_dir"):
         if key not in conf:
-            raise GateError(f"{path} has no {key!r}: the gate builds commits with asv")
+            raise GateError(f"{path} has no {key!r}: the gate runs the suite with asv")
     return conf
 
 
-def gate_config(conf: dict, env_dir: Path | None = None) -> Path:
-    """The project's asv configuration with the gate's own results directory (published results
-    stay untouched by comparisons of scratch commits). asv reads paths relative to the
+def derived_config(conf: dict, results_dir: Path, path: Path) -> Path:
+    """The project's asv configuration with `results_dir`, written to `path`, for runs in the
+    sides' existing environments: asv then needs no branch to exist (it benchmarks what the
+    environment holds, filed under --set-commit-hash). asv reads paths relative to the
     configuration file, so they are made absolute."""
-    results = ROOT / GATE_DIR / "results"
-    shutil.rmtree(results, ignore_errors=True)  # a stale result must never be read as this run's
     paths = {key: str(ROOT / conf[key]) for key in ("repo", "benchmark_dir", "env_dir", "html_dir")}
-    if env_dir is not None:
-        paths["env_dir"] = str(env_dir.resolve())
-    gate = {**conf, **paths, "version": 1, "results_dir": str(results)}
-    path = ROOT / GATE_DIR / "asv.conf.json"
+    derived = {**conf, **paths, "version": 1, "results_dir": str(results_dir)}
+    derived["branches"] = ["HEAD"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(gate, indent=1))
+    path.write_text(json.dumps(derived, indent=1))
     return path
 
 
-def asv(*args: str, echo: bool = True) -> tuple[int, str]:
-    """Run an asv command from the repository root, streaming its output; (exit code, output)."""
+def asv(
+    *args: str, echo: bool = True, log: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run an asv command from the repository root (echoing its output, or appending it to
+    `log`), with `env` added to this environment; (exit code, output). PYTHONPATH reaches asv
+    (it may be where asv is) but not the suite: asv's benchmark processes drop its folders from
+    their path, and a side finds its dependencies through its own path file."""
     cmd = [sys.executable, "-m", "asv", *args]
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     lines = []
     assert proc.stdout is not None
@@ -193,7 +229,11 @@ def asv(*args: str, echo: bool = True) -> tuple[int, str]:
         lines.append(line)
         if echo:
             print(line, end="", flush=True)
-    return proc.wait(), "".join(lines)
+    out = "".join(lines)
+    if log is not None:
+        with log.open("a") as f:
+            f.write(f"$ asv {' '.join(args)}\n{out}\n")
+    return proc.wait(), out
 
 
 def ensure_machine(machine: str) -> None:
@@ -208,42 +248,43 @@ class Measurement:
     benchmark: str  # asv's name with parameters, as its table prints it
     kind: str  # asv's type: time or track
     unit: str
-    base: float | None  # None: failed; nan: n/a (skipped)
+    base: float | None  # None: failed; nan: n/a (skipped, or no such parameter on that commit)
     head: float | None
 
 
+def labelled_values(res: object, name: str) -> dict[str, float | None]:
+    """One stored benchmark's values by asv's name with parameters, under the parameters that
+    this result was run with (each side discovers its own)."""
+    params = res.get_result_params(name)
+    values = res.get_result_value(name, params)
+    if not params:
+        return {name: values}
+    combos = [f"{name}({', '.join(c)})" for c in itertools.product(*params)]
+    return dict(zip(combos, values))
+
+
 def load_results(results_dir: Path, machine: str, base: str, head: str) -> list[Measurement]:
-    """Every selected benchmark's value on both commits, read from asv's stored results."""
+    """Every selected benchmark's value on both commits, read from asv's stored results and
+    matched by parameter values (never by asv's index of a combination)."""
     from asv.results import iter_results_for_machine_and_hash
 
     index = results_dir / "benchmarks.json"
     if not index.exists():
         raise GateError("asv stored no benchmark list: discovery failed (see its output above)")
     benchmarks = {k: v for k, v in json.loads(index.read_text()).items() if k != "version"}
-    found = {}
-    for commit in (base, head):
-        runs = list(iter_results_for_machine_and_hash(str(results_dir), machine, commit))
-        if not runs:
-            raise GateError(f"asv stored no results for {commit[:8]} (see its output above)")
-        found[commit] = runs[0]
+    found: dict[str, dict[str, float | None]] = {}
+    for commit in (base, head):  # none stored: no selected benchmark exists at that commit
+        found[commit] = {}
+        for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
+            for name in res.get_all_result_keys():
+                found[commit].update(labelled_values(res, name))
     rows = []
-    for name, bench in sorted(benchmarks.items()):
-        combos = (
-            [f"{name}({', '.join(c)})" for c in itertools.product(*bench["params"])]
-            if bench["params"]
-            else [name]
-        )
-        if not any(name in res.get_all_result_keys() for res in found.values()):
-            continue  # not selected
-        values: dict[str, list[float | None]] = {}
-        for commit, res in found.items():
-            ran = name in res.get_all_result_keys()
-            got = res.get_result_value(name, bench["params"]) if ran else None
-            values[commit] = got if got is not None else [None] * len(combos)
-        for i, label in enumerate(combos):
-            rows.append(
-                Measurement(label, bench["type"], bench["unit"], values[base][i], values[head][i])
-            )
+    for label in sorted(found[base].keys() | found[head].keys()):
+        bench = benchmarks.get(label.partition("(")[0])
+        if bench is None:
+            continue
+        values = [found[c].get(label, math.nan) for c in (base, head)]
+        rows.append(Measurement(label, bench["type"], bench["unit"], *values))
     return rows
 
 
@@ -272,8 +313,18 @@ def exact_tolerance(benchmark: str) -> float | None:
     return spec.tolerance or 0.0
 
 
-def judge(rows: Sequence[Measurement], factor: float) -> tuple[list[str], list[str], list[str]]:
-    """(regressions, notes, failures) as lines naming the benchmark, both values and the ratio."""
+def ratio_of(m: Measurement) -> float | None:
+    """head / base of a benchmark measured on both commits, else None."""
+    if m.base is None or m.head is None or is_na(m.base) or is_na(m.head):
+        return None
+    return m.head / m.base if m.base else math.inf if m.head else 1.0
+
+
+def judge(
+    rows: Sequence[Measurement], limits: time_limits.Limits
+) -> tuple[list[str], list[str], list[str]]:
+    """(regressions, notes, failures) as lines naming the benchmark, both values, the ratio and,
+    for a time, its limit and the noise that limit was calibrated on."""
     regressions, notes, failures = [], [], []
     for m in rows:
         if m.head is None:
@@ -286,11 +337,14 @@ def judge(rows: Sequence[Measurement], factor: float) -> tuple[list[str], list[s
             if is_na(m.base) != is_na(m.head):
                 notes.append(f"{m.benchmark}: runs on one commit only, not compared")
             continue
-        ratio = m.head / m.base if m.base else math.inf if m.head else 1.0
+        ratio = ratio_of(m)
         both = f"{fmt(m.base, m.unit)} before, {fmt(m.head, m.unit)} after: {ratio:.2f}x"
         if m.kind == "time":
-            if ratio > factor:
-                regressions.append(f"time {m.benchmark}: {both} (limit {factor:.2f}x)")
+            limit = limits.for_benchmark(m.benchmark)
+            if ratio > limit.factor:
+                regressions.append(
+                    f"time {m.benchmark}: {both} > limit {limit.factor:.2f}x ({limit.source})"
+                )
         elif (tol := exact_tolerance(m.benchmark)) is not None:
             if ratio > 1 + tol:
                 regressions.append(f"{m.unit} {m.benchmark}: {both} (exact: tolerance {tol:.0%})")
@@ -303,37 +357,30 @@ def compared(rows: Sequence[Measurement]) -> list[str]:
     """One line per benchmark measured on both commits: before, after, ratio."""
     lines = []
     for m in rows:
-        if m.base is None or m.head is None or is_na(m.base) or is_na(m.head):
+        if (ratio := ratio_of(m)) is None:
             continue
-        ratio = m.head / m.base if m.base else math.nan
         lines.append(
             f"{fmt(m.base, m.unit):>16s} {fmt(m.head, m.unit):>16s} {ratio:6.2f}x  {m.benchmark}"
         )
     return lines
 
 
-def check_baselines(head: str, quick: bool) -> tuple[list[str], list[str]]:
-    """The deterministic baselines on the head commit's code: (increases, other differences);
-    `quick`: only the representative cases of the quick test pass."""
-    with tempfile.TemporaryDirectory(prefix="zoo-gate-") as tmp:
-        tree = Path(tmp) / "head"
-        git("worktree", "add", "--detach", "--quiet", str(tree), head)
-        try:
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "benchmarks/scripts/update_baselines.py",
-                    "--check",
-                    "--json",
-                    *(["--quick"] if quick else []),
-                ],
-                cwd=tree,
-                env={**os.environ, "PYTHONPATH": str(tree)},
-                capture_output=True,
-                text=True,
-            )
-        finally:
-            git("worktree", "remove", "--force", str(tree), check=False)
+def baseline_differences(
+    tree: Path, quick: bool, code: Path | None = None, cases: Sequence[str] = ()
+) -> list[dict]:
+    """The baseline check (update_baselines.py --check --json) of `tree`'s script and stored
+    baselines, run on the code of `code` (default: the same tree): its difference records."""
+    code = code or tree
+    script = tree / "benchmarks" / "scripts" / "update_baselines.py"
+    stored = tree / "benchmarks" / "baselines" / "deterministic.json"
+    argv = [sys.executable, str(script), "--check", "--json", "--path", str(stored)]
+    argv += ["--quick"] if quick else []
+    for key in cases:
+        argv += ["--case", key]
+    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        argv, cwd=code, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True
+    )
     diffs = None
     if proc.returncode in (0, 1):  # 1: a difference, but also Python's code for a crash
         with contextlib.suppress(json.JSONDecodeError):
@@ -341,12 +388,54 @@ def check_baselines(head: str, quick: bool) -> tuple[list[str], list[str]]:
     if diffs is None:
         why = f"exit {proc.returncode}" + (", no JSON" if proc.returncode in (0, 1) else "")
         raise GateError(
-            f"the baseline check failed on {head[:8]} ({why}):\n"
+            f"the baseline check failed on {code.name} ({why}):\n"
             f"{proc.stdout[-1500:]}{proc.stderr[-3000:]}"
         )
-    more = [d["message"] for d in diffs if d["increase"]]
-    other = [d["message"] for d in diffs if not d["increase"]]
-    return more, other
+    return diffs
+
+
+def same_value(a: float, b: float, tolerance: float) -> bool:
+    return abs(a - b) <= tolerance * max(abs(b), 1)
+
+
+def attribute(
+    head_diffs: Sequence[dict], base_diffs: Sequence[dict] | None, base: str
+) -> tuple[list[str], list[str]]:
+    """Split head's differences from the stored baselines by the commit that made them:
+    (regressions of head, notes). `base_diffs`: the same check on the base commit's code for
+    those cases (None: the base could not be checked, so head is blamed)."""
+    on_base = {(d["key"], d["metric"]): d for d in base_diffs or ()}
+    regressions, notes = [], []
+    for d in head_diffs:
+        line = f"baseline {d['message']}"
+        b = on_base.get((d["key"], d["metric"]))
+        if base_diffs is None or b is None:  # the base matches the stored value: head changed it
+            (regressions if d["increase"] else notes).append(line)
+        elif same_value(d["actual"], b["actual"], d["tolerance"]):
+            notes.append(f"{line}: already in base {short(base)}, not this change")
+        else:
+            vs_base = d["actual"] / b["actual"] if b["actual"] else math.inf
+            more = f"{line}; base {short(base)} has {b['actual']:,}: {vs_base:.3f}x of base"
+            (regressions if vs_base > 1 else notes).append(more)
+    return regressions, notes
+
+
+def check_baselines(head: str, base: str, quick: bool) -> tuple[list[str], list[str]]:
+    """The deterministic baselines on the head commit's code: (regressions, notes). A case that
+    differs is checked on the base commit's code too (against head's stored baselines), so that
+    a difference already in base is said to be, not blamed on head."""
+    with checked_out(head) as head_tree:
+        head_diffs = baseline_differences(head_tree, quick)
+        if not head_diffs:
+            return [], []
+        keys = sorted({d["key"] for d in head_diffs})
+        with checked_out(base) as base_tree:
+            try:
+                base_diffs = baseline_differences(head_tree, quick, base_tree, keys)
+            except GateError as exc:
+                say(f"the base commit's baselines could not be checked: {exc}")
+                base_diffs = None
+    return attribute(head_diffs, base_diffs, base)
 
 
 # ---- one comparison and the calibration -----------------------------------------------------
@@ -355,62 +444,97 @@ def check_baselines(head: str, quick: bool) -> tuple[list[str], list[str]]:
 @dataclass
 class Comparison:
     rows: list[Measurement]
-    asv_output: str
+    log: Path  # asv's output of every round
 
 
-def compare(
-    conf_path: Path,
-    machine: str,
-    base: str,
-    head: str,
-    bench: Sequence[str],
-    rounds: int,
-    factor: float,
-    echo: bool = True,
-) -> Comparison:
-    """asv continuous base head (interleaved rounds), then both commits' stored results."""
-    args = ["continuous", "--config", str(conf_path), "--machine", machine]
-    args += ["--interleave-rounds", "-a", f"rounds={rounds}", "--factor", str(factor)]
-    for key, value in SAMPLING.items():
-        args += ["-a", f"{key}={value}"]
-    args += ["--no-stats", "--sort", "ratio", "--show-stderr"]
-    for regex in bench:
-        args += ["--bench", regex]
-    code, out = asv(*args, base, head, echo=echo)
-    if "BENCHMARKS" not in out:  # asv prints its verdict line only when it got to compare
-        raise GateError(f"asv continuous stopped (exit {code}) before comparing:\n{out[-3000:]}")
-    rows = load_results(ROOT / GATE_DIR / "results", machine, base, head)
-    return Comparison(rows=rows, asv_output=out)
+class Gate:
+    """One gate run's configuration and the two sides it measures."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.conf = load_asv_config(args.config)
+        self.dir = ROOT / GATE_DIR
+        shutil.rmtree(self.dir, ignore_errors=True)  # nothing of an earlier run is ever reused
+        self.dir.mkdir(parents=True)
+        self.results = self.dir / "results"
+        self.conf_path = derived_config(self.conf, self.results, self.dir / "asv.conf.json")
+        self.sides: dict[str, gate_sides.Side] = {}
+        self.launch: gate_sides.Launch | None = None  # checked on the first side built
+
+    def side(self, commit: str) -> gate_sides.Side:
+        """`commit`'s clean environment, built once in this run."""
+        if commit not in self.sides:
+            folder = self.dir / "sides" / f"{len(self.sides)}-{commit[:8]}"
+            say(f"building a clean environment of {short(commit)}")
+            try:
+                self.sides[commit] = side = gate_sides.build_side(ROOT, commit, folder)
+            except gate_sides.SideError as exc:
+                raise GateError(str(exc)) from None
+            if self.launch is None:
+                self.launch = self.launch_on(side)
+        return self.sides[commit]
+
+    def launch_on(self, side: gate_sides.Side) -> gate_sides.Launch:
+        """asv's forkserver; on CUDA checked first (a fork after the suite's import must reach
+        the GPU), else what works, said."""
+        if self.args.device == "cpu":
+            return gate_sides.Launch()
+        launch = gate_sides.launch_for(side, ROOT / self.conf["benchmark_dir"], self.args.device)
+        if launch.why:
+            say(f"forkserver cannot use {self.args.device} ({launch.why}): {launch}")
+        return launch
+
+    def compare(self, base: str, head: str, bench: Sequence[str], rounds: int) -> Comparison:
+        """The selected benchmarks on both commits, `rounds` each, interleaved; fresh results."""
+        shutil.rmtree(self.results, ignore_errors=True)
+        log = self.dir / "asv.log"
+        order = gate_sides.interleaved([self.side(base), self.side(head)], rounds)
+        for i, side in enumerate(order):
+            started = time.monotonic()
+            args = gate_sides.round_args(
+                side, self.conf_path, self.args.machine, bench, SAMPLING, self.launch
+            )
+            code, out = asv(*args, echo=False, log=log, env=self.launch.env)
+            if "Running" not in out and NONE_SELECTED not in out:
+                raise GateError(
+                    f"asv run stopped (exit {code}) on {side.commit[:8]}:\n{out[-3000:]}"
+                )
+            role = "base" if side.commit == base else "head"
+            say(
+                f"round {i // 2 + 1}/{rounds} of {role} {side.commit[:8]}: "
+                f"{time.monotonic() - started:.0f} s"
+            )
+        rows = load_results(self.results, self.args.machine, base, head)
+        return Comparison(rows=rows, log=log)
 
 
-def calibrate(args: argparse.Namespace, conf_path: Path, head: str) -> int:
-    """Run the comparison `args.calibrate` times on head against a copy of itself; print each
-    time benchmark's largest ratio and the smallest factor that would not have fired."""
+def calibrate(gate: Gate, head: str) -> int:
+    """Run the comparison `--calibrate` times on head against a copy of itself; print each time
+    benchmark's largest ratio (either way) and store the limits drawn from them."""
+    args = gate.args
     worst: dict[str, float] = {}
     with kept(same_tree_commit(head), "calibration") as twin:
         for i in range(args.calibrate):
             say(f"calibration run {i + 1}/{args.calibrate}")
             # alternate which copy is "base": commit order cannot bias the result
             base, new = (twin, head) if i % 2 else (head, twin)
-            result = compare(conf_path, args.machine, base, new, args.bench, args.rounds, 1e9)
+            result = gate.compare(base, new, args.bench, args.rounds)
             run_worst = (0.0, "")
             for m in result.rows:
-                if m.kind != "time" or m.base is None or m.head is None:
+                if m.kind != "time" or not (r := ratio_of(m)) or not math.isfinite(r):
                     continue
-                if is_na(m.base) or is_na(m.head) or not m.base:
-                    continue
-                ratio = max(m.head / m.base, m.base / m.head)
+                ratio = max(r, 1 / r)
                 worst[m.benchmark] = max(worst.get(m.benchmark, 0.0), ratio)
                 run_worst = max(run_worst, (ratio, m.benchmark))
             say(f"calibration run {i + 1}: largest ratio {run_worst[0]:.3f}x ({run_worst[1]})")
     if not worst:
         raise GateError("no time benchmark produced a result in the calibration runs")
+    written = time_limits.write(worst, args.calibrate, args.machine, head, args.limits)
     print(f"\nlargest ratio between identical commits in {args.calibrate} runs (either way):")
     for name, ratio in sorted(worst.items(), key=lambda kv: -kv[1]):
-        print(f"  {ratio:6.3f}x  {name}")
-    suggested = math.ceil(max(worst.values()) * 100) / 100
-    print(f"suggested time factor (never fired in these runs): {suggested:.2f}")
-    print(f"current TIME_FACTOR in benchmarks/scripts/gate.py: {TIME_FACTOR}")
+        limit = written.for_benchmark(name)
+        print(f"  {ratio:6.3f}x  limit {limit.factor:.2f}x  {name}")
+    print(f"wrote {args.limits}: review the diff and commit it with the baselines")
     return OK
 
 
@@ -433,28 +557,45 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--bench",
         action="append",
         default=[],
-        help="asv benchmark regex, matched against name(params); repeatable (default: all)",
+        help="asv benchmark regex, matched against name(params); repeatable (default: all of "
+        "--device's)",
     )
     parser.add_argument(
-        "--fast", action="store_true", help="CI's subset (FAST_BENCH): cores and one block"
+        "--fast", action="store_true", help="CI's subset (fast_bench): cores and one block"
+    )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="the device of --fast's subset and of the default selection (default: %(default)s)",
     )
     parser.add_argument(
         "--factor",
         type=float,
-        default=TIME_FACTOR,
-        help="time ratio above which a benchmark regresses (default: %(default)s)",
+        help="one time limit for every benchmark instead of the calibrated ones",
+    )
+    parser.add_argument(
+        "--limits",
+        type=Path,
+        default=time_limits.PATH,
+        help="calibrated time limits (default: %(default)s); --calibrate writes it",
     )
     parser.add_argument(
         "--rounds",
         type=int,
         default=DEFAULT_ROUNDS,
-        help="asv rounds, interleaved across the two commits (default: %(default)s)",
+        help="asv rounds per commit, interleaved across the two (default: %(default)s)",
     )
     parser.add_argument("--no-baselines", action="store_true", help="skip the baseline check")
     parser.add_argument(
+        "--quick-baselines",
+        action="store_true",
+        help="check only the quick pass's baseline cases (one per backend: what --fast checks)",
+    )
+    parser.add_argument(
         "--no-confirm",
         action="store_true",
-        help="do not re-measure time benchmarks over the factor (one run decides)",
+        help="do not re-measure time benchmarks over their limit (one run decides)",
     )
     parser.add_argument("--no-time", action="store_true", help="only the baseline check")
     parser.add_argument(
@@ -466,19 +607,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--calibrate",
         type=int,
         metavar="N",
-        help="run the comparison N times on head against a copy of itself; print the noise",
+        help="run the comparison N times on head against a copy of itself; print the noise and "
+        "write the limits drawn from it to --limits",
     )
     parser.add_argument(
         "--machine", default=platform.node() or "local", help="asv machine name (default: host)"
     )
     parser.add_argument(
         "--config", type=Path, default=ROOT / "asv.conf.json", help="asv configuration"
-    )
-    parser.add_argument(
-        "--env-dir",
-        type=Path,
-        help="where asv keeps its environments (default: the configuration's env_dir); "
-        "another clone's saves building one",
     )
     parser.add_argument(
         "--comment",
@@ -492,74 +628,116 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="a report's summary.md (zoo report writes it beside report.md) to put under the "
         "verdict in --comment",
     )
+    parser.add_argument(
+        "--json", type=Path, help="also write what the gate found to this file, as JSON"
+    )
     args = parser.parse_args(argv)
     if args.report_summary and not args.comment:
         parser.error("--report-summary goes into --comment: give both")
     if args.fast:
-        args.bench = [*args.bench, *FAST_BENCH]
+        args.bench = [*args.bench, *fast_bench(args.device)]
+    elif not args.bench and args.device != "cpu":
+        args.bench = [rf"\('{args.device}'"]  # every benchmark with that device parameter
     if args.rounds < 2:
         parser.error("--rounds must be >= 2 (rounds are what is interleaved)")
-    if args.factor <= 1:
+    if args.factor is not None and args.factor <= 1:
         parser.error("--factor must be > 1")
     if args.calibrate is not None and (args.calibrate < 1 or args.no_time):
         parser.error("--calibrate needs N >= 1 and the time comparison (no --no-time)")
+    args.limits_used = (
+        time_limits.Limits.uniform(args.factor)
+        if args.factor
+        else time_limits.Limits.load(args.limits)
+    )
     return args
 
 
-def slower(rows: Sequence[Measurement], factor: float) -> dict[str, float]:
-    """The time benchmarks whose head/base ratio is above `factor`, with that ratio."""
+def over_limit(rows: Sequence[Measurement], limits: time_limits.Limits) -> dict[str, float]:
+    """The time benchmarks whose head/base ratio is above their limit, with that ratio."""
     return {
-        m.benchmark: m.head / m.base
+        m.benchmark: r
         for m in rows
         if m.kind == "time"
-        and m.base
-        and m.head is not None
-        and not (is_na(m.base) or is_na(m.head))
-        and m.head / m.base > factor
+        and (r := ratio_of(m)) is not None
+        and r > limits.for_benchmark(m.benchmark).factor
     }
 
 
-def time_verdict(
-    args: argparse.Namespace, conf_path: Path, base: str, head: str
-) -> tuple[list[str], list[str], list[str]]:
-    """Compare, then re-measure the time benchmarks over the factor in a second interleaved run
-    with twice the rounds: a regression is one that is over the factor both times (a load spike
+@dataclass
+class Verdict:
+    """What a gate run found: its lines, the time rows compared and the benchmarks re-measured."""
+
+    regressions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    rows: list[Measurement] = field(default_factory=list)
+    remeasured: dict[str, float | None] = field(default_factory=dict)  # name: second ratio
+
+    def as_json(self, limits: time_limits.Limits) -> dict:
+        def row(m: Measurement) -> dict:
+            limit = limits.for_benchmark(m.benchmark) if m.kind == "time" else None
+            return {
+                "benchmark": m.benchmark,
+                "kind": m.kind,
+                "unit": m.unit,
+                "base": m.base,
+                "head": m.head,
+                "ratio": ratio_of(m),
+                "limit": limit.factor if limit else None,
+                "limit_source": limit.source if limit else None,
+            }
+
+        return {
+            "regressions": self.regressions,
+            "notes": self.notes,
+            "failures": self.failures,
+            "rows": [row(m) for m in self.rows if ratio_of(m) is not None],
+            "remeasured": self.remeasured,
+        }
+
+
+def time_verdict(gate: Gate, base: str, head: str, limits: time_limits.Limits) -> Verdict:
+    """Compare, then re-measure the time benchmarks over their limit in a second interleaved run
+    with twice the rounds: a regression is one that is over the limit both times (a load spike
     rarely lasts that long; a slower code path always does)."""
+    args = gate.args
     ensure_machine(args.machine)
-    result = compare(conf_path, args.machine, base, head, args.bench, args.rounds, args.factor)
+    result = gate.compare(base, head, args.bench, args.rounds)
     if not any(not (is_na(m.base) and is_na(m.head)) for m in result.rows):
         raise GateError("no benchmark matched --bench or none could run here")
-    say("time comparison done")
+    say(f"time comparison done (asv's output: {result.log})")
     print(f"\ngate: {'before':>16s} {'after':>16s} {'ratio':>7s}  benchmark")
     for line in compared(result.rows):
         print(f"gate: {line}")
-    regressions, notes, failures = judge(result.rows, args.factor)
-    flagged = slower(result.rows, args.factor)
-    if not flagged or args.no_confirm or failures:
-        return regressions, notes, failures
+    verdict = Verdict(*judge(result.rows, limits), rows=result.rows)
+    flagged = over_limit(result.rows, limits)
+    if not flagged or args.no_confirm or verdict.failures:
+        return verdict
     rounds = 2 * args.rounds
-    say(f"re-measuring {len(flagged)} time benchmark(s) over {args.factor:.2f}x in {rounds} rounds")
+    say(f"re-measuring {len(flagged)} time benchmark(s) over their limit in {rounds} rounds")
     bench = [f"^{re.escape(name)}$" for name in flagged]
-    again = compare(conf_path, args.machine, base, head, bench, rounds, args.factor)
-    still = slower(again.rows, args.factor)
-    ratios = {m.benchmark: m.head / m.base for m in again.rows if m.benchmark in flagged}
+    again = gate.compare(base, head, bench, rounds)
+    still = over_limit(again.rows, limits)
+    verdict.remeasured = {m.benchmark: ratio_of(m) for m in again.rows if m.benchmark in flagged}
     kept_lines = []
-    for line in regressions:
+    for line in verdict.regressions:
         name = next((n for n in flagged if line.startswith(f"time {n}:")), None)
         if name is None:
             kept_lines.append(line)
         elif name in still:
             kept_lines.append(f"{line}; re-measured: {still[name]:.2f}x")
         else:
-            second = f"{ratios[name]:.2f}x" if name in ratios else "no result"
-            notes.append(
+            ratio = verdict.remeasured.get(name)
+            second = f"{ratio:.2f}x" if ratio else "no result"
+            verdict.notes.append(
                 f"{name}: {flagged[name]:.2f}x, re-measured {second}: noise, not a regression"
             )
-    return kept_lines, notes, failures
+    verdict.regressions = kept_lines
+    return verdict
 
 
-def run(args: argparse.Namespace) -> int:
-    conf_path = None if args.no_time else gate_config(load_asv_config(args.config), args.env_dir)
+def run(args: argparse.Namespace, verdict: Verdict) -> int:
+    gate = None if args.no_time else Gate(args)
     head_name = args.head
     head = snapshot_worktree() if head_name == "worktree" else commit_of(head_name)
     if head is None:
@@ -567,7 +745,7 @@ def run(args: argparse.Namespace) -> int:
     with kept(head, "head"):
         if args.calibrate:
             ensure_machine(args.machine)
-            return calibrate(args, conf_path, head)
+            return calibrate(gate, head)
         base = resolve_base(args.base, head, args.missing_base_ok)
         if base is None:
             write_comment(args, "skipped: no base commit in this clone to compare against", [], [])
@@ -576,29 +754,32 @@ def run(args: argparse.Namespace) -> int:
             raise GateError(f"base and head are the same commit ({head[:8]}): nothing to compare")
         say(f"base {short(base)}")
         say(f"head {short(head)}")
-        regressions, notes, failures = [], [], []
-        if not args.no_time:
-            regressions, notes, failures = time_verdict(args, conf_path, base, head)
+        if gate is not None:
+            found = time_verdict(gate, base, head, args.limits_used)
+            for key in ("regressions", "notes", "failures", "rows", "remeasured"):
+                setattr(verdict, key, getattr(found, key))
         if not args.no_baselines:
             say("checking the deterministic baselines on the head commit")
-            more, other = check_baselines(head, quick=args.fast)
+            more, other = check_baselines(head, base, quick=args.fast or args.quick_baselines)
             say("baseline check done")
-            regressions += [f"baseline {line}" for line in more]
-            notes += [f"baseline {line}" for line in other]
+            verdict.regressions += more
+            verdict.notes += other
     print()
-    for line in notes:
+    for line in verdict.notes:
         print(f"gate: note: {line}")
-    if failures:
-        raise GateError("benchmark(s) failed:\n  " + "\n  ".join(failures))
-    if regressions:
-        print(f"gate: REGRESSION ({len(regressions)}):")
-        for line in regressions:
+    if verdict.failures:
+        raise GateError("benchmark(s) failed:\n  " + "\n  ".join(verdict.failures))
+    if verdict.regressions:
+        print(f"gate: REGRESSION ({len(verdict.regressions)}):")
+        for line in verdict.regressions:
             print(f"  {line}")
-        write_comment(args, f"REGRESSION ({len(regressions)})", regressions, notes)
+        write_comment(
+            args, f"REGRESSION ({len(verdict.regressions)})", verdict.regressions, verdict.notes
+        )
         return REGRESSION
-    verdict = f"no regression (time limit {args.factor:.2f}x; memory and FLOPs exact)"
-    print(f"gate: {verdict}")
-    write_comment(args, verdict, [], notes)
+    message = "no regression (times within their limits; memory and FLOPs exact)"
+    print(f"gate: {message}")
+    write_comment(args, message, [], verdict.notes)
     return OK
 
 
@@ -622,14 +803,21 @@ def write_comment(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    verdict, code, error = Verdict(), ERROR, None
     try:
-        return run(args)
+        code = run(args, verdict)
     except GateError as exc:
+        error = str(exc)
         print(f"gate: error: {exc}", file=sys.stderr)
     except Exception:  # a bug or an unexpected asv/git state is still "could not decide"
-        traceback.print_exc()
+        error = traceback.format_exc()
+        print(error, file=sys.stderr)
         print("gate: error: unexpected failure (traceback above)", file=sys.stderr)
-    return ERROR
+    if args.json:
+        found = verdict.as_json(args.limits_used)
+        found.update(exit=code, error=error, seconds=round(time.monotonic() - _START, 1))
+        args.json.write_text(json.dumps(found, indent=1) + "\n")
+    return code
 
 
 if __name__ == "__main__":

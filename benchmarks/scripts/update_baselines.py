@@ -27,6 +27,8 @@ def record(name: str, case: baseline.BenchCase, diff: baseline.Difference) -> di
     """One difference as the JSON record `--check --json` prints (the gate reads it)."""
     return {
         "case": name,
+        "key": case.key(),
+        "tolerance": baseline.TOLERANCE[diff.metric],
         "backends": case.backends(),
         "model": case.target == "model",
         "metric": diff.metric,
@@ -38,10 +40,13 @@ def record(name: str, case: baseline.BenchCase, diff: baseline.Difference) -> di
     }
 
 
-def check(path: str, as_json: bool, quick: bool) -> int:
-    """Recompute the stored cases (`quick`: the quick pass's); exit 1 when any differs."""
+def check(path: str, as_json: bool, quick: bool, keys: list[str]) -> int:
+    """Recompute the stored cases (`quick`: the quick pass's; `keys`: only these); exit 1 when
+    any differs."""
     stored = baseline.load(path)["cases"]
     wanted = {c.key() for c in baseline.quick_cases()} if quick else set(stored)
+    if keys:
+        wanted &= set(keys)
     records = []
     for key, entry in stored.items():
         case = baseline.BenchCase.from_dict(entry["case"])
@@ -67,7 +72,7 @@ def time_check(records: list[dict], base: str | None) -> int:
     backends = sorted({b for r in records if not r["model"] for b in r["backends"]})
     bench = [gate.core_time_regex(backends)] if backends else []
     if any(r["model"] for r in records):
-        bench.append(gate.BLOCK_TIME_REGEX)
+        bench.append(gate.block_time_regex())
     argv = ["--head", "worktree", "--no-baselines", *(["--base", base] if base else [])]
     for regex in bench:
         argv += ["--bench", regex]
@@ -128,6 +133,13 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="with --check: only the quick test pass's cases"
     )
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="with --check: only the stored case with this key (repeatable)",
+    )
     parser.add_argument("--base", help="the time comparison's base (default: the gate's)")
     parser.add_argument(
         "--skip-time-check",
@@ -136,7 +148,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.check:
-        return check(args.path, args.json, args.quick)
+        return check(args.path, args.json, args.quick, args.case)
     return regenerate(args.path, args.base, args.skip_time_check)
 
 

@@ -24,10 +24,7 @@ import torch
 from torch import Tensor
 
 from ...errors import OptionError
-
-KERNELS = ("auto", "flash", "math")
-# dtypes the fused CPU kernel takes (it returns float32 log-sum-exps for the 16-bit ones)
-_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+from .dispatch import Check, Implementation, Run
 
 # (window offset, out=None) -> additive float mask broadcastable to (B, H, c, c)
 MaskFn = Callable[..., Tensor]
@@ -44,32 +41,35 @@ def check_int(name: str, value: object, *, minimum: int, backend: str) -> None:
         raise OptionError(f"{backend} option {name} must be an int >= {minimum}, got {value!r}")
 
 
-def check_chunking(backend: str, chunk_length: int, before: int, after: int, kernel: str) -> None:
+def check_chunking(backend: str, chunk_length: int, before: int, after: int) -> None:
     check_int("chunk_length", chunk_length, minimum=1, backend=backend)
     check_int("num_chunks_before", before, minimum=0, backend=backend)
     check_int("num_chunks_after", after, minimum=0, backend=backend)
-    if kernel not in KERNELS:
-        raise OptionError(f"{backend} kernel {kernel!r} is not one of: {', '.join(KERNELS)}")
 
 
 # PyTorch's fused CPU attention ops (forward and backward); a constant of the installed torch
-_FLASH_OPS_EXIST = hasattr(
-    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"
-) and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
+_CPU_OPS_EXIST = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") and hasattr(
+    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"
+)
 
 
-def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:
-    """'flash' (PyTorch's fused CPU kernel, also traced on meta) or 'math' (materialised blocks)."""
-    fits = device.type in ("cpu", "meta") and dtype in _FLASH_DTYPES and _FLASH_OPS_EXIST
-    if kernel == "auto":
-        return "flash" if fits else "math"
-    if kernel == "flash" and not fits:
-        raise OptionError(
-            f"kernel='flash' needs PyTorch's CPU flash-attention op on a cpu/meta tensor of dtype "
-            f"{', '.join(str(t).removeprefix('torch.') for t in _FLASH_DTYPES)}; got {device.type} "
-            f"{str(dtype).removeprefix('torch.')}. Use kernel='auto' or 'math'."
-        )
-    return kernel
+def _cpu_ops_reason(device: str) -> str | None:
+    if not _CPU_OPS_EXIST:
+        return f"needs PyTorch's fused CPU attention op, which torch {torch.__version__} lacks"
+    return None
+
+
+def cpu_fused(run: Run, summary: str, checks: tuple[Check, ...] = ()) -> Implementation:
+    """An implementation on PyTorch's fused CPU attention op (`_scaled_dot_product_flash_attention
+    _for_cpu` and its backward): CPU, traced on meta, no attention dropout."""
+    return Implementation(
+        name="cpu-fused",
+        summary=summary,
+        run=run,
+        devices=frozenset({"cpu", "meta"}),
+        environment=_cpu_ops_reason,
+        checks=checks,
+    )
 
 
 @dataclass(frozen=True)

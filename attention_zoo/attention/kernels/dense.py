@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..base import mask_value, self_mask_value
+from .masks import mask_value, self_mask_value
 
 
 def unit_keys(k: Tensor, eps: float = 1e-6) -> Tensor:

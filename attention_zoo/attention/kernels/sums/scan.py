@@ -1,4 +1,5 @@
-"""Kernelised attention shared by `linear` and `performer`: out_i = phi(q_i) S_i / (phi(q_i) z_i).
+"""Kernelised attention by chunked prefix sums, a segment at a time: out_i = phi(q_i) S_i /
+(phi(q_i) z_i).
 
 S = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j) over all keys (bidirectional) or keys j <= i
 (causal, in the chunked form of Katharopoulos et al. 2020, section 3.3). One autograd.Function
@@ -12,51 +13,24 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .chunked import padded_length
-
-# 16-bit inputs sum their states in float32: the d x d states add up n terms.
-_WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
-
-# Feature maps: phi(x) from x alone, or FAVOR+'s positive random features (needs `proj`).
-FEATURE_MAPS = ("elu+1", "relu")
-FAVOR = "favor+"
+from ..chunked import padded_length
+from .plain import FAVOR, KernelSums, chunked_causal, compute_dtype, ones_column, pointwise
 
 # Positions per segment: features, chunk scores and chunk states exist one segment at a time,
 # so the memory beyond q, k, v, their gradients and the output is bounded by this, not by n.
 SEGMENT_LENGTH = 512
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype sums and inverses are computed in: float32 for 16-bit inputs, else the input's."""
-    return _WIDE.get(dtype, dtype)
-
-
-def kernel_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    feature_map: str,
-    causal: bool,
-    chunk: int,
-    eps: float,
-    key_padding_mask: Tensor | None = None,
-    proj: Tensor | None = None,
-    scale: float = 1.0,
+def scan_sums(
+    sums: KernelSums, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
 ) -> Tensor:
-    """(b, h, n, d) queries, keys, values -> (b, h, n, d) in compute_dtype(q.dtype).
-
-    feature_map is one of FEATURE_MAPS (applied to q and k), or FAVOR with `proj` the (m, d)
-    random features and `scale` multiplying q and k first. Padded keys (mask False) get zero
-    features and add nothing; eps keeps the denominator > 0.
-    """
-    if (feature_map == FAVOR) != (proj is not None):
-        raise ValueError(f"feature map {feature_map!r}: proj is given exactly for {FAVOR!r}")
-    if proj is not None:
-        proj = proj.to(compute_dtype(q.dtype))
+    """(b, h, n, d) queries, keys, values -> (b, h, n, d) in compute_dtype(q.dtype), a segment
+    at a time (padded keys, mask False, get zero features and add nothing)."""
+    proj = None if sums.proj is None else sums.proj.to(compute_dtype(q.dtype))
     return _KernelScan.apply(
-        q, k, v, key_padding_mask, proj, feature_map, scale, causal, chunk, eps
-    )
+        q, k, v, key_padding_mask, proj, sums.feature_map, sums.scale, sums.causal, sums.chunk,
+        sums.eps,
+    )  # fmt: skip
 
 
 class _Features:
@@ -75,7 +49,7 @@ class _Features:
             # is a constant for the gradient
             logits = torch.matmul(q * self.scale, self.proj.T).add_(self.half_w)
             return logits.sub_(logits.amax(-1, keepdim=True)).exp_()
-        return _pointwise(self.kind, q)
+        return pointwise(self.kind, q)
 
     def key(self, k: Tensor, start: int, stop: int) -> Tensor:
         k = k.to(self.wide)
@@ -89,7 +63,7 @@ class _Features:
             if keep is not None:
                 logits.masked_fill_(~keep, float("-inf"))
             return logits.exp_()
-        phi = _pointwise(self.kind, k)
+        phi = pointwise(self.kind, k)
         return phi if keep is None else phi.mul_(keep)
 
     def query_vjp(self, q: Tensor, phi: Tensor, dphi: Tensor) -> Tensor:
@@ -107,14 +81,6 @@ class _Features:
         return _pointwise_vjp(self.kind, phi, dphi)
 
 
-def _pointwise(kind: str, x: Tensor) -> Tensor:
-    if kind == "elu+1":  # the paper's choice: positive, smooth
-        return F.elu(x).add_(1)
-    if kind == "relu":
-        return F.relu(x)
-    raise ValueError(f"feature map {kind!r} is not one of: {', '.join((*FEATURE_MAPS, FAVOR))}")
-
-
 def _pointwise_vjp(kind: str, phi: Tensor, dphi: Tensor) -> Tensor:
     # elu+1: derivative 1 where x > 0 (phi > 1), exp(x) = phi elsewhere; relu: 1 where phi > 0
     slope = phi.clamp(max=1) if kind == "elu+1" else (phi > 0).to(phi.dtype)
@@ -125,11 +91,6 @@ def _segments(n: int, chunk: int) -> list[tuple[int, int]]:
     """Static (start, stop) ranges of whole chunks, computed from shapes only."""
     seg = chunk * max(1, SEGMENT_LENGTH // chunk)
     return [(s, min(s + seg, n)) for s in range(0, n, seg)]
-
-
-def _ones_column(x: Tensor) -> Tensor:
-    """x with a column of ones: one product then gives sum_j a_ij x_j and sum_j a_ij."""
-    return torch.cat([x, x.new_ones(*x.shape[:-1], 1)], dim=-1)
 
 
 def _chunked(ts: tuple[Tensor, ...], c: int) -> tuple[Tensor, ...]:
@@ -150,18 +111,6 @@ def _prefix(chunk_states: Tensor, state: Tensor, *, reverse: bool) -> tuple[Tens
         return outside, outside[:, :, 0] + chunk_states[:, :, 0]
     outside = torch.cat([state[:, :, None], chunk_states[:, :, :-1]], dim=2).cumsum(2)
     return outside, outside[:, :, -1] + chunk_states[:, :, -1]
-
-
-def _scan(a: Tensor, b: Tensor, x: Tensor, state: Tensor, c: int) -> tuple[Tensor, Tensor]:
-    """y_i = sum_{j <= i} (a_i . b_j) x_j within the segment plus a_i state, where state =
-    sum b_j x_j^T over earlier segments. Returns y and the state including this segment."""
-    n = a.shape[-2]
-    ac, bc, xc = _chunked((a, b, x), c)
-    chunk_states = torch.matmul(bc.transpose(-1, -2), xc)  # (b, h, nc, p, r)
-    outside, total = _prefix(chunk_states, state, reverse=False)
-    scores = torch.matmul(ac, bc.transpose(-1, -2)).tril_()  # (b, h, nc, c, c)
-    y = torch.matmul(scores, xc).add_(torch.matmul(ac, outside))
-    return y.flatten(2, 3)[:, :, :n], total
 
 
 def _reverse_scans(
@@ -208,14 +157,14 @@ class _KernelScan(torch.autograd.Function):
             for s, e in segments:
                 phi_k = feats.key(k[:, :, s:e], s, e)
                 state.add_(
-                    torch.matmul(phi_k.transpose(-1, -2), _ones_column(v[:, :, s:e].to(wide)))
+                    torch.matmul(phi_k.transpose(-1, -2), ones_column(v[:, :, s:e].to(wide)))
                 )
         for s, e in segments:
             phi_q = feats.query(q[:, :, s:e])
             if causal:
                 phi_k = feats.key(k[:, :, s:e], s, e)
-                vx = _ones_column(v[:, :, s:e].to(wide))
-                y, state = _scan(phi_q, phi_k, vx, state, c)
+                vx = ones_column(v[:, :, s:e].to(wide))
+                y, state = chunked_causal(phi_q, phi_k, vx, state, c)
             else:
                 y = torch.matmul(phi_q, state)
             den[:, :, s:e] = y[..., d:]
@@ -248,8 +197,8 @@ class _KernelScan(torch.autograd.Function):
             phi_q, gx = feats.query(qs), grad_out(s, e)
             if causal:
                 phi_k = feats.key(k[:, :, s:e], s, e)
-                vx = _ones_column(v[:, :, s:e].to(wide))
-                dphi_q, state = _scan(gx, vx, phi_k, state, c)
+                vx = ones_column(v[:, :, s:e].to(wide))
+                dphi_q, state = chunked_causal(gx, vx, phi_k, state, c)
             else:
                 dphi_q = torch.matmul(gx, total.transpose(-1, -2))
             dq[:, :, s:e] = feats.query_vjp(qs, phi_q, dphi_q)
@@ -262,7 +211,7 @@ class _KernelScan(torch.autograd.Function):
         for s, e in reversed(segments):
             ks = k[:, :, s:e]
             phi_k = feats.key(ks, s, e)
-            vx = _ones_column(v[:, :, s:e].to(wide))
+            vx = ones_column(v[:, :, s:e].to(wide))
             if causal:
                 phi_q, gx = feats.query(q[:, :, s:e]), grad_out(s, e)
                 dphi_k, dvx, back = _reverse_scans(vx, gx, phi_q, phi_k, back, c)

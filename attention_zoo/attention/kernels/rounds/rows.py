@@ -10,7 +10,7 @@ import functools
 import torch
 from torch import Tensor
 
-from .chunked import RowWindows, Workspace
+from ..chunked import RowWindows, Workspace
 
 
 def undo_perm(perm: Tensor) -> Tensor:

@@ -5,9 +5,9 @@ Query block i gathers the key blocks `layout.blocks[i]` (the same count K for ev
 slots masked), so scores are (blocks, block, K * block): memory linear in n. The token mask comes
 from the pattern's mask_mod, the function the dense `pattern(n)` also reads, so kernel and pattern
 agree by construction. Query rows that see every key (global tokens) are attended densely:
-(rows, n) scores, still linear in n. On CPU, PyTorch's fused kernel runs a segment of query blocks
+(rows, n) scores, still linear in n. PyTorch's fused CPU kernel runs a segment of query blocks
 at a time, forward and backward (`BlockSparseFlash`: only one segment's gathered blocks exist at
-once); with dropout or on other devices, SDPA takes every block at once with autograd.
+once); the materialised path gives SDPA every block at once with autograd (dropout, any device).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from ..base import MaskMod, mask_value
-from .chunked import resolve_kernel
+from ..masks import MaskMod, mask_value
 
 
 @dataclass(frozen=True)
@@ -214,9 +213,11 @@ def block_sparse_attention(
     key_padding_mask: Tensor | None,
     scale: float,
     dropout: float,
+    fused: bool,
 ) -> Tensor:
     """(b, h, n, d) x3 -> (b, h, n, d): softmax over the keys `mod` allows, gathered by `layout`
-    (which must cover them) for rows >= global_rows, over all n keys for the first global_rows."""
+    (which must cover them) for rows >= global_rows, over all n keys for the first global_rows.
+    fused: PyTorch's fused CPU op a segment at a time (no dropout); else SDPA with autograd."""
     b, h, n, d = q.shape
     nb = layout.blocks.shape[0]
     if nb == 1 and layout.block > n:  # one block: its padding would cost block^2 scores
@@ -226,7 +227,7 @@ def block_sparse_attention(
     real = torch.arange(nb * c, device=q.device) < n  # (npad,)
     if key_padding_mask is not None:
         real = real & F.pad(key_padding_mask, (0, pad), value=False)  # (b, npad)
-    if not dropout and resolve_kernel("auto", q.device, q.dtype) == "flash":
+    if fused:
         padded = [(F.pad(t, (0, 0, 0, pad)) if pad else t).contiguous() for t in (q, k, v)]
         geo = _Blocks(layout, mod, real, (b, h, nb * c, d))
         return BlockSparseFlash.apply(*padded, geo, scale, global_rows)[:, :, :n]

@@ -18,8 +18,6 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .chunked import resolve_kernel
-
 _flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 # Scratch one segment may hold: its score blocks (forward and backward) or its rearranged keys
@@ -106,30 +104,11 @@ def few_keys_forward(
     q: Tensor, keys: Tensor, values: Tensor, scale: float
 ) -> tuple[Tensor, Tensor]:
     """softmax(q keys^T * scale) values for (b, h, n, d) q over (b, h, m, d) keys and values,
-    m small: (out, log-sum-exp (b, h, n)). PyTorch's fused CPU kernel where it runs (at 16k x
-    256 keys, one thread, CPU time under load: 54 ms against 77 for the segments), else a
-    segment of queries at a time."""
-    if resolve_kernel("auto", q.device, q.dtype) == "flash":
-        # the raw kernel reads rows as dense: a strided last dimension is copied first
-        dense = q if q.stride(-1) == 1 else q.contiguous()
-        return _flash_forward(dense, keys, values, 0.0, False, scale=scale)
-    b, h, n, _ = q.shape
-    out = torch.empty_like(q)
-    lse = q.new_empty(b, h, n)
-    for s, e in _segments(n, 2 * b * h * keys.shape[2] * q.itemsize):
-        _forward_segment(q, keys, values, scale, out, lse, s, e)
-    return out, lse
-
-
-def _forward_segment(
-    q: Tensor, keys: Tensor, values: Tensor, scale: float, out: Tensor, lse: Tensor, s: int, e: int
-) -> None:
-    scores = torch.matmul(q[:, :, s:e], keys.transpose(-1, -2)).mul_(scale)
-    top = scores.amax(-1, keepdim=True)
-    probs = scores.sub_(top).exp_()  # unnormalised: one exp per score
-    total = probs.sum(-1, keepdim=True)
-    out[:, :, s:e] = torch.matmul(probs, values).div_(total)
-    lse[:, :, s:e] = top.add_(total.log_()).squeeze(-1)
+    m small: (out, log-sum-exp (b, h, n)), PyTorch's fused CPU kernel in one call (at 16k x 256
+    keys, one thread, CPU time under load: 54 ms against 77 for a segment at a time)."""
+    # the raw kernel reads rows as dense: a strided last dimension is copied first
+    dense = q if q.stride(-1) == 1 else q.contiguous()
+    return _flash_forward(dense, keys, values, 0.0, False, scale=scale)
 
 
 def few_keys_backward(

@@ -9,9 +9,9 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from ..base import mask_value
-from .chunked import Windows, flash_window_forward, padded_length
-from .window_grad import window_backward
+from ..chunked import Windows, flash_window_forward, padded_length
+from ..masks import mask_value
+from ..window_grad import window_backward
 
 
 def local_windows(b: int, n: int, chunk: int, before: int, after: int) -> Windows:

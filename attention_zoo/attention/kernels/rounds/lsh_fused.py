@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .chunked import Workspace, flash_backward_offset, flash_window_forward
+from ..chunked import Workspace, flash_backward_offset, flash_window_forward
 from .lsh_plan import with_self
 from .rows import BACKWARD_PASS_BYTES, FORWARD_PASS_BYTES, row_view
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..base import mask_value, self_mask_value
+from ..masks import mask_value, self_mask_value
 from .rows import SlotPass, SlotPlan, undo_perm
 
 
@@ -149,6 +150,22 @@ class CircularMasks:
         return self._fill(
             self.k_pos.unfold(1, width, c), self.k_real.unfold(1, width, c), "window_mask"
         )
+
+
+def consecutive_reason(cfg: Any, length: int, rounds: int = 1) -> str | None:
+    """Why the fused kernel cannot run HF's wrapped windows over `rounds` sorted rounds of a
+    length-long sequence, or None: its buffers hold consecutive chunks only, and a window that
+    reaches past every chunk of the rounds is clamped by HF (the materialised path computes it).
+    `cfg` has semantics, chunk_length, num_chunks_before and num_chunks_after."""
+    if cfg.semantics != "hf" or length <= cfg.chunk_length:
+        return None
+    chunks = rounds * -(-length // cfg.chunk_length)
+    if max(cfg.num_chunks_before, cfg.num_chunks_after) > chunks:
+        return (
+            f"HF-semantics windows reach past all {chunks} chunks of the rounds (HF clamps those "
+            "offsets): materialised only"
+        )
+    return None
 
 
 def empty_rows(plan: CircularPlan) -> Tensor:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..base import mask_value, self_mask_value
+from ..masks import mask_value, self_mask_value
 from .rows import SlotPass, SlotPlan
 
 EPS = 1e-6  # as dense.unit_keys

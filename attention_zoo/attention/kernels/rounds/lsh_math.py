@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .chunked import Workspace, math_attention
-from .dense import unit_keys
+from ..chunked import Workspace, math_attention
+from ..dense import unit_keys
 from .lsh_plan import EPS, LSHPlan, with_self
 from .rows import undo_perm
 

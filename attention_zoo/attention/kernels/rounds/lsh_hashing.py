@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from ...errors import OptionError
+from ....errors import OptionError
 
 Buckets = int | tuple[int, ...]
 
@@ -45,7 +45,7 @@ def auto_buckets(length: int, chunk: int, max_length: int | None = None) -> Buck
     into two powers of two when above 2 * max(sqrt(max_length / chunk), chunk) (keeps rotations
     small); HF takes max_length from max_position_embeddings (default: length)."""
     limit_length = length if max_length is None else max_length
-    p = (2 * (length // chunk)).bit_length() - 1
+    p = max((2 * (length // chunk)).bit_length() - 1, 0)  # shorter than a chunk: one bucket
     limit = 2 * max(int((limit_length // chunk) ** 0.5), chunk)
     if 2**p > limit:
         return (2 ** (p // 2), 2 ** (p - p // 2))

@@ -1,0 +1,518 @@
+"""Incremental decoding: a causal core's state, fed one or a few new tokens at a time.
+
+A core that decodes implements `init_state(shape) -> state` (a `StateShape`: batch, heads,
+head_dim, max_length, dtype, device), `state_bytes(shape) -> int` (its formula) and
+`step(q, k, v, state, key_padding_mask=None) -> (out, state)`: q, k, v (b, h, t, d) are the new
+tokens, out their outputs; a step on an empty state is the prefill (the core's forward over the
+prompt, and the state built from it). What a backend's decoding is, readable without
+building it (`decoding_of`):
+  cached     its own state; prefill + steps equal the causal forward over the whole sequence
+  cached-hf  its own state following transformers' cached generation (which differs from HF's
+             own forward: windows chosen for the new token only)
+  recompute  no state of its own: every step runs the forward over the whole prefix again and
+             keeps the new tokens' outputs (the default, e.g. a plugin core)
+  none       bidirectional only: a token's output would depend on later tokens
+
+States are frozen dataclasses of tensors; a step returns the next state. A KV cache is
+preallocated to `max_length` positions and written in place: appending a token then costs its
+own bytes (growing by concatenation would copy the whole cache every token: reading and writing
+it again, more bytes than the attention itself reads), and an earlier state stays valid for the
+positions it holds (a KV cache only appends). Bounded states (windows, running sums,
+bucket rings) are also written in place: a state is used once, then its successor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..errors import InputError, OptionError, ShapeError
+from .base import check_key_padding_mask, check_qkv
+from .kernels.masks import MaskMod, mask_value
+from .kernels.sums.plain import compute_dtype
+from .kernels.sums.scan import SEGMENT_LENGTH
+from .spec import BackendSpec, backends_where
+
+CACHED, CACHED_HF, RECOMPUTE, NONE = "cached", "cached-hf", "recompute", "none"
+DECODINGS = (CACHED, CACHED_HF, RECOMPUTE, NONE)
+# What each kind means, in one line (tables and the report say it).
+DECODING_TEXT = {
+    CACHED: "own state, equal to the causal forward",
+    CACHED_HF: "own state, as transformers' cached generation",
+    RECOMPUTE: "recomputes the whole prefix every token",
+    NONE: "cannot decode (bidirectional only)",
+}
+
+
+def decoding_of(spec: BackendSpec, **options: Any) -> str:
+    """How `spec` decodes with these options (one of DECODINGS), without building it: `none` when
+    it cannot run causally, `recompute` when its class has no `init_state`, else what its class's
+    `decoding(cfg)` says (`cached` when it has none)."""
+    caps = spec.caps_for(**options) if options else spec.caps  # no config built for defaults
+    if not caps.causal:
+        return NONE
+    if getattr(spec.cls, "init_state", None) is None:
+        return RECOMPUTE
+    kind = getattr(spec.cls, "decoding", None)
+    return kind(spec.make_config(**options)) if kind is not None else CACHED
+
+
+def refusal(name: str) -> str:
+    """The one line a bidirectional-only backend answers when asked to decode."""
+    causal = ", ".join(backends_where(lambda s: s.caps.causal))
+    return (
+        f"backend {name!r} cannot decode token by token: it is bidirectional only (every output "
+        f"mixes later tokens); decode with a causal backend: {causal}"
+    )
+
+
+@dataclass(frozen=True)
+class StateShape:
+    """What a state is made for: (batch, heads, head_dim) tokens, up to max_length positions."""
+
+    batch: int
+    heads: int
+    head_dim: int
+    max_length: int  # the most positions the state may consume (prompt and new tokens)
+    dtype: torch.dtype = torch.float32
+    device: torch.device | str = "cpu"
+
+    def tensor(self, *shape: int, dtype: torch.dtype | None = None) -> Tensor:
+        """A zeroed tensor of this dtype (or `dtype`) on this device."""
+        return torch.zeros(shape, dtype=dtype or self.dtype, device=self.device)
+
+    def itemsize(self, dtype: torch.dtype | None = None) -> int:
+        return torch.empty((), dtype=dtype or self.dtype).element_size()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeState:
+    """What every decoding state holds besides its tensors: its shape and the positions seen."""
+
+    shape: StateShape
+    length: int = 0  # positions consumed so far (prefill and steps)
+    # True for a state whose steps only append (a KV cache): an earlier state of it stays valid
+    appends_only: ClassVar[bool] = False
+
+    def tensors(self) -> list[Tensor]:
+        values = (getattr(self, f.name) for f in dataclasses.fields(self))
+        return [v for v in values if isinstance(v, Tensor)]
+
+    def nbytes(self) -> int:
+        """Bytes of its tensors (shapes only: the meta device gives the same number)."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+    def truncated(self, n: int) -> DecodeState:
+        """The state as if only the first n positions had been consumed: drops trailing padding
+        a prefill was given (transformers pads a prompt to whole chunks). A state that cannot
+        forget positions refuses."""
+        if n == self.length:
+            return self
+        raise InputError(
+            f"a {type(self).__name__} cannot forget positions {n}..{self.length - 1} (its bounded "
+            "buffers overwrote what the earlier positions need); prefill without trailing padding"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVCache(DecodeState):
+    """Keys and values of every position so far, preallocated: (b, h, max_length, d) each, and
+    which keys are real (b, max_length)."""
+
+    k: Tensor
+    v: Tensor
+    real: Tensor
+    masked: bool = False  # some key was given as padding (else the real mask is all True)
+    appends_only: ClassVar[bool] = True
+
+    def keys(self) -> Tensor:
+        return self.k[:, :, : self.length]
+
+    def values(self) -> Tensor:
+        return self.v[:, :, : self.length]
+
+    def real_keys(self) -> Tensor:
+        return self.real[:, : self.length]
+
+    def truncated(self, n: int) -> KVCache:
+        if not 0 <= n <= self.length:
+            raise InputError(f"cannot truncate a state of {self.length} positions to {n}")
+        return dataclasses.replace(self, length=n)
+
+
+def kv_cache(shape: StateShape) -> KVCache:
+    """An empty KV cache for max_length positions."""
+    s = shape
+    return KVCache(
+        shape=s,
+        k=s.tensor(s.batch, s.heads, s.max_length, s.head_dim),
+        v=s.tensor(s.batch, s.heads, s.max_length, s.head_dim),
+        real=s.tensor(s.batch, s.max_length, dtype=torch.bool),
+    )
+
+
+def kv_cache_bytes(shape: StateShape) -> int:
+    """kv_cache's bytes by formula: 2 b h max_length d values and b max_length bools."""
+    s = shape
+    return (2 * s.heads * s.head_dim * s.itemsize() + 1) * s.batch * s.max_length
+
+
+def append(cache: KVCache, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> KVCache:
+    """The cache with k, v (b, h, t, d) written at its end (in place) and t positions longer."""
+    start, t = cache.length, k.shape[2]
+    cache.k[:, :, start : start + t] = k
+    cache.v[:, :, start : start + t] = v
+    cache.real[:, start : start + t] = True if key_padding_mask is None else key_padding_mask
+    masked = cache.masked or key_padding_mask is not None
+    return dataclasses.replace(cache, length=start + t, masked=masked)
+
+
+def causal_allowed(cache: KVCache, t: int) -> Tensor | None:
+    """(b | 1, 1, t, length) bool: the last t positions of `cache` (just appended) see the keys
+    before them, themselves and no later one, and only real ones; None when all are allowed."""
+    n = cache.length
+    allowed = None
+    if t > 1:
+        i = torch.arange(n - t, n, device=cache.k.device)[:, None]
+        allowed = (torch.arange(n, device=cache.k.device)[None, :] <= i)[None, None]
+    if cache.masked:
+        real = cache.real_keys()[:, None, None, :]
+        allowed = real if allowed is None else allowed & real
+    return allowed
+
+
+def softmax_attention(
+    q: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, *, scale: float | None = None
+) -> Tensor:
+    """softmax(q keys^T * scale) values over the allowed keys: q (..., t, d), keys and values
+    (..., n, d), allowed broadcasting to (..., t, n), scale 1/sqrt(d) unless given; materialised
+    (a few queries per step), with the forward's finite mask value, so a row with no allowed key
+    stays finite."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
+    return torch.matmul(torch.softmax(scores, dim=-1), values)
+
+
+# SDPA's kernels for a step: all but cuDNN's, which plans anew for every key count it meets
+# (tens of milliseconds per generated token on an H100, whatever the context).
+STEP_SDPA_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def sdpa_attention(
+    q: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, *, scale: float | None = None
+) -> Tensor:
+    """The same through F.scaled_dot_product_attention (its fused CPU and CUDA kernels)."""
+    with sdpa_kernel(list(STEP_SDPA_KERNELS)):
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=scale)
+
+
+def kv_step(
+    core: torch.nn.Module,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: KVCache,
+    key_padding_mask: Tensor | None,
+    attention: Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor],
+) -> tuple[Tensor, KVCache]:
+    """A full-attention core's step: k, v appended; the prefill is the core's forward, later
+    tokens see every cached key through `attention(q, keys, values, allowed)`."""
+    prefill = state.length == 0
+    state = append(state, k, v, key_padding_mask)
+    if prefill:
+        return core.attend(q, k, v, key_padding_mask), state
+    return attention(q, state.keys(), state.values(), causal_allowed(state, q.shape[2])), state
+
+
+# ---- a bounded window: the first positions kept for ever, a ring of the latest ---------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowState(DecodeState):
+    """Keys and values of the first `front` positions (global tokens) and a ring of the latest
+    `size` others: slot p % size holds position p; pos (size,) says which (-1: empty)."""
+
+    front_k: Tensor  # (b, h, front, d)
+    front_v: Tensor
+    front_real: Tensor  # (b, front) bool
+    k: Tensor  # (b, h, size, d)
+    v: Tensor
+    real: Tensor  # (b, size) bool
+    pos: Tensor  # (size,) long
+
+
+def window_state(shape: StateShape, *, size: int, front: int = 0) -> WindowState:
+    """An empty window state: `front` first positions and a ring of `size` latest ones."""
+    s = shape
+
+    def keys(n: int) -> Tensor:
+        return s.tensor(s.batch, s.heads, n, s.head_dim)
+
+    return WindowState(
+        shape=s,
+        front_k=keys(front),
+        front_v=keys(front),
+        front_real=s.tensor(s.batch, front, dtype=torch.bool),
+        k=keys(size),
+        v=keys(size),
+        real=s.tensor(s.batch, size, dtype=torch.bool),
+        pos=s.tensor(size, dtype=torch.long) - 1,
+    )
+
+
+def window_state_bytes(shape: StateShape, *, size: int, front: int = 0) -> int:
+    """window_state's bytes by formula: independent of the context length."""
+    s = shape
+    return (2 * s.heads * s.head_dim * s.itemsize() + 1) * s.batch * (size + front) + 8 * size
+
+
+def window_step(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: WindowState,
+    key_padding_mask: Tensor | None,
+    mod: MaskMod,
+    *,
+    scale: float,
+) -> tuple[Tensor, WindowState]:
+    """New tokens against the window and each other under the pattern `mod` (causality added);
+    a query that sees no real key outputs zeros. Attends before it writes: a new token may take
+    the ring slot of a key an earlier new token still sees."""
+    start, t = state.length, q.shape[2]
+    device = q.device
+    new = torch.arange(start, start + t, device=device)
+    fronts = torch.arange(state.front_k.shape[2], device=device)
+    pos = torch.cat([fronts, state.pos, new])
+    # front slots hold positions already seen; ring slots every other seen position
+    filled = torch.cat([fronts < start, state.pos >= fronts.numel(), new >= 0])
+    real = torch.cat(
+        [state.front_real, state.real, _real_or_ones(key_padding_mask, q.shape[0], t, device)], 1
+    )
+    i, j = new[:, None], pos[None, :]
+    allowed = (mod(i, j) & (j <= i) & filled)[None, None] & real[:, None, None, :]
+    keys = torch.cat([state.front_k, state.k, k], dim=2)
+    values = torch.cat([state.front_v, state.v, v], dim=2)
+    out = softmax_attention(q, keys, values, allowed, scale=scale)
+    out = out * allowed.any(-1, keepdim=True)
+    return out, window_append(state, k, v, key_padding_mask)
+
+
+def window_append(
+    state: WindowState, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
+) -> WindowState:
+    """The state with t new positions written (in place): the front ones among them, and the
+    latest `size` into the ring."""
+    start, t = state.length, k.shape[2]
+    device = k.device
+    real = _real_or_ones(key_padding_mask, k.shape[0], t, device)
+    front, size = state.front_k.shape[2], state.k.shape[2]
+    if start < front:  # positions start .. min(start + t, front) - 1 are front ones
+        stop = min(start + t, front)
+        state.front_k[:, :, start:stop] = k[:, :, : stop - start]
+        state.front_v[:, :, start:stop] = v[:, :, : stop - start]
+        state.front_real[:, start:stop] = real[:, : stop - start]
+    kept = min(t, size)
+    if kept:
+        positions = torch.arange(start + t - kept, start + t, device=device)
+        slots = positions % size
+        state.k.index_copy_(2, slots, k[:, :, t - kept :])
+        state.v.index_copy_(2, slots, v[:, :, t - kept :])
+        state.real.index_copy_(1, slots, real[:, t - kept :])
+        state.pos.index_copy_(0, slots, positions)
+    return dataclasses.replace(state, length=start + t)
+
+
+def _real_or_ones(mask: Tensor | None, b: int, t: int, device: torch.device) -> Tensor:
+    return torch.ones(b, t, dtype=torch.bool, device=device) if mask is None else mask
+
+
+# ---- running sums of kernelised attention -------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SumsState(DecodeState):
+    """sum_j phi(k_j) [v_j, 1]^T over the positions seen: (b, h, m, d + 1) in the compute dtype
+    (float32 for 16-bit inputs); constant size."""
+
+    sums: Tensor
+
+    def truncated(self, n: int) -> SumsState:
+        """Padding added nothing to the sums (its keys' features are zero): only the count."""
+        return dataclasses.replace(self, length=n)
+
+
+def sums_state(shape: StateShape, *, features: int) -> SumsState:
+    """Zero sums over `features` features per head."""
+    s, wide = shape, compute_dtype(shape.dtype)
+    return SumsState(shape=s, sums=s.tensor(s.batch, s.heads, features, s.head_dim + 1, dtype=wide))
+
+
+def sums_state_bytes(shape: StateShape, *, features: int) -> int:
+    """sums_state's bytes by formula: independent of the context length."""
+    s = shape
+    return s.batch * s.heads * features * (s.head_dim + 1) * s.itemsize(compute_dtype(s.dtype))
+
+
+def sums_add(state: SumsState, k: Tensor, v: Tensor, feats: Any) -> SumsState:
+    """The state with t new keys and values added (in place), a segment of positions at a time
+    (no (t, m) feature tensor of a long prompt at once). feats: the call's feature maps
+    (kernels.linear_scan), its key padding mask over these t positions."""
+    t = k.shape[2]
+    for s in range(0, t, SEGMENT_LENGTH):  # static: from the shape
+        e = min(s + SEGMENT_LENGTH, t)
+        phi_k = feats.key(k[:, :, s:e], s, e)  # (b, h, e - s, m)
+        state.sums.add_(torch.matmul(phi_k.transpose(-1, -2), _with_ones(v[:, :, s:e], feats)))
+    return dataclasses.replace(state, length=state.length + t)
+
+
+def sums_step(
+    q: Tensor, k: Tensor, v: Tensor, state: SumsState, feats: Any, *, eps: float
+) -> tuple[Tensor, SumsState]:
+    """out_i = phi(q_i) S_i / (phi(q_i) z_i) for t new tokens: the sums so far plus the new
+    keys up to each query (a (t, t) lower triangle)."""
+    d, t = q.shape[-1], q.shape[2]
+    phi_q, phi_k = feats.query(q), feats.key(k, 0, t)
+    vx = _with_ones(v, feats)
+    y = torch.matmul(phi_q, state.sums)
+    y = y + torch.matmul(torch.matmul(phi_q, phi_k.transpose(-1, -2)).tril_(), vx)
+    out = y[..., :d] / (y[..., d:] + eps)
+    state.sums.add_(torch.matmul(phi_k.transpose(-1, -2), vx))
+    return out.to(q.dtype), dataclasses.replace(state, length=state.length + t)
+
+
+def _with_ones(v: Tensor, feats: Any) -> Tensor:
+    """[v, 1] in the compute dtype: one product gives both sum_j a_j v_j and sum_j a_j."""
+    v = v.to(feats.wide)
+    return torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
+
+
+# ---- the default: recompute the whole prefix --------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecomputeState(KVCache):
+    """The prefix's queries too (b, h, max_length, d): a core without a state of its own runs its
+    forward over all of them every step."""
+
+    q: Tensor
+
+
+def recompute_state(shape: StateShape) -> RecomputeState:
+    cache = kv_cache(shape)
+    return RecomputeState(**fields_of(cache), q=torch.empty_like(cache.k))
+
+
+def fields_of(state: DecodeState) -> dict[str, Any]:
+    """A state's fields by name: what a state that extends it is made from."""
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+
+
+def recompute_step(
+    core: torch.nn.Module,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: RecomputeState,
+    key_padding_mask: Tensor | None,
+) -> tuple[Tensor, RecomputeState]:
+    start, t = state.length, q.shape[2]
+    state.q[:, :, start : start + t] = q
+    state = append(state, k, v, key_padding_mask)
+    n = state.length
+    keys = state.q[:, :, :n] if core.spec.caps.shared_qk else state.keys()
+    mask = state.real_keys() if state.masked else None
+    out = core(state.q[:, :, :n], keys, state.values(), key_padding_mask=mask)
+    return out[:, :, start:], state
+
+
+# ---- what callers use -------------------------------------------------------------------------
+
+
+def init_state(core: torch.nn.Module, shape: StateShape, *, recompute: bool = False) -> DecodeState:
+    """An empty state of `core` for `shape`: the core's own, or (no init_state, or
+    recompute=True) the prefix kept to recompute the forward over every step.
+
+    Raises OptionError for a core that cannot decode (bidirectional) or is not causal."""
+    spec = core.spec
+    if not getattr(core, "causal", spec.caps.causal):
+        reason = refusal(spec.name) if not spec.caps.causal else "build it with causal=True"
+        raise OptionError(f"decoding needs a causal core: {reason}")
+    n = shape.max_length
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise OptionError(f"max_length must be an int >= 1 (positions to hold), got {n!r}")
+    own = getattr(core, "init_state", None)
+    return (recompute_state if recompute or own is None else own)(shape)
+
+
+def step(
+    core: torch.nn.Module,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: DecodeState,
+    key_padding_mask: Tensor | None = None,
+) -> tuple[Tensor, DecodeState]:
+    """The outputs (b, h, t, d) of t new tokens q, k, v (b, h, t, d) against `state`, and the
+    state after them; key_padding_mask (b, t) bool, True = real token."""
+    check_qkv(q, k, v, key_padding_mask)
+    b, h, t, d = q.shape
+    s = state.shape
+    if (b, h, d) != (s.batch, s.heads, s.head_dim):
+        raise ShapeError(
+            f"new tokens of (batch, heads, head_dim) = {(b, h, d)} against a state made for "
+            f"{(s.batch, s.heads, s.head_dim)}"
+        )
+    if state.length + t > s.max_length:
+        raise InputError(
+            f"{t} new tokens after {state.length} overflow the state's max_length="
+            f"{s.max_length}; make the state with max_length >= {state.length + t}"
+        )
+    check_key_padding_mask(key_padding_mask, b, t)
+    if isinstance(state, RecomputeState):
+        return recompute_step(core, q, k, v, state, key_padding_mask)
+    return core.step(q, k, v, state, key_padding_mask)
+
+
+__all__ = [
+    "CACHED",
+    "CACHED_HF",
+    "DECODINGS",
+    "DECODING_TEXT",
+    "NONE",
+    "RECOMPUTE",
+    "DecodeState",
+    "KVCache",
+    "RecomputeState",
+    "StateShape",
+    "SumsState",
+    "WindowState",
+    "append",
+    "causal_allowed",
+    "decoding_of",
+    "fields_of",
+    "init_state",
+    "kv_cache",
+    "kv_cache_bytes",
+    "kv_step",
+    "refusal",
+    "sdpa_attention",
+    "softmax_attention",
+    "step",
+    "sums_add",
+    "sums_state",
+    "sums_state_bytes",
+    "sums_step",
+    "window_state",
+    "window_state_bytes",
+    "window_step",
+]

@@ -1,0 +1,171 @@
+"""Which implementation of a mechanism runs: one rule for every backend.
+
+Each implementation states where it runs (devices, dtypes, torch version or package, attention
+dropout, head size, the options it computes) and, when it cannot, why, as xformers' fmha dispatch
+does. `kernel="auto"` takes the first implementation of the device's priority list that can run;
+a named kernel runs, or refuses in one line with its reasons. The name of the one that ran is what
+measurements store.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
+from torch.utils._triton import has_triton
+
+from ...errors import OptionError, UnavailableError
+
+AUTO = "auto"
+FLOAT_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16, torch.float16})
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one call needs, known before anything runs."""
+
+    device: str  # cpu, cuda, meta
+    dtype: torch.dtype
+    length: int
+    head_dim: int
+    dropout: bool = False  # attention dropout applies (training, p > 0)
+    fake: bool = False  # FakeTensors or the meta device: shapes only, nothing launched
+    masked: bool = False  # a key padding mask comes with it
+
+    @classmethod
+    def of(cls, x: Tensor, head_dim: int, dropout: float = 0.0, masked: bool = False) -> Call:
+        """The call on x (..., n, *) with heads of head_dim: its device, dtype and length. Traced
+        by torch.compile, its tensors are fake only while tracing: the compiled call is real."""
+        fake = x.device.type == "meta" or (not torch.compiler.is_compiling() and is_fake(x))
+        return cls(x.device.type, x.dtype, x.shape[-2], head_dim, bool(dropout), fake, masked)
+
+
+# (core, call) -> why this implementation cannot compute it, or None
+Check = Callable[[Any, Call], "str | None"]
+# (core, q, k, v, key_padding_mask) -> out
+Run = Callable[..., Tensor]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Implementation:
+    """One way to compute a mechanism, and where it can run."""
+
+    name: str
+    summary: str  # what it computes with, in a few words
+    run: Run
+    devices: frozenset[str] = frozenset({"cpu", "cuda", "meta"})
+    dtypes: frozenset[torch.dtype] = FLOAT_DTYPES
+    dropout: bool = False  # can apply attention dropout
+    fake: bool = True  # traces on FakeTensors / meta (memory predictions)
+    # the installation: a missing package or a torch without the feature (cached per device)
+    environment: Callable[[str], str | None] | None = None
+    checks: tuple[Check, ...] = ()  # the options and shapes it computes
+
+    def reasons(self, core: Any, call: Call) -> list[str]:
+        """Why it cannot compute `call` for `core`; empty when it can."""
+        found = []
+        if call.device not in self.devices:
+            found.append(f"runs on {', '.join(sorted(self.devices))}, not {call.device}")
+        if call.dtype not in self.dtypes:
+            names = ", ".join(sorted(_dtype_name(t) for t in self.dtypes))
+            found.append(f"takes {names}, not {_dtype_name(call.dtype)}")
+        if call.dropout and not self.dropout:
+            found.append("applies no attention dropout (the core has dropout > 0 in training)")
+        if call.fake and not self.fake:
+            found.append("does not trace on FakeTensors or the meta device")
+        # the installation is checked eagerly; a caller inside torch.compile has a compiler
+        if self.environment is not None and not found and not torch.compiler.is_compiling():
+            if reason := self.environment(call.device):
+                found.append(reason)
+        found += [r for check in self.checks if (r := check(core, call))]
+        return found
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """A backend's implementations and, per device, their order of preference."""
+
+    implementations: tuple[Implementation, ...]
+    priority: Mapping[str, tuple[str, ...]]  # device -> names, best first
+    # instead of the priority lists: a library's own dispatch names the one auto runs (SDPA)
+    choose: Callable[[Any, Call], str] | None = None
+    by_name: dict[str, Implementation] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {i.name: i for i in self.implementations})
+        unknown = {n for names in self.priority.values() for n in names} - set(self.by_name)
+        if unknown or len(self.by_name) != len(self.implementations):
+            raise ValueError(f"kernel table: unknown or repeated names {sorted(unknown)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """What the `kernel` option accepts."""
+        return (AUTO, *self.by_name)
+
+    def check_option(self, backend: str, kernel: object) -> None:
+        """Raise OptionError unless `kernel` names one of these implementations or auto."""
+        if kernel not in self.names:
+            raise OptionError(f"{backend} kernel {kernel!r} is not one of: {', '.join(self.names)}")
+
+    def pick(self, backend: str, kernel: str, core: Any, call: Call) -> Implementation:
+        """The implementation that runs `call`: the named one, or with auto the first of the
+        device's priority list that can. Raises UnavailableError (one line, every reason)."""
+        if kernel != AUTO:
+            impl = self.by_name[kernel]
+            if reasons := impl.reasons(core, call):
+                raise UnavailableError(
+                    f"{backend} kernel={kernel!r} cannot run here: {'; '.join(reasons)}; "
+                    f"use kernel='auto' (picks {self._auto_name(core, call)})"
+                )
+            return impl
+        if self.choose is not None:
+            return self.by_name[self.choose(core, call)]
+        why = []
+        for name in self.priority.get(call.device, ()):
+            impl = self.by_name[name]
+            reasons = impl.reasons(core, call)
+            if not reasons:
+                return impl
+            why.append(f"{name}: {'; '.join(reasons)}")
+        raise UnavailableError(
+            f"{backend}: no implementation runs on {call.device} {_dtype_name(call.dtype)}"
+            + (f" ({' | '.join(why)})" if why else "")
+        )
+
+    def _auto_name(self, core: Any, call: Call) -> str:
+        try:
+            return self.pick("", AUTO, core, call).name
+        except UnavailableError:
+            return "none: nothing runs here"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@functools.cache
+def package_reason(module: str, pip_name: str) -> str | None:
+    """Why an optional package cannot be imported here (found without importing it), or None."""
+    if importlib.util.find_spec(module) is None:
+        return f"needs the {pip_name} package (pip install {pip_name})"
+    return None
+
+
+@functools.cache
+def compile_reason(device: str) -> str | None:
+    """Why torch.compile cannot generate kernels for `device` here, or None."""
+    if device == "cuda" and not has_triton():
+        return "torch.compile needs Triton for CUDA kernels, and it is not usable here"
+    return None
+
+
+def materialised(run: Run, summary: str, checks: tuple[Check, ...] = ()) -> Implementation:
+    """An implementation in plain PyTorch with autograd ("math"): any device and dtype, attention
+    dropout, traced on FakeTensors; the path everything else falls back to."""
+    return Implementation(name="math", summary=summary, run=run, dropout=True, checks=checks)

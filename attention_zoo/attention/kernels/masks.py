@@ -1,0 +1,29 @@
+"""Mask values and the pattern type every kernel shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+# Large negative scores instead of -inf: a row with every key masked stays finite
+# (HF does the same).
+_MASK_VALUE = {torch.float16: -1e4, torch.bfloat16: -1e9, torch.float32: -1e9, torch.float64: -1e9}
+# A shared-QK query scores highest against itself; this penalty lets it attend to itself only when
+# nothing else is allowed (Reformer paper, section 2; HF's self_mask_value).
+_SELF_VALUE = {torch.float16: -1e3, torch.bfloat16: -1e5, torch.float32: -1e5, torch.float64: -1e5}
+
+
+def mask_value(dtype: torch.dtype) -> float:
+    return _MASK_VALUE.get(dtype, -1e9)
+
+
+def self_mask_value(dtype: torch.dtype) -> float:
+    return _SELF_VALUE.get(dtype, -1e5)
+
+
+# A fixed attention pattern written once (attention-gym's mask_mod): (query positions, key
+# positions), broadcasting int tensors -> bool, True where the query may see the key. Kernels
+# build their block masks from it, `AttentionCore.pattern` the dense (n, n) mask tests check.
+MaskMod = Callable[[Tensor, Tensor], Tensor]

@@ -1,0 +1,41 @@
+"""Which implementation each attention core of a built case runs: what results store beside the
+numbers, so a table says that `local` ran FlexAttention on the GPU and PyTorch's CPU op here."""
+
+from __future__ import annotations
+
+import torch
+
+from ..attention.base import AttentionCore
+from ..attention.kernels.dispatch import Call
+from .cases import DTYPES, BenchCase
+
+
+def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, str]:
+    """{backend: implementation} for every registered core in `module`, as the pick rule
+    chooses for the case's device, dtype, length and head size (several layers of one backend
+    that pick differently are joined with '+'); a decode case's own decoding: "step"."""
+    if module is None:
+        return {}
+    if case.mode == "decode" and case.decoder == "own":  # each token: the core's decoding step
+        return {type(core).spec.name: "step" for core in _cores(module)}
+    found: dict[str, list[str]] = {}
+    for core in _cores(module):
+        call = Call(
+            torch.device(case.device).type,
+            DTYPES[case.dtype],
+            case.seq_len,
+            case.head_dim,
+            bool(core.dropout_p),
+        )
+        names = found.setdefault(type(core).spec.name, [])
+        name = core.pick(call).name
+        if name not in names:
+            names.append(name)
+    return {backend: "+".join(names) for backend, names in found.items()}
+
+
+def _cores(module: torch.nn.Module) -> list[AttentionCore]:
+    """The registered attention cores inside `module`."""
+    return [
+        m for m in module.modules() if isinstance(m, AttentionCore) and hasattr(type(m), "spec")
+    ]

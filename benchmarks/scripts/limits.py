@@ -1,0 +1,98 @@
+"""The gate's time limits, calibrated: per benchmark, the largest ratio between two identical
+commits over the runs of `gate.py --calibrate N`, and the limit drawn from it (twice that noise
+above 1x); stored with the baselines, in benchmarks/baselines/time-limits.json.
+
+A benchmark that was not calibrated gets the largest limit of those calibrated on its device; with
+none, the gate says its limit is the uncalibrated default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PATH = Path(__file__).resolve().parents[1] / "baselines" / "time-limits.json"
+MARGIN = 2.0  # the limit sits this many times the calibrated noise above 1x
+# The limit where nothing was calibrated on the device: the factor the wall-time gate before the
+# clean sides was calibrated to (ten runs, 2 idle cores); `--calibrate` replaces it, --factor too.
+UNCALIBRATED = 1.16
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A time benchmark's limit and where it comes from, in words a report can print."""
+
+    factor: float
+    source: str
+
+
+def device_of(name: str) -> str | None:
+    """The device parameter of an asv benchmark name with parameters (None: it has none)."""
+    found = re.search(r"\('(cpu|cuda)'", name)
+    return found.group(1) if found else None
+
+
+def from_noise(noise: float) -> float:
+    """The limit for a benchmark whose identical commits differed by up to `noise` (a ratio)."""
+    return math.ceil(round((1 + MARGIN * (noise - 1)) * 100, 6)) / 100
+
+
+class Limits:
+    """Per-benchmark limits read from the calibration file (or one factor for all)."""
+
+    def __init__(self, entries: Mapping[str, dict], factor: float | None = None) -> None:
+        self.entries = dict(entries)
+        self.factor = factor
+
+    @classmethod
+    def load(cls, path: Path = PATH) -> Limits:
+        if not path.is_file():
+            return cls({})
+        return cls(json.loads(path.read_text())["benchmarks"])
+
+    @classmethod
+    def uniform(cls, factor: float) -> Limits:
+        return cls({}, factor)
+
+    def for_benchmark(self, name: str) -> Limit:
+        if self.factor is not None:
+            return Limit(self.factor, "--factor")
+        entry = self.entries.get(name)
+        if entry is not None:
+            return Limit(
+                entry["limit"],
+                f"calibrated: largest {entry['noise']:.3f}x in {entry['runs']} unchanged "
+                f"runs on {entry['machine']}, {entry['date']}",
+            )
+        same = [e["limit"] for n, e in self.entries.items() if device_of(n) == device_of(name)]
+        if same:
+            return Limit(max(same), "not calibrated: the largest calibrated limit on its device")
+        return Limit(
+            UNCALIBRATED,
+            "uncalibrated default (gate.py --calibrate N writes benchmarks/baselines/"
+            "time-limits.json)",
+        )
+
+
+def write(
+    worst: Mapping[str, float], runs: int, machine: str, commit: str, path: Path = PATH
+) -> Limits:
+    """Store the limits drawn from a calibration's largest ratios, keeping the entries of other
+    benchmarks (another device's, an earlier calibration's); returns what was written."""
+    entries = dict(Limits.load(path).entries)
+    when = {"runs": runs, "machine": machine, "commit": commit[:12], "date": time.strftime("%F")}
+    for name, noise in worst.items():
+        entries[name] = {"noise": round(noise, 4), "limit": from_noise(noise), **when}
+    about = (
+        "Time limits of benchmarks/scripts/gate.py, written by gate.py --calibrate N: per "
+        f"benchmark, noise = the largest ratio (either way) between a commit and a copy of itself "
+        f"over N runs, limit = 1 + {MARGIN} * (noise - 1), rounded up to 0.01"
+    )
+    data = {"about": about, "benchmarks": dict(sorted(entries.items()))}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return Limits(entries)
