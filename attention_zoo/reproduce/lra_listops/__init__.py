@@ -44,14 +44,7 @@ class LRAListOps(Reproduction):
 
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
         train_presets(
-            [listops_preset(size, options.settings)],
-            store,
-            device=options.device,
-            threads=options.threads,
-            policy=options.task_policy,
-            progress=options.progress,
-            meta={**options.meta, "reproduce": self.name, "size": size},
-            executor=options.executor,
+            [listops_preset(size, options.settings)], store, options, reproduce=self.name, size=size
         )
         return []
 

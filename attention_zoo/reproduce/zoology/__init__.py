@@ -57,16 +57,7 @@ class Zoology(Reproduction):
         ]
 
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(
-            sweep_presets(size),
-            store,
-            device=options.device,
-            threads=options.threads,
-            policy=options.task_policy,
-            progress=options.progress,
-            meta={**options.meta, "reproduce": self.name, "size": size},
-            executor=options.executor,
-        )
+        train_presets(sweep_presets(size), store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
