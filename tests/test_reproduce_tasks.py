@@ -9,9 +9,13 @@ import pytest
 
 from attention_zoo.blocks.attention import SelfAttention
 from attention_zoo.report.claims import verdict_class
+from attention_zoo.reproduce import get_reproduction
+from attention_zoo.reproduce.evidence import NOT_LEARNED
 from attention_zoo.reproduce.lra_listops import claims as lra
 from attention_zoo.reproduce.lra_listops import settings as lra_settings
 from attention_zoo.reproduce.zoology import sweep as zoology
+from attention_zoo.store import ResultStore
+from attention_zoo.tasks.results import KIND, save_trained
 from attention_zoo.tasks.runner import build_model, plan_runs
 
 SEEDS = (0, 1, 2)
@@ -75,6 +79,45 @@ def test_lra_needs_three_seeds_and_a_stored_floor() -> None:
     assert _verdicts(lra.claims(rows, "cpu"))["local"] == "undecided: fewer than 3 seeds"
     no_floor = [r for r in _listops({"full": 0.6, "local": 0.2}) if r["metric"] == "accuracy"]
     assert _verdicts(lra.claims(no_floor, "cpu"))["local"] == lra.NO_FLOOR
+
+
+def test_stored_lra_settings_runs_at_the_shallow_rule_are_undecided_and_named(
+    tmp_path: Path,
+) -> None:
+    """Runs stored by `--settings lra` (their own preset name), every backend at the same
+    accuracy below the floor: the reproduction reads them back, every LRA claim says undecided
+    and names LRA's settings and the scale."""
+    name = lra_settings.preset_name("cpu", lra_settings.LRA_SETTINGS)
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run_id = store.start_run(kind=KIND)
+        planted = _listops({b: 0.43 for b in lra.OURS.values()}, baseline=0.418, spread=0.0)
+        for run in {(r["backend"], r["seed"]) for r in planted}:
+            rows = [{**r, "preset": name} for r in planted if (r["backend"], r["seed"]) == run]
+            save_trained(store, run_id, {"backend": run[0]}, rows)
+        store.finish_run(run_id)
+        frame = store.to_dataframe()
+    lines = get_reproduction("lra-listops").claims(frame)
+    judged = [line for line in lines if line.verdict != lra.REFERENCE_VERDICT]
+    assert len(judged) == len(lra.PUBLISHED) - 1
+    assert {line.verdict for line in judged} == {NOT_LEARNED}
+    assert all("LRA's attention settings" in line.setting for line in lines)
+    assert all(line.scale.startswith("expressions 31-63 tokens") for line in lines)
+    assert all(line.seeds == "0,1,2" for line in judged)
+
+
+# ids: a test id "gpu" would read as the gpu mark (skipped without CUDA); it builds on the CPU
+@pytest.mark.parametrize("size", ["cpu", "gpu"], ids=["cpu-preset", "gpu-preset"])
+def test_listops_expressions_are_longer_than_one_local_window(size: str) -> None:
+    """One layer of local attention cannot see the whole expression from the pooled <cls> token
+    (position 0): a windowed model must pass it across layers, where the presets tell it apart."""
+    preset = lra_settings.listops_preset(size)
+    (spec,) = plan_runs(preset, backends=["local"], seeds=[0])[0]
+    cores = [m.core.cfg for m in build_model(spec).modules() if isinstance(m, SelfAttention)]
+    assert cores
+    for cfg in cores:
+        reach = cfg.chunk_length * (1 + cfg.num_chunks_after)  # <cls> reads positions < reach
+        # the shortest expression (min_length + 1 tokens after <cls>) ends at min_length + 1
+        assert reach <= preset.task.min_length, (reach, preset.task.min_length)
 
 
 def test_lra_settings_build_each_backend_with_the_lra_rows_options() -> None:

@@ -139,30 +139,3 @@ def test_training_is_reproducible_from_the_seed() -> None:
         _spec(preset, ("lsh",), hashes=2, seed=1, max_steps=20, eval_every=10, log_every=5)
     )
     assert other.result.loss_curve != results[0].loss_curve
-
-
-def test_scored_only_logits_give_the_full_logits_loss() -> None:
-    from attention_zoo.config import ReformerConfig
-    from attention_zoo.model import ReformerLM
-    from attention_zoo.tasks.associative_recall import AssociativeRecallTask
-    from attention_zoo.tasks.trainer import batch_loss, logits_of, scored_loss
-
-    task = AssociativeRecallTask(seq_len=32, vocab_size=64, num_kv_pairs=4, eval_size=8)
-    batch = task.build(seed=0).eval_set
-    config = ReformerConfig(
-        attn_layers=["full"],
-        num_hidden_layers=1,
-        hidden_size=32,
-        num_attention_heads=2,
-        feed_forward_size=32,
-        vocab_size=64,
-        max_position_embeddings=32,
-        axial_pos_embds=False,
-        is_decoder=True,
-    )
-    torch.manual_seed(0)
-    model = ReformerLM(config).eval()
-    full = scored_loss(logits_of(model(batch.input_ids)), batch.labels)
-    scored = batch_loss(model, batch)
-    assert torch.allclose(full[0], scored[0], atol=1e-6)
-    assert full[1:] == scored[1:] and int(scored[2]) == 8 * 4
