@@ -102,6 +102,16 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("task-unknown-task", ["task", "duplicaton"], "did you mean 'duplication'?"),
     ("task-unknown-preset", ["task", "duplication", "--preset", "smok"], "did you mean 'smoke'?"),
     ("task-unknown-backend", ["task", "duplication", "--backends", "lcal"], "did you mean"),
+    (
+        "reproduce-settings-it-lacks",
+        ["reproduce", "zoology", "--preset", "smoke", "--settings", "lra"],
+        "reproduction 'zoology' has no settings 'lra'; settings: preset",
+    ),
+    (
+        "reproduce-unknown-settings",
+        ["reproduce", "lra-listops", "--preset", "smoke", "--settings", "lr"],
+        "has no settings 'lr'; settings: preset, lra",
+    ),
     ("results-format-typo", ["results", "--format", "cvs"], "did you mean 'csv'?"),
     (
         "results-unknown-metric",

@@ -15,11 +15,13 @@ pytest.importorskip("seaborn")
 from attention_zoo.cli import main as zoo_main
 from attention_zoo.measure.labels import case_label, variant_label
 from attention_zoo.report import build_report, builder
+from attention_zoo.report.accuracy import task_tables
 from attention_zoo.report.claims import NOT_MEASURED, ClaimRow, claim_verdicts
-from attention_zoo.report.document import Heading, Para
+from attention_zoo.report.document import Heading, Para, Table
 from attention_zoo.report.index import write_index
 from attention_zoo.reproduce import get_reproduction
 from attention_zoo.store import ResultStore
+from attention_zoo.tasks.results import KIND, save_trained
 
 from .report_fixtures import (
     LSH_BEATS_SDPA_FROM,
@@ -219,6 +221,36 @@ def test_index_without_reports(tmp_path):
     assert "No generated report yet" in readme.read_text()
 
 
+def test_task_tables_average_over_seeds_at_one_length_and_say_so(tmp_path):
+    """A task preset stored at two lengths gets one table per length, each cell the mean of that
+    length's seeds (never of lengths together), its caption saying over what."""
+    planted = {(64, 0): 0.9, (64, 1): 0.8, (128, 0): 0.3, (128, 1): 0.1}
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run_id = store.start_run(kind=KIND)
+        for (length, seed), accuracy in planted.items():
+            row = {"task": "associative-recall", "preset": "p", "backend": "full",
+                   "length": length, "seed": seed, "eval": "trained"}  # fmt: skip
+            save_trained(store, run_id, {"length": length},
+                         [{**row, "metric": "accuracy", "value": accuracy}])  # fmt: skip
+        store.finish_run(run_id)
+        ctx = builder.select(store.to_dataframe(), store.runs())
+    blocks = task_tables(ctx)
+    headings = [b.text for b in blocks if isinstance(b, Heading) and b.level == 2]
+    assert headings == [
+        "`associative-recall` / preset `p`, L 64: accuracy",
+        "`associative-recall` / preset `p`, L 128: accuracy",
+    ]
+    tables = [b for b in blocks if isinstance(b, Table)]
+    assert [t.rows for t in tables] == [
+        [["`full`", "85.0%", "`0,1`"]],
+        [["`full`", "20.0%", "`0,1`"]],
+    ]
+    assert [t.caption for t in tables] == [
+        "Mean over the seeds in the last column, at length 64.",
+        "Mean over the seeds in the last column, at length 128.",
+    ]
+
+
 def test_cost_cases_have_the_model_key_of_their_task_runs():
     """`zoo task --cost` measures the very model each task run trained (joined by model key)."""
     from attention_zoo.report.frame import model_key
@@ -262,8 +294,9 @@ def test_claims_section_renders_each_reproductions_claims(tmp_path):
     text = files.markdown.read_text()
     claims = _table(text, "## Claims\n\n### Given claims", "claim")
     # the reproduction is given the selected rows: the earlier run of the repeated case is left out
-    assert claims == [["c. reversible", "batch 8", "0.23x", "0.31x", "within 2x", "holds",
-                       f"`{len(df) - 1} rows`"]]  # fmt: skip
+    # scale, interval, floor and seeds: "-" for a claim that reads no seeds
+    assert claims == [["c. reversible", "batch 8", "-", "0.23x", "0.31x", "-", "-", "-",
+                       "within 2x", "holds", f"`{len(df) - 1} rows`"]]  # fmt: skip
     recorded = {e["text"] for e in json.loads(files.numbers.read_text()) if e["source"] == "claims"}
     assert {"0.23x", "0.31x", "within 2x"} <= recorded
     assert claim_verdicts(df, [Given("holds")]) == [("holds", f"{len(df)} rows")]

@@ -22,6 +22,8 @@ from attention_zoo.measure.labels import (
     status_text,
 )
 from attention_zoo.report.analysis import MIN_FIT_LENGTHS
+from attention_zoo.report.builder import select
+from attention_zoo.report.claims import ClaimRow
 from attention_zoo.report.document import (
     Document,
     Heading,
@@ -32,8 +34,9 @@ from attention_zoo.report.document import (
     to_markdown,
 )
 from attention_zoo.report.rebuild import runs_from_markdown
-from attention_zoo.report.summary import short_settings
+from attention_zoo.report.summary import short_settings, summary
 from attention_zoo.reproduce import REPRODUCTIONS
+from attention_zoo.store import ResultStore
 
 from .report_fixtures import LSH_BEATS_SDPA_FROM, build_busy_report
 
@@ -69,6 +72,52 @@ def test_short_settings_keep_only_what_tells_them_apart():
     }
     assert short_settings(["a, b"]) == {"a, b": "a, b"}
     assert MIN_FIT_LENGTHS == 3
+
+
+class _Planted:
+    """A reproduction whose claims carry the given verdicts, each naming one row."""
+
+    name, title, command, plots = "planted", "Planted claims", "zoo reproduce planted", ()
+
+    def __init__(self, *verdicts: str) -> None:
+        self.verdicts = verdicts
+
+    def claims(self, rows):
+        return [
+            ClaimRow(claim=f"claim {i}", setting="-", published="-", ours="-", rule="-",
+                     verdict=v, rows_used=(f"run/{i}",))
+            for i, v in enumerate(self.verdicts)
+        ]  # fmt: skip
+
+    def report_sections(self, ctx):
+        return []
+
+
+def _claims_sentence(tmp_path, source: _Planted) -> tuple[str, list]:
+    with ResultStore(tmp_path / "empty.sqlite") as store:
+        ctx = select(store.to_dataframe(), store.runs())
+    paras = [b.text for b in summary(ctx, None, [source]) if isinstance(b, Para)]
+    (sentence,) = [p for p in paras if "claims by verdict" in p]
+    return sentence, ctx.ledger.entries
+
+
+def test_the_summary_counts_undecided_claims_as_undecided(tmp_path):
+    """Each "undecided: <why>" is counted as undecided, never as holds, with the rows it used;
+    a summary where every claim was decided still says undecided: 0."""
+    planted = _Planted(
+        "holds",
+        "undecided: fewer than 3 seeds",
+        "undecided: the reference did not learn the task at this scale",
+        "does not hold here",
+        "not measured",
+    )
+    sentence, entries = _claims_sentence(tmp_path, planted)
+    assert sentence.endswith("holds: 1, does not hold here: 1, undecided: 2, not measured: 1."), (
+        sentence
+    )
+    assert {"run/1 run/2"} == {e.params["rows used"] for e in entries if e.text == "2"}
+    decided, _ = _claims_sentence(tmp_path, _Planted("holds", "holds"))
+    assert decided.endswith("holds: 2, undecided: 0."), decided
 
 
 def test_sections_links_and_scroll_boxes_render_alike(tmp_path):

@@ -134,3 +134,26 @@ def test_mqar_query_gaps_follow_zoologys_power_law() -> None:
     expected = 4000 * p / p.sum()
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert counts[0] > 2 * counts[-1] and chi2 < 25, (counts, expected)  # 7 dof: p ~ 1e-3
+
+
+def test_training_stream_never_yields_an_evaluation_sequence() -> None:
+    # V 4, L 8, 1 pair: few distinct sequences, so the stream would repeat evaluation ones
+    task = AssociativeRecallTask(seq_len=8, vocab_size=6, num_kv_pairs=1, eval_size=16,
+                                 random_non_queries=False)  # fmt: skip
+    data = task.build(seed=0)
+    held_out = {tuple(row.tolist()) for row in data.eval_set.input_ids}
+    batches = data.batches(32)
+    drawn = [tuple(row.tolist()) for _ in range(5) for row in next(batches).input_ids]
+    assert len(drawn) == 160 and not held_out & set(drawn)
+    assert data.dropped > 0  # the stream did draw evaluation sequences, and replaced them
+
+
+def test_listops_masks_its_padding() -> None:
+    from attention_zoo.tasks.listops import TOKEN_ID, ListOpsTask
+
+    task = ListOpsTask(seq_len=64, min_length=10, max_length=64, max_depth=4, max_args=5)
+    batch = task.sample(8, torch.Generator().manual_seed(0))
+    assert torch.equal(batch.attention_mask, batch.input_ids != TOKEN_ID["<pad>"])
+    unmasked = ListOpsTask(seq_len=64, min_length=10, max_length=64, mask_padding=False)
+    assert unmasked.sample(2, torch.Generator().manual_seed(0)).attention_mask is None
+    assert 0.1 < task.baseline_accuracy() < 0.6  # the root-operator rule, from the generator

@@ -9,7 +9,8 @@ from ..engine import RunPolicy
 from ..errors import UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
 from ..reproduce import (
-    SIZES,
+    OWN_SETTINGS,
+    PRESETS,
     RunOptions,
     get_reproduction,
     list_reproductions,
@@ -27,7 +28,9 @@ EXAMPLE = """examples:
   zoo reproduce reformer                        claims a-e at CPU scale (<= 15 min on 2 cores)
   zoo reproduce reformer --with-table2          ... and Table 2 (the duplication task; long)
   zoo reproduce reformer --preset smoke         the whole pipeline at toy sizes (< 2 min; CI)
-  zoo reproduce zoology --preset cpu            a preset names the size: smoke, cpu or paper
+  zoo reproduce zoology --preset cpu            a preset names the size: smoke, cpu, gpu or paper
+  zoo reproduce lra-listops --settings lra      each backend as LRA's row ran it (hashes, chunk,
+                                                features, window, k) instead of the preset's
   zoo reproduce reformer --scale paper          the published settings: measured on CUDA,
                                                 predicted on the meta device without it
   zoo report                                    the report, with its Claims section
@@ -71,10 +74,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--preset",
-        choices=["full", *SIZES],
+        choices=["full", *PRESETS],
         default="full",
-        help="smoke: the whole pipeline at toy sizes, task runs included; cpu or paper: that "
-        "size, as --scale (default: full, at --scale)",
+        help="smoke: the whole pipeline at toy sizes, task runs included; cpu, gpu or paper: "
+        "that size (default: full, at --scale)",
+    )
+    p.add_argument(
+        "--settings",
+        default=OWN_SETTINGS,
+        help="whose attention options the task runs use: preset (scaled to the preset's "
+        "lengths; default) or, where the reproduction has them, the paper's own (lra)",
     )
     p.add_argument(
         "--with-tasks",
@@ -107,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
             f"reproduction {reproduction.name!r} has no size {size!r}; sizes: "
             + ", ".join(reproduction.sizes)
         )
+    if args.settings not in reproduction.settings:
+        raise UsageError(
+            f"reproduction {reproduction.name!r} has no settings {args.settings!r}; settings: "
+            + ", ".join(reproduction.settings)
+        )
     device = reproduction.device(size)
     if args.threads is not None and args.threads < 1:
         print(f"zoo reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
@@ -121,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     with store, executor:
         for line in reproduction.announce(size, device, str(store.path)):
             print(line)
+        if args.settings != OWN_SETTINGS:
+            print(f"attention settings: {args.settings} (each mapped backend as the paper ran it)")
         options = RunOptions(
             device=device,
             threads=args.threads,
@@ -128,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             meta={"command": recorded_command(args.argv)},
             executor=executor,
+            settings=args.settings,
         )
         try:
             sweeps = reproduction.run(size, store, options)

@@ -109,6 +109,8 @@ _CATALOGUE = (
                label="token accuracy"),
     MetricSpec(name="loss", unit="nats", group=TASK_GROUP, deterministic=False,
                label="evaluation loss"),
+    MetricSpec(name="baseline_accuracy", unit="fraction", group=TASK_GROUP, deterministic=True,
+               label="accuracy of the task's shallow rule (computed from its generator)"),
     MetricSpec(name="steps", unit="steps", group=TASK_GROUP, deterministic=False,
                label="training steps run"),
     MetricSpec(name="steps_to_", unit="steps", group=TASK_GROUP, deterministic=False,

@@ -169,11 +169,12 @@ def task_tables(ctx: Context) -> list[Any]:
         Para(
             "Each task's stored runs as the task tabulates them: rows are the attention a model "
             "was trained with, columns the attention it was evaluated with (weights unchanged; "
-            "`trained` = as trained, `full` = shared-QK full attention). A cell is the mean over "
-            "seeds."
+            "`trained` = as trained, `full` = shared-QK full attention). One table per task, "
+            "preset and length; a cell is the mean over the seeds its row names, at that length "
+            "only."
         ),
     ]
-    for (task, preset), part in ctx.tasks.groupby(["task", "preset"], sort=True):
+    for (task, preset, length), part in ctx.tasks.groupby(["task", "preset", "length"], sort=True):
         tabulation = tabulation_of(task)
         cells = {
             cell: [ctx.input(r, metric) for metric, r in found]
@@ -195,7 +196,11 @@ def task_tables(ctx: Context) -> list[Any]:
             line.append(f"`{','.join(map(str, seeds))}`")
             rows.append(line)
         blocks += [
-            Heading(2, f"`{task}` / preset `{preset}`: {tabulation.metric}"),
-            Table(["train \\ eval", *[f"`{e}`" for e in evals], "seeds"], rows),
+            Heading(2, f"`{task}` / preset `{preset}`, L {length}: {tabulation.metric}"),
+            Table(
+                ["train \\ eval", *[f"`{e}`" for e in evals], "seeds"],
+                rows,
+                caption=f"Mean over the seeds in the last column, at length {length}.",
+            ),
         ]
     return blocks

@@ -17,9 +17,14 @@ from .context import Context
 from .document import Heading, Para, Table
 from .ledger import numbers_in
 
-CLAIM_COLUMNS = ("claim", "setting", "published", "ours", "ratio_rule", "verdict", "rows used")
+CLAIM_COLUMNS = (
+    "claim", "setting", "scale", "published", "ours", "interval", "floor", "seeds", "ratio_rule",
+    "verdict", "rows used",
+)  # fmt: skip
 HEADERS = {"ratio_rule": "verdict rule"}  # the columns as a reader reads them in the report
 HOLDS, WEAKER, FAILS, NOT_MEASURED = "holds", "holds weaker", "does not hold here", "not measured"
+# No verdict although measured: "undecided: <why>" (the run cannot tell; counted as undecided).
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,20 +37,33 @@ class ClaimRow:
     published: str
     ours: str
     rule: str  # the verdict rule in words ("-" when not measured)
-    verdict: str  # HOLDS, WEAKER, FAILS or NOT_MEASURED
+    verdict: str  # HOLDS, WEAKER, FAILS, NOT_MEASURED or "undecided: <why>"
     rows_used: tuple[str, ...] = ()
+    scale: str = "-"  # the size the claim was measured at (lengths, model, steps)
+    interval: str = "-"  # the confidence interval the verdict read (e.g. of a gap over seeds)
+    floor: str = "-"  # what the reference had to clear for a verdict, and whether it did
+    seeds: str = "-"  # the seeds read
 
     def cells(self) -> list[str]:
         """The row in CLAIM_COLUMNS order."""
         return [
             self.claim,
             self.setting,
+            self.scale,
             self.published,
             self.ours,
+            self.interval,
+            self.floor,
+            self.seeds,
             self.rule,
             self.verdict,
             " ".join(self.rows_used),
         ]
+
+
+def verdict_class(verdict: str) -> str:
+    """What the summary counts a verdict as: "undecided: <why>" as UNDECIDED, others as is."""
+    return verdict.split(":", 1)[0] if verdict.startswith(UNDECIDED) else verdict
 
 
 class ClaimsSource(Protocol):
@@ -83,8 +101,10 @@ def claims_section(ctx: Context, rows: Any, sources: Sequence[ClaimsSource]) -> 
 
 
 def claim_verdicts(rows: Any, sources: Sequence[ClaimsSource]) -> list[tuple[str, str]]:
-    """(verdict, rows used) of every claim of every reproduction, e.g. to count them."""
-    return [(c.verdict, " ".join(c.rows_used)) for s in sources for c in s.claims(rows)]
+    """(verdict class, rows used) of every claim of every reproduction, e.g. to count them."""
+    return [
+        (verdict_class(c.verdict), " ".join(c.rows_used)) for s in sources for c in s.claims(rows)
+    ]
 
 
 def _cells(ctx: Context, claims: Sequence[ClaimRow]) -> list[list[str]]:
@@ -107,9 +127,11 @@ __all__ = [
     "FAILS",
     "HOLDS",
     "NOT_MEASURED",
+    "UNDECIDED",
     "WEAKER",
     "ClaimRow",
     "ClaimsSource",
     "claim_verdicts",
     "claims_section",
+    "verdict_class",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 from ..measure.labels import APPROX_CLASS, EXACT_CLASS, kind_class
 from ..measure.metrics import METRICS, approx_error_name
 from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED
-from .claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimsSource, claim_verdicts
+from .claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimsSource, claim_verdicts
 from .context import TIME, Context, flag
 from .cost import (
     MEMORY,
@@ -34,7 +34,7 @@ TITLE = "Summary"
 SHOWN_ERROR = approx_error_name("peaked")  # sharp attention: where an approximation's error shows
 # How the summary counts cases without numbers (status -> words).
 SET_ASIDE = {OOM: "out of memory", SKIPPED: "unavailable here", ERROR: "failed", INVALID: "invalid"}
-VERDICT_ORDER = (HOLDS, WEAKER, FAILS, NOT_MEASURED)
+VERDICT_ORDER = (HOLDS, WEAKER, FAILS, UNDECIDED, NOT_MEASURED)
 CLAIMS_SECTION, MISSING_SECTION = "Claims", "Cases without numbers"
 
 
@@ -217,8 +217,10 @@ def _claims(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) -> s
     if not verdicts:
         return ""
     counts = Counter(v for v, _ in verdicts)
-    order = [v for v in VERDICT_ORDER if v in counts] + sorted(set(counts) - set(VERDICT_ORDER))
-    used = {v: " ".join(u for w, u in verdicts if w == v) for v in counts}
+    # undecided is always counted (zero included): a claim the run could not decide is news
+    order = [v for v in VERDICT_ORDER if v in counts or v == UNDECIDED]
+    order += sorted(set(counts) - set(VERDICT_ORDER))
+    used = {v: " ".join(u for w, u in verdicts if w == v) for v in order}
     parts = [f"{v}: {ctx.ledger.claims(str(counts[v]), used[v])}" for v in order]
     return (
         f"The reproductions' claims by verdict ([{CLAIMS_SECTION}](#{anchor(CLAIMS_SECTION)})): "

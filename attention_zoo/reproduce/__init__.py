@@ -6,6 +6,9 @@ importing this package registers the built-in ones (the Reformer: reformer/).
 
 from . import lra_listops, reformer, zoology  # noqa: F401  (registers the built-in ones)
 from .base import (
+    GPU_SIZE,
+    OWN_SETTINGS,
+    PRESETS,
     REPRODUCTIONS,
     SIZES,
     ClaimRow,
@@ -21,6 +24,9 @@ from .base import (
 from .stored import StoredCase, stored_cases, task_cases
 
 __all__ = [
+    "GPU_SIZE",
+    "OWN_SETTINGS",
+    "PRESETS",
     "REPRODUCTIONS",
     "SIZES",
     "ClaimRow",

@@ -37,6 +37,9 @@ from ..store import ResultStore
 from ..sweep import SweepResult
 
 SIZES = ("smoke", "cpu", "paper")  # toy pipeline check, minutes on a CPU, the published settings
+GPU_SIZE = "gpu"  # minutes on one GPU: a size the task reproductions add (Reproduction.sizes)
+PRESETS = ("smoke", "cpu", GPU_SIZE, "paper")  # every size a reproduction may declare
+OWN_SETTINGS = "preset"  # attention options as the preset scales them to its lengths
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +62,7 @@ class RunOptions:
     progress: bool = True
     meta: dict[str, Any] = field(default_factory=dict)  # recorded with every run
     executor: Executor | None = None
+    settings: str = OWN_SETTINGS  # whose attention options (Reproduction.settings)
 
     @property
     def task_policy(self) -> RunPolicy:
@@ -76,6 +80,7 @@ class Reproduction:
     description: str = ""  # one line for --list
     sources: tuple[str, ...] = ()  # where its published numbers come from
     sizes: tuple[str, ...] = SIZES  # the sizes it runs at (--preset smoke, --scale cpu|paper)
+    settings: tuple[str, ...] = (OWN_SETTINGS,)  # whose attention options it can train with
     plots: tuple[str, ...] = ()  # file patterns of the plots `report_sections` writes
 
     @property
@@ -132,26 +137,35 @@ def get_reproduction(name: str) -> Reproduction:
 
 
 def render_claims(reproduction: Reproduction, rows: Any) -> str:
-    """The claims of `reproduction` as plain text, the verdict rules numbered below the table."""
+    """The claims of `reproduction` as plain text, the verdict rules and scales numbered below
+    the table."""
     claims = reproduction.claims(rows)
     rules = list(dict.fromkeys(c.rule for c in claims if c.rule != "-"))
+    scales = list(dict.fromkeys(c.scale for c in claims if c.scale != "-"))
     body = [
         [
             c.claim,
             c.setting,
+            f"[s{scales.index(c.scale) + 1}]" if c.scale in scales else "-",
             c.published,
             c.ours,
+            c.interval,
+            c.floor,
+            c.seeds,
             c.verdict,
             f"[{rules.index(c.rule) + 1}]" if c.rule in rules else "-",
         ]
         for c in claims
     ]
-    text = format_table(["claim", "setting", "published", "ours", "verdict", "rule"], body)
+    headers = ["claim", "setting", "scale", "published", "ours", "interval", "floor", "seeds"]
+    text = format_table([*headers, "verdict", "rule"], body)
     return (
         f"\n{reproduction.title}, reproduced\n"
         + text
         + "\n\nrules:\n"
         + "\n".join(f"  [{i}] {rule}" for i, rule in enumerate(rules, 1))
+        + ("\nscales:\n" if scales else "")
+        + "\n".join(f"  [s{i}] {scale}" for i, scale in enumerate(scales, 1))
     )
 
 
@@ -164,17 +178,22 @@ def claims_frame(claims: list[ClaimRow]) -> Any:
 
 def list_reproductions() -> str:
     """`zoo reproduce --list`: every registered reproduction, its sizes, sources and origin."""
-    lines = ["reproductions (zoo reproduce NAME [--preset smoke|cpu|paper]):"]
+    lines = [f"reproductions (zoo reproduce NAME [--preset {'|'.join(PRESETS)}]):"]
     for name in REPRODUCTIONS.names():
         r = REPRODUCTIONS.get(name)
+        settings = f"; settings {', '.join(r.settings)}" if len(r.settings) > 1 else ""
         lines.append(
-            f"  {name}: {r.description} (sizes {', '.join(r.sizes)}; {REPRODUCTIONS.origin(name)})"
+            f"  {name}: {r.description} (sizes {', '.join(r.sizes)}{settings}; "
+            f"{REPRODUCTIONS.origin(name)})"
         )
         lines += [f"      source: {s}" for s in r.sources]
     return "\n".join(lines)
 
 
 __all__ = [
+    "GPU_SIZE",
+    "OWN_SETTINGS",
+    "PRESETS",
     "REPRODUCTIONS",
     "SIZES",
     "ClaimRow",

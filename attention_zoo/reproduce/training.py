@@ -6,37 +6,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..engine import RunPolicy
-from ..executors import Executor
 from ..store import ResultStore
 from ..tasks.driver import train_preset
 from ..tasks.results import decode_metric, tidy_rows
 from ..tasks.suite import TaskPreset
+from .base import RunOptions
 
 
 def train_presets(
-    presets: Sequence[TaskPreset],
-    store: ResultStore,
-    *,
-    device: str = "cpu",
-    threads: int | None = None,
-    policy: RunPolicy | None = None,
-    progress: bool = True,
-    meta: dict[str, Any] | None = None,
-    executor: Executor | None = None,
+    presets: Sequence[TaskPreset], store: ResultStore, options: RunOptions, **meta: Any
 ) -> None:
-    """Train every preset's grid on `device` through the task engine, as `zoo task` does (the
-    same rule: a run the store holds is not trained again unless policy.force)."""
+    """Train every preset's grid as `options` say, through the task engine as `zoo task` does
+    (the same rule: a run the store holds is not trained again unless forced); `meta` is
+    recorded with each run beside options.meta."""
     for preset in presets:
         train_preset(
             preset,
             store,
-            device=device,
-            threads=threads,
-            executor=executor,
-            policy=policy,
-            progress=progress,
-            meta=meta,
+            device=options.device,
+            threads=options.threads,
+            executor=options.executor,
+            policy=options.task_policy,
+            progress=options.progress,
+            meta={**options.meta, **meta},
         )
 
 

@@ -32,24 +32,40 @@ _TRAIN_STREAM, _EVAL_STREAM = 1, 2
 @dataclass(frozen=True)
 class Batch:
     """Token ids (b, n) and labels: (b, n), the expected token where scored and IGNORE_INDEX
-    elsewhere; or (b,), one class per sequence (sequence classification)."""
+    elsewhere; or (b,), one class per sequence (sequence classification). attention_mask (b, n)
+    bool, True = real token, when the task pads its sequences (padding is masked as keys)."""
 
     input_ids: Tensor
     labels: Tensor
+    attention_mask: Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.input_ids.to(device), self.labels.to(device))
+        mask = None if self.attention_mask is None else self.attention_mask.to(device)
+        return Batch(self.input_ids.to(device), self.labels.to(device), mask)
 
     def scored(self) -> Tensor:
         """(b, n) bool: the positions whose token the metric counts."""
         return self.labels != IGNORE_INDEX
 
     def split(self, size: int) -> list[Batch]:
-        ids, labels = self.input_ids.split(size), self.labels.split(size)
-        return [Batch(i, lab) for i, lab in zip(ids, labels)]
+        return [self.rows(slice(i, i + size)) for i in range(0, len(self), size)]
+
+    def rows(self, index: Tensor | slice) -> Batch:
+        """The sequences at `index` (a slice, or a bool or index tensor over the batch)."""
+        mask = None if self.attention_mask is None else self.attention_mask[index]
+        return Batch(self.input_ids[index], self.labels[index], mask)
+
+    @staticmethod
+    def cat(parts: list[Batch]) -> Batch:
+        masks = [p.attention_mask for p in parts]
+        return Batch(
+            torch.cat([p.input_ids for p in parts]),
+            torch.cat([p.labels for p in parts]),
+            None if any(m is None for m in masks) else torch.cat(masks),  # type: ignore[arg-type]
+        )
 
 
 def stream_seed(seed: int, stream: int) -> int:
@@ -87,6 +103,11 @@ class TaskConfig:
         """Accuracy of a uniform guess over the symbols that can appear at a scored position."""
         raise NotImplementedError
 
+    def baseline_accuracy(self) -> float | None:
+        """The accuracy of the best shallow rule the task names (one that reads part of the input
+        and does not solve the task), computed from the generator; None: none beyond chance."""
+        return None
+
     def examples(self, batch: Batch) -> list[dict[str, Any]]:
         """JSON-friendly examples: token ids, and the scored targets (None where not scored)."""
         return [
@@ -118,17 +139,35 @@ class TaskConfig:
 
 @dataclass
 class TaskData:
-    """The data of one run of one task; `batches` continues the same seeded stream on every call."""
+    """The data of one run of one task; `batches` continues the same seeded stream on every call.
+    Training and evaluation are disjoint: a drawn training sequence that is also an evaluation
+    sequence is dropped and replaced by the stream's next one (`dropped` counts them)."""
 
     task: TaskConfig
     seed: int
     eval_set: Batch
     train_generator: torch.Generator
+    dropped: int = 0
+
+    def __post_init__(self) -> None:
+        self._held_out = {_row_key(ids) for ids in self.eval_set.input_ids}
 
     def batches(self, batch_size: int) -> Iterator[Batch]:
-        """An endless stream of fresh training batches."""
+        """An endless stream of fresh training batches, none holding an evaluation sequence."""
         while True:
-            yield self.task.sample(batch_size, self.train_generator)
+            yield self._fresh(batch_size)
+
+    def _fresh(self, batch_size: int) -> Batch:
+        batch = self.task.sample(batch_size, self.train_generator)
+        keep = torch.tensor([_row_key(ids) not in self._held_out for ids in batch.input_ids])
+        if bool(keep.all()):
+            return batch
+        self.dropped += int((~keep).sum())
+        return Batch.cat([batch.rows(keep), self._fresh(int((~keep).sum()))])
+
+
+def _row_key(ids: Tensor) -> bytes:
+    return ids.numpy().tobytes()
 
 
 C = TypeVar("C", bound=type[TaskConfig])

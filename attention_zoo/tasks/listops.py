@@ -8,7 +8,9 @@ below the maximal depth, 2..max_args arguments) and kept when min_length < token
 
 from __future__ import annotations
 
+import functools
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -80,6 +82,7 @@ class ListOpsTask(TaskConfig):
     max_length: int = 2000  # ... and fewer than max_length
     max_depth: int = 10  # nesting depth of the tree (the root is depth 1)
     max_args: int = 10  # arguments per operator, at least 2
+    mask_padding: bool = True  # padding is masked as keys (as LRA masks it); False: it is read
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -123,10 +126,16 @@ class ListOpsTask(TaskConfig):
             tokens, labels[i] = self.draw(rng)
             ids = [TOKEN_ID[CLS], *(TOKEN_ID[t] for t in tokens)]
             input_ids[i, : len(ids)] = torch.tensor(ids)
-        return Batch(input_ids, labels)
+        mask = input_ids != TOKEN_ID[PAD] if self.mask_padding else None
+        return Batch(input_ids, labels, mask)
 
     def chance_accuracy(self) -> float:
         return 1.0 / 10
+
+    def baseline_accuracy(self) -> float:
+        """The root-operator rule: for each root operator its most common value (what a model
+        scores without evaluating the expression), over BASELINE_DRAWS expressions."""
+        return _root_operator_accuracy(self)
 
     def examples(self, batch: Batch) -> list[dict[str, Any]]:
         """Each expression as LRA writes it (space-separated tokens) and its value."""
@@ -135,3 +144,16 @@ class ListOpsTask(TaskConfig):
             {"input": " ".join(VOCAB[t] for t in row.tolist() if t not in skip), "target": int(y)}
             for row, y in zip(batch.input_ids, batch.labels)
         ]
+
+
+BASELINE_DRAWS = 4000  # expressions the root-operator rule is fitted and scored on (s.e. < 1 point)
+
+
+@functools.cache
+def _root_operator_accuracy(task: ListOpsTask) -> float:
+    rng = random.Random(0)
+    tally: dict[str, Counter[int]] = {}
+    for _ in range(BASELINE_DRAWS):
+        tokens, value = task.draw(rng)
+        tally.setdefault(tokens[0], Counter())[value] += 1
+    return sum(c.most_common(1)[0][1] for c in tally.values()) / BASELINE_DRAWS

@@ -293,6 +293,8 @@ def outcome_rows(outcome: RunOutcome) -> list[dict[str, Any]]:
         (f"steps_to_{round(target * 100)}", _maybe(result.steps_to_target), "trained"),
         ("wall_time_s", result.wall_time_s, "trained"),
     ]
+    if (baseline := spec.preset.task.baseline_accuracy()) is not None:
+        metrics.append(("baseline_accuracy", baseline, "trained"))
     for label, ev in outcome.evals.items():
         metrics += [("accuracy", ev.accuracy, label), ("loss", ev.loss, label)]
     return [{**base, "metric": m, "value": v, "eval": e} for m, v, e in metrics]

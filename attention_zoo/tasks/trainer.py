@@ -101,13 +101,29 @@ def scored_loss(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]
     (b,) are one class per sequence, read from logits (b, classes) (sequence classification).
     """
     if labels.dim() == 1:
-        loss = F.cross_entropy(logits.float(), labels)
-        return loss, (logits.argmax(-1) == labels).sum(), labels.new_tensor(labels.numel())
-    pred_logits = logits[:, :-1].flatten(0, 1)  # (b*(n-1), vocab)
-    target = labels[:, 1:].flatten()
-    loss = F.cross_entropy(pred_logits.float(), target, ignore_index=IGNORE_INDEX)
+        return _scored(logits, labels)
+    return _scored(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+
+
+def batch_loss(model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    """scored_loss of `model` on `batch`, its padding masked. A language model with a separate
+    output layer (`reformer` + `lm_head`, as ReformerLM) computes logits only at the scored
+    positions: the same loss, without a (b, n, vocab) tensor when few positions are scored."""
+    kwargs = {} if batch.attention_mask is None else {"attention_mask": batch.attention_mask}
+    if batch.labels.dim() == 2 and hasattr(model, "lm_head") and hasattr(model, "reformer"):
+        hidden = model.reformer(batch.input_ids, **kwargs).last_hidden_state  # (b, n, 2d)
+        target = batch.labels[:, 1:]
+        scored = target != IGNORE_INDEX  # predicted at the position before
+        return _scored(model.lm_head(hidden[:, :-1][scored]), target[scored])
+    return scored_loss(logits_of(model(batch.input_ids, **kwargs)), batch.labels)
+
+
+def _scored(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean loss, correct, count) of logits (m, classes) against target (m,), IGNORE_INDEX
+    where nothing is scored."""
+    loss = F.cross_entropy(logits.float(), target, ignore_index=IGNORE_INDEX)
     scored = target != IGNORE_INDEX
-    correct = (pred_logits.argmax(-1) == target) & scored
+    correct = (logits.argmax(-1) == target) & scored
     return loss, correct.sum(), scored.sum()
 
 
@@ -121,7 +137,7 @@ def evaluate(model: nn.Module, eval_set: Batch, *, batch_size: int = 128) -> Eva
     try:
         for part in eval_set.split(batch_size):
             part = part.to(device)
-            loss, hits, n = scored_loss(logits_of(model(part.input_ids)), part.labels)
+            loss, hits, n = batch_loss(model, part)
             total_loss += float(loss) * int(n)
             correct += int(hits)
             count += int(n)
@@ -166,7 +182,7 @@ def train(
     step = 0
     while step < cfg.max_steps:
         batch = next(batches).to(device)
-        loss, _, _ = scored_loss(logits_of(model(batch.input_ids)), batch.labels)
+        loss, _, _ = batch_loss(model, batch)
         value = loss.detach().item()
         if not math.isfinite(value):
             raise FloatingPointError(f"training loss became {value} at step {step + 1}")

@@ -1,15 +1,23 @@
 """LRA ListOps (Tay et al. 2021, Table 1): every bidirectional backend trained on the listops task
-(zoo task listops --preset SIZE), beside LRA's published accuracies (claims.py)."""
+(the suite's preset of the size, with its own attention options or LRA's: settings.py), beside
+LRA's published accuracies (claims.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ...report.claims import ClaimRow
-from ..base import Reproduction, TaskRun, register_reproduction
-from ..training import task_rows
+from ...store import ResultStore
+from ...sweep import SweepResult
+from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
+from ..training import task_rows, train_presets
 from . import claims as table1
-from .claims import SOURCE, TASK
+from .claims import SOURCE
+from .settings import LRA_SETTINGS, SETTINGS, listops_preset, scale_text, stored_presets
+
+GPU_SIZES = (GPU_SIZE, "paper")
 
 
 @register_reproduction
@@ -20,14 +28,37 @@ class LRAListOps(Reproduction):
     title = "LRA ListOps (Table 1)"
     description = "ListOps accuracy of every bidirectional backend beside LRA's Table 1"
     sources = (SOURCE,)
+    sizes = PRESETS
+    settings = SETTINGS
 
-    def task_runs(self, size: str) -> tuple[TaskRun, ...]:
-        return (TaskRun(task=TASK, preset=size, title="LRA ListOps"),)
+    def device(self, size: str) -> str:
+        return "cuda" if size in GPU_SIZES and torch.cuda.is_available() else "cpu"
+
+    def announce(self, size: str, device: str, store: str) -> list[str]:
+        preset = listops_preset(size)
+        return [
+            f"reproducing {self.title}, size {size}, on {device} -> {store}",
+            f"listops / preset {size}: {scale_text(preset)}; seeds "
+            + ",".join(map(str, preset.grid.seeds)),
+        ]
+
+    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
+        train_presets(
+            [listops_preset(size, options.settings)], store, options, reproduce=self.name, size=size
+        )
+        return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows)
-        presets = sorted({r["preset"] for r in tidy if r["task"] == TASK}) or ["cpu"]
-        return [line for preset in presets for line in table1.claims(tidy, preset)]
+        names = stored_presets(self.sizes)
+        found = [n for n in names if any(r["preset"] == n for r in tidy)] or ["cpu"]
+        out = []
+        for name in found:
+            size, settings = names[name]
+            preset = listops_preset(size, settings)
+            words = "LRA's attention settings" if settings == LRA_SETTINGS else "preset settings"
+            out += table1.claims(tidy, name, words, scale_text(preset))
+        return out
 
 
 __all__ = ["LRAListOps"]

@@ -13,9 +13,19 @@ from ...report.context import Context
 from ...report.document import Heading, Image, Para, Table
 from ...store import ResultStore
 from ...sweep import SweepResult
-from ..base import Reproduction, RunOptions, register_reproduction
+from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
 from ..training import report_rows, task_rows, train_presets
-from .sweep import SOURCE, SWEEPS, accuracy_rows, claims, plot, point_name, sweep_presets
+from .sweep import (
+    SOURCE,
+    SWEEPS,
+    accuracy_rows,
+    cell_text,
+    claims,
+    plot,
+    stored_names,
+    sweep_presets,
+    width_label,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,33 +36,28 @@ class Zoology(Reproduction):
 
     name = "zoology"
     title = "Zoology's MQAR sweep (Figure 2)"
-    description = "MQAR accuracy against model width, every causal backend, three lengths"
+    description = "MQAR accuracy against model width, causal backends, seeds and learning rates"
     sources = (SOURCE,)
+    sizes = PRESETS
 
     def device(self, size: str) -> str:
-        """Figure 2's scale on CUDA when there is one; the smaller sizes on the CPU."""
-        return "cuda" if size == "paper" and torch.cuda.is_available() else "cpu"
+        """The gpu and paper sizes on CUDA when there is one; the smaller sizes on the CPU."""
+        return "cuda" if size in (GPU_SIZE, "paper") and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         sweep = SWEEPS[size]
+        base = sweep_presets(size)[0]
         points = ", ".join(f"L {n} / {kv} pairs" for n, kv in sweep.points)
-        widths = ", ".join(map(str, sweep.widths))
+        widths = ", ".join(map(width_label, sweep.widths))
+        rates = ", ".join(f"{lr:g}" for lr in sweep.learning_rates)
         return [
             f"reproducing {self.title}, size {size}, on {device} -> {store}",
-            f"sweep: {points}; widths {widths}; every causal backend",
+            f"sweep: {points}; widths {widths}; learning rates {rates}; backends "
+            f"{', '.join(base.grid.backends)}; seeds {','.join(map(str, base.grid.seeds))}",
         ]
 
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(
-            sweep_presets(size),
-            store,
-            device=options.device,
-            threads=options.threads,
-            policy=options.task_policy,
-            progress=options.progress,
-            meta={**options.meta, "reproduce": self.name, "size": size},
-            executor=options.executor,
-        )
+        train_presets(sweep_presets(size), store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
@@ -73,25 +78,32 @@ class Zoology(Reproduction):
                 continue
             ctx.plots.append(path)
             blocks.append(Image(path, f"MQAR accuracy against model width, preset {size}"))
-            widths = SWEEPS[size].widths
+            sweep = SWEEPS[size]
             table = [
                 [f"`{backend}`", str(length)]
                 + [
                     "-"
                     if cell is None
-                    else ctx.ledger.value("fraction", cell[0], [*cell[1], "accuracy"])
+                    else ctx.ledger.claims(cell_text(cell[0]), " ".join(cell[1]))
                     for cell in cells
                 ]
                 for backend, length, cells in accuracy_rows(rows, size)
             ]
-            blocks.append(Table(["mechanism", "L", *(f"d {w}" for w in widths)], table))
+            rates = ", ".join(f"{lr:g}" for lr in sweep.learning_rates)
+            caption = (
+                "A cell: the mean final accuracy over the seeds it names and its 95% interval "
+                "(Student's t, clipped to 0-100%); each seed's accuracy is the best over the "
+                f"learning rates {rates}."
+            )
+            headers = ["mechanism", "L", *map(width_label, sweep.widths)]
+            blocks.append(Table(headers, table, caption=caption))
         if len(blocks) == 1:
             blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
         return blocks
 
 
 def _names(size: str) -> set[str]:
-    return {point_name(size, w) for w in SWEEPS[size].widths}
+    return set(stored_names(size))
 
 
 __all__ = ["Zoology"]

@@ -1,0 +1,156 @@
+"""When a task claim gets a verdict: the reference must clear a stated floor, every accuracy
+comes from at least MIN_SEEDS seeds, and a gap is classed only when its confidence interval lies
+wholly inside the band ("level") or wholly outside it ("below", "above"); else it is undecided.
+
+The reproductions state their floors and bands; this module applies the rules the same way for
+every one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..attention.spec import BACKENDS
+from ..report.claims import UNDECIDED
+from .intervals import Interval, mean_interval, paired_gap
+
+MIN_SEEDS = 3  # an accuracy claim reads at least this many seeds
+LEVEL, BELOW, ABOVE = "level", "below", "above"
+NOT_ABOVE = "not above"  # a one-sided class: the gap's interval lies at or below +band
+# Why a claim has no verdict (the summary counts each as undecided).
+NOT_LEARNED = f"{UNDECIDED}: the reference did not learn the task at this scale"
+FEW_SEEDS = f"{UNDECIDED}: fewer than {MIN_SEEDS} seeds"
+STRADDLES = f"{UNDECIDED}: the gap's interval crosses an edge of the band"
+
+
+def per_seed(
+    rows: Iterable[Mapping[str, Any]], **where: Any
+) -> tuple[dict[int, float], tuple[str, ...]]:
+    """seed -> final accuracy ("accuracy" as trained) of the tidy rows matching `where` (column
+    -> value), and the stored cases ("run/case") it was read from."""
+    values: dict[int, float] = {}
+    refs: list[str] = []
+    for r in rows:
+        if r["metric"] != "accuracy" or r["eval"] != "trained" or r["value"] is None:
+            continue
+        if all(r[k] == v for k, v in where.items()):
+            values[int(r["seed"])] = float(r["value"])
+            if r.get("ref"):
+                refs.append(r["ref"])
+    return values, tuple(dict.fromkeys(refs))
+
+
+def interval_of(values: Mapping[int, float]) -> Interval | None:
+    """The mean's interval over seeds, None below MIN_SEEDS seeds."""
+    return mean_interval(list(values.values())) if len(values) >= MIN_SEEDS else None
+
+
+def gap_of(a: Mapping[int, float], b: Mapping[int, float]) -> Interval | None:
+    """The paired interval of a - b over their common seeds, None below MIN_SEEDS of them."""
+    return paired_gap(a, b) if len(set(a) & set(b)) >= MIN_SEEDS else None
+
+
+def gap_class(gap: Interval, band: float) -> str | None:
+    """LEVEL when the interval lies within +-band, BELOW/ABOVE when wholly beyond it, else None."""
+    if -band <= gap.low and gap.high <= band:
+        return LEVEL
+    if gap.high < -band:
+        return BELOW
+    if gap.low > band:
+        return ABOVE
+    return None
+
+
+def point_class(gap: float, band: float) -> str:
+    """The class of a single published gap (no interval: the paper gives one number)."""
+    return LEVEL if abs(gap) <= band else BELOW if gap < 0 else ABOVE
+
+
+def clears(reference: Interval | None, floor: float) -> bool:
+    """Whether the reference's whole interval lies at or above the floor."""
+    return reference is not None and reference.low >= floor
+
+
+@dataclass(frozen=True)
+class GapVerdict:
+    """A mechanism's gap to the reference, judged: the class (None: undecided) and why not."""
+
+    gap: Interval | None
+    cls: str | None
+    reason: str  # "" when classed, else one of the undecided reasons
+
+
+def judge_gap(
+    reference: Mapping[int, float],
+    other: Mapping[int, float],
+    *,
+    floor: float,
+    band: float,
+) -> GapVerdict:
+    """Class the gap other - reference against +-band, once the reference clears `floor` over
+    at least MIN_SEEDS seeds shared with `other`."""
+    gap = gap_of(other, reference)
+    if gap is None:
+        return GapVerdict(None, None, FEW_SEEDS)
+    if not clears(interval_of(reference), floor):
+        return GapVerdict(gap, None, NOT_LEARNED)
+    cls = gap_class(gap, band)
+    return GapVerdict(gap, cls, "" if cls else STRADDLES)
+
+
+def judge_not_above(
+    reference: Mapping[int, float],
+    other: Mapping[int, float],
+    *,
+    floor: float,
+    band: float,
+) -> GapVerdict:
+    """One-sided: ABOVE when the interval of other - reference lies wholly beyond +band,
+    NOT_ABOVE when wholly at or below +band, else undecided (floor and seeds as judge_gap)."""
+    judged = judge_gap(reference, other, floor=floor, band=band)
+    if judged.gap is None or judged.reason not in ("", STRADDLES):
+        return judged
+    gap = judged.gap
+    cls = ABOVE if gap.low > band else NOT_ABOVE if gap.high <= band else None
+    return GapVerdict(gap, cls, "" if cls else STRADDLES)
+
+
+def exact_siblings(reference: str, backends: Iterable[str]) -> list[str]:
+    """The backends (training labels) that compute what `reference` computes, full softmax
+    attention (the registry's kind "full"): their gaps to it are seed noise, so they are grouped
+    with it rather than compared."""
+    names = set(BACKENDS.names())
+    return sorted(
+        b for b in set(backends) - {reference} if b in names and BACKENDS.get(b).caps.kind == "full"
+    )
+
+
+def seeds_text(*seed_sets: Mapping[int, float]) -> str:
+    """'0,1,2' (the seeds every given mapping has), '-' for none."""
+    common = set.intersection(*(set(s) for s in seed_sets)) if seed_sets else set()
+    return ",".join(map(str, sorted(common))) or "-"
+
+
+__all__ = [
+    "ABOVE",
+    "BELOW",
+    "FEW_SEEDS",
+    "LEVEL",
+    "MIN_SEEDS",
+    "NOT_ABOVE",
+    "NOT_LEARNED",
+    "STRADDLES",
+    "GapVerdict",
+    "clears",
+    "exact_siblings",
+    "gap_class",
+    "gap_of",
+    "interval_of",
+    "judge_gap",
+    "judge_not_above",
+    "per_seed",
+    "point_class",
+    "seeds_text",
+]
