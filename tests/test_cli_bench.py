@@ -31,6 +31,7 @@ def test_help_explains_with_an_example(command: str, capsys: pytest.CaptureFixtu
     assert "examples:" in out and f"zoo {command}" in out.split("examples:")[1]
 
 
+@pytest.mark.slow
 def test_bench_from_flags_prints_table_and_stores(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

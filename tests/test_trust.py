@@ -143,6 +143,7 @@ def _case(backend: str, **changes) -> BenchCase:
     return BenchCase(**{**fields, **changes})
 
 
+@pytest.mark.slow
 def test_a_broken_output_is_stored_invalid_with_its_reason(plugin: Path) -> None:
     for backend, reason in BROKEN.items():
         result = measure_case(_case(backend), FAST)
