@@ -250,12 +250,12 @@ def build_attention(
     kernels = getattr(spec.cls, "kernels", None)  # a table of its own: the kernel must name it
     if kernels is not None and hasattr(cfg, "kernel") and "attend" not in kernels.by_name:
         kernels.check_option(name, cfg.kernel)
-    if device in ("cpu", "meta") or detect_fake_mode() is not None:  # no values to draw elsewhere
-        with torch.device(device):
-            return spec.cls(cfg, causal=causal)
-    # Drawn on the CPU, then moved: a seed gives the same initial values on every device.
-    with torch.device("cpu"):
-        return spec.cls(cfg, causal=causal).to(device)
+    # Values drawn on the CPU, then moved: a seed gives the same initial values on every device.
+    # On the CPU, on meta and under a fake mode (its tensors cannot be moved): built in place.
+    moved = device not in ("cpu", "meta") and detect_fake_mode() is None
+    with torch.device("cpu" if moved else device):
+        core = spec.cls(cfg, causal=causal)
+    return core.to(device) if moved else core
 
 
 def backends_where(keep: Callable[[BackendSpec], bool]) -> list[str]:
