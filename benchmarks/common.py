@@ -23,6 +23,7 @@ from attention_zoo.attention.spec import BACKENDS, get_backend, list_backends
 from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.declarative import field_names
 from attention_zoo.errors import PluginError
+from attention_zoo.measure.allocator import steady_allocator
 from attention_zoo.measure.cases import BenchCase, Runnable, build_runnable
 from attention_zoo.measure.memory import cuda_peak, profiled_peak
 from attention_zoo.measure.metrics import METRICS
@@ -59,6 +60,9 @@ def load_suite_plugins() -> None:
 
 
 load_suite_plugins()
+# Before asv forks its benchmark processes: each inherits glibc's fixed thresholds, so two
+# processes of one commit time a step alike (measure/allocator.py). A setting of the suite.
+steady_allocator()
 DEVICES = ["cpu", "cuda"]
 THREADS = [1]
 LENGTHS = [1024, 4096]  # the default suite: one chunk multiple and a 4x longer one
