@@ -156,12 +156,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--device", choices=gate.DEVICES, default="cpu")
     parser.add_argument(
+        "--rounds", type=int, default=gate.DEFAULT_ROUNDS, help="each gate run's --rounds"
+    )
+    parser.add_argument(
         "--scenario",
         action="append",
         choices=SCENARIOS,
         help="only these scenarios (repeatable; default: all three)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch clone")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        help="append every gate run's output here (default: in the clone's folder)",
+    )
     return parser.parse_args(argv)
 
 
@@ -170,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     subset = (
         [f"--bench={b}" for b in args.bench] + ["--quick-baselines"] if args.bench else ["--fast"]
     )
-    gate_args = [*subset, "--device", args.device]
+    gate_args = [*subset, "--device", args.device, "--rounds", str(args.rounds)]
     from attention_zoo.measure import baseline
 
     (case,) = [c for c in baseline.quick_cases() if c.backend == "local"]
@@ -185,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wanted = args.scenario or SCENARIOS
     scenarios = {s.name: s for key, s in planted.items() if key in wanted}
     folder = Path(tempfile.mkdtemp(prefix="zoo-acceptance-"))
-    log = folder / "gate.log"
+    log = args.log or folder / "gate.log"
     outcomes: list[Outcome] = []
     try:
         repo = scratch_clone(folder)
