@@ -23,7 +23,6 @@ from attention_zoo.attention.spec import BACKENDS, get_backend, list_backends
 from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.declarative import field_names
 from attention_zoo.errors import PluginError
-from attention_zoo.measure.allocator import steady_allocator
 from attention_zoo.measure.cases import BenchCase, Runnable, build_runnable
 from attention_zoo.measure.memory import cuda_peak, profiled_peak
 from attention_zoo.measure.metrics import METRICS
@@ -31,6 +30,8 @@ from attention_zoo.measure.predict import predict_case
 from attention_zoo.measure.timing import synchronize
 from attention_zoo.measure.tracker import tracked_peak
 from attention_zoo.plugins import ENV_VAR, load_plugins
+
+from .allocator import steady_allocator
 
 
 def load_suite_plugins() -> None:
@@ -61,7 +62,7 @@ def load_suite_plugins() -> None:
 
 load_suite_plugins()
 # Before asv forks its benchmark processes: each inherits glibc's fixed thresholds, so two
-# processes of one commit time a step alike (measure/allocator.py). A setting of the suite.
+# processes of one commit time a step alike (allocator.py).
 steady_allocator()
 DEVICES = ["cpu", "cuda"]
 THREADS = [1]

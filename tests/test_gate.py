@@ -223,9 +223,9 @@ def test_a_time_over_its_limit_is_re_measured_before_it_counts(monkeypatch, seco
         assert verdict.notes == [f"{NAME}: 1.50x, re-measured 1.04x: noise, not a regression"]
 
 
-def test_rounds_are_interleaved_abba() -> None:
+def test_rounds_are_interleaved_abab_then_baba() -> None:
     a, b = sides.Side("a" * 40, Path("a")), sides.Side("b" * 40, Path("b"))
-    assert sides.interleaved([a, b], 4) == [a, b, b, a, a, b, b, a]
+    assert sides.interleaved([a, b], 4) == [a, b, a, b, b, a, b, a]
 
 
 def test_a_memory_decrease_asks_for_a_look_instead_of_calling_it_an_improvement() -> None:

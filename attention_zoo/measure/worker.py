@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from ..plugins import child_environment, load_plugins
-from .allocator import steady_allocator
 from .cases import BenchCase
 from .limits import capped, vm_size_bytes
 from .metrics import Metric
@@ -124,7 +123,6 @@ def run_isolated(
 
 
 def main() -> int:
-    steady_allocator()  # one process times a step as the next does
     load_plugins()  # the parent's plugins, named in ZOO_IMPORT by child_environment()
     payload = json.loads(sys.stdin.read())
     if payload.get("rlimit_bytes"):

@@ -2,8 +2,8 @@
 on an unchanged commit, on a planted slowdown of the local core (its kernel runs `--slowdown`
 times as long) and on a planted growth of its memory (`--growth` times its peak), then a table.
 
-    python benchmarks/scripts/acceptance.py                     # --fast, 5 runs each (about 60 min
-                                                                # on 2 idle cores; see README)
+    python benchmarks/scripts/acceptance.py                     # --fast, 5 runs each (3.5 to 6 min
+                                                                # a run on 2 idle cores; README)
     python benchmarks/scripts/acceptance.py --calibrate 10      # first the noise, written to this
                                                                 # checkout's time-limits.json
     python benchmarks/scripts/acceptance.py --runs 1 --bench 'Time.time_step.*attention.*local'
@@ -170,7 +170,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         help="append every gate run's output here (default: in the clone's folder)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be >= 2 (rounds are what the gate interleaves)")
+    if args.log is not None and not args.log.parent.is_dir():
+        parser.error(f"--log {args.log}: its folder does not exist")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

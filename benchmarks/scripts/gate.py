@@ -13,12 +13,12 @@
                                                        # Markdown: a PR comment, CI's artifact
 
 Time: each commit gets a clean environment of its own, built for this run (benchmarks/scripts/
-sides.py), and asv runs the selected benchmarks in `--rounds` rounds per commit, interleaved ABBA,
-at one torch thread (the suite's `threads` parameter), each round taking more samples than asv's
-default (SAMPLING). A time benchmark regresses when its median grows beyond its limit, calibrated
-by `--calibrate` and stored in benchmarks/baselines/time-limits.json (benchmarks/scripts/
-limits.py), in the comparison and again when the gate re-measures it at once with twice the rounds
-(a load spike rarely lasts).
+sides.py), and asv runs the selected benchmarks in `--rounds` rounds per commit, interleaved
+(ABAB then BABA: sides.interleaved), at one torch thread (the suite's `threads` parameter),
+each round taking more samples than asv's default (SAMPLING). A time benchmark regresses when
+its median grows beyond its limit, calibrated by `--calibrate` and stored in benchmarks/baselines/
+time-limits.json (benchmarks/scripts/limits.py), in the comparison and again when the gate
+re-measures it at once with twice the rounds (a load spike rarely lasts).
 Deterministic metrics (the metric catalogue says which) regress on any increase beyond their
 tolerance: asv's track_<metric> results, and the baselines (benchmarks/baselines/) checked on the
 head commit and, where head differs from them, on the base commit too: a difference already there

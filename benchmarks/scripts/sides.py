@@ -183,10 +183,9 @@ def round_args(
 
 
 def interleaved(sides: Sequence[Side], rounds: int) -> list[Side]:
-    """The order of the rounds, ABBA: each side as often first as second, so that a drift of the
-    machine during the comparison weighs on both sides alike."""
+    """The order of the rounds, ABAB then BABA: each side as often first as second (a drift of the
+    machine weighs on both alike), and two rounds of one side adjacent once only (ABBA has a pair
+    at every turn, so a disturbance lasting two rounds could slow one side's median)."""
     first, second = sides
-    order: list[Side] = []
-    for r in range(rounds):
-        order += [first, second] if r % 2 == 0 else [second, first]
-    return order
+    half = rounds // 2
+    return [first, second] * (rounds - half) + [second, first] * half
