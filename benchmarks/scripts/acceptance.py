@@ -171,8 +171,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="append every gate run's output here (default: in the clone's folder)",
     )
     args = parser.parse_args(argv)
-    if args.rounds < 2:
-        parser.error("--rounds must be >= 2 (rounds are what the gate interleaves)")
+    if args.rounds < gate.MIN_ROUNDS:
+        parser.error(f"--rounds must be >= {gate.MIN_ROUNDS} (what the gate interleaves)")
     if args.log is not None and not args.log.parent.is_dir():
         parser.error(f"--log {args.log}: its folder does not exist")
     return args

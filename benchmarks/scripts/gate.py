@@ -55,10 +55,11 @@ import sides as gate_sides
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ROUNDS = 4
+MIN_ROUNDS = 2  # rounds are what the gate interleaves
 # Per round: 5 to 12 samples within 2 s, after 0.3 s of warm-up; each sample is one call after a
 # fresh setup (the suite's setup hooks). asv's default, up to 5 samples after 0.1 s, let a brief
 # load spike move a 2 ms benchmark's median by 13% between identical commits; what differs
-# between processes (the allocator's state, now pinned: measure/allocator.py) is averaged by the
+# between processes (the allocator's state, now pinned: benchmarks/allocator.py) is averaged by the
 # rounds, not by more samples in one. Passed to asv for the gate's comparisons only: published
 # results keep asv's defaults. The limits were calibrated with exactly this.
 SAMPLING = {"repeat": "(5,12,2.0)", "warmup_time": "0.3"}
@@ -639,8 +640,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.bench = [*args.bench, *fast_bench(args.device)]
     elif not args.bench and args.device != "cpu":
         args.bench = [rf"\('{args.device}'"]  # every benchmark with that device parameter
-    if args.rounds < 2:
-        parser.error("--rounds must be >= 2 (rounds are what is interleaved)")
+    if args.rounds < MIN_ROUNDS:
+        parser.error(f"--rounds must be >= {MIN_ROUNDS} (rounds are what is interleaved)")
     if args.factor is not None and args.factor <= 1:
         parser.error("--factor must be > 1")
     if args.calibrate is not None and (args.calibrate < 1 or args.no_time):
