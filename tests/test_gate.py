@@ -96,8 +96,15 @@ def test_failures_and_skips_are_told_apart() -> None:
     assert "one commit only" in notes[0]
 
 
-def write_results(folder: Path, commit: str, backends: list[str], values: list[float]) -> None:
-    """asv's stored result of one benchmark over `backends`, as `asv run` files it."""
+def write_results(
+    folder: Path,
+    commit: str,
+    backends: list[str],
+    values: list[float],
+    samples: list[list[float]] | None = None,
+) -> None:
+    """asv's stored result of one benchmark over `backends`, as `asv run` files it (`samples`:
+    each value's own, default the value alone)."""
     from asv.results import Results
     from asv.runner import BenchmarkResult
 
@@ -112,12 +119,13 @@ def write_results(folder: Path, commit: str, backends: list[str], values: list[f
         {"name": name, "params": [["'cpu'"], [f"'{b}'" for b in backends]], "version": "1"},
         BenchmarkResult(
             result=values,
-            samples=[[v] for v in values],
+            samples=samples or [[v] for v in values],
             number=[1] * len(values),
             errcode=0,
             stderr="",
             profile=None,
         ),
+        record_samples=True,  # as the gate's rounds do (--append-samples)
     )
     res.save(str(folder))
 
@@ -136,6 +144,20 @@ def test_results_are_matched_by_parameter_values_not_by_asvs_index(tmp_path: Pat
     assert math.isnan(rows["probe"].base) and rows["probe"].head == 1.2
     _, notes, _ = gate.judge(list(rows.values()), UNIFORM)
     assert notes == [f"{rows['probe'].benchmark}: runs on one commit only, not compared"]
+
+
+def test_a_time_is_its_fastest_sample_over_all_rounds(tmp_path: Path) -> None:
+    """A slow spell that moved head's median (asv's value) moves neither side's fastest sample:
+    the gate compares those."""
+    base, head = "a" * 40, "b" * 40
+    write_results(tmp_path, base, ["local"], [1.0], samples=[[1.0, 0.9, 1.1, 1.0, 1.2]])
+    write_results(tmp_path, head, ["local"], [1.3], samples=[[1.3, 1.4, 0.9, 1.3, 1.2]])
+    (row,) = gate.load_results(tmp_path, "m", base, head)
+    assert (row.base, row.head) == (0.9, 0.9)
+    assert gate.judge([row], UNIFORM) == ([], [], [])
+    assert gate.fastest_sample(None, None) is None  # failed: stays failed
+    assert math.isnan(gate.fastest_sample(math.nan, None))  # n/a
+    assert gate.fastest_sample(2.0, None) == 2.0  # no samples kept: asv's value
 
 
 def difference(key: str, actual: float, stored: float = 1000) -> dict:

@@ -15,10 +15,10 @@
 Time: each commit gets a clean environment of its own, built for this run (benchmarks/scripts/
 sides.py), and asv runs the selected benchmarks in `--rounds` rounds per commit, interleaved
 (ABAB then BABA: sides.interleaved), at one torch thread (the suite's `threads` parameter),
-each round taking more samples than asv's default (SAMPLING). A time benchmark regresses when
-its median grows beyond its limit, calibrated by `--calibrate` and stored in benchmarks/baselines/
-time-limits.json (benchmarks/scripts/limits.py), in the comparison and again when the gate
-re-measures it at once with twice the rounds (a load spike rarely lasts).
+each round sampling for a second (SAMPLING). A time benchmark regresses when its fastest sample
+over all rounds (fastest_sample) grows beyond its limit, calibrated by `--calibrate` and stored
+in benchmarks/baselines/time-limits.json (benchmarks/scripts/limits.py), in the comparison and
+again when the gate re-measures it at once with twice the rounds (a load spike rarely lasts).
 Deterministic metrics (the metric catalogue says which) regress on any increase beyond their
 tolerance: asv's track_<metric> results, and the baselines (benchmarks/baselines/) checked on the
 head commit and, where head differs from them, on the base commit too: a difference already there
@@ -56,13 +56,14 @@ import sides as gate_sides
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ROUNDS = 4
 MIN_ROUNDS = 2  # rounds are what the gate interleaves
-# Per round: 5 to 12 samples within 2 s, after 0.3 s of warm-up; each sample is one call after a
-# fresh setup (the suite's setup hooks). asv's default, up to 5 samples after 0.1 s, let a brief
-# load spike move a 2 ms benchmark's median by 13% between identical commits; what differs
-# between processes (the allocator's state, now pinned: benchmarks/allocator.py) is averaged by the
-# rounds, not by more samples in one. Passed to asv for the gate's comparisons only: published
+# Per round: 5 samples or more, as many as fit in 1 s, after 0.3 s of warm-up; each sample is one
+# call after a fresh setup (the suite's setup hooks). The gate keeps the fastest sample of all
+# rounds (fastest_sample). On a shared VM the time of one lsh step at 1,024 tokens moves by up to
+# 1.2x within one process, in slow spells of about a second: the fastest of 4 rounds of 12 samples
+# (36 ms each) read up to 1.13x apart between identical processes (their medians 1.22x), the
+# fastest of 4 rounds of 1 s up to 1.06x. Passed to asv for the gate's comparisons only: published
 # results keep asv's defaults. The limits were calibrated with exactly this.
-SAMPLING = {"repeat": "(5,12,2.0)", "warmup_time": "0.3"}
+SAMPLING = {"repeat": "(5,1000,1.0)", "warmup_time": "0.3"}
 DEVICES = ("cpu", "cuda")
 
 
@@ -254,15 +255,29 @@ class Measurement:
     head: float | None
 
 
-def labelled_values(res: object, name: str) -> dict[str, float | None]:
+def labelled_values(res: object, name: str, fastest: bool = False) -> dict[str, float | None]:
     """One stored benchmark's values by asv's name with parameters, under the parameters that
-    this result was run with (each side discovers its own)."""
+    this result was run with (each side discovers its own): asv's value (a time's median), or
+    with `fastest` a time's fastest sample (fastest_sample)."""
     params = res.get_result_params(name)
     values = res.get_result_value(name, params)
+    if fastest:
+        samples = res.get_result_samples(name, params)
+        values = [fastest_sample(v, s) for v, s in zip(values, samples)]
     if not params:
-        return {name: values}
+        return {name: values[0]}
     combos = [f"{name}({', '.join(c)})" for c in itertools.product(*params)]
     return dict(zip(combos, values))
+
+
+def fastest_sample(value: float | None, samples: Sequence[float] | None) -> float | None:
+    """The gate's time of one benchmark: its fastest sample over every round. A shared machine
+    only ever adds time to a step, in disturbances that last about a second and come and go
+    within a round; a slower kernel raises every sample, the fastest too. asv's value (the
+    median) where it kept no samples, or where the benchmark failed or was n/a."""
+    if value is None or is_na(value) or not samples:
+        return value
+    return min(samples)
 
 
 def load_results(results_dir: Path, machine: str, base: str, head: str) -> list[Measurement]:
@@ -279,7 +294,8 @@ def load_results(results_dir: Path, machine: str, base: str, head: str) -> list[
         found[commit] = {}
         for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
             for name in res.get_all_result_keys():
-                found[commit].update(labelled_values(res, name))
+                fastest = benchmarks.get(name, {}).get("type") == "time"
+                found[commit].update(labelled_values(res, name, fastest))
     rows = []
     for label in sorted(found[base].keys() | found[head].keys()):
         bench = benchmarks.get(label.partition("(")[0])
