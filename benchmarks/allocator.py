@@ -6,7 +6,8 @@ with the process's history of frees. Six processes of one commit timed full atte
 tokens at 80 to 97 ms of CPU time; with fixed thresholds, 69 to 71 ms: every block below
 MMAP_THRESHOLD comes from a heap that is never trimmed. Part of the suite, not of the package, so
 both sides of a gate comparison time under it, whatever their commit. The gate's rounds also put
-that heap on huge pages, a setting read at a process's start (benchmarks/scripts/sides.py).
+that heap on transparent huge pages where glibc (>= 2.35) and the kernel offer them, a setting
+read at a process's start (benchmarks/scripts/sides.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 on an unchanged commit, on a planted slowdown of the local core (its kernel runs `--slowdown`
 times as long) and on a planted growth of its memory (`--growth` times its peak), then a table.
 
-    python benchmarks/scripts/acceptance.py                     # --fast, 5 runs each (3.5 to 6 min
+    python benchmarks/scripts/acceptance.py                     # --fast, 5 runs each (5 to 7 min
                                                                 # a run on 2 idle cores; README)
     python benchmarks/scripts/acceptance.py --calibrate 10      # first the noise, written to this
                                                                 # checkout's time-limits.json

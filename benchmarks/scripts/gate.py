@@ -15,11 +15,12 @@
 Time: each commit gets a clean environment of its own, built for this run (benchmarks/scripts/
 sides.py), and asv runs the selected benchmarks in `--rounds` rounds per commit, interleaved
 (ABAB then BABA: sides.interleaved), at one torch thread (the suite's `threads` parameter),
-with glibc's heap on huge pages (sides.huge_pages_env), each round sampling for a second
-(SAMPLING). A time benchmark regresses when its fastest sample
-over all rounds (fastest_sample) grows beyond its limit, calibrated by `--calibrate` and stored
-in benchmarks/baselines/time-limits.json (benchmarks/scripts/limits.py), in the comparison and
-again when the gate re-measures it at once with twice the rounds (a load spike rarely lasts).
+with glibc's heap on transparent huge pages where glibc and the kernel offer them
+(sides.huge_pages_env), each round sampling for a second (SAMPLING). A time benchmark regresses
+when its fastest sample over all rounds (fastest_sample) grows beyond its limit, calibrated by
+`--calibrate` and stored in benchmarks/baselines/time-limits.json (benchmarks/scripts/limits.py),
+in the comparison and again when the gate re-measures it at once with twice the rounds (a load
+spike rarely lasts).
 Deterministic metrics (the metric catalogue says which) regress on any increase beyond their
 tolerance: asv's track_<metric> results, and the baselines (benchmarks/baselines/) checked on the
 head commit and, where head differs from them, on the base commit too: a difference already there
@@ -61,8 +62,9 @@ MIN_ROUNDS = 2  # rounds are what the gate interleaves
 # each sample is one call after a fresh setup (the suite's setup hooks). The gate keeps the
 # fastest sample of all rounds (fastest_sample). On a shared VM one lsh step at 1,024 tokens moves
 # by up to 1.2x within one process, in slow spells of about a second. In one set of 30 processes
-# timed in turn, the fastest of 4 processes' 12 samples each (asv's default window, ~50 ms) read
-# up to 1.13x apart from 4 others (their medians 1.22x); the fastest of 4 processes' 1 s, 1.06x.
+# timed in turn, the fastest of 4 processes' 12 samples each (this gate's former window, ~50 ms)
+# read up to 1.13x apart from 4 others (their medians 1.22x); the fastest of 4 processes' 1 s,
+# 1.06x.
 # Over minutes the machine drifts further (the fastest of 1 s, 3.9 ms in one hour, 4.5-5.9 ms in
 # the next): that is what the calibrated limits and the re-measure absorb. Passed to asv for the
 # gate's comparisons only: published results keep asv's defaults. The limits were calibrated with
@@ -516,7 +518,8 @@ class Gate:
             args = gate_sides.round_args(
                 side, self.conf_path, self.args.machine, bench, SAMPLING, self.launch
             )
-            code, out = asv(*args, echo=False, log=log, env=self.launch.env)
+            env = {**gate_sides.huge_pages_env(), **self.launch.env}
+            code, out = asv(*args, echo=False, log=log, env=env)
             if "Running" not in out and NONE_SELECTED not in out:
                 raise GateError(
                     f"asv run stopped (exit {code}) on {side.commit[:8]}:\n{out[-3000:]}"

@@ -128,17 +128,23 @@ sys.exit(os.waitstatus_to_exitcode(status))
 NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
-# glibc's malloc with its heap on transparent huge pages (2 MB each, physically contiguous; a
-# tunable read at a process's start, so it is set here, for asv and the processes it starts). On
-# 4 KB pages each process gets its own scatter of physical pages, and with it its own cache
-# conflicts: 14 processes in turn timed performer's forward at 1,024 tokens (the fastest sample of
-# 1 s) at 14.4-17.5 ms, cv 5.7%; 14 processes between them with huge pages, 13.9-15.2 ms, cv 2.7%.
+# glibc's malloc with its heap on transparent huge pages (2 MB each, physically contiguous), for
+# the gate's rounds: a tunable read at a process's start, so the gate sets it for asv and the
+# processes it starts (glibc >= 2.35; with transparent huge pages on madvise, as on these VMs:
+# "always" has them already, "never" none). One set on an idle 2-core VM, one thread, processes
+# in turn, alternately without and with it: performer's forward at 1,024 tokens (the fastest
+# sample of 1 s) read 14.4-17.5 ms (cv 5.7%) in 14 processes on 4 KB pages, 13.9-15.2 ms (cv 2.7%)
+# in the 14 with huge pages. The likely cause: on 4 KB pages each process has its own scatter of
+# physical pages, and with it its own cache conflicts.
 HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
 def huge_pages_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """GLIBC_TUNABLES with glibc's heap on transparent huge pages, added to `environ`'s own."""
-    own = environ.get("GLIBC_TUNABLES")
+    """GLIBC_TUNABLES with glibc's heap on transparent huge pages, after `environ`'s own tunables
+    (unless those set glibc.malloc.hugetlb themselves: theirs stands)."""
+    own = environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb=" in own:
+        return {"GLIBC_TUNABLES": own}
     return {"GLIBC_TUNABLES": f"{own}:{HUGE_PAGES_TUNABLE}" if own else HUGE_PAGES_TUNABLE}
 
 
@@ -147,14 +153,8 @@ class Launch:
     """How asv starts the benchmarks of a side: its launch method and environment variables."""
 
     method: str = "forkserver"
-    extra_env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
     why: str | None = None  # what the check found, when it is not plain forkserver
-
-    @property
-    def env(self) -> dict[str, str]:
-        """The variables asv's processes get besides this process's: huge pages for glibc's
-        heap (huge_pages_env), and the launch's own."""
-        return {**huge_pages_env(), **self.extra_env}
 
 
 def fork_check(side: Side, benchmark_dir: Path, device: str, env: dict[str, str]) -> str | None:
