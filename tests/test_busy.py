@@ -51,7 +51,8 @@ def test_a_fast_case_on_an_idle_machine_is_judged_by_its_own_reading(
     assert metrics["time_repeats"] > QUICK.max_repeats  # timed on until the load can be read
     assert metrics["free_cores"] >= 2 - load.SLACK  # its own reading: this process alone
     (case,) = case_frame(rows, runs).to_dict("records")
-    assert case["busy"] is False and case["marks"] == []
+    # busy: never; unstable (a 16-token step's spread on a shared machine) is another mark's call
+    assert case["busy"] is False and not [m for m in case["marks"] if m.startswith("busy")]
     assert "busy" not in comparison_table(group_cases(rows), reference=None)
 
 
