@@ -43,9 +43,18 @@ def glibc_at_least(major: int, minor: int) -> bool:
     return LIBC == "glibc" and tuple(map(int, LIBC_VERSION.split(".")[:2])) >= (major, minor)
 
 
-def mmapped(mode: str) -> int:
+def child_reading(script: str, *argv: str, env: dict[str, str] | None = None) -> int:
+    """The last integer `script` prints, run in a fresh interpreter (glibc's settings are per
+    process); `env` replaces the environment's GLIBC_TUNABLES when given."""
+    if env is not None:
+        env = {**{k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}, **env}
     out = subprocess.run(
-        [sys.executable, "-c", ALIVE, mode], capture_output=True, text=True, check=True, cwd=ROOT
+        [sys.executable, "-c", script, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=env,
     )
     return int(out.stdout.split()[-1])
 
@@ -53,8 +62,8 @@ def mmapped(mode: str) -> int:
 # Never called in this process: its thresholds would stay for every later test.
 @pytest.mark.skipif(not glibc_at_least(2, 33), reason="needs glibc >= 2.33 (mallinfo2)")
 def test_steady_allocator_serves_large_blocks_from_the_heap() -> None:
-    assert mmapped("unmapped") >= 20 << 20  # the control: the tensor's block was mmapped
-    assert mmapped("steady") == 0
+    assert child_reading(ALIVE, "unmapped") >= 20 << 20  # the control: the block was mmapped
+    assert child_reading(ALIVE, "steady") == 0
 
 
 # Prints the kB of the process's memory on transparent huge pages while a 20 MB tensor from the
@@ -70,25 +79,15 @@ THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 THP_MODE = m.group(1) if THP.exists() and (m := re.search(r"\[(\w+)\]", THP.read_text())) else ""
 
 
-def huge_kb(env: dict[str, str]) -> int:
-    out = subprocess.run(
-        [sys.executable, "-c", ON_HUGE_PAGES],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**{k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}, **env},
-    )
-    return int(out.stdout.split()[-1])
-
-
 @pytest.mark.skipif(
     not glibc_at_least(2, 35) or THP_MODE != "madvise",
     reason="needs glibc >= 2.35 (glibc.malloc.hugetlb) and transparent huge pages on madvise",
 )
 def test_the_gates_rounds_put_the_heap_on_huge_pages() -> None:
-    assert huge_kb({}) == 0  # the control: on madvise, nothing asks for huge pages
-    assert huge_kb(sides.huge_pages_env({})) >= 2048
+    assert (
+        child_reading(ON_HUGE_PAGES, env={}) == 0
+    )  # the control: on madvise, nothing asks for huge pages
+    assert child_reading(ON_HUGE_PAGES, env=sides.huge_pages_env({})) >= 2048
     mixed = sides.huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
     assert mixed == {"GLIBC_TUNABLES": f"glibc.malloc.arena_max=2:{sides.HUGE_PAGES_TUNABLE}"}
     own = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}

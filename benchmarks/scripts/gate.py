@@ -513,12 +513,12 @@ class Gate:
         shutil.rmtree(self.results, ignore_errors=True)
         log = self.dir / "asv.log"
         order = gate_sides.interleaved([self.side(base), self.side(head)], rounds)
+        env = {**gate_sides.huge_pages_env(), **self.launch.env}
         for i, side in enumerate(order):
             started = time.monotonic()
             args = gate_sides.round_args(
                 side, self.conf_path, self.args.machine, bench, SAMPLING, self.launch
             )
-            env = {**gate_sides.huge_pages_env(), **self.launch.env}
             code, out = asv(*args, echo=False, log=log, env=env)
             if "Running" not in out and NONE_SELECTED not in out:
                 raise GateError(
