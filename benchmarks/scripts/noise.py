@@ -1,0 +1,225 @@
+"""How far apart this machine reads identical code with the gate's sampling, and how many rounds
+would hold it to a target: a series of rounds, each a fresh process timing the same cases the suite
+times (one thread, glibc's heap on huge pages, the fastest sample of one window each), then every
+stretch of 2R consecutive rounds read as a gate run of R rounds a side, in the gate's order.
+
+    python benchmarks/scripts/noise.py --series 64 --log noise.jsonl   # ~10 s a round, 6 cases
+    python benchmarks/scripts/noise.py --read noise.jsonl --target 1.05
+
+A machine whose stretches already read beyond the target cannot be held to it by the gate at that
+many rounds: the noise is the machine's. `gate.py --calibrate` measures the gate itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gate  # sibling scripts
+import sides as gate_sides
+
+DEFAULT_CASES = (
+    "lsh:forward",
+    "lsh:forward+backward",
+    "local:forward",
+    "performer:forward",
+    "sliding-window:forward",
+    "linear:forward",
+)
+SEQ_LEN = 1024  # the gate's length (its --fast subset)
+WINDOW_S = float(gate.SAMPLING["repeat"].strip("()").split(",")[2])
+WARMUP_S = float(gate.SAMPLING["warmup_time"])
+
+# One round: the cases as the suite's Time benchmark builds and times them, each sampled for a
+# window after a warm-up; prints {case: fastest sample in seconds}.
+ROUND = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from benchmarks import common
+window, warmup, seq_len = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+out = {}
+for spec in sys.argv[5:]:
+    backend, mode = spec.split(":")
+    common.setup()
+    common.use("cpu", 1)
+    owner = type("Owner", (), {})()
+    fields = dict(target="attention", backend=backend, seq_len=seq_len, mode=mode)
+    case = common.case_for(device="cpu", **fields)
+    runnable = common.build(owner, case)
+    for limit in (warmup, window):
+        samples, start = [], time.perf_counter()
+        while time.perf_counter() - start < limit or not samples:
+            began = owner.timer()
+            runnable.step()
+            samples.append(owner.timer() - began)
+    out[spec] = min(samples)
+print(json.dumps(out))
+"""
+
+
+class NoiseError(Exception):
+    """Bad input, said in one line."""
+
+
+def measure_round(cases: Sequence[str], window: float, warmup: float) -> dict[str, float]:
+    """One round in a fresh interpreter, with the gate's environment (huge pages)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ROUND,
+            str(gate.ROOT),
+            str(window),
+            str(warmup),
+            str(SEQ_LEN),
+            *cases,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **gate_sides.huge_pages_env()},
+    )
+    if done.returncode != 0:
+        raise NoiseError(f"a round failed: {done.stderr.strip().splitlines()[-1]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stretch_ratios(series: Sequence[dict[str, float]], rounds: int) -> list[dict[str, float]]:
+    """Per stretch of 2 * `rounds` consecutive rounds (every other start, so each keeps the
+    gate's order from its first round), per case: the two sides' fastest samples apart, as the
+    larger over the smaller (identical code: either way is noise)."""
+    order = gate_sides.interleaved(["a", "b"], rounds)
+    out = []
+    for start in range(0, len(series) - 2 * rounds + 1, 2):
+        stretch = series[start : start + 2 * rounds]
+        ratios = {}
+        for case in stretch[0]:
+            a = min(r[case] for r, side in zip(stretch, order) if side == "a")
+            b = min(r[case] for r, side in zip(stretch, order) if side == "b")
+            ratios[case] = max(a, b) / min(a, b)
+        out.append(ratios)
+    return out
+
+
+def summary(series: Sequence[dict[str, float]], target: float, rounds: Sequence[int]) -> str:
+    """Each case's spread over the rounds, then per rounds-a-side the stretches' largest ratio
+    and how many kept every case within `target`."""
+    cases = list(series[0])
+    lines = [f"{len(series)} rounds; per case, each round's fastest sample against the fastest:"]
+    lines.append(f"  {'case':26s} {'fastest':>9s} {'median':>7s} {'max':>7s}")
+    for case in cases:
+        values = [r[case] for r in series]
+        low = min(values)
+        lines.append(
+            f"  {case:26s} {low * 1e3:7.2f}ms {statistics.median(values) / low:6.3f}x "
+            f"{max(values) / low:6.3f}x"
+        )
+    lines.append(f"read as gate runs (identical code on both sides; target {target:.2f}x):")
+    for r in rounds:
+        stretches = stretch_ratios(series, r)
+        if not stretches:
+            lines.append(f"  {r} rounds a side: fewer than {2 * r} rounds in the series")
+            continue
+        worst = [max(s.values()) for s in stretches]
+        held = sum(w <= target for w in worst)
+        by_case = {c: max(s[c] for s in stretches) for c in cases}
+        noisiest = max(by_case, key=by_case.get)
+        lines.append(
+            f"  {r} rounds a side, {len(stretches)} gate runs: largest ratio median "
+            f"{statistics.median(worst):.3f}x, max {max(worst):.3f}x ({noisiest}); every case "
+            f"within {target:.2f}x in {held} of {len(stretches)} ({held / len(stretches):.0%}), "
+            f"so 5 runs in a row about {(held / len(stretches)) ** 5:.0%}"
+        )
+    return "\n".join(lines)
+
+
+def read_series(path: Path) -> list[dict[str, float]]:
+    if not path.is_file():
+        raise NoiseError(f"no series at {path}: write one with --series N --log {path}")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [{k: v for k, v in row.items() if k != "at"} for row in rows]
+    if len(rows) < 2:
+        raise NoiseError(f"{path} holds {len(rows)} round(s); a comparison needs 2 or more")
+    return rows
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--series", type=int, metavar="N", help="measure N rounds, one at a time")
+    what.add_argument(
+        "--read", type=Path, metavar="FILE", help="summarise a series measured before"
+    )
+    parser.add_argument("--log", type=Path, help="with --series: append each round here (JSONL)")
+    parser.add_argument(
+        "--cases",
+        default=",".join(DEFAULT_CASES),
+        help="backend:mode,... timed at 1,024 tokens (default: the gate's noisiest)",
+    )
+    parser.add_argument("--window", type=float, default=WINDOW_S, help="seconds sampled a case")
+    parser.add_argument(
+        "--target", type=float, default=1.05, help="ratio to hold identical code to"
+    )
+    parser.add_argument(
+        "--rounds",
+        default="2,4,6,8",
+        help="rounds a side to read it as (default: %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        args.rounds = [int(r) for r in args.rounds.split(",")]
+    except ValueError:
+        parser.error(f"--rounds takes integers, comma-separated, e.g. 4,8 (got {args.rounds!r})")
+    if min(args.rounds) < gate.MIN_ROUNDS:
+        parser.error(f"--rounds: each must be >= {gate.MIN_ROUNDS}")
+    if args.series is not None and args.series < 2:
+        parser.error("--series must be >= 2 (a comparison needs two rounds)")
+    if not args.window > 0 or not math.isfinite(args.window):
+        parser.error("--window must be a positive number of seconds")
+    args.cases = [c for c in args.cases.split(",") if c]
+    sys.path.insert(0, str(gate.ROOT))
+    from benchmarks.common import MODES as modes
+    from benchmarks.common import backend_names
+
+    known = set(backend_names())
+    for case in args.cases:
+        backend, _, mode = case.partition(":")
+        if backend not in known or mode not in modes:
+            parser.error(
+                f"--cases: {case!r} is not backend:mode (backends: {', '.join(sorted(known))}; "
+                f"modes: {', '.join(modes)})"
+            )
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.read is not None:
+            series = read_series(args.read)
+        else:
+            series = []
+            for i in range(args.series):
+                row = measure_round(args.cases, args.window, WARMUP_S)
+                series.append(row)
+                if args.log:
+                    with args.log.open("a") as log:
+                        log.write(json.dumps({"at": time.time(), **row}) + "\n")
+                print(f"noise: round {i + 1}/{args.series}", flush=True)
+    except NoiseError as exc:
+        print(f"noise.py: {exc}", file=sys.stderr)
+        return 2
+    print(summary(series, args.target, args.rounds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
