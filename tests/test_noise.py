@@ -61,8 +61,9 @@ def run(*args: str) -> subprocess.CompletedProcess:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
-    args: list[str], says: str, capsys: pytest.CaptureFixture
+    args: list[str], says: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("ZOO_ASV_NO_WARMUP", "1")  # the suite's import only checks --cases
     try:
         code = noise.main(args)
     except SystemExit as exc:  # argparse's error
@@ -72,7 +73,32 @@ def test_bad_input_is_one_line_and_exit_2(
     assert says in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "lines, says",
+    [
+        (['{"x": 1.0}', "not json"], ":2 is not a round noise.py wrote"),
+        (['{"x": 1.0}', '{"y": 1.0}'], ":2 times other cases than line 1"),
+        (['{"x": 1.0}'], "holds 1 round(s)"),
+    ],
+)
+def test_a_log_that_is_not_one_series_is_said_in_one_line(
+    lines: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    log = tmp_path / "noise.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    assert noise.main(["--read", str(log)]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_round_killed_without_a_word_is_a_failed_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    killed = subprocess.CompletedProcess([], -9, stdout="", stderr="")
+    monkeypatch.setattr(noise.subprocess, "run", lambda *a, **k: killed)
+    with pytest.raises(noise.NoiseError, match="a round failed: exit -9, no message"):
+        noise.measure_round(["local:forward"], window=0.01, warmup=0.0)
+
+
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_measured_series_is_logged_round_by_round_and_read_back(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -1,7 +1,8 @@
 """How far apart this machine reads identical code with the gate's sampling, and how many rounds
 would hold it to a target: a series of rounds, each a fresh process timing the same cases the suite
 times (one thread, glibc's heap on huge pages, the fastest sample of one window each), then every
-stretch of 2R consecutive rounds read as a gate run of R rounds a side, in the gate's order.
+stretch of 2R consecutive rounds (one starting at every other round) read as a gate run of R
+rounds a side, in the gate's order.
 
     python benchmarks/scripts/noise.py --series 64 --log noise.jsonl   # ~10 s a round, 6 cases
     python benchmarks/scripts/noise.py --read noise.jsonl --target 1.05
@@ -27,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gate  # sibling scripts
 import sides as gate_sides
 
+# Six of the gate's cases: lsh, sliding-window, performer and local forward carry its largest
+# calibrated noise (benchmarks/baselines/time-limits.json).
 DEFAULT_CASES = (
     "lsh:forward",
     "lsh:forward+backward",
@@ -36,66 +39,72 @@ DEFAULT_CASES = (
     "linear:forward",
 )
 SEQ_LEN = 1024  # the gate's length (its --fast subset)
-WINDOW_S = float(gate.SAMPLING["repeat"].strip("()").split(",")[2])
+# asv's repeat as the gate sets it: (at least, at most, seconds) samples a case, after a warm-up.
+MIN_SAMPLES, MAX_SAMPLES, WINDOW_S = (
+    float(x) for x in gate.SAMPLING["repeat"].strip("()").split(",")
+)
 WARMUP_S = float(gate.SAMPLING["warmup_time"])
 
-# One round: the cases as the suite's Time benchmark builds and times them, each sampled for a
-# window after a warm-up; prints {case: fastest sample in seconds}.
+# One round, as asv's forkserver runs one: the suite imported once, then a fork per case that
+# runs the suite's own Time benchmark, its setup hooks before every sample, for a warm-up and then
+# a window; each fork prints {case: its fastest sample in seconds}.
 ROUND = """
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from benchmarks import common
-window, warmup, seq_len = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-out = {}
-for spec in sys.argv[5:]:
+from benchmarks import bench_attention, common
+warmup, window, least, most, seq_len = map(float, sys.argv[2:7])
+for spec in sys.argv[7:]:
+    sys.stdout.flush()
+    if os.fork():
+        _, status = os.wait()
+        if status:
+            sys.exit(f"{spec}: its process ended with status {status}")
+        continue
     backend, mode = spec.split(":")
-    common.setup()
-    common.use("cpu", 1)
-    owner = type("Owner", (), {})()
-    fields = dict(target="attention", backend=backend, seq_len=seq_len, mode=mode)
-    case = common.case_for(device="cpu", **fields)
-    runnable = common.build(owner, case)
-    for limit in (warmup, window):
+    params = ("cpu", 1, "attention", backend, int(seq_len), mode)
+    bench = bench_attention.Time()
+    for limit, fewest in ((warmup, 1), (window, least)):
         samples, start = [], time.perf_counter()
-        while time.perf_counter() - start < limit or not samples:
-            began = owner.timer()
-            runnable.step()
-            samples.append(owner.timer() - began)
-    out[spec] = min(samples)
-print(json.dumps(out))
+        while len(samples) < most and (
+            time.perf_counter() - start < limit or len(samples) < fewest
+        ):
+            common.setup()
+            bench.setup(*params)
+            began = bench.timer()
+            bench.time_step(*params)
+            samples.append(bench.timer() - began)
+    print(json.dumps({spec: min(samples)}), flush=True)
+    os._exit(0)
 """
 
 
 class NoiseError(Exception):
-    """Bad input, said in one line."""
+    """Bad input or a failed round, said in one line."""
 
 
 def measure_round(cases: Sequence[str], window: float, warmup: float) -> dict[str, float]:
     """One round in a fresh interpreter, with the gate's environment (huge pages)."""
+    sampling = [warmup, window, MIN_SAMPLES, MAX_SAMPLES, SEQ_LEN]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            ROUND,
-            str(gate.ROOT),
-            str(window),
-            str(warmup),
-            str(SEQ_LEN),
-            *cases,
-        ],
+        [sys.executable, "-c", ROUND, str(gate.ROOT), *map(str, sampling), *cases],
         capture_output=True,
         text=True,
         env={**os.environ, **gate_sides.huge_pages_env()},
     )
-    if done.returncode != 0:
-        raise NoiseError(f"a round failed: {done.stderr.strip().splitlines()[-1]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or len(lines) != len(cases):
+        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}, no message"]
+        raise NoiseError(f"a round failed: {said[-1]}")
+    row: dict[str, float] = {}
+    for line in lines:
+        row.update(json.loads(line))
+    return row
 
 
 def stretch_ratios(series: Sequence[dict[str, float]], rounds: int) -> list[dict[str, float]]:
-    """Per stretch of 2 * `rounds` consecutive rounds (every other start, so each keeps the
-    gate's order from its first round), per case: the two sides' fastest samples apart, as the
-    larger over the smaller (identical code: either way is noise)."""
+    """Per stretch of 2 * `rounds` consecutive rounds (one starting at every other round), per
+    case: the two sides' fastest samples apart, as the larger over the smaller (identical code:
+    either way is noise)."""
     order = gate_sides.interleaved(["a", "b"], rounds)
     out = []
     for start in range(0, len(series) - 2 * rounds + 1, 2):
@@ -136,16 +145,26 @@ def summary(series: Sequence[dict[str, float]], target: float, rounds: Sequence[
             f"  {r} rounds a side, {len(stretches)} gate runs: largest ratio median "
             f"{statistics.median(worst):.3f}x, max {max(worst):.3f}x ({noisiest}); every case "
             f"within {target:.2f}x in {held} of {len(stretches)} ({held / len(stretches):.0%}), "
-            f"so 5 runs in a row about {(held / len(stretches)) ** 5:.0%}"
+            f"so 5 runs in a row about {(held / len(stretches)) ** 5:.0%} if runs were independent"
         )
     return "\n".join(lines)
 
 
 def read_series(path: Path) -> list[dict[str, float]]:
+    """The rounds a --log file holds; every round must time the same cases."""
     if not path.is_file():
         raise NoiseError(f"no series at {path}: write one with --series N --log {path}")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = [{k: v for k, v in row.items() if k != "at"} for row in rows]
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = {k: float(v) for k, v in json.loads(line).items() if k != "at"}
+        except (ValueError, TypeError, AttributeError):
+            raise NoiseError(f"{path}:{number} is not a round noise.py wrote") from None
+        if not row or (rows and row.keys() != rows[0].keys()):
+            raise NoiseError(f"{path}:{number} times other cases than line 1: one series per file")
+        rows.append(row)
     if len(rows) < 2:
         raise NoiseError(f"{path} holds {len(rows)} round(s); a comparison needs 2 or more")
     return rows
@@ -162,7 +181,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cases",
         default=",".join(DEFAULT_CASES),
-        help="backend:mode,... timed at 1,024 tokens (default: the gate's noisiest)",
+        help="backend:mode,... timed at 1,024 tokens (default: six of the gate's cases)",
     )
     parser.add_argument("--window", type=float, default=WINDOW_S, help="seconds sampled a case")
     parser.add_argument(
@@ -185,6 +204,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not args.window > 0 or not math.isfinite(args.window):
         parser.error("--window must be a positive number of seconds")
     args.cases = [c for c in args.cases.split(",") if c]
+    if args.read is not None:
+        return args
+    if not args.cases:
+        parser.error("--cases names no case (e.g. lsh:forward,local:forward)")
     sys.path.insert(0, str(gate.ROOT))
     from benchmarks.common import MODES as modes
     from benchmarks.common import backend_names
