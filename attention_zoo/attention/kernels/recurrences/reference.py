@@ -1,0 +1,41 @@
+"""The family's reference: the recurrence token by token, in plain PyTorch.
+
+S_t = a_t * S_{t-1}; with a step size b_t (the delta rule) S_t += b_t k_t (v_t - k_t^T S_t), else
+S_t += k_t v_t^T; o_t = scale * S_t^T q_t. The decay a_t = exp(log_decay_t) is a scalar per head
+and token (RetNet, Mamba2's SSD) or a vector over key channels (GLA). O(n) steps: for tests.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def recurrence(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    log_decay: Tensor | None = None,
+    beta: Tensor | None = None,
+    scale: float = 1.0,
+    initial_state: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """q, k (b, h, n, dk), v (b, h, n, dv), log_decay (b, h, n) or (b, h, n, dk) (<= 0), beta
+    (b, h, n) -> o (b, h, n, dv) and the final state (b, h, dk, dv)."""
+    b, h, n, dk = k.shape
+    state = k.new_zeros(b, h, dk, v.shape[-1]) if initial_state is None else initial_state
+    outs = []
+    for t in range(n):
+        kt, vt = k[:, :, t], v[:, :, t]  # (b, h, dk), (b, h, dv)
+        if log_decay is not None:
+            a = log_decay[:, :, t].exp()
+            state = state * (a[..., None, None] if a.dim() == 2 else a[..., None])
+        if beta is None:
+            state = state + kt[..., None] * vt[..., None, :]
+        else:
+            error = vt - (kt[..., None] * state).sum(-2)  # v_t - S^T k_t: (b, h, dv)
+            state = state + beta[:, :, t, None, None] * kt[..., None] * error[..., None, :]
+        outs.append(scale * (q[:, :, t, :, None] * state).sum(-2))
+    return torch.stack(outs, dim=2), state
+
