@@ -91,3 +91,10 @@ def test_a_span_must_select_exactly_one_command(tmp_path: Path) -> None:
     text = _readme(tmp_path, "true").read_text().replace("here / pytest", "here / nosuch")
     with pytest.raises(readme_numbers.NumbersError, match="'Start here / nosuch' selects no"):
         readme_numbers.spans(text)
+
+
+def test_a_fence_with_attributes_opens_and_closes_like_any_other() -> None:
+    """```python title="my_attention.py" (a file to save) is a fence too: the section after it
+    still has its commands, and the file's lines are none of them."""
+    text = '## A\n\n```python title="x.py"\nprint(1)\n```\n\n## B\n\n```bash\necho b\n```\n'
+    assert readme_numbers.commands(text) == {"B": ["echo b"]}

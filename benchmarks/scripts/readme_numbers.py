@@ -31,7 +31,7 @@ SPAN = re.compile(
     r"<!--readme-numbers: *(?P<selector>[^>]*?) *-->(?P<text>.*?)<!--/readme-numbers-->"
 )
 HEADING = re.compile(r"^(#{1,6}) +(.+?) *$")
-FENCE = re.compile(r"^```(\w*)\s*$")
+FENCE = re.compile(r"^```(\w*)")  # its language; attributes may follow (title="my_attention.py")
 COMMENT = re.compile(r"\s{2,}#.*$")  # a bash block's trailing comment, as the README writes them
 
 
