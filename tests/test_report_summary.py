@@ -182,7 +182,11 @@ def test_the_summary_is_first_and_made_of_the_numbers(built):
     counted = re.search(r"claims by verdict \(\[Claims\]\(#claims\)\): (.+)\.", summary)
     counts = dict(part.rsplit(": ", 1) for part in counted.group(1).split(", "))
     claims = text.split("## Claims", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in claims.splitlines() if line.startswith("| ")][1:]
+    lines = [line for line in claims.splitlines() if line.startswith("| ")]
+    lines = [line for line in lines if not line.startswith("| claim |")]  # one table per rule
+    # each rule stated once above its table, which is at most 7 columns wide
+    assert "| verdict rule |" not in claims and "**Verdict rule**:" in claims
+    assert all(line.count(" | ") + 1 <= 7 for line in lines)
     assert sum(map(int, counts.values())) == len(lines) > 0
     assert all(sum(f"| {v} |" in line for line in lines) == int(n) for v, n in counts.items())
     assert "1 taken while the machine was busy, 1 unstable" in summary

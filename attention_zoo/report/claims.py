@@ -21,7 +21,11 @@ CLAIM_COLUMNS = (
     "claim", "setting", "scale", "published", "ours", "interval", "floor", "seeds", "ratio_rule",
     "verdict", "rows used",
 )  # fmt: skip
-HEADERS = {"ratio_rule": "verdict rule"}  # the columns as a reader reads them in the report
+# The report's claims tables: these columns, less those "-" on every row. A table's verdict rule
+# is stated once above it (one table per rule); scale, floor and seeds too when one value holds
+# for every row, else in each row's setting. Each number's rows: numbers.json, not a column.
+SHOWN = ("claim", "setting", "published", "ours", "interval", "verdict")
+CONTEXT = ("scale", "floor", "seeds")
 HOLDS, WEAKER, FAILS, NOT_MEASURED = "holds", "holds weaker", "does not hold here", "not measured"
 # No verdict although measured: "undecided: <why>" (the run cannot tell; counted as undecided).
 UNDECIDED = "undecided"
@@ -91,8 +95,16 @@ def claims_section(ctx: Context, rows: Any, sources: Sequence[ClaimsSource]) -> 
         if not any(c.verdict != NOT_MEASURED for c in claims):
             waiting.append(f"`{source.name}` ({source.title}: run `{source.command}`)")
             continue
-        headers = [HEADERS.get(c, c) for c in CLAIM_COLUMNS]
-        blocks += [Heading(2, source.title), Table(headers, _cells(ctx, claims))]
+        blocks.append(Heading(2, source.title))
+        for rule, group in _by_rule(claims):
+            blocks += _table(ctx, rule, group)
+    if len(blocks) > 1:
+        blocks.append(
+            Para(
+                "Each number's stored rows are named in `numbers.json` (source `claims`), the rows "
+                "themselves in `rows.csv`."
+            )
+        )
     if not sources:
         blocks.append(Para("No reproduction is registered; `zoo reproduce --list` lists them."))
     elif waiting:
@@ -107,19 +119,40 @@ def claim_verdicts(rows: Any, sources: Sequence[ClaimsSource]) -> list[tuple[str
     ]
 
 
-def _cells(ctx: Context, claims: Sequence[ClaimRow]) -> list[list[str]]:
-    out = []
+def _by_rule(claims: Sequence[ClaimRow]) -> list[tuple[str, list[ClaimRow]]]:
+    """The claims grouped by verdict rule, in order of first appearance. A measured claim without
+    a rule ("-": ours only) stays with the claim before it; unmeasured ones form a group of
+    their own."""
+    groups: dict[str, list[ClaimRow]] = {}
+    last = "-"
     for claim in claims:
-        used = " ".join(claim.rows_used)
-        cells = []
-        for column, text in zip(CLAIM_COLUMNS, claim.cells()):
-            if column == "rows used":
-                text = f"`{text}`" if text else ""
-            elif numbers_in(text):
-                ctx.ledger.claims(text, used)
-            cells.append(text)
-        out.append(cells)
-    return out
+        if claim.rule != "-":
+            last = claim.rule
+        key = "-" if claim.verdict == NOT_MEASURED and claim.rule == "-" else last
+        groups.setdefault(key, []).append(claim)
+    return list(groups.items())
+
+
+def _table(ctx: Context, rule: str, claims: Sequence[ClaimRow]) -> list[Any]:
+    """One rule's claims: the rule and what every row shares, then the table of what differs."""
+    rows = [dict(zip(CLAIM_COLUMNS, c.cells())) for c in claims]
+    for claim, row in zip(claims, rows):
+        for column, text in row.items():
+            if column != "rows used" and numbers_in(text):
+                ctx.ledger.claims(text, " ".join(claim.rows_used))
+    shared = [f"**Verdict rule**: {rule}."] if rule != "-" else []
+    for column in CONTEXT:
+        values = {row[column] for row in rows}
+        if len(values) == 1:
+            if (value := values.pop()) != "-":
+                shared.append(f"**{column.capitalize()}**: {value}.")
+            continue
+        for row in rows:
+            if row[column] != "-":
+                row["setting"] += f"; {column} {row[column]}"
+    columns = [c for c in SHOWN if any(row[c] != "-" for row in rows) or c == "verdict"]
+    table = Table(list(columns), [[row[c] for c in columns] for row in rows])
+    return [Para(" ".join(shared)), table] if shared else [table]
 
 
 __all__ = [

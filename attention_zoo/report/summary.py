@@ -47,11 +47,32 @@ def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ())
         blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
         blocks += cheapest(ctx)  # generation: the cheapest token per context length
     else:
-        blocks.append(Para(f"No measured case yet: run `{QUICK}` to fill this report."))
+        blocks.append(Para(_holdings(ctx, rows, reproductions)))
     if text := _claims(ctx, rows, reproductions):
         blocks.append(Para(text))
     blocks.append(Para(_set_aside(ctx)))
     return blocks
+
+
+def _holdings(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) -> str:
+    """What a report without bench cases holds (task runs, claims), and how to add the rest."""
+    held = []
+    if not ctx.tasks.empty:
+        tasks = ", ".join(f"`{t}`" for t in dict.fromkeys(ctx.tasks["task"]))
+        held.append(f"training runs of {tasks} ([Task results](#{anchor('Task results')}))")
+    measured = [
+        f"`{r.name}`"
+        for r in reproductions
+        if any(c.verdict != NOT_MEASURED for c in r.claims(rows))
+    ]
+    if measured:
+        held.append(f"the claims of {', '.join(measured)} ([Claims](#{anchor(CLAIMS_SECTION)}))")
+    if not held:
+        return f"Nothing is stored yet: run `{QUICK}` to fill this report."
+    return (
+        f"This report holds {' and '.join(held)}. It has no time or memory of an attention "
+        f"variant: `{QUICK}` measures them."
+    )
 
 
 def short_settings(names: list[str]) -> dict[str, str]:
