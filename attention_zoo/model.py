@@ -22,14 +22,14 @@ from torch._subclasses.fake_tensor import is_fake
 
 from . import generation
 from . import hf_reformer as hf
-from .attention.spec import BACKENDS, get_backend
+from .attention.spec import BACKENDS, BackendSpec, get_backend
 from .blocks.attention import SelfAttention
 from .blocks.feedforward import ChunkedFeedForward, chunked
 from .blocks.layer import PreNorm, ReformerLayer
 from .blocks.position import AxialPositionEmbedding, TablePositionEmbedding, check_length
 from .blocks.residual import RESIDUALS, StandardResidual
 from .config import ReformerConfig
-from .errors import ConfigError, InputError, OptionError, ShapeError
+from .errors import ConfigError, InputError, OptionError, ShapeError, ZooError
 from .hf_reformer import HF_BACKEND_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -215,17 +215,18 @@ class ReformerModel(nn.Module):
             bad = [i for i in chosen if not 0 <= i < len(per_layer)]
             if bad:
                 raise ConfigError(f"layer indices {bad} out of range 0..{len(per_layer) - 1}")
-        new = get_backend(backend)
+        options = self.config.attn_options.get(backend, {})
+        new = get_backend(backend).layout(**options)
         for i in chosen:
-            old = self.layers[i].attention.spec
-            if old.caps.shared_qk != new.caps.shared_qk:
-                layout = {True: "[qk, v] (shared QK)", False: "[q, k, v]"}
-                same = [s.name for s in BACKENDS if s.caps.shared_qk == old.caps.shared_qk]
+            block = self.layers[i].attention
+            h, d = block.num_heads, block.head_size
+            if new.projections(h, d) != block.sizes:
+                same = [s.name for s in BACKENDS if _projections(s, h, d) == block.sizes]
                 raise OptionError(
-                    f"layer {i} uses {old.name!r} with projections {layout[old.caps.shared_qk]}; "
-                    f"{backend!r} needs {layout[new.caps.shared_qk]}, so the weights cannot be "
-                    "kept. "
-                    f"Backends with the same layout: {', '.join(same)}"
+                    f"layer {i} uses {block.spec.name!r} with projections "
+                    f"{_describe(block.sizes)}; {backend!r} needs "
+                    f"{_describe(new.projections(h, d))}, so the weights cannot be kept. "
+                    f"Backends with the same projections: {', '.join(same)}"
                 )
             per_layer[i] = backend
         attn_layers = _shortest_cycle(per_layer)
@@ -629,3 +630,16 @@ __all__ = [
     "SequenceClassifierOutput",
     "build_layer",
 ]
+
+
+def _projections(spec: BackendSpec, heads: int, head_dim: int) -> dict[str, int] | None:
+    """The input projections `spec` makes with its default options (None: it has no defaults)."""
+    try:
+        return spec.layout().projections(heads, head_dim)
+    except ZooError:
+        return None
+
+
+def _describe(sizes: dict[str, int]) -> str:
+    """Projections as the block's fused map holds them, e.g. [q 256, k 256, v 256]."""
+    return "[" + ", ".join(f"{name} {size}" for name, size in sizes.items()) + "]"

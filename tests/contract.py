@@ -10,6 +10,7 @@ from torch import Tensor
 
 from attention_zoo import BackendSpec, Capabilities, RunTarget, build_attention, get_backend
 from attention_zoo.attention import list_backends
+from attention_zoo.attention.inputs import Inputs
 from attention_zoo.measure.validate import dense_reference
 
 
@@ -84,6 +85,14 @@ def small_options(spec: BackendSpec | Variant) -> dict[str, Any]:
 
 
 def make_qkv(
+    spec: BackendSpec | Variant, *args: Any, **kwargs: Any
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v of `make_inputs` (b, h, n, d for a plain layout; k = q under shared QK)."""
+    x = make_inputs(spec, *args, **kwargs)
+    return x.q, x.k, x.v
+
+
+def make_inputs(
     spec: BackendSpec | Variant,
     b: int = 2,
     h: int = 3,
@@ -93,16 +102,10 @@ def make_qkv(
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     requires_grad: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Random (b, h, n, d) q, k, v; a shared-QK backend gets k = q."""
-    q = torch.randn(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
-    v = torch.randn(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
-    k = (
-        q
-        if spec.caps.shared_qk
-        else torch.randn(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
-    )
-    return q, k, v
+) -> Inputs:
+    """Random inputs of the backend's layout with the test options, extras included."""
+    layout = get_backend(spec.name).layout(**small_options(spec))
+    return layout.sample(b, h, n, d, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def build(
@@ -115,11 +118,13 @@ def build(
 
 def reference_for(spec: BackendSpec | Variant) -> str:
     """The dense backend an exact backend must equal (the runner checks every case against it)."""
-    return dense_reference(spec.caps.shared_qk)
+    return dense_reference(get_backend(spec.name).layout(**small_options(spec)))[0]
 
 
 def reference(spec: BackendSpec | Variant, *, causal: bool) -> torch.nn.Module:
-    return build_attention(get_backend(reference_for(spec)).name, causal=causal, device="cpu")
+    """The dense reference core, with the shared KV heads of `spec`'s layout."""
+    name, options = dense_reference(get_backend(spec.name).layout(**small_options(spec)))
+    return build_attention(name, causal=causal, device="cpu", **options)
 
 
 def with_grads(fn: Any, tensors: list[Tensor], seed: int = 5) -> tuple[Tensor, list[Tensor]]:

@@ -9,9 +9,18 @@ from torch.nn import functional as F
 
 from attention_zoo import RunTarget, SelfAttention
 from attention_zoo.attention.base import AttentionCore, BlockWeights
+from attention_zoo.attention.inputs import expand_kv
 from attention_zoo.attention.kernels.dense import dense_attention
 
-from .contract import build, make_qkv, reference, small_options, variants, with_grads
+from .contract import (
+    build,
+    make_inputs,
+    make_qkv,
+    reference,
+    small_options,
+    variants,
+    with_grads,
+)
 
 SPECS = variants()  # every backend with its defaults and with each option set it declares
 IDS = [s.id for s in SPECS]
@@ -34,9 +43,9 @@ def test_shape_dtype_and_finite(spec, dtype):
     dname = str(dtype).removeprefix("torch.")
     for causal in _modes(spec):
         _skip_unless_runs(spec, dtype=dname, causal=causal)
-        q, k, v = make_qkv(spec, dtype=dtype)
-        out = build(spec, causal=causal)(q, k, v)
-        assert out.shape == q.shape and out.dtype == dtype
+        x = make_inputs(spec, dtype=dtype)
+        out = build(spec, causal=causal)(x.q, x.k, x.v, **x.extras)
+        assert out.shape == (*x.q.shape[:3], x.v.shape[-1]) and out.dtype == dtype
         assert torch.isfinite(out).all()
 
 
@@ -58,25 +67,37 @@ def test_gradients_reach_every_parameter(spec, causal):
 CAUSAL = [s for s in SPECS if s.caps.causal and s.caps.exactly_causal]
 
 
-@pytest.mark.parametrize("spec", CAUSAL, ids=[s.id for s in CAUSAL])
-@pytest.mark.parametrize("changed", ["q", "k", "v"])
+# what each causal backend's test changes after a position: q, k, v, and its extras if it has any
+CHANGES = [
+    (s, changed)
+    for s in CAUSAL
+    for changed in ("q", "k", "v", "extras")
+    if changed != "extras" or s.spec.layout(**s.options).extras
+]
+
+
+@pytest.mark.parametrize(("spec", "changed"), CHANGES, ids=[f"{s.id}-{c}" for s, c in CHANGES])
 def test_causal_backends_are_exactly_causal(spec, changed):
     _skip_unless_runs(spec, causal=True)
     if not spec.caps.deterministic and "seed" not in spec.defaults():
         pytest.skip(f"{spec.name!r} is random and takes no seed: causality cannot be isolated")
     attn = build(spec, causal=True)
     n = 37
-    q, k, v = make_qkv(spec, b=2, h=2, n=n, dtype=torch.float64)
-    base = attn(q, k, v)
+    x = make_inputs(spec, b=2, h=2, n=n, dtype=torch.float64)
+    base = attn(x.q, x.k, x.v, **x.extras)
     for i in (0, 5, 17, 30):
-        tensors = {"q": q.clone(), "k": k.clone(), "v": v.clone()}
+        tensors = {"q": x.q.clone(), "k": x.k.clone(), "v": x.v.clone()}
+        extras = {name: t.clone() for name, t in x.extras.items()}
         if spec.caps.shared_qk and changed in "qk":
             tensors["q"][:, :, i + 1 :] = torch.randn_like(tensors["q"][:, :, i + 1 :])
             tensors["k"] = tensors["q"]
+        elif changed == "extras":  # a later token's values, still in each extra's range
+            for name, t in extras.items():
+                t[:, :, i + 1 :] = x.extras[name][:, :, i + 1 :].flip(2)
         else:
             t = tensors[changed]
             t[:, :, i + 1 :] = torch.randn_like(t[:, :, i + 1 :]) * 3
-        out = attn(tensors["q"], tensors["k"], tensors["v"])
+        out = attn(tensors["q"], tensors["k"], tensors["v"], **extras)
         torch.testing.assert_close(
             out[:, :, : i + 1],
             base[:, :, : i + 1],
@@ -110,6 +131,37 @@ def test_exact_backends_agree_with_reference(spec, padded):
         torch.testing.assert_close(out[:, :, rows], ref[:, :, rows], atol=1e-5, rtol=1e-5)
 
 
+RECURRENT = [s for s in SPECS if s.caps.recurrent]
+
+
+@pytest.mark.parametrize("spec", RECURRENT, ids=[s.id for s in RECURRENT])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_recurrences_equal_their_token_by_token_form(spec, padded):
+    """A recurrent backend equals its own recurrence run token by token (not full attention), in
+    float64, outputs and the gradients of every input, extras included, key padding included."""
+    _skip_unless_runs(spec, dtype="float64", causal=True)
+    attn = build(spec, causal=True)
+    x = make_inputs(spec, n=45, dtype=torch.float64)
+    mask = None
+    if padded:
+        mask = torch.ones(2, 45, dtype=torch.bool)
+        mask[0, 30:] = False
+        mask[1, :3] = False
+    names = list(x.extras)
+
+    def run(fn):
+        return lambda q, k, v, *e: fn(q, k, v, mask, **dict(zip(names, e)))
+
+    leaves = [x.q, x.k, x.v, *x.extras.values()]
+    (out, grads), (ref, ref_grads) = (
+        with_grads(run(attn), leaves),
+        with_grads(run(attn.reference_output), leaves),
+    )
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
 PATTERNED = [s for s in SPECS if s.caps.fixed_pattern]
 
 
@@ -141,9 +193,8 @@ def test_fixed_patterns_equal_a_dense_masked_softmax(spec, padded):
             return attn(q, q if spec.caps.shared_qk else k, v, key_padding_mask=mask) * rows
 
         def dense(q, k, v, allowed=allowed, rows=rows):
-            return (
-                dense_attention(q, q if spec.caps.shared_qk else k, v, allowed, scale=0.25) * rows
-            )
+            k = q if spec.caps.shared_qk else expand_kv(q, k)
+            return dense_attention(q, k, expand_kv(q, v), allowed, scale=0.25) * rows
 
         (out, grads), (ref, ref_grads) = with_grads(ours, [q, k, v]), with_grads(dense, [q, k, v])
         torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
@@ -155,9 +206,9 @@ def test_fixed_patterns_equal_a_dense_masked_softmax(spec, padded):
 def test_forward_runs_on_meta_device(spec):
     for causal in _modes(spec):
         _skip_unless_runs(spec, device="meta", causal=causal)
-        q, k, v = make_qkv(spec, n=4099, d=64, device="meta")
-        out = build(spec, causal=causal, device="meta")(q, k, v)
-        assert out.device.type == "meta" and out.shape == q.shape
+        x = make_inputs(spec, n=4099, d=64, device="meta")
+        out = build(spec, causal=causal, device="meta")(x.q, x.k, x.v, **x.extras)
+        assert out.device.type == "meta" and out.shape == (*x.q.shape[:3], x.v.shape[-1])
 
 
 @pytest.mark.slow  # compiling takes 3-12 s per backend
@@ -172,15 +223,17 @@ def test_compiles_to_one_graph_with_eager_results(spec):
     which Dynamo cannot create inside a graph), from the same global RNG state on both sides."""
     for causal in _modes(spec):
         _skip_unless_runs(spec, causal=causal)
-        q, k, v = make_qkv(spec, n=37)
+        x = make_inputs(spec, n=37)
         unseeded = "seed" in spec.defaults() and not spec.caps.fixed_pattern
         options = {"seed": None} if unseeded else {}
         attn = build(spec, causal=causal, **options)
         shared = spec.caps.shared_qk
-        inputs = (q, v) if shared else (q, k, v)
+        inputs = (x.q, x.v) if shared else (x.q, x.k, x.v)
 
-        def call(*args, attn=attn, shared=shared):
-            return attn(args[0], args[0], args[1]) if shared else attn(*args)
+        def call(*args, attn=attn, shared=shared, extras=x.extras):
+            if shared:
+                return attn(args[0], args[0], args[1], **extras)
+            return attn(*args, **extras)
 
         def seeded(fn):
             return lambda *args: (torch.manual_seed(0), fn(*args))[1]
@@ -204,13 +257,16 @@ def test_strided_inputs_give_the_dense_results(spec):
         packed = torch.randn(1, 3, 64, 16, 3, generator=g)  # batch 1: flat views stay views
         weight = torch.randn(1, 3, 64, 16, generator=g)
         attn = build(spec, causal=causal)
+        x = make_inputs(spec, b=1, h=3, n=64)  # the extras (dense) and the shapes k, v take
+        kv = x.k.shape[1]
 
-        def run(dense: bool, attn=attn, packed=packed, weight=weight):
+        def run(dense: bool, attn=attn, packed=packed, weight=weight, x=x, kv=kv):
             leaf = packed.clone().requires_grad_()
             q, k, v = leaf.unbind(-1)
+            k, v = k[:, :kv], v[:, :kv]  # shared KV heads: the first ones (still strided)
             if dense:
                 q, k, v = (t.contiguous() for t in (q, k, v))
-            out = attn(q, q if spec.caps.shared_qk else k, v)
+            out = attn(q, q if spec.caps.shared_qk else k, v, **x.extras)
             (out * weight).sum().backward()
             return out.detach(), leaf.grad
 
@@ -223,7 +279,7 @@ def test_strided_inputs_give_the_dense_results(spec):
 def test_padding_keys_never_change_real_outputs(spec):
     """Keys masked as padding must be invisible: appending padded garbage changes nothing (in each
     mode whose pattern at length 30 is the first 30 positions' at 39)."""
-    if not (spec.caps.exact or spec.caps.fixed_pattern):
+    if not (spec.caps.exact or spec.caps.fixed_pattern or spec.caps.recurrent):
         pytest.skip(
             "approximate mechanisms test their own padding rules (bucketing depends on length)"
         )
@@ -234,15 +290,19 @@ def test_padding_keys_never_change_real_outputs(spec):
         if spec.caps.fixed_pattern and not attn.pattern(39)[:30, :30].equal(attn.pattern(30)):
             continue  # e.g. bigbird's bidirectional random blocks depend on the length
         checked.append(causal)
-        q, k, v = make_qkv(spec, n=30, dtype=torch.float64)
-        extra = make_qkv(spec, n=9, dtype=torch.float64)
-        q2, k2, v2 = (torch.cat([a, b], dim=2) for a, b in zip((q, k, v), extra))
+        x = make_inputs(spec, n=30, dtype=torch.float64)
+        more = make_inputs(spec, n=9, dtype=torch.float64)
+        q2, k2, v2 = (
+            torch.cat([a, b], dim=2) for a, b in zip((x.q, x.k, x.v), (more.q, more.k, more.v))
+        )
         if spec.caps.shared_qk:
             k2 = q2
+        extras2 = {name: torch.cat([t, more.extras[name]], dim=2) for name, t in x.extras.items()}
         mask = torch.ones(2, 39, dtype=torch.bool)
         mask[:, 30:] = False
-        out = attn(q2, k2, v2, key_padding_mask=mask)[:, :, :30]
-        torch.testing.assert_close(out, attn(q, k, v), atol=1e-10, rtol=1e-10)
+        out = attn(q2, k2, v2, key_padding_mask=mask, **extras2)[:, :, :30]
+        want = attn(x.q, x.k, x.v, **x.extras)
+        torch.testing.assert_close(out, want, atol=1e-10, rtol=1e-10)
     if not checked:
         pytest.skip(f"{spec.id}'s pattern at length 30 differs from its first 30 at 39")
 

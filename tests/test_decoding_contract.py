@@ -14,7 +14,7 @@ from attention_zoo.attention import decode
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.errors import InputError, OptionError, ShapeError
 
-from .contract import build, make_qkv, variants
+from .contract import build, make_inputs, make_qkv, variants
 
 SPECS = variants()
 IDS = [s.id for s in SPECS]
@@ -45,15 +45,17 @@ def _padding(b: int, n: int) -> torch.Tensor:
     return mask
 
 
-def decode_all(core, q, k, v, mask=None, *, recompute=False, extra=2):
+def decode_all(core, q, k, v, mask=None, *, recompute=False, extra=2, extras=None):
     """Outputs of the whole sequence decoded in CUTS' pieces, and the final state."""
-    b, h, n, d = q.shape
-    shape = decode.StateShape(b, h, d, n + extra, q.dtype, q.device)
+    shape = decode.StateShape.of(q, k, v, q.shape[2] + extra)
     state = decode.init_state(core, shape, recompute=recompute)
     outs = []
     for s, e in itertools.pairwise(CUTS):
         part = None if mask is None else mask[:, s:e]
-        out, state = decode.step(core, q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], state, part)
+        more = {name: t[:, :, s:e] for name, t in (extras or {}).items()}
+        out, state = decode.step(
+            core, q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], state, part, **more
+        )
         outs.append(out)
     return torch.cat(outs, dim=2), state
 
@@ -84,10 +86,10 @@ def test_prefill_and_steps_equal_the_causal_forward(spec, padded):
     rows whose every visible key is padding have no defined output and are left out."""
     _runs(spec)
     core = build(spec, causal=True)
-    q, k, v = make_qkv(spec, n=CUTS[-1], dtype=torch.float64)
+    x = make_inputs(spec, n=CUTS[-1], dtype=torch.float64)
     mask = _padding(2, CUTS[-1]) if padded else None
-    out, state = decode_all(core, q, k, v, mask)
-    ref = core(q, k, v, key_padding_mask=mask)
+    out, state = decode_all(core, x.q, x.k, x.v, mask, extras=x.extras)
+    ref = core(x.q, x.k, x.v, key_padding_mask=mask, **x.extras)
     torch.testing.assert_close(out[:, :, 3:], ref[:, :, 3:], atol=1e-10, rtol=1e-10)
     assert state.length == CUTS[-1]
 
@@ -120,12 +122,12 @@ def test_state_bytes_match_the_formula_and_the_meta_device(spec):
     counted = []
     for device, n in (("cpu", 45), ("meta", 45), ("meta", 4099)):
         core = build(spec, causal=True, device=device)
-        q, k, v = make_qkv(spec, b=1, h=2, n=n, d=16, device=device)
-        shape = decode.StateShape(1, 2, 16, n + 2, device=device)
+        x = make_inputs(spec, b=1, h=2, n=n, d=16, device=device)
+        shape = decode.StateShape.of(x.q, x.k, x.v, n + 2)
         out, state = (
-            decode_all(core, q, k, v)
+            decode_all(core, x.q, x.k, x.v, extras=x.extras)
             if n == 45
-            else decode.step(core, q, k, v, decode.init_state(core, shape))
+            else decode.step(core, x.q, x.k, x.v, decode.init_state(core, shape), **x.extras)
         )
         assert out.device.type == device and out.shape[:2] == (1, 2)
         formula = core.state_bytes(shape)

@@ -193,7 +193,8 @@ def test_replace_attention_keeps_weights() -> None:
     config = model.replace_attention([2], "full")
     assert config.attn_layers == ("sdpa", "shared-qk", "full")
     with pytest.raises(
-        OptionError, match=r"\[qk, v\] \(shared QK\); 'full' needs \[q, k, v\].*shared-qk"
+        OptionError,
+        match=r"projections \[q 16, v 16\]; 'full' needs \[q 16, k 16, v 16\].*shared-qk, lsh",
     ):
         model.replace_attention(1, "full")
     with pytest.raises(ConfigError, match="no layer uses backend 'lsh'"):

@@ -1,4 +1,5 @@
-"""The contract every attention core keeps: (b, h, n, d) in, same shape out, checked input."""
+"""The contract every attention core keeps: its declared inputs (q, k, v (b, h, n, d) by default;
+see inputs.py) in, (b, h, n, d_v) out, checked input."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
+from .inputs import Extra, InputLayout, default_layout
 from .kernels.dispatch import AUTO, Call, Implementation, KernelTable
 from .kernels.flex import TileMasks, tile_masks
 
@@ -35,8 +37,16 @@ def check_semantics(backend: str, semantics: object) -> None:
         )
 
 
-def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
-    """Raise ShapeError unless q, k, v are (b, h, n, d) of one shape and the mask is (b, n) bool."""
+def check_qkv(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    layout: InputLayout | None = None,
+    extras: dict[str, Tensor] | None = None,
+) -> None:
+    """Raise ShapeError unless q, k, v are rank-4 tensors of one floating dtype with the layout's
+    heads and widths (default: one shape) and extras, and the mask is (b, n) bool."""
     for label, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise ShapeError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
@@ -45,11 +55,16 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) 
                 f"{label} must have rank 4 (batch, heads, length, head_dim), "
                 f"got shape {tuple(t.shape)}"
             )
-    if not (q.shape == k.shape == v.shape):
-        raise ShapeError(
-            "q, k and v must have the same (batch, heads, length, head_dim) shape, got "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
+    if layout is None or layout.plain:
+        if not (q.shape == k.shape == v.shape):
+            raise ShapeError(
+                "q, k and v must have the same (batch, heads, length, head_dim) shape, got "
+                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+    if layout is not None:
+        layout.check(q, k, v, extras or {})
+    elif extras:
+        raise ShapeError(f"this core takes no extra inputs, got [{', '.join(sorted(extras))}]")
     if not (q.dtype == k.dtype == v.dtype):
         raise ShapeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not q.dtype.is_floating_point:
@@ -98,6 +113,7 @@ class AttentionCore(nn.Module):
 
     spec: Any  # set by @register_attention
     kernels: ClassVar[KernelTable]  # set below: the own-attend table
+    extras: ClassVar[tuple[Extra, ...]] = ()  # inputs besides q, k, v (decays, step sizes)
 
     def __init__(self, cfg: Any, *, causal: bool = False) -> None:
         super().__init__()
@@ -107,22 +123,41 @@ class AttentionCore(nn.Module):
         spec = getattr(type(self), "spec", None)  # its capabilities with these options
         refine = getattr(cfg, "capabilities", None)
         self.capabilities = None if spec is None else refine(spec.caps) if refine else spec.caps
+        shared_qk = self.capabilities is not None and self.capabilities.shared_qk
+        self.layout = type(self).input_layout(cfg, shared_qk)
         self._picks: dict[Call, Implementation] = {}  # the pick rule's answers
 
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
-    ) -> Tensor:
-        """(b, h, n, d) x3 -> (b, h, n, d); key_padding_mask (b, n) bool, True = real token."""
-        check_qkv(q, k, v, key_padding_mask)
-        if type(self).kernels is OWN_KERNELS:  # its own attend, or flex standing in for it
-            return self.kernel_for(q, key_padding_mask).run(self, q, k, v, key_padding_mask)
-        return self.attend(q, k, v, key_padding_mask)
+    @classmethod
+    def input_layout(cls, cfg: Any, shared_qk: bool) -> InputLayout:
+        """The inputs this core takes with options `cfg` (see inputs.py): by default q, k, v,
+        the `kv_heads` option where the config has one, and the class's `extras`."""
+        layout = default_layout(cfg, shared_qk)
+        return InputLayout(layout.shared_qk, layout.kv_heads, extras=cls.extras)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        """(b, h, n, d) x3 -> (b, h, n, d): the picked implementation (a plugin overrides it)."""
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None = None,
+        **extras: Tensor,
+    ) -> Tensor:
+        """q (b, h, n, d), k (b, kv, n, d), v (b, kv, n, d_v) and the declared extras ->
+        (b, h, n, d_v); key_padding_mask (b, n) bool, True = real token."""
+        check_qkv(q, k, v, key_padding_mask, self.layout, extras)
+        if type(self).kernels is OWN_KERNELS:  # its own attend, or flex standing in for it
+            impl = self.kernel_for(q, key_padding_mask, k)
+            return impl.run(self, q, k, v, key_padding_mask, **extras)
+        return self.attend(q, k, v, key_padding_mask, **extras)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, **extras: Tensor
+    ) -> Tensor:
+        """The picked implementation's output (a plugin overrides it)."""
         if type(self).kernels is OWN_KERNELS:
             raise NotImplementedError(f"{type(self).__name__} must define attend()")
-        return self.kernel_for(q, key_padding_mask).run(self, q, k, v, key_padding_mask)
+        impl = self.kernel_for(q, key_padding_mask, k)
+        return impl.run(self, q, k, v, key_padding_mask, **extras)
 
     @property
     def requested_kernel(self) -> str:
@@ -133,10 +168,13 @@ class AttentionCore(nn.Module):
             return OWN.name
         return kernel
 
-    def kernel_for(self, q: Tensor, key_padding_mask: Tensor | None = None) -> Implementation:
-        """The implementation that computes a call on q (b, h, n, d) now."""
+    def kernel_for(
+        self, q: Tensor, key_padding_mask: Tensor | None = None, k: Tensor | None = None
+    ) -> Implementation:
+        """The implementation that computes a call on q (b, h, n, d) (and keys k) now."""
         masked = key_padding_mask is not None
-        return self.pick(Call.of(q, q.shape[-1], self.dropout_p, masked))
+        group = 1 if k is None else q.shape[1] // k.shape[1]
+        return self.pick(Call.of(q, q.shape[-1], self.dropout_p, masked, group))
 
     def pick(self, call: Call) -> Implementation:
         """The implementation that computes `call`: the one rule (kernels/dispatch.py), decided
@@ -213,8 +251,9 @@ BLOCK_MASKS_KEPT = 8  # per core: a few lengths and devices
 OWN = Implementation(
     name="attend",
     summary="the core's own attend",
-    run=lambda core, q, k, v, mask: core.attend(q, k, v, mask),
+    run=lambda core, q, k, v, mask, **extras: core.attend(q, k, v, mask, **extras),
     dropout=True,
+    grouped=True,
 )
 
 # The table of a core with its own attend: that, or flex for a fixed pattern (auto on CUDA).

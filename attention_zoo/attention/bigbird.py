@@ -34,6 +34,7 @@ from .decode import (
     kv_cache_bytes,
     softmax_attention,
 )
+from .inputs import check_kv_heads
 from .kernels.chunked import check_int, cpu_fused, padded_length
 from .kernels.dispatch import KernelTable, materialised
 from .kernels.masks import MaskMod
@@ -53,8 +54,10 @@ class BigBirdConfig:
     seed: int | None = 0  # fixes the random blocks; None draws them from torch's global RNG
     dropout: float = 0.0  # attention-probability dropout, in training mode only
     kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex
+    kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
 
     def __post_init__(self) -> None:
+        check_kv_heads("bigbird", self.kv_heads)
         for name, least in (
             ("block_size", 1),
             ("num_window_blocks", 1),
@@ -77,7 +80,10 @@ class BigBirdConfig:
 
 
 @register_attention(
-    "bigbird", config=BigBirdConfig, caps=Capabilities(exact=False, fixed_pattern=True)
+    "bigbird",
+    config=BigBirdConfig,
+    caps=Capabilities(exact=False, fixed_pattern=True),
+    variants=({"kv_heads": 1},),
 )
 class BigBirdAttention(AttentionCore):
     """BigBird block-sparse attention: window, global and random blocks; O(n) memory."""
@@ -253,6 +259,7 @@ KERNELS = KernelTable(
         materialised(
             lambda core, *args: core._blocks(*args, fused=False),
             "gathered key blocks through SDPA with autograd; global rows dense",
+            grouped=True,
         ),
         FLEX,
     ),

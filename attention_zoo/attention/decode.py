@@ -1,11 +1,11 @@
 """Incremental decoding: a causal core's state, fed one or a few new tokens at a time.
 
 A core that decodes implements `init_state(shape) -> state` (a `StateShape`: batch, heads,
-head_dim, max_length, dtype, device), `state_bytes(shape) -> int` (its formula) and
-`step(q, k, v, state, key_padding_mask=None) -> (out, state)`: q, k, v (b, h, t, d) are the new
-tokens, out their outputs; a step on an empty state is the prefill (the core's forward over the
-prompt, and the state built from it). What a backend's decoding is, readable without
-building it (`decoding_of`):
+head_dim, max_length, dtype, device, kv_heads, value_dim), `state_bytes(shape) -> int` (its
+formula) and `step(q, k, v, state, key_padding_mask=None, **extras) -> (out, state)`: q, k, v
+and the extras its input layout declares are the t new tokens, out their outputs; a step on an
+empty state is the prefill (the core's forward over the prompt, and the state built from it).
+What a backend's decoding is, readable without building it (`decoding_of`):
   cached     its own state; prefill + steps equal the causal forward over the whole sequence
   cached-hf  its own state following transformers' cached generation (which differs from HF's
              own forward: windows chosen for the new token only)
@@ -35,6 +35,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InputError, OptionError, ShapeError
 from .base import check_key_padding_mask, check_qkv
+from .inputs import expand_kv
 from .kernels.masks import MaskMod, mask_value
 from .kernels.sums.plain import compute_dtype
 from .kernels.sums.scan import SEGMENT_LENGTH
@@ -75,7 +76,9 @@ def refusal(name: str) -> str:
 
 @dataclass(frozen=True)
 class StateShape:
-    """What a state is made for: (batch, heads, head_dim) tokens, up to max_length positions."""
+    """What a state is made for: (batch, heads, head_dim) tokens, up to max_length positions;
+    keys and values on kv_heads heads (default: heads), values value_dim wide (default:
+    head_dim), as the core's input layout declares (inputs.py)."""
 
     batch: int
     heads: int
@@ -83,6 +86,25 @@ class StateShape:
     max_length: int  # the most positions the state may consume (prompt and new tokens)
     dtype: torch.dtype = torch.float32
     device: torch.device | str = "cpu"
+    kv_heads: int | None = None
+    value_dim: int | None = None
+
+    @classmethod
+    def of(cls, q: Tensor, k: Tensor, v: Tensor, max_length: int) -> StateShape:
+        """The shape of a state for tokens like q (b, h, t, d), k (b, kv, t, d) and
+        v (b, kv, t, d_v)."""
+        b, h, _, d = q.shape
+        return cls(b, h, d, max_length, q.dtype, q.device, k.shape[1], v.shape[-1])
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def dv(self) -> int:
+        """Value width."""
+        return self.head_dim if self.value_dim is None else self.value_dim
 
     def tensor(self, *shape: int, dtype: torch.dtype | None = None) -> Tensor:
         """A zeroed tensor of this dtype (or `dtype`) on this device."""
@@ -102,8 +124,13 @@ class DecodeState:
     appends_only: ClassVar[bool] = False
 
     def tensors(self) -> list[Tensor]:
-        values = (getattr(self, f.name) for f in dataclasses.fields(self))
-        return [v for v in values if isinstance(v, Tensor)]
+        """Its tensors, those held in dicts (per extra input) included."""
+        found = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            items = value.values() if isinstance(value, dict) else (value,)
+            found += [t for t in items if isinstance(t, Tensor)]
+        return found
 
     def nbytes(self) -> int:
         """Bytes of its tensors (shapes only: the meta device gives the same number)."""
@@ -123,8 +150,8 @@ class DecodeState:
 
 @dataclass(frozen=True, kw_only=True)
 class KVCache(DecodeState):
-    """Keys and values of every position so far, preallocated: (b, h, max_length, d) each, and
-    which keys are real (b, max_length)."""
+    """Keys and values of every position so far, preallocated: (b, kv, max_length, d) and
+    (b, kv, max_length, d_v), and which keys are real (b, max_length)."""
 
     k: Tensor
     v: Tensor
@@ -152,16 +179,17 @@ def kv_cache(shape: StateShape) -> KVCache:
     s = shape
     return KVCache(
         shape=s,
-        k=s.tensor(s.batch, s.heads, s.max_length, s.head_dim),
-        v=s.tensor(s.batch, s.heads, s.max_length, s.head_dim),
+        k=s.tensor(s.batch, s.kv, s.max_length, s.head_dim),
+        v=s.tensor(s.batch, s.kv, s.max_length, s.dv),
         real=s.tensor(s.batch, s.max_length, dtype=torch.bool),
     )
 
 
 def kv_cache_bytes(shape: StateShape) -> int:
-    """kv_cache's bytes by formula: 2 b h max_length d values and b max_length bools."""
+    """kv_cache's bytes by formula: b kv max_length (d + d_v) values and b max_length bools:
+    shared KV heads divide it by the group."""
     s = shape
-    return (2 * s.heads * s.head_dim * s.itemsize() + 1) * s.batch * s.max_length
+    return (s.kv * (s.head_dim + s.dv) * s.itemsize() + 1) * s.batch * s.max_length
 
 
 def append(cache: KVCache, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> KVCache:
@@ -194,8 +222,9 @@ def softmax_attention(
     """softmax(q keys^T * scale) values over the allowed keys: q (..., t, d), keys and values
     (..., n, d), allowed broadcasting to (..., t, n), scale 1/sqrt(d) unless given; materialised
     (a few queries per step), with the forward's finite mask value, so a row with no allowed key
-    stays finite."""
+    stays finite. Keys and values on fewer heads than q are shared by groups of query heads."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    keys, values = expand_kv(q, keys), expand_kv(q, values)
     scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
     if allowed is not None:
         scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
@@ -211,8 +240,11 @@ def sdpa_attention(
     q: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, *, scale: float | None = None
 ) -> Tensor:
     """The same through F.scaled_dot_product_attention (its fused CPU and CUDA kernels)."""
+    grouped = keys.shape[1] != q.shape[1]
     with sdpa_kernel(list(STEP_SDPA_KERNELS)):
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=scale)
+        return F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=allowed, scale=scale, enable_gqa=grouped
+        )
 
 
 def kv_step(
@@ -241,11 +273,11 @@ class WindowState(DecodeState):
     """Keys and values of the first `front` positions (global tokens) and a ring of the latest
     `size` others: slot p % size holds position p; pos (size,) says which (-1: empty)."""
 
-    front_k: Tensor  # (b, h, front, d)
-    front_v: Tensor
+    front_k: Tensor  # (b, kv, front, d)
+    front_v: Tensor  # (b, kv, front, d_v)
     front_real: Tensor  # (b, front) bool
-    k: Tensor  # (b, h, size, d)
-    v: Tensor
+    k: Tensor  # (b, kv, size, d)
+    v: Tensor  # (b, kv, size, d_v)
     real: Tensor  # (b, size) bool
     pos: Tensor  # (size,) long
 
@@ -254,16 +286,16 @@ def window_state(shape: StateShape, *, size: int, front: int = 0) -> WindowState
     """An empty window state: `front` first positions and a ring of `size` latest ones."""
     s = shape
 
-    def keys(n: int) -> Tensor:
-        return s.tensor(s.batch, s.heads, n, s.head_dim)
+    def keys(n: int, width: int) -> Tensor:
+        return s.tensor(s.batch, s.kv, n, width)
 
     return WindowState(
         shape=s,
-        front_k=keys(front),
-        front_v=keys(front),
+        front_k=keys(front, s.head_dim),
+        front_v=keys(front, s.dv),
         front_real=s.tensor(s.batch, front, dtype=torch.bool),
-        k=keys(size),
-        v=keys(size),
+        k=keys(size, s.head_dim),
+        v=keys(size, s.dv),
         real=s.tensor(s.batch, size, dtype=torch.bool),
         pos=s.tensor(size, dtype=torch.long) - 1,
     )
@@ -272,7 +304,7 @@ def window_state(shape: StateShape, *, size: int, front: int = 0) -> WindowState
 def window_state_bytes(shape: StateShape, *, size: int, front: int = 0) -> int:
     """window_state's bytes by formula: independent of the context length."""
     s = shape
-    return (2 * s.heads * s.head_dim * s.itemsize() + 1) * s.batch * (size + front) + 8 * size
+    return (s.kv * (s.head_dim + s.dv) * s.itemsize() + 1) * s.batch * (size + front) + 8 * size
 
 
 def window_step(
@@ -401,15 +433,18 @@ def _with_ones(v: Tensor, feats: Any) -> Tensor:
 
 @dataclass(frozen=True, kw_only=True)
 class RecomputeState(KVCache):
-    """The prefix's queries too (b, h, max_length, d): a core without a state of its own runs its
-    forward over all of them every step."""
+    """The prefix's queries (b, h, max_length, d) and extra inputs too: a core without a state of
+    its own runs its forward over all of them every step."""
 
     q: Tensor
+    extras: dict[str, Tensor] = dataclasses.field(default_factory=dict)  # (b, h, max_length, *)
 
 
 def recompute_state(shape: StateShape) -> RecomputeState:
-    cache = kv_cache(shape)
-    return RecomputeState(**fields_of(cache), q=torch.empty_like(cache.k))
+    s, cache = shape, kv_cache(shape)
+    return RecomputeState(
+        **fields_of(cache), q=s.tensor(s.batch, s.heads, s.max_length, s.head_dim)
+    )
 
 
 def fields_of(state: DecodeState) -> dict[str, Any]:
@@ -424,14 +459,25 @@ def recompute_step(
     v: Tensor,
     state: RecomputeState,
     key_padding_mask: Tensor | None,
+    extras: dict[str, Tensor],
 ) -> tuple[Tensor, RecomputeState]:
     start, t = state.length, q.shape[2]
     state.q[:, :, start : start + t] = q
-    state = append(state, k, v, key_padding_mask)
+    kept = state.extras
+    if extras and not kept:  # buffers for the extras, made at the first call that has them
+        s = state.shape
+        kept = {
+            name: x.new_zeros(s.batch, s.heads, s.max_length, *x.shape[3:])
+            for name, x in extras.items()
+        }
+    for name, x in extras.items():
+        kept[name][:, :, start : start + t] = x
+    state = dataclasses.replace(append(state, k, v, key_padding_mask), extras=kept)
     n = state.length
-    keys = state.q[:, :, :n] if core.spec.caps.shared_qk else state.keys()
+    keys = state.q[:, :, :n] if core.layout.shared_qk else state.keys()
     mask = state.real_keys() if state.masked else None
-    out = core(state.q[:, :, :n], keys, state.values(), key_padding_mask=mask)
+    prefix = {name: x[:, :, :n] for name, x in kept.items()}
+    out = core(state.q[:, :, :n], keys, state.values(), mask, **prefix)
     return out[:, :, start:], state
 
 
@@ -461,16 +507,19 @@ def step(
     v: Tensor,
     state: DecodeState,
     key_padding_mask: Tensor | None = None,
+    **extras: Tensor,
 ) -> tuple[Tensor, DecodeState]:
-    """The outputs (b, h, t, d) of t new tokens q, k, v (b, h, t, d) against `state`, and the
-    state after them; key_padding_mask (b, t) bool, True = real token."""
-    check_qkv(q, k, v, key_padding_mask)
+    """The outputs (b, h, t, d_v) of t new tokens (q, k, v and the core's extras, as its input
+    layout declares) against `state`, and the state after them; key_padding_mask (b, t) bool,
+    True = real token."""
+    check_qkv(q, k, v, key_padding_mask, getattr(core, "layout", None), extras)
     b, h, t, d = q.shape
     s = state.shape
-    if (b, h, d) != (s.batch, s.heads, s.head_dim):
+    got = (b, h, d, k.shape[1], v.shape[-1])
+    if got != (s.batch, s.heads, s.head_dim, s.kv, s.dv):
         raise ShapeError(
-            f"new tokens of (batch, heads, head_dim) = {(b, h, d)} against a state made for "
-            f"{(s.batch, s.heads, s.head_dim)}"
+            f"new tokens of (batch, heads, head_dim, kv_heads, value_dim) = {got} against a "
+            f"state made for {(s.batch, s.heads, s.head_dim, s.kv, s.dv)}"
         )
     if state.length + t > s.max_length:
         raise InputError(
@@ -479,8 +528,8 @@ def step(
         )
     check_key_padding_mask(key_padding_mask, b, t)
     if isinstance(state, RecomputeState):
-        return recompute_step(core, q, k, v, state, key_padding_mask)
-    return core.step(q, k, v, state, key_padding_mask)
+        return recompute_step(core, q, k, v, state, key_padding_mask, extras)
+    return core.step(q, k, v, state, key_padding_mask, **extras)
 
 
 __all__ = [

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from .base import AttentionCore, check_dropout
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, softmax_attention
+from .inputs import check_kv_heads
 from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
@@ -20,13 +21,15 @@ class FullConfig:
 
     dropout: float = 0.0  # attention-probability dropout, in training mode only
     kernel: str = "auto"  # auto or math: one implementation, the dense reference
+    kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
 
     def __post_init__(self) -> None:
         check_dropout("full", self.dropout)
+        check_kv_heads("full", self.kv_heads)
         KERNELS.check_option("full", self.kernel)
 
 
-@register_attention("full", config=FullConfig, caps=Capabilities())
+@register_attention("full", config=FullConfig, caps=Capabilities(), variants=({"kv_heads": 1},))
 class FullAttention(AttentionCore):
     """Naive materialised softmax attention; O(n^2) memory. The reference for exact backends."""
 
@@ -52,7 +55,7 @@ class FullAttention(AttentionCore):
 
 
 KERNELS = KernelTable(
-    (materialised(FullAttention._dense, "materialised n x n scores with autograd"),),
+    (materialised(FullAttention._dense, "materialised n x n scores with autograd", grouped=True),),
     {"cpu": ("math",), "meta": ("math",), "cuda": ("math",)},
 )
 FullAttention.kernels = KERNELS

@@ -38,6 +38,7 @@ from .decode import (
     window_state_bytes,
     window_step,
 )
+from .inputs import check_kv_heads
 from .kernels.chunked import Windows, check_chunking, cpu_fused, math_attention, padded_length
 from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import Call, KernelTable, materialised
@@ -96,8 +97,10 @@ class LocalConfig:
     semantics: str = "exact"  # exact, or hf (transformers' LocalSelfAttention, windows wrap)
     dropout: float = 0.0  # attention-probability dropout, in training mode only
     kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex (exact semantics)
+    kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
 
     def __post_init__(self) -> None:
+        check_kv_heads("local", self.kv_heads)
         check_chunking("local", self.chunk_length, self.num_chunks_before, self.num_chunks_after)
         check_semantics("local", self.semantics)
         check_dropout("local", self.dropout)
@@ -114,7 +117,10 @@ class LocalConfig:
     "local",
     config=LocalConfig,
     caps=Capabilities(exact=False, fixed_pattern=True),
-    variants=({"semantics": "hf"},),
+    variants=(
+        {"kv_heads": 1},
+        {"semantics": "hf"},
+    ),
 )
 class LocalAttention(AttentionCore):
     """Chunked local attention: own chunk plus neighbour chunks; O(n * chunk) memory."""
@@ -291,6 +297,7 @@ KERNELS = KernelTable(
         materialised(
             lambda core, *args: core._chunked(*args, fused=False),
             "materialised chunk windows with autograd",
+            grouped=True,
         ),
         FLEX,
     ),

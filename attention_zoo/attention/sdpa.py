@@ -13,6 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .base import AttentionCore, check_dropout
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
+from .inputs import check_kv_heads
 from .kernels.dense import allowed_mask
 from .kernels.dispatch import Call, Check, Implementation, KernelTable
 from .spec import Capabilities, register_attention
@@ -32,13 +33,15 @@ class SDPAConfig:
 
     kernel: str = "auto"  # auto (PyTorch's own choice), or force one: flash, efficient, cudnn, math
     dropout: float = 0.0  # attention-probability dropout (SDPA's dropout_p), in training only
+    kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
 
     def __post_init__(self) -> None:
         check_dropout("sdpa", self.dropout)
+        check_kv_heads("sdpa", self.kv_heads)
         KERNELS.check_option("sdpa", self.kernel)
 
 
-@register_attention("sdpa", config=SDPAConfig, caps=Capabilities())
+@register_attention("sdpa", config=SDPAConfig, caps=Capabilities(), variants=({"kv_heads": 1},))
 class SDPAAttention(AttentionCore):
     """Full attention via F.scaled_dot_product_attention; PyTorch picks or is told the kernel."""
 
@@ -59,7 +62,13 @@ class SDPAAttention(AttentionCore):
         context = sdpa_kernel([backend]) if backend is not None else nullcontext()
         with context:
             return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout_p, is_causal=causal
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=self.dropout_p,
+                is_causal=causal,
+                enable_gqa=k.shape[1] != q.shape[1],
             )
 
     # ---- decoding: a KV cache ----------------------------------------------------------------
@@ -92,14 +101,16 @@ def _visible(device: str) -> bool:
     return device != "cuda" or torch.cuda.is_available()
 
 
-def _probe(core: SDPAAttention, call: Call) -> tuple[Tensor, Tensor | None, bool]:
-    """Small inputs like the call's, as PyTorch's SDPA dispatch sees them: queries, the mask a
-    key padding makes (causality then goes into it), is_causal."""
+def _probe(core: SDPAAttention, call: Call) -> tuple[Tensor, Tensor, Tensor | None, bool]:
+    """Small inputs like the call's, as PyTorch's SDPA dispatch sees them: queries, keys (one
+    head per group of query heads), the mask a key padding makes (causality then goes into it),
+    is_causal."""
     n = min(call.length, 128)
-    x = torch.empty(1, 1, n, call.head_dim, dtype=call.dtype, device=call.device)
+    x = torch.empty(1, call.group, n, call.head_dim, dtype=call.dtype, device=call.device)
+    kv = x[:, :1]
     if not call.masked:
-        return x, None, core.causal
-    return x, torch.ones(1, 1, n, n, dtype=torch.bool, device=call.device), False
+        return x, kv, None, core.causal
+    return x, kv, torch.ones(1, 1, n, n, dtype=torch.bool, device=call.device), False
 
 
 def _undecidable(call: Call) -> bool:
@@ -115,10 +126,10 @@ def _pytorch_reason(name: str) -> Check:
             return "no CUDA device is visible to ask PyTorch's SDPA dispatch"
         if _undecidable(call):
             return None
-        x, mask, causal = _probe(core, call)
+        x, kv, mask, causal = _probe(core, call)
         try:
             with sdpa_kernel([BACKENDS[name]]):
-                torch._fused_sdp_choice(x, x, x, mask, float(call.dropout), causal)
+                _choice(x, kv, mask, call, causal)
         except RuntimeError as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             return "PyTorch says: " + (lines[0] if lines else type(exc).__name__)
@@ -132,9 +143,14 @@ def _pytorch_choice(core: SDPAAttention, call: Call) -> str:
     stands in (auto runs PyTorch's dispatch unforced whatever the name)."""
     if _undecidable(call):
         return "math"
-    x, mask, causal = _probe(core, call)
-    choice = torch._fused_sdp_choice(x, x, x, mask, float(call.dropout), causal)
-    return NAMES.get(SDPBackend(choice), "math")
+    x, kv, mask, causal = _probe(core, call)
+    return NAMES.get(SDPBackend(_choice(x, kv, mask, call, causal)), "math")
+
+
+def _choice(x: Tensor, kv: Tensor, mask: Tensor | None, call: Call, causal: bool) -> int:
+    """PyTorch's SDPA dispatch's answer for the probe."""
+    dropout, grouped = float(call.dropout), call.group > 1
+    return torch._fused_sdp_choice(x, kv, kv, mask, dropout, causal, enable_gqa=grouped)
 
 
 KERNELS = KernelTable(
@@ -144,6 +160,7 @@ KERNELS = KernelTable(
             summary=f"PyTorch's SDPA, its {name} kernel",
             run=functools.partial(_run, name=name),
             dropout=True,
+            grouped=True,
             checks=() if name == "math" else (_pytorch_reason(name),),
         )
         for name in BACKENDS

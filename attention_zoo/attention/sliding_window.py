@@ -26,6 +26,7 @@ from .decode import (
     window_state_bytes,
     window_step,
 )
+from .inputs import check_kv_heads
 from .kernels.chunked import check_int, cpu_fused, padded_length
 from .kernels.dispatch import KernelTable, materialised
 from .kernels.flex import TILE, tiles
@@ -49,8 +50,10 @@ class SlidingWindowConfig:
     global_tokens: int = 0  # the first positions: they see all keys, all queries see them
     dropout: float = 0.0  # attention-probability dropout, in training mode only
     kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex
+    kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
 
     def __post_init__(self) -> None:
+        check_kv_heads("sliding-window", self.kv_heads)
         check_int("window", self.window, minimum=1, backend="sliding-window")
         check_int("global_tokens", self.global_tokens, minimum=0, backend="sliding-window")
         check_dropout("sliding-window", self.dropout)
@@ -73,7 +76,10 @@ def sliding_window_mod(window: int, global_tokens: int, causal: bool) -> MaskMod
     "sliding-window",
     config=SlidingWindowConfig,
     caps=Capabilities(exact=False, fixed_pattern=True),
-    variants=({"global_tokens": 3},),
+    variants=(
+        {"kv_heads": 1},
+        {"global_tokens": 3},
+    ),
 )
 class SlidingWindowAttention(AttentionCore):
     """Sliding-window attention (+ global tokens); O(n * window) memory, exactly causal."""
@@ -168,6 +174,7 @@ KERNELS = KernelTable(
         materialised(
             lambda core, *args: core._blocks(*args, fused=False),
             "gathered key blocks through SDPA with autograd; global rows dense",
+            grouped=True,
         ),
         FLEX,
     ),

@@ -14,6 +14,7 @@ from torch._guards import detect_fake_mode
 from ..declarative import check_keys, check_types, field_names
 from ..errors import OptionError, UnavailableError, ZooError
 from ..registry import Registry, origin_of
+from .inputs import InputLayout, default_layout
 from .kernels.dispatch import Call
 
 ALL_DTYPES = frozenset({"float32", "float64", "bfloat16", "float16"})
@@ -24,11 +25,13 @@ ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})
 class Capabilities:
     """Static facts about a backend, so callers can skip a case before building anything.
 
-    What a backend computes is one of three kinds (`kind`): "full" (`exact`: equals full softmax
+    What a backend computes is one of four kinds (`kind`): "full" (`exact`: equals full softmax
     attention), "pattern" (`fixed_pattern`: exactly a softmax under a fixed, input-independent
-    (n, n) mask that its core returns from `pattern(n)`, e.g. local, sliding-window, bigbird), or
-    "approximate" (neither: lsh's buckets depend on the inputs; kernelised and low-rank ones).
-    Only "full" equals full attention: the other two differ from it by design.
+    (n, n) mask that its core returns from `pattern(n)`, e.g. local, sliding-window, bigbird),
+    "recurrent" (`recurrent`: a linear recurrence over a constant-size state, judged against its
+    own token-by-token form, e.g. retention, gla, deltanet), or "approximate" (none of these:
+    lsh's buckets depend on the inputs; kernelised and low-rank ones). Only "full" equals full
+    attention: the others differ from it by design.
     """
 
     causal: bool = True  # can run as a decoder (causal mask)
@@ -37,16 +40,19 @@ class Capabilities:
     shared_qk: bool = False  # the block must feed the same tensor as q and k
     exact: bool = True  # equals full softmax attention (local, lsh, sliding-window: no)
     fixed_pattern: bool = False  # not full, but exact under the core's `pattern(n)` mask
+    recurrent: bool = False  # a recurrence, exact against its token-by-token form
     deterministic: bool = True  # same inputs -> same outputs (lsh only when seeded)
     devices: frozenset[str] = ALL_DEVICES
     dtypes: frozenset[str] = ALL_DTYPES
 
     @property
     def kind(self) -> str:
-        """One of "full", "pattern", "approximate" (see the class docstring)."""
+        """One of "full", "pattern", "recurrent", "approximate" (see the class docstring)."""
         if self.exact:
             return "full"
-        return "pattern" if self.fixed_pattern else "approximate"
+        if self.fixed_pattern:
+            return "pattern"
+        return "recurrent" if self.recurrent else "approximate"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -88,6 +94,15 @@ class BackendSpec:
         refine = getattr(cfg, "capabilities", None)
         return refine(self.caps) if refine is not None else self.caps
 
+    def layout(self, **options: Any) -> InputLayout:
+        """The inputs the backend takes with these options (see inputs.py), without building it:
+        what the block projects and the bench, tests and predictions sample."""
+        cfg = self.make_config(**options)
+        refine = getattr(cfg, "capabilities", None)
+        shared_qk = (refine(self.caps) if refine is not None else self.caps).shared_qk
+        declare = getattr(self.cls, "input_layout", None)  # a plugin module may have none
+        return declare(cfg, shared_qk) if declare is not None else default_layout(cfg, shared_qk)
+
     def defaults(self) -> dict[str, Any]:
         """Every option with its default value."""
         out = {}
@@ -102,6 +117,8 @@ class BackendSpec:
 
     def make_config(self, **options: Any) -> Any:
         where = f"backend {self.name!r}"
+        if "kv_heads" in options and "kv_heads" not in field_names(self.config):
+            raise OptionError(kv_heads_refusal(self))
         check_keys(options, field_names(self.config), where=where, noun="option", error=OptionError)
         cfg = self.config(**options)  # its own checks first: they say what would work
         check_types(self.config, options, where=where, noun="option", error=OptionError)
@@ -172,6 +189,16 @@ class BackendSpec:
             }
             for impl in table.implementations
         ]
+
+
+def kv_heads_refusal(spec: BackendSpec) -> str:
+    """The one line a backend without shared KV heads answers when given kv_heads."""
+    why = ": it shares q and k, so keys have the queries' heads" if spec.caps.shared_qk else ""
+    takers = backends_where(lambda s: "kv_heads" in field_names(s.config))
+    return (
+        f"backend {spec.name!r} takes no kv_heads (shared KV heads){why}; "
+        f"backends that do: {', '.join(takers)}"
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from ..attention import decode
 from ..attention.base import BlockWeights, check_key_padding_mask
+from ..attention.inputs import Inputs
 from ..attention.spec import build_attention, get_backend
 from ..declarative import field_names
 from ..errors import ConfigError, ShapeError
@@ -19,7 +20,9 @@ from ..errors import ConfigError, ShapeError
 class SelfAttention(nn.Module):
     """Multi-head self-attention around a registered core.
 
-    A core that needs shared QK gets one query/key projection and the same tensor as q and k.
+    The block projects what the core's input layout declares (attention/inputs.py): q, k, v with
+    their head counts and widths, and any extra per-token inputs through their squash. A core
+    that needs shared QK gets one query/key projection and the same tensor as q and k.
     """
 
     def __init__(
@@ -48,20 +51,30 @@ class SelfAttention(nn.Module):
             )
         self.spec = get_backend(backend)
         self.hidden_size, self.num_heads, self.head_size = hidden_size, num_heads, head_size
-        self.shared_qk = self.spec.caps.shared_qk
-        inner = num_heads * head_size
-        # One fused input projection: [q, k, v] or, under shared QK, [qk, v].
-        self.in_proj = nn.Linear(hidden_size, (2 if self.shared_qk else 3) * inner, bias=False)
-        self.out_proj = nn.Linear(inner, hidden_size, bias=False)
+        self.layout = self.spec.layout(**self.core_options(backend, options))
+        self.sizes = self.layout.projections(num_heads, head_size)
+        # One fused input projection: [q, k, v, extras...] or, under shared QK, [qk, v, ...].
+        self.in_proj = nn.Linear(hidden_size, sum(self.sizes.values()), bias=False)
+        inner_v = num_heads * head_size * self.layout.expand_v  # the core outputs v's width
+        self.out_proj = nn.Linear(inner_v, hidden_size, bias=False)
         self.core = self.make_core(backend, causal=causal, device=device, **options)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.layout.kv_heads_for(self.num_heads)
+
+    def core_options(self, backend: str, options: dict[str, Any]) -> dict[str, Any]:
+        """The core's options: `options`, and the block's head count where the core takes
+        `heads` (per-head parameters, e.g. nystrom's conv)."""
+        if "heads" in field_names(get_backend(backend).config):
+            return {"heads": self.num_heads, **options}
+        return dict(options)
 
     def make_core(
         self, backend: str, *, causal: bool, device: str | None = None, **options: Any
     ) -> nn.Module:
-        """The core `backend` for this block; one whose options take `heads` (per-head
-        parameters, e.g. nystrom's conv) is given the block's head count."""
-        if "heads" in field_names(get_backend(backend).config):
-            options = {"heads": self.num_heads, **options}
+        """The core `backend` for this block (see `core_options`)."""
+        options = self.core_options(backend, options)
         return build_attention(backend, causal=causal, device=device, **options)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
@@ -71,16 +84,15 @@ class SelfAttention(nn.Module):
                 f"SelfAttention expects (batch, length, hidden_size={self.hidden_size}), "
                 f"got shape {tuple(x.shape)}"
             )
-        weights = self.in_proj.weight.split(self.num_heads * self.head_size)
         attend_block = getattr(self.core, "attend_block", None)  # plugin cores may lack it
         if (
             attend_block is not None
-            and not self.shared_qk
+            and self.layout.plain
             and x.dtype == self.in_proj.weight.dtype  # else the projections' own error
             and not _autocasting(x)  # autocast casts each projection on its own
         ):
             check_key_padding_mask(key_padding_mask, x.shape[0], x.shape[1])
-            w_q, w_k, w_v = weights
+            w_q, w_k, w_v = self.in_proj.weight.split(list(self.sizes.values()))
             folded = attend_block(
                 x,
                 BlockWeights(w_q, w_k, w_v, self.out_proj.weight, self.num_heads),
@@ -88,22 +100,29 @@ class SelfAttention(nn.Module):
             )
             if folded is not None:
                 return folded
-        q, k, v = self.project(x)
-        out = self.core(q, k, v, key_padding_mask=key_padding_mask)
+        inputs = self.project(x)
+        out = self.core(inputs.q, inputs.k, inputs.v, key_padding_mask, **inputs.extras)
         return self.out_proj(rearrange(out, "b h n d -> b n (h d)"))
 
-    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q, k, v (b, h, n, d) of x (b, n, hidden); k is q under shared QK."""
-        weights = self.in_proj.weight.split(self.num_heads * self.head_size)
+    def project(self, x: Tensor) -> Inputs:
+        """The core's inputs from x (b, n, hidden): q (b, h, n, d), k and v (b, kv, n, *), each
+        extra (b, h, n) or (b, h, n, d) through its squash; k is q under shared QK."""
+        weights = self.in_proj.weight.split(list(self.sizes.values()))
         # One matmul per part (slices of the fused weight): each part's gradient then flows to its
         # own matmul, with no stacked (3, b, n, inner) gradient copy in backward.
-        parts = [
-            rearrange(F.linear(x, w), "b n (h d) -> b h n d", h=self.num_heads) for w in weights
-        ]
-        if self.shared_qk:
-            return parts[0], parts[0], parts[1]
-        q, k, v = parts
-        return q, k, v
+        heads = {"q": self.num_heads, "k": self.kv_heads, "v": self.kv_heads}
+        parts = {
+            name: rearrange(
+                F.linear(x, w), "b n (h d) -> b h n d", h=heads.get(name, self.num_heads)
+            )
+            for name, w in zip(self.sizes, weights)
+        }
+        extras = {}
+        for extra in self.layout.extras:
+            value = extra.squash(parts[extra.name])
+            extras[extra.name] = value if extra.per_key_channel else value.squeeze(-1)
+        k = parts["q"] if self.layout.shared_qk else parts["k"]
+        return Inputs(parts["q"], k, parts["v"], extras)
 
     # ---- decoding (attention/decode.py) ---------------------------------------------------------
 
@@ -119,7 +138,14 @@ class SelfAttention(nn.Module):
         positions, in the projections' dtype and device unless `dtype` is given."""
         weight = self.in_proj.weight
         shape = decode.StateShape(
-            batch, self.num_heads, self.head_size, max_length, dtype or weight.dtype, weight.device
+            batch,
+            self.num_heads,
+            self.head_size,
+            max_length,
+            dtype or weight.dtype,
+            weight.device,
+            kv_heads=self.kv_heads,
+            value_dim=self.head_size * self.layout.expand_v,
         )
         return decode.init_state(self.core, shape, recompute=recompute)
 
@@ -127,7 +153,10 @@ class SelfAttention(nn.Module):
         self, x: Tensor, state: decode.DecodeState, key_padding_mask: Tensor | None = None
     ) -> tuple[Tensor, decode.DecodeState]:
         """(b, t, hidden) new positions -> their outputs (b, t, hidden) and the state after them."""
-        out, state = decode.step(self.core, *self.project(x), state, key_padding_mask)
+        inputs = self.project(x)
+        out, state = decode.step(
+            self.core, inputs.q, inputs.k, inputs.v, state, key_padding_mask, **inputs.extras
+        )
         return self.out_proj(rearrange(out, "b h n d -> b n (h d)")), state
 
 

@@ -13,6 +13,7 @@ from ..install import install_hint
 from ..measure.labels import DEFAULT_REFERENCE
 from ..report import build_report
 from ..report.browser import FIRST_SCREEN, chromium, screenshot
+from ..report.fair import EQUAL
 from ..report.frame import reference_choices
 from ..report.index import check_index_target, write_index
 from ..report.output import check_report_target
@@ -83,6 +84,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--title", default="attention-zoo comparison", help="report title")
     p.add_argument(
+        "--equal",
+        choices=sorted(EQUAL),
+        help="compare only variants holding the reference's decoding state per sequence "
+        "(state) or block parameters (params), within 10%%, at each setting and length",
+    )
+    p.add_argument(
         "--index",
         metavar="README",
         help="also regenerate this index of the report folders beside it (reports/README.md)",
@@ -102,6 +109,8 @@ def _command(args: argparse.Namespace) -> str:
         words += ["--run-id", args.run_id]
     if args.reference is not None:
         words += ["--reference", args.reference]
+    if args.equal:
+        words += ["--equal", args.equal]
     if args.index:
         words += ["--index", args.index]
     if args.screenshot:
@@ -162,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         command=_command(args),
         measured_by=measured_by,
         reproductions=list(REPRODUCTIONS),
+        equal=args.equal,
     )
     print(f"report: {files.html}\n        {files.markdown}\nsummary: {files.summary}")
     print("".join(f"plot:   {p}\n" for p in files.plots) + f"rows:   {files.csv}")

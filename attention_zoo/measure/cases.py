@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import decode
+from ..attention.inputs import Inputs
 from ..attention.spec import RunTarget, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..config import ReformerConfig
@@ -340,26 +341,42 @@ def _make_step(
     return step
 
 
+def sample_inputs(
+    case: BenchCase,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    length: int | None = None,
+    requires_grad: bool = False,
+) -> Inputs:
+    """Random inputs of the case's backend as its input layout declares them (inputs.py), for
+    `length` positions (default: the case's)."""
+    layout = get_backend(case.backend).layout(**case.options)
+    n = case.seq_len if length is None else length
+    return layout.sample(
+        case.batch,
+        case.num_heads,
+        n,
+        case.head_dim,
+        dtype=dtype,
+        device=device,
+        requires_grad=requires_grad,
+    )
+
+
 def _build_attention(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
-    spec = get_backend(case.backend)
     with _defaults(device, dtype):
         core = build_attention(case.backend, causal=case.causal, device=device.type, **case.options)
-    grad = case.mode != "forward"
-    shape = (case.batch, case.num_heads, case.seq_len, case.head_dim)
-    # A shared-QK backend is given the same tensor as q and k.
-    inputs = tuple(
-        torch.randn(shape, device=device, dtype=dtype, requires_grad=grad)
-        for _ in range(2 if spec.caps.shared_qk else 3)
-    )
-    q, k, v = (inputs[0], inputs[0], inputs[1]) if spec.caps.shared_qk else inputs
+    x = sample_inputs(case, device, dtype, requires_grad=case.mode != "forward")
+    leaves = x.leaves()
 
     def output() -> Tensor:
-        return core(q, k, v)
+        return core(x.q, x.k, x.v, **x.extras)
 
     def forward() -> Tensor:
         return output().sum()
 
-    return Runnable(case, core, inputs, _make_step(case, forward, list(inputs)), output=output)
+    return Runnable(case, core, leaves, _make_step(case, forward, list(leaves)), output=output)
 
 
 def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> Runnable:
@@ -393,25 +410,22 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
     state prefilled here (untimed), set back to the prefilled state after new_tokens tokens (a
     state that only appends, a KV cache, is simply its prefilled self again; others are copied
     back from a snapshot, at one call in new_tokens)."""
-    spec = get_backend(case.backend)
     with _defaults(device, dtype):
         core = build_attention(case.backend, causal=True, device=device.type, **case.options)
     core.eval()
     b, h, n, d = case.batch, case.num_heads, case.seq_len, case.head_dim
-    shape = decode.StateShape(b, h, d, n + case.new_tokens, dtype, device)
+    layout = core.layout
+    kv, dv = layout.kv_heads_for(h), d * layout.expand_v
+    shape = decode.StateShape(b, h, d, n + case.new_tokens, dtype, device, kv, dv)
     recompute = case.decoder == "recompute"
-    parts = 2 if spec.caps.shared_qk else 3
 
-    def tokens(count: int) -> tuple[Tensor, Tensor, Tensor]:
-        made = [torch.randn(b, h, count, d, device=device, dtype=dtype) for _ in range(parts)]
-        return (made[0], made[0], made[1]) if spec.caps.shared_qk else tuple(made)
-
-    def prefill(prompt: tuple[Tensor, ...]) -> tuple[Tensor, decode.DecodeState]:
+    def prefill(prompt: Inputs) -> tuple[Tensor, decode.DecodeState]:
+        empty = decode.init_state(core, shape, recompute=recompute)
         with torch.no_grad():
-            return decode.step(core, *prompt, decode.init_state(core, shape, recompute=recompute))
+            return decode.step(core, prompt.q, prompt.k, prompt.v, empty, **prompt.extras)
 
     if case.mode == "prefill":
-        prompt = tokens(n)
+        prompt = sample_inputs(case, device, dtype)
         kept: list[decode.DecodeState] = []
 
         def run() -> Tensor:
@@ -419,12 +433,11 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
             kept[:] = [state]
             return out
 
-        inputs = tuple(dict.fromkeys(prompt))  # shared QK: the one tensor once
         state = lambda: kept[0] if kept else prefill(prompt)[1]  # noqa: E731
-        return Runnable(case, core, inputs, _discard(run), output=run, state=state)
+        return Runnable(case, core, prompt.leaves(), _discard(run), output=run, state=state)
     # decode: the prompt is consumed here; the state, the new tokens and a snapshot stay resident
-    first = prefill(tokens(n))[1]
-    new = tokens(case.new_tokens)
+    first = prefill(sample_inputs(case, device, dtype))[1]
+    new = sample_inputs(case, device, dtype, length=case.new_tokens)
     snapshot = None if first.appends_only else [t.clone() for t in first.tensors()]
     now = {"state": first, "i": 0}
 
@@ -435,12 +448,12 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
             now.update(state=first, i=0)
         i = now["i"]
         with torch.no_grad():
-            token = (t[:, :, i : i + 1] for t in new)
-            out, now["state"] = decode.step(core, *token, now["state"])
+            x = new.window(i, i + 1)
+            out, now["state"] = decode.step(core, x.q, x.k, x.v, now["state"], **x.extras)
         now["i"] = i + 1
         return out
 
-    inputs = tuple(dict.fromkeys((*new, *(snapshot or ()))))
+    inputs = tuple({id(t): t for t in (*new.leaves(), *(snapshot or ()))}.values())
     return Runnable(case, core, inputs, _discard(one), output=one, state=lambda: now["state"])
 
 

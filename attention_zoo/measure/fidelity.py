@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -77,11 +78,17 @@ class Fidelity:
 
 
 def is_approximate(case: BenchCase) -> bool:
-    """True when some registered backend of the case is not exact with the case's options."""
+    """True when some registered backend of the case computes something other than full softmax
+    attention with the case's options: a pattern or an approximation. A recurrence is judged
+    against its own recurrent form instead (an error against softmax would mean nothing)."""
     return any(
-        name in BACKENDS and not get_backend(name).caps_for(**_options(case, name)).exact
+        name in BACKENDS
+        and get_backend(name).caps_for(**_options(case, name)).kind in APPROXIMATING
         for name in case.backends()
     )
+
+
+APPROXIMATING = ("pattern", "approximate")  # kinds whose approx_error against full is measured
 
 
 def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> Fidelity:
@@ -98,9 +105,11 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
         )
     if case.mode in DECODE_MODES:  # the same mechanism as its forward, whose error it shares
         return Fidelity()
+    reference, ref_options = dense_reference(get_backend(case.backend).layout(**case.options))
     ref_case = BenchCase(
         target="attention",
-        backend=dense_reference(get_backend(case.backend).caps_for(**case.options).shared_qk),
+        backend=reference,
+        options=ref_options,
         seq_len=case.seq_len,
         batch=case.batch,
         num_heads=case.num_heads,
@@ -118,22 +127,22 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
                 note=f"{NOT_MEASURED}: {ref_case.backend} (the reference) is predicted "
                 f"to need {needed / 2**20:.1f} MiB > limit {limit / 2**20:.1f} MiB"
             )
-        return Fidelity(rows=_measure(case, ref_case.backend))
+        return Fidelity(rows=_measure(case, ref_case.backend, ref_options))
     except Exception as exc:  # a failed comparison is a note, never a crashed case
         return Fidelity(note=f"{NOT_MEASURED}: {type(exc).__name__}: {exc}")
 
 
-def _measure(case: BenchCase, reference: str) -> list[Metric]:
+def _measure(case: BenchCase, reference: str, ref_options: dict[str, Any]) -> list[Metric]:
     device, dtype = torch.device(case.device), DTYPES[case.dtype]
     shape = (case.batch, case.num_heads, case.seq_len, case.head_dim)
-    shared = get_backend(case.backend).caps_for(**case.options).shared_qk
+    shared = get_backend(case.backend).layout(**case.options).shared_qk
     rows = []
     for index, family in enumerate(FIDELITY_INPUTS):
         gen = torch.Generator().manual_seed(FIDELITY_SEED + index)
         q, k, v = (t.to(device=device, dtype=dtype) for t in INPUTS[family](shape, gen))
         k = q if shared else k
         outputs = []
-        for name, options in ((case.backend, case.options), (reference, {})):
+        for name, options in ((case.backend, case.options), (reference, ref_options)):
             # seeded global RNG: a backend drawing its randomness there (lsh without a seed) is
             # deterministic too, and the caller's RNG stream is left as it was
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):

@@ -64,17 +64,22 @@ def case_label(config: dict[str, Any]) -> str:
 # ---- one vocabulary for `zoo bench`, `zoo results` and the report ----------------------------
 
 # What a backend computes (attention.spec.Capabilities.kind), as tables and plots name it.
-KIND_TEXT = {"full": "exact", "pattern": "exact pattern", "approximate": "approximate"}
+KIND_TEXT = {
+    "full": "exact",
+    "pattern": "exact pattern",
+    "recurrent": "recurrent",
+    "approximate": "approximate",
+}
 UNKNOWN_KIND = "?"  # a backend this version does not know (a plugin not imported)
 EXACT_CLASS, APPROX_CLASS = "exact", "not exact"  # full vs pattern-or-approximate
 RATIO_WORDS = {"time": "time", "memory": "memory"}  # the ratio columns' first word
-_KIND_ORDER = ("full", "pattern", "approximate")  # most exact first
+_KIND_ORDER = ("full", "pattern", "recurrent", "approximate")  # most exact first
 
 
 def backend_kind(backend: str, options: dict[str, Any] | str | None = None) -> str:
-    """'full', 'pattern' or 'approximate' for a registered backend (with its options), a peer
-    (its mirrored backend's kind) or a model's `a+b` layer mix (the least exact of its layers);
-    UNKNOWN_KIND otherwise."""
+    """'full', 'pattern', 'recurrent' or 'approximate' for a registered backend (with its
+    options), a peer (its mirrored backend's kind) or a model's `a+b` layer mix (the least exact
+    of its layers); UNKNOWN_KIND otherwise."""
     names = backend.split("+")
     kinds = []
     for name in names:

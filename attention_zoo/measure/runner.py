@@ -24,6 +24,7 @@ import torch
 from ..attention.spec import BACKENDS
 from ..errors import ZooError
 from .cases import BenchCase, Runnable, build_runnable
+from .fair import fair_rows
 from .fidelity import measure_fidelity
 from .kernels import kernel_names
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
@@ -205,6 +206,7 @@ class _Pending:
                 self.rows.extend(prediction_rows(prediction))
             if "flops" in settings.metrics:
                 self.rows.append(metric_row("flops", prediction.flops))
+            self.rows += fair_rows(case, settings.metrics)
             limit = settings.memory_limit_bytes
             if limit is not None and prediction.total_bytes > limit:
                 return self.finish(

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..attention.inputs import InputLayout
 from ..attention.spec import RunTarget, build_attention, get_backend
 from .cases import CLASSIFIER_LABELS, DTYPES, BenchCase, Runnable
 from .peers import is_peer
@@ -23,10 +24,13 @@ TOLERANCE = {"float64": 1e-6, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2
 CHECK_DTYPES = ("float64", "float32")  # the most exact dtype the backend runs, then the case's
 
 
-def dense_reference(shared_qk: bool) -> str:
-    """The dense backend an exact core must equal and an approximate one is measured against
-    (approx_error): shared-qk for shared-QK cores, else full."""
-    return "shared-qk" if shared_qk else "full"
+def dense_reference(layout: InputLayout) -> tuple[str, dict[str, Any]]:
+    """The dense backend (and its options) an exact core must equal and an approximate one is
+    measured against (approx_error): shared-qk for shared-QK cores, else full with the same
+    shared KV heads."""
+    if layout.shared_qk:
+        return "shared-qk", {}
+    return "full", {} if layout.kv_heads is None else {"kv_heads": layout.kv_heads}
 
 
 def expected_output(case: BenchCase) -> tuple[tuple[int, ...], torch.dtype]:
@@ -35,7 +39,8 @@ def expected_output(case: BenchCase) -> tuple[tuple[int, ...], torch.dtype]:
     causal); the case's dtype."""
     if case.target == "attention":
         n = 1 if case.mode == "decode" else case.seq_len  # decode: one new token
-        shape: tuple[int, ...] = (case.batch, case.num_heads, n, case.head_dim)
+        d_v = case.head_dim * get_backend(case.backend).layout(**case.options).expand_v
+        shape: tuple[int, ...] = (case.batch, case.num_heads, n, d_v)
     elif case.target == "block":
         shape = (case.batch, case.seq_len, case.hidden)
     elif case.causal:
@@ -85,9 +90,10 @@ def disagreement(case: BenchCase) -> str | None:
     gives way to the next), and also in the case's own dtype, with its tolerance, when that is
     neither float64 nor the dtype already compared: a kernel may take another path there."""
     for name, options in _cores(case):
-        caps = get_backend(name).caps_for(**options)
-        reference = dense_reference(caps.shared_qk)
-        if not caps.exact or name == reference:
+        spec = get_backend(name)
+        caps, layout = spec.caps_for(**options), spec.layout(**options)
+        reference = dense_reference(layout)
+        if not caps.exact or name == reference[0]:
             continue
         candidates = _check_dtypes(name, options, case)
         if not candidates:
@@ -95,7 +101,7 @@ def disagreement(case: BenchCase) -> str | None:
         checked, failure = None, None
         for dtype in candidates:
             try:
-                failure = _compare(name, options, reference, case, dtype, caps.shared_qk)
+                failure = _compare(name, options, reference, case, dtype)
             except Exception:
                 if dtype == candidates[-1]:
                     raise  # no dtype ran: check_case says the check was not run, and why
@@ -103,7 +109,7 @@ def disagreement(case: BenchCase) -> str | None:
             checked = dtype
             break
         if failure is None and checked not in ("float64", case.dtype):
-            failure = _compare(name, options, reference, case, case.dtype, caps.shared_qk)
+            failure = _compare(name, options, reference, case, case.dtype)
         if failure:
             return failure
     return None
@@ -112,21 +118,20 @@ def disagreement(case: BenchCase) -> str | None:
 def _compare(
     name: str,
     options: dict[str, Any],
-    reference: str,
+    reference: tuple[str, dict[str, Any]],
     case: BenchCase,
     dtype: str,
-    shared_qk: bool,
 ) -> str | None:
     """Why the core's output differs from the reference's at CHECK_SHAPE in `dtype`, or None."""
-    got = _core_output(name, options, case, dtype, shared_qk)
-    want = _core_output(reference, {}, case, dtype, shared_qk)
+    got = _core_output(name, options, case, dtype)
+    want = _core_output(*reference, case, dtype)
     tol = TOLERANCE[dtype]
     if got.shape != want.shape:
         return f"exact backend {name!r} returned shape {tuple(got.shape)} at a small size"
     err = (got - want).abs()
     if not bool((err <= tol + tol * want.abs()).all()):
         return (
-            f"exact backend {name!r} disagrees with {reference!r} at n={CHECK_SHAPE[2]} "
+            f"exact backend {name!r} disagrees with {reference[0]!r} at n={CHECK_SHAPE[2]} "
             f"({dtype}): max |difference| {err.max().item():.3g}, tolerance {tol:g}"
         )
     return None
@@ -158,22 +163,22 @@ def _check_dtypes(name: str, options: dict[str, Any], case: BenchCase) -> list[s
     return out
 
 
-def _core_output(
-    name: str, options: dict[str, Any], case: BenchCase, dtype: str, shared_qk: bool
-) -> Tensor:
-    """The core's output at CHECK_SHAPE on seeded inputs (the same for every core), in float64."""
+def _core_output(name: str, options: dict[str, Any], case: BenchCase, dtype: str) -> Tensor:
+    """The core's output at CHECK_SHAPE (the case's heads under shared KV heads, which must
+    divide them) on seeded inputs of its layout (the same for cores of one layout), in float64."""
     b, h, n = CHECK_SHAPE
+    layout = get_backend(name).layout(**options)
+    h = h if layout.kv_heads is None else case.num_heads
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(b, h, n, case.head_dim, generator=generator) for _ in range(3))
-    if shared_qk:
-        k = q
+    x = layout.sample(b, h, n, case.head_dim, generator=generator)
     core = build_attention(
         name, causal=case.causal, device=torch.device(case.device).type, **options
     )
     core = core.to(device=case.device, dtype=DTYPES[dtype]).eval()
     with torch.no_grad():
-        qkv = (t.to(device=case.device, dtype=DTYPES[dtype]) for t in (q, k, v))
-        return core(*qkv).double().cpu()
+        q, k, v = (t.to(device=case.device, dtype=DTYPES[dtype]) for t in (x.q, x.k, x.v))
+        extras = {key: t.to(device=case.device, dtype=DTYPES[dtype]) for key, t in x.extras.items()}
+        return core(q, k, v, **extras).double().cpu()
 
 
 def check_case(runnable: Runnable) -> tuple[str | None, str | None]:

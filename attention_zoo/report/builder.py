@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.labels import DEFAULT_REFERENCE, facts_of
-from . import accuracy, cost, decoding, fidelity, misc, summary, variants
+from . import accuracy, cost, decoding, fair, fidelity, misc, summary, variants
 from .browser import FIRST_SCREEN
 from .claims import ClaimsSource, claims_section
 from .context import Context
@@ -54,6 +54,7 @@ SECTIONS: tuple[Section, ...] = (
     cost.headline,
     cost.scaling,
     decoding.section,
+    fair.section,
     fidelity.fidelity_cost,
     accuracy.accuracy_cost,
     accuracy.task_tables,
@@ -124,6 +125,7 @@ def build_report(
     command: str = "",
     measured_by: list[str] | None = None,
     reproductions: Sequence[ClaimsSource] = (),
+    equal: str | None = None,
 ) -> ReportFiles:
     """Write the report of ResultStore rows (`to_dataframe()` or `rows()`) into out_dir.
 
@@ -131,6 +133,7 @@ def build_report(
     measured_by: the measuring commands to record when the runs' metadata names none (a folder
     rebuilt from its own rows: report.rebuild).
     reproductions: whose claims and own tables to add (`zoo report`: every registered one).
+    equal: "state" or "params": only the variants holding the reference's (report.fair).
     The folder is built beside out_dir and swapped in whole (report.output): a write that fails
     leaves the previous report as it was."""
     out_dir = Path(out_dir)
@@ -138,7 +141,7 @@ def build_report(
     plots = (*PLOT_PATTERNS, *(p for r in reproductions for p in r.plots))
     with staged_folder(out_dir, regenerated=plots) as stage:
         files = _write_report(
-            df, stage, runs, reference, title, command, measured_by or [], reproductions
+            df, stage, runs, reference, title, command, measured_by or [], reproductions, equal
         )
     log.info("report written to %s", out_dir / files.markdown.name)
     return ReportFiles(
@@ -156,9 +159,12 @@ def _write_report(
     command: str,
     measured_by: list[str],
     reproductions: Sequence[ClaimsSource],
+    equal: str | None = None,
 ) -> ReportFiles:
     ctx = select(df, runs)
     ctx.out_dir, ctx.reference = out_dir, reference
+    if equal is not None:
+        ctx.bench = fair.hold_equal(ctx.bench, reference, equal)
     doc = Document(title)
     rows = _rows_used(df, ctx)
     ctx.rows, ctx.reproductions = rows, reproductions

@@ -160,15 +160,18 @@ def note(row: Any) -> str:
 
 
 def computes(row: Any) -> str:
-    """The 'computes' cell: exact, exact pattern or approximate (the backend's capabilities)."""
+    """The 'computes' cell: exact, exact pattern, recurrent or approximate (the backend's
+    capabilities)."""
     return kind_text(row["computes"])
 
 
 COMPUTES_RULE = (
     "**computes** says what a variant computes, from its backend's registered capabilities: "
     "`exact` (equals full softmax attention), `exact pattern` (exactly softmax attention under a "
-    "fixed mask, e.g. a local window: not what full attention computes) or `approximate`. "
-    "Fastest and leanest are named per class: exact, and not exact (pattern or approximate). "
+    "fixed mask, e.g. a local window: not what full attention computes), `recurrent` (a "
+    "recurrence over a constant-size state, checked against its token-by-token form) or "
+    "`approximate`. Fastest and leanest are named per class: exact, and not exact (pattern, "
+    "recurrent or approximate). "
     "**kernel** is the implementation that ran (`zoo list` lists each backend's)."
 )
 

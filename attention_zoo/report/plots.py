@@ -21,6 +21,7 @@ THEME = {"style": "whitegrid", "context": "paper", "palette": "colorblind"}
 KIND_STYLE = {
     "full": ("o", ""),
     "pattern": ("s", (4, 2)),
+    "recurrent": ("D", (6, 2)),
     "approximate": ("^", (2, 2)),
     UNKNOWN_KIND: ("X", (1, 1)),
 }

@@ -102,10 +102,11 @@ def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
         f"{ctx.config(shortest, 'seq_len')} to {ctx.config(longest, 'seq_len')}. "
         f"{_reference_text(ctx, groups)} "
         f"**{EXACT_CLASS}**: equals full softmax attention; **{APPROX_CLASS}**: computes something "
-        "else — softmax under a fixed pattern such as a local window, or an approximation — shown "
-        f"with its approx_error against full attention on peaked inputs (`{SHOWN_ERROR}`; zero: "
-        "the same output). Times taken on a busy machine or with disagreeing repeats are never "
-        "ranked, and no variant of their class is named fastest beside them."
+        "else — softmax under a fixed pattern such as a local window, a recurrence over a "
+        "constant-size state (marked recurrent), or an approximation shown with its approx_error "
+        f"against full attention on peaked inputs (`{SHOWN_ERROR}`; zero: the same output). "
+        "Times taken on a busy machine or with disagreeing repeats are never ranked, and no "
+        "variant of their class is named fastest beside them."
     )
 
 
@@ -141,7 +142,9 @@ def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -
                        metric)  # fmt: skip
     absolute = f"{ctx.metric(row, metric)} {METRICS[metric].display_unit}"
     text = f"`{row['variant']}` " + (ratio if ratio != "-" else absolute)
-    if row["computes"] != "full" and _has_error(part):
+    if row["computes"] == "recurrent":  # judged against its own recurrence, not full attention
+        text += ", recurrent"
+    elif row["computes"] != "full" and _has_error(part):
         error = ctx.metric(row, SHOWN_ERROR) if SHOWN_ERROR in row["metrics"] else "not measured"
         text += f", error {error}"
     return text

@@ -37,18 +37,27 @@ class Call:
     dropout: bool = False  # attention dropout applies (training, p > 0)
     fake: bool = False  # FakeTensors or the meta device: shapes only, nothing launched
     masked: bool = False  # a key padding mask comes with it
+    group: int = 1  # query heads per key/value head (> 1: shared KV heads, GQA / MQA)
 
     @classmethod
-    def of(cls, x: Tensor, head_dim: int, dropout: float = 0.0, masked: bool = False) -> Call:
+    def of(
+        cls,
+        x: Tensor,
+        head_dim: int,
+        dropout: float = 0.0,
+        masked: bool = False,
+        group: int = 1,
+    ) -> Call:
         """The call on x (..., n, *) with heads of head_dim: its device, dtype and length. Traced
         by torch.compile, its tensors are fake only while tracing: the compiled call is real."""
         fake = x.device.type == "meta" or (not torch.compiler.is_compiling() and is_fake(x))
-        return cls(x.device.type, x.dtype, x.shape[-2], head_dim, bool(dropout), fake, masked)
+        length = x.shape[-2]
+        return cls(x.device.type, x.dtype, length, head_dim, bool(dropout), fake, masked, group)
 
 
 # (core, call) -> why this implementation cannot compute it, or None
 Check = Callable[[Any, Call], "str | None"]
-# (core, q, k, v, key_padding_mask) -> out
+# (core, q, k, v, key_padding_mask, **extras) -> out; extras: the core's declared extra inputs
 Run = Callable[..., Tensor]
 
 
@@ -62,6 +71,7 @@ class Implementation:
     devices: frozenset[str] = frozenset({"cpu", "cuda", "meta"})
     dtypes: frozenset[torch.dtype] = FLOAT_DTYPES
     dropout: bool = False  # can apply attention dropout
+    grouped: bool = False  # takes fewer key/value heads than query heads (kv_heads)
     fake: bool = True  # traces on FakeTensors / meta (memory predictions)
     # the installation: a missing package or a torch without the feature (cached per device)
     environment: Callable[[str], str | None] | None = None
@@ -77,6 +87,8 @@ class Implementation:
             found.append(f"takes {names}, not {_dtype_name(call.dtype)}")
         if call.dropout and not self.dropout:
             found.append("applies no attention dropout (the core has dropout > 0 in training)")
+        if call.group > 1 and not self.grouped:
+            found.append("takes no shared KV heads (kv_heads fewer than the query heads)")
         if call.fake and not self.fake:
             found.append("does not trace on FakeTensors or the meta device")
         # the installation is checked eagerly; a caller inside torch.compile has a compiler
@@ -165,7 +177,33 @@ def compile_reason(device: str) -> str | None:
     return None
 
 
-def materialised(run: Run, summary: str, checks: tuple[Check, ...] = ()) -> Implementation:
+def materialised(
+    run: Run, summary: str, checks: tuple[Check, ...] = (), *, grouped: bool = False
+) -> Implementation:
     """An implementation in plain PyTorch with autograd ("math"): any device and dtype, attention
-    dropout, traced on FakeTensors; the path everything else falls back to."""
-    return Implementation(name="math", summary=summary, run=run, dropout=True, checks=checks)
+    dropout, traced on FakeTensors; the path everything else falls back to. `grouped`: it takes
+    shared KV heads, repeated to the query heads before `run`."""
+    return Implementation(
+        name="math",
+        summary=summary,
+        run=repeating_kv(run) if grouped else run,
+        dropout=True,
+        checks=checks,
+        grouped=grouped,
+    )
+
+
+def expand_kv(q: Tensor, t: Tensor) -> Tensor:
+    """k or v (b, kv, n, d) repeated to q's head count (b, h, n, d): each group of h / kv query
+    heads reads its shared head. For code with no grouped-head support of its own."""
+    group = q.shape[1] // t.shape[1]
+    return t if group == 1 else t.repeat_interleave(group, dim=1)
+
+
+def repeating_kv(run: Run) -> Run:
+    """`run` on shared KV heads: k and v repeated to the query heads first."""
+
+    def grouped(core: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, **extras: Any):
+        return run(core, q, expand_kv(q, k), expand_kv(q, v), mask, **extras)
+
+    return grouped

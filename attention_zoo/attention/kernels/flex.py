@@ -197,8 +197,16 @@ def run_flex(
     FakeTensors: the eager implementation (dense on the CPU, forward and backward)."""
     if torch.compiler.is_compiling() or (q.device.type == "cuda" and not is_fake(q)):
         aux = AuxRequest(lse=True) if lse else None
+        grouped = k.shape[1] != q.shape[1]  # shared KV heads (the eager operator reads them as is)
         result = maybe_compiled(
-            flex_attention, q, k, v, block_mask=block_mask, scale=scale, return_aux=aux
+            flex_attention,
+            q,
+            k,
+            v,
+            block_mask=block_mask,
+            scale=scale,
+            return_aux=aux,
+            enable_gqa=grouped,
         )
         return (result[0], result[1].lse) if lse else (result, None)
     # PyTorch's front end refuses CPU backward (its compiled CPU kernel has none); the operator's

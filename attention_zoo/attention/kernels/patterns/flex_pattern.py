@@ -37,6 +37,7 @@ FLEX = Implementation(
     "(compiled on CUDA; PyTorch's dense eager version elsewhere)",
     run=pattern_flex,
     devices=frozenset({"cpu", "cuda"}),
+    grouped=True,
     environment=flex_environment,
     checks=(_has_pattern, flex_dtype),
 )

@@ -1,0 +1,183 @@
+"""A backend's input streams, declared once: q, k, v with their head counts and widths, and any
+extra per-token, per-head inputs (decays, step sizes, gates). The block projects them from the
+hidden states; the bench, the conformance suite, decoding, FLOP counts and memory predictions
+sample them from the same declaration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import ConfigError, OptionError, ShapeError
+from .kernels.dispatch import expand_kv as expand_kv  # re-exported: decoding reads it here
+
+Squash = Callable[[Tensor], Tensor]
+
+
+def log_sigmoid(x: Tensor) -> Tensor:
+    """A log decay in (-inf, 0): the decay exp(.) stays in (0, 1), so a recurrence never grows."""
+    return F.logsigmoid(x)
+
+
+def unit_sigmoid(x: Tensor) -> Tensor:
+    """A step size in (0, 1)."""
+    return torch.sigmoid(x)
+
+
+def double_sigmoid(x: Tensor) -> Tensor:
+    """A step size in (0, 2): the delta rule's negative eigenvalues (Grazzi et al.)."""
+    return 2 * torch.sigmoid(x)
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A per-token, per-head input besides q, k, v: a linear map of the hidden states through
+    `squash`, which puts any value in the range the mechanism is stable in (the bench squashes
+    Gaussian samples the same way, so sampled inputs are as stable as projected ones)."""
+
+    name: str
+    squash: Squash
+    per_key_channel: bool = False  # (b, h, n, key width) instead of (b, h, n)
+
+    def width(self, key_width: int) -> int:
+        """Projected features per head."""
+        return key_width if self.per_key_channel else 1
+
+
+@dataclass(frozen=True)
+class InputLayout:
+    """What a core takes: q (b, h, n, dk), k (b, kv, n, dk), v (b, kv, n, dk * expand_v) and
+    each extra; kv = kv_heads (fewer key/value heads shared by groups of query heads) or h.
+    Under shared QK the block feeds the query tensor as k."""
+
+    shared_qk: bool = False
+    kv_heads: int | None = None  # None: one key/value head per query head
+    expand_v: int = 1  # value width over key width
+    extras: tuple[Extra, ...] = ()
+
+    def kv_heads_for(self, heads: int) -> int:
+        """Key/value heads beside `heads` query heads; raises ConfigError unless they divide."""
+        kv = heads if self.kv_heads is None else self.kv_heads
+        if heads % kv:
+            raise ConfigError(
+                f"kv_heads={kv} must divide the {heads} query heads; "
+                f"pick among {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}"
+            )
+        return kv
+
+    @property
+    def plain(self) -> bool:
+        """q, k, v of one shape and nothing else: what the folded block products assume."""
+        return (
+            not self.shared_qk and self.kv_heads is None and self.expand_v == 1 and not self.extras
+        )
+
+    def projections(self, heads: int, head_dim: int) -> dict[str, int]:
+        """Output features of each input projection, in the order the block's fused map holds
+        them (shared QK: no k)."""
+        kv = self.kv_heads_for(heads)
+        sizes = {"q": heads * head_dim}
+        if not self.shared_qk:
+            sizes["k"] = kv * head_dim
+        sizes["v"] = kv * head_dim * self.expand_v
+        for extra in self.extras:
+            sizes[extra.name] = heads * extra.width(head_dim)
+        return sizes
+
+    def sample(
+        self,
+        batch: int,
+        heads: int,
+        length: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        requires_grad: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> Inputs:
+        """Random inputs of this layout: Gaussian q, k, v; each extra a squashed Gaussian (a leaf
+        in its stable range)."""
+
+        def draw(*shape: int) -> Tensor:
+            t = torch.randn(shape, dtype=dtype, device=device, generator=generator)
+            return t.requires_grad_(requires_grad)
+
+        kv = self.kv_heads_for(heads)
+        q = draw(batch, heads, length, head_dim)
+        k = q if self.shared_qk else draw(batch, kv, length, head_dim)
+        v = draw(batch, kv, length, head_dim * self.expand_v)
+        extras = {}
+        for extra in self.extras:
+            raw = torch.randn(
+                batch, heads, length, extra.width(head_dim), dtype=dtype, device=device
+            )
+            value = extra.squash(raw if extra.per_key_channel else raw.squeeze(-1))
+            extras[extra.name] = value.requires_grad_(requires_grad)
+        return Inputs(q, k, v, extras)
+
+    def check(self, q: Tensor, k: Tensor, v: Tensor, extras: dict[str, Tensor]) -> None:
+        """Raise ShapeError unless the tensors have this layout's heads, widths and extras."""
+        b, h, n, d = q.shape
+        kv = self.kv_heads_for(h)
+        want = {"k": (b, kv, n, d), "v": (b, kv, n, d * self.expand_v)}
+        for label, t in (("k", k), ("v", v)):
+            if tuple(t.shape) != want[label]:
+                raise ShapeError(
+                    f"{label} must be {want[label]} beside q {tuple(q.shape)} "
+                    f"(kv_heads={kv}, expand_v={self.expand_v}), got {tuple(t.shape)}"
+                )
+        names = [e.name for e in self.extras]
+        if sorted(extras) != sorted(names):
+            raise ShapeError(
+                f"this core takes the extra inputs [{', '.join(names)}], "
+                f"got [{', '.join(sorted(extras))}]"
+            )
+        for extra in self.extras:
+            t = extras[extra.name]
+            shape = (b, h, n, d) if extra.per_key_channel else (b, h, n)
+            if not isinstance(t, Tensor) or tuple(t.shape) != shape:
+                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ShapeError(f"{extra.name} must be {shape}, got {got}")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One call's inputs: q, k, v and the extras by name."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    extras: dict[str, Tensor]
+
+    def leaves(self) -> tuple[Tensor, ...]:
+        """Each distinct tensor once (shared QK: q is k)."""
+        return tuple({id(t): t for t in (self.q, self.k, self.v, *self.extras.values())}.values())
+
+    def window(self, start: int, stop: int) -> Inputs:
+        """Positions start..stop-1 of every stream (new tokens of a decoding step)."""
+        cut = {name: t[:, :, start:stop] for name, t in self.extras.items()}
+        q, k, v = (t[:, :, start:stop] for t in (self.q, self.k, self.v))
+        return Inputs(q, k, v, cut)
+
+
+def default_layout(cfg: Any, shared_qk: bool) -> InputLayout:
+    """The layout of a core that declares none of its own: q, k, v (k = q under shared QK), with
+    the config's `kv_heads` when it has that option."""
+    return InputLayout(shared_qk=shared_qk, kv_heads=getattr(cfg, "kv_heads", None))
+
+
+def check_kv_heads(backend: str, kv_heads: object) -> None:
+    """Raise OptionError unless kv_heads is None (one per query head) or an int >= 1."""
+    if kv_heads is None:
+        return
+    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1:
+        raise OptionError(
+            f"{backend} option kv_heads must be an int >= 1 dividing the query heads "
+            f"(1: multi-query), or None for one per query head; got {kv_heads!r}"
+        )

@@ -1,0 +1,111 @@
+"""The declared input contract (attention/inputs.py): what a backend takes, shared KV heads, extra
+inputs, and the numbers a fair comparison holds equal (measure/fair.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attention_zoo import SelfAttention, build_attention
+from attention_zoo.attention import decode
+from attention_zoo.attention.inputs import Extra, InputLayout, expand_kv
+from attention_zoo.cli import main
+from attention_zoo.errors import ConfigError, OptionError, ShapeError, UnavailableError
+from attention_zoo.measure.fair import FairSetting, fair_numbers
+
+GROUPED = ("full", "sdpa", "local", "sliding-window", "bigbird")
+
+
+def test_a_layout_says_what_the_block_projects():
+    layout = InputLayout(kv_heads=2, expand_v=2, extras=(Extra("g", torch.sigmoid, True),))
+    assert layout.projections(8, 16) == {"q": 128, "k": 32, "v": 64, "g": 128}
+    assert InputLayout(shared_qk=True).projections(4, 8) == {"q": 32, "v": 32}
+    with pytest.raises(ConfigError, match="kv_heads=3 must divide the 8 query heads"):
+        layout.__class__(kv_heads=3).projections(8, 16)
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_shared_kv_heads_equal_repeated_keys_and_values(name):
+    """kv_heads=2 of 4 query heads: the same as full attention over keys and values repeated to
+    every query head of their group (float64, causal)."""
+    core = build_attention(name, causal=True, device="cpu", kv_heads=2)
+    full = build_attention("full", causal=True, device="cpu")
+    q = torch.randn(2, 4, 40, 8, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 40, 8, dtype=torch.float64) for _ in range(2))
+    want = full(q, expand_kv(q, k), expand_kv(q, v))
+    if name in ("local", "sliding-window", "bigbird"):  # patterns: compare under their own mask
+        same = build_attention(name, causal=True, device="cpu")
+        want = same(q, expand_kv(q, k), expand_kv(q, v))
+    torch.testing.assert_close(core(q, k, v), want, atol=1e-10, rtol=1e-10)
+
+
+def test_keys_with_the_wrong_head_count_are_refused_in_one_line():
+    core = build_attention("sdpa", causal=True, device="cpu", kv_heads=2)
+    q, k = torch.randn(1, 4, 8, 8), torch.randn(1, 4, 8, 8)
+    with pytest.raises(ShapeError, match=r"k must be \(1, 2, 8, 8\)") as info:
+        core(q, k, k)
+    assert "\n" not in str(info.value)
+    plain = build_attention("sdpa", causal=True, device="cpu")
+    with pytest.raises(ShapeError, match="same"):
+        plain(q, k[:, :2], k[:, :2])
+
+
+def test_a_backend_without_shared_kv_heads_refuses_them_in_one_line():
+    with pytest.raises(OptionError, match=r"'lsh' takes no kv_heads.*shares q and k") as info:
+        build_attention("lsh", kv_heads=1, device="cpu")
+    assert "\n" not in str(info.value) and "sdpa" in str(info.value)
+
+
+def test_a_named_kernel_without_shared_kv_heads_refuses_and_auto_falls_back():
+    q, k = torch.randn(1, 4, 64, 8), torch.randn(1, 1, 64, 8)
+    fused = build_attention("local", causal=True, device="cpu", kv_heads=1, kernel="cpu-fused")
+    with pytest.raises(UnavailableError, match=r"takes no shared KV heads.*picks math"):
+        fused(q, k, k)
+    auto = build_attention("local", causal=True, device="cpu", kv_heads=1)
+    assert auto.kernel_for(q, None, k).name == "math"
+
+
+def test_a_block_with_shared_kv_heads_projects_fewer_keys_and_decodes():
+    """kv_heads=1 of 4: the block's key and value maps shrink to one head, and its decoding state
+    (a KV cache) to a quarter; prefill + steps equal the forward."""
+    grouped = SelfAttention(64, 4, "sdpa", causal=True, kv_heads=1).double().eval()
+    plain = SelfAttention(64, 4, "sdpa", causal=True)
+    assert grouped.in_proj.weight.shape == (64 + 16 + 16, 64)
+    assert plain.in_proj.weight.shape == (3 * 64, 64)
+    x = torch.randn(2, 11, 64, dtype=torch.float64)
+    state = grouped.init_state(2, 11)
+    first, state = grouped.step(x[:, :7], state)
+    rest, state = grouped.step(x[:, 7:], state)
+    torch.testing.assert_close(torch.cat([first, rest], 1), grouped(x), atol=1e-10, rtol=1e-10)
+    real = 2 * 11  # the bools saying which cached keys are real: one per position either way
+    assert 4 * (state.nbytes() - real) == plain.double().init_state(2, 11).nbytes() - real
+
+
+def test_fair_numbers_follow_the_layout():
+    """One KV head of four: a quarter of the KV cache and fewer parameters; a recurrence's state
+    does not grow with the context."""
+    setting = FairSetting(context=65536)
+    mha, mqa = fair_numbers("sdpa", {}, setting), fair_numbers("sdpa", {"kv_heads": 1}, setting)
+    shape = decode.StateShape(1, 4, 64, 65536)
+    assert mha.state_bytes == decode.kv_cache_bytes(shape)
+    assert mqa.state_bytes == decode.kv_cache_bytes(decode.StateShape(1, 4, 64, 65536, kv_heads=1))
+    assert 4 * (mqa.state_bytes - 65536) == mha.state_bytes - 65536  # the real-key bools stay
+    assert mqa.params < mha.params
+    assert fair_numbers("linear", {}, FairSetting(context=1024)).state_bytes == (
+        fair_numbers("linear", {}, setting).state_bytes
+    )
+    assert fair_numbers("nystrom", {}, setting).state_bytes is None  # bidirectional only
+
+
+def test_zoo_list_shows_the_fair_numbers(capsys):
+    assert main(["list", "--json", "--device", "cpu", "--context", "2048"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["sdpa"]["fair"]["setting"]["context"] == 2048
+    assert rows["sdpa"]["fair"]["state_bytes"] == decode.kv_cache_bytes(
+        decode.StateShape(1, 4, 64, 2048)
+    )
+    assert rows["xformers"]["fair"] is None  # not buildable here: no numbers, no crash
+    assert main(["list", "--device", "cpu"]) == 0
+    assert "state/seq @4096" in capsys.readouterr().out
