@@ -153,6 +153,19 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("task-list-with-run-spec", ["task", "duplication", "--list"], "--list takes no RUN_SPEC"),
     ("task-table2-with-force", ["task", "--table2", "--force"], "--force needs a RUN_SPEC"),
     ("report-unknown-flag", ["report", "--all"], "unrecognized argument --all (see 'zoo report"),
+    # known before anything runs: a named kernel that cannot, a metric it cannot be measured with
+    (
+        "bench-named-kernel-that-cannot-run-here",
+        ["bench", "--backends", "linear", "--option", "linear.kernel=fla", "--lengths", "64"],
+        "linear kernel='fla' cannot run here: runs on cuda, not cpu; takes bfloat16, float16, "
+        "not float32; use kernel='auto' (picks scan); nothing was run or stored",
+    ),
+    (
+        "bench-flex-on-cpu-with-dispatch-mode-metrics",
+        ["bench", "--backends", "local", "--option", "local.kernel=flex", "--lengths", "64"],
+        "cannot be measured with metrics crosscheck, predict, flops: the storage tracker and the "
+        "FLOP counter are torch dispatch modes, which cannot follow flex_attention",
+    ),
     (
         "bench-option-for-a-backend-not-measured",
         ["bench", "--backends", "full", "--option", "lsh.num_hashes=4"],

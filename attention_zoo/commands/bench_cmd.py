@@ -20,6 +20,7 @@ from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
+from ..measure.preflight import check_cases
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
 from ..measure.trust import busy_threads
@@ -361,6 +362,7 @@ def run(args: argparse.Namespace) -> int:
     cases = grid.cases()
     check_options_used(args, cases)
     check_reference(args.reference, cases)
+    check_cases(cases, settings.metrics)  # a named kernel that cannot run: refused, not stored
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)
     reference = args.reference or (preset.reference if preset else None) or DEFAULT_REFERENCE

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -112,10 +113,15 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """'Type: message (at file:line)' — enough to find it, short enough for a table."""
+    """'Type: message (at file:line)' — enough to find it, short enough for a table; an object's
+    default repr (`<pkg.Name object at 0x...>`) in the message is shown as its class name."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    text = _OBJECT_REPR.sub(lambda m: m.group(1).rsplit(".", 1)[-1], str(exc))
+    return f"{type(exc).__name__}: {text}{where}"
+
+
+_OBJECT_REPR = re.compile(r"<([\w.<>]+) object at 0x[0-9a-fA-F]+>")
 
 
 def prediction_rows(p: Prediction) -> list[Metric]:
