@@ -21,6 +21,7 @@ from .cost import (
     best,
     crossover_text,
     has_reference,
+    memory_of,
     ratio_cell,
     reference_row,
     series,
@@ -158,7 +159,7 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
                 "" if _has_error(part) else " (approx_error not measured)"
             )
             cells = [name if first else "", ctx.config(at_n.iloc[0], "seq_len")]
-            for word, metric in (("fastest", TIME), ("leanest", MEMORY)):
+            for word, metric in (("fastest", TIME), ("leanest", memory_of(part))):
                 found = best(at_n, metric)
                 for cls in (EXACT_CLASS, APPROX_CLASS):
                     cells.append(
@@ -166,22 +167,25 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
                     )
                     if found[cls] is not None:
                         wins.setdefault(f"{word} {cls}", []).append((found[cls], metric))
-            cells += [_crossing(ctx, ok, TIME), _crossing(ctx, ok, MEMORY)] if first else ["", ""]
+            crossings = [_crossing(ctx, ok, TIME), _crossing(ctx, ok, memory_of(part))]
+            cells += crossings if first else ["", ""]
             rows.append(cells)
             first = False
+    by = _memory_words({memory_of(part) for _, part in groups})
     headers = [
         "setting",
         "L",
         f"fastest {EXACT_CLASS}",
         f"fastest {APPROX_CLASS}",
-        f"leanest {EXACT_CLASS}",
-        f"leanest {APPROX_CLASS}",
+        f"leanest {EXACT_CLASS}{by}",
+        f"leanest {APPROX_CLASS}{by}",
         "time crossover",
-        "memory crossover",
+        f"memory crossover{by}",
     ]
     caption = (
         "Per setting (the parameters that differ between settings) and length: the variant with "
-        "the smallest median time and the smallest peak memory in each class, with its ratio to "
+        "the smallest median time and the smallest memory in each class (peak memory; a decode "
+        "setting's decoding state, what it keeps between tokens), with its ratio to "
         f"`{ctx.reference}` (not ranked: the named variants' times were set aside, and any of "
         "them might be the fastest; none ranked: no variant of that class has a number there; "
         "none measured: no variant of that class at that length); a crossover is where the "
@@ -189,6 +193,13 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         "one best there."
     )
     return Table(headers, rows, caption=caption), wins
+
+
+def _memory_words(metrics: set[str]) -> str:
+    """What the leanest columns compare, as a header suffix: peak memory alone says nothing."""
+    if metrics == {MEMORY}:
+        return ""
+    return " (state)" if MEMORY not in metrics else " (peak; decode: state)"
 
 
 def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
