@@ -62,6 +62,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("bench-repeats-0", ["bench", "--repeats", "0"], "--repeats: must be an integer >= 1"),
     ("bench-timeout-negative", ["bench", "--isolate", "--timeout", "-5"], "must be a number > 0"),
     ("bench-budget-negative", ["bench", "--budget", "-1"], "--budget: must be a number >= 0"),
+    ("bench-time-limit-0", ["bench", "--time-limit", "0"], "--time-limit: must be a number > 0"),
     ("bench-budget-nan", ["bench", "--budget", "nan"], "expected a finite number"),
     ("bench-lengths-0", ["bench", "--lengths", "1024,0"], "must be an integer >= 1, got 0"),
     ("bench-lengths-text", ["bench", "--lengths", "1k"], "expected an integer, got '1k'"),
@@ -128,7 +129,6 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("import-missing-module", ["list", "--import", "no_such_zoo_plugin"], "No module named"),
     ("import-missing-file", ["--import", "nope/mine.py", "list"], "no file nope/mine.py"),
     # flags that conflict or do nothing
-    ("bench-timeout-without-isolate", ["bench", "--timeout", "5"], "--timeout needs --isolate"),
     (
         "bench-resume-with-run-id",
         ["bench", "--resume", "--run-id", "x"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
@@ -37,7 +38,6 @@ from .validate import (
     integers,
     names,
     number,
-    require,
     size,
 )
 
@@ -276,11 +276,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "of available RAM, RLIMIT_AS and the cgroup limit, 'none', or a size like 8GiB "
         "(default: auto)",
     )
+    m.add_argument(
+        "--time-limit",
+        type=time_limit,
+        help="a case predicted to take longer (its FLOPs at this machine's attention rate, "
+        "measured once and cached) is stored as timeout and not run: seconds, or 'none' "
+        f"(default: the preset's, else {DEFAULT_TIME_LIMIT_S:g})",
+    )
     m.add_argument("--isolate", action="store_true", help="run each case in its own subprocess")
     m.add_argument(
         "--timeout",
         type=number(above=0),
-        help="with --isolate: seconds before a case is killed (stored as error)",
+        help="seconds a case may run (stored as timeout): it stops after the step that crosses "
+        "them, or with --isolate its process is killed then; a case predicted to take longer "
+        "is not run",
     )
     s = p.add_argument_group("store and output")
     s.add_argument(
@@ -312,7 +321,20 @@ def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> 
         changes["threads"] = args.threads
     if args.metrics is not None:
         changes["metrics"] = tuple(args.metrics)
+    if args.time_limit is not None:
+        changes["time_limit_s"] = None if math.isinf(args.time_limit) else args.time_limit
+    elif base.time_limit_s is None:
+        changes["time_limit_s"] = DEFAULT_TIME_LIMIT_S
+    changes["timeout_s"] = args.timeout
     return dataclasses.replace(base, **changes)
+
+
+DEFAULT_TIME_LIMIT_S = 300.0  # a few minutes: a longer case is asked for by --time-limit
+
+
+def time_limit(text: str) -> float:
+    """--time-limit: seconds > 0, or infinity for 'none' (no limit)."""
+    return math.inf if text == "none" else number(above=0)(text)
 
 
 def memory_limit(text: str) -> int | str | None:
@@ -354,8 +376,15 @@ def _describe_limit(limit: int | str | None) -> str:
     return format_bytes(limit) if limit else "none"
 
 
+def _describe_time(settings: MeasureSettings) -> str:
+    given = (("--time-limit", settings.time_limit_s), ("--timeout", settings.timeout_s))
+    limits = [f"{flag} {value:g} s" for flag, value in given if value is not None]
+    if not limits:
+        return "no time limit"
+    return "time limit per case " + " and ".join(limits) + " (predicted from its FLOPs first)"
+
+
 def run(args: argparse.Namespace) -> int:
-    require(args, "timeout", "isolate", "only a case in its own process can be stopped")
     policy = policy_from_args(args)
     grid, preset = grid_from_args(args, devices_present=True)
     settings = settings_from_args(args, preset)
@@ -384,7 +413,8 @@ def run(args: argparse.Namespace) -> int:
         continued_run(store, BenchPlan.kind, [c.key() for c in cases], policy)  # refused early
         print(
             f"{len(cases)} cases -> {store.path}; threads={settings.threads or 'torch default'}, "
-            f"memory limit {_describe_limit(limit)}; executor {where}",
+            f"memory limit {_describe_limit(limit)}; {_describe_time(settings)}; "
+            f"executor {where}",
             file=sys.stderr,
         )
         load_start = machine_load()  # one sample: warned about here, recorded with the run

@@ -25,12 +25,20 @@ import torch
 from ..attention.spec import BACKENDS
 from ..errors import ZooError
 from .cases import BenchCase, Runnable, build_runnable
+from .duration import (
+    LONG_CASE_S,
+    CaseTimedOut,
+    Expected,
+    WatchedStep,
+    expected_duration,
+    past_timeout,
+)
 from .fidelity import measure_fidelity
 from .kernels import kernel_names
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
-from .status import ERROR, INVALID, OK, OOM, SKIPPED
+from .status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
 from .timing import fixed_threads
 from .tracker import tracked_peak
 from .trust import time_until_stable
@@ -52,6 +60,9 @@ class MeasureSettings:
     memory_limit_bytes: int | None = None  # don't run a case predicted to need more (status oom)
     # time the cases that differ only in backend/options round-robin (their ratios are the result)
     interleave: bool = False
+    # don't run a case predicted (FLOPs at this machine's rate) to take longer (status timeout)
+    time_limit_s: float | None = None
+    timeout_s: float | None = None  # stop a case after the step that crosses it (status timeout)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.metrics) - set(MEASURE_GROUPS))
@@ -176,6 +187,7 @@ class _Pending:
         self.runnable: Runnable | None = None
         self.result: CaseResult | None = None
         self.kernels: dict[str, str] = {}  # the implementation each backend's cores run
+        self.expected: Expected | None = None  # its predicted duration, where a limit asked
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -191,6 +203,8 @@ class _Pending:
 
     def fail(self, exc: Exception) -> None:
         log.debug("case %s failed", self.case.name(), exc_info=True)
+        if isinstance(exc, CaseTimedOut):
+            return self.finish(TIMEOUT, str(exc))
         self.finish(OOM if is_oom(exc) else ERROR, describe_error(exc))
 
     def prepare(self, settings: MeasureSettings, *, alone: bool = True) -> None:
@@ -201,7 +215,8 @@ class _Pending:
         if reason := _unsupported(case):
             return self.finish(SKIPPED, reason)
         prediction = None
-        if {"predict", "flops"} & set(settings.metrics) or settings.memory_limit_bytes:
+        limits = (settings.memory_limit_bytes, settings.time_limit_s, settings.timeout_s)
+        if {"predict", "flops"} & set(settings.metrics) or any(x is not None for x in limits):
             try:
                 prediction = predict_case(case)
             except Exception as exc:
@@ -218,15 +233,20 @@ class _Pending:
                     f"not run: predicted {prediction.total_bytes / 2**20:.1f} MiB > memory limit "
                     f"{limit / 2**20:.1f} MiB",
                 )
+            if refused := self.expect(settings, prediction.flops):
+                return self.finish(TIMEOUT, refused)
         if "fidelity" in settings.metrics:
             fidelity = measure_fidelity(case, settings.memory_limit_bytes)
             self.rows += fidelity.rows
             self.notes += [fidelity.note] if fidelity.note else []
+            if (over := past_timeout(self.start, settings.timeout_s, "its fidelity")) is not None:
+                return self.finish(TIMEOUT, over)
         if not {"time", "memory", "crosscheck"} & set(settings.metrics):
             return self.finish(OK)
         try:
             runnable = build_runnable(case)
             self.kernels = kernel_names(case, runnable.module)
+            runnable.step = self.watched(runnable.step, settings)
             invalid, note = check_case(runnable)  # one forward on the case's own inputs
             self.notes += [note] if note else []
             if invalid:
@@ -240,6 +260,42 @@ class _Pending:
             self.runnable = runnable
         else:
             self.finish(OK)
+
+    def expect(self, settings: MeasureSettings, flops: float) -> str | None:
+        """Predict the case's duration where a limit asks for it; why it is not run when the
+        prediction is past the time limit (or past --timeout: it would be stopped anyway)."""
+        limits = [t for t in (settings.time_limit_s, settings.timeout_s) if t is not None]
+        if not limits:
+            return None
+        self.expected = expected_duration(
+            self.case,
+            flops,
+            settings.metrics,
+            warmup=settings.warmup,
+            min_repeats=settings.min_repeats,
+        )
+        if self.expected.seconds <= min(limits):
+            return None
+        flag = "--time-limit" if min(limits) == settings.time_limit_s else "--timeout"
+        return (
+            f"not run: predicted {self.expected.describe()} > {flag} "
+            f"{_seconds_text(min(limits))}; raise {flag} to run it"
+        )
+
+    def watched(self, step: Callable[[], None], settings: MeasureSettings) -> Callable[[], None]:
+        """The case's step, watched for progress (an expected long case) and --timeout."""
+        long = self.expected if self.expected and self.expected.seconds >= LONG_CASE_S else None
+        if long is None and settings.timeout_s is None:
+            return step
+        if long is not None:
+            log.warning("%s: expected to take %s", self.case.name(), long.describe())
+        return WatchedStep(
+            step, self.case.name(), start=self.start, expected=long, timeout_s=settings.timeout_s
+        )
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:g} s"
 
 
 def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:

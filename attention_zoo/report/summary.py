@@ -11,7 +11,7 @@ from typing import Any
 
 from ..measure.labels import APPROX_CLASS, EXACT_CLASS, kind_class
 from ..measure.metrics import METRICS, approx_error_name
-from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED
+from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
 from .claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimsSource, claim_verdicts
 from .context import TIME, Context, flag
 from .cost import (
@@ -34,7 +34,13 @@ from .document import Heading, Para, Table, anchor
 TITLE = "Summary"
 SHOWN_ERROR = approx_error_name("peaked")  # sharp attention: where an approximation's error shows
 # How the summary counts cases without numbers (status -> words).
-SET_ASIDE = {OOM: "out of memory", SKIPPED: "unavailable here", ERROR: "failed", INVALID: "invalid"}
+SET_ASIDE = {
+    OOM: "out of memory",
+    SKIPPED: "unavailable here",
+    ERROR: "failed",
+    INVALID: "invalid",
+    TIMEOUT: "over the time limit",
+}
 VERDICT_ORDER = (HOLDS, WEAKER, FAILS, UNDECIDED, NOT_MEASURED)
 CLAIMS_SECTION, MISSING_SECTION = "Claims", "Cases without numbers"
 
