@@ -319,6 +319,21 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(
     assert snapshot(root) == before
 
 
+def test_bench_in_a_read_only_folder_names_store(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default store's folder cannot be made here: the line says how to give another."""
+    root, paths = workdir
+    if not paths["read_only_ok"]:
+        pytest.skip("cannot make a folder read-only here (root without chattr)")
+    monkeypatch.chdir(paths["ro_dir"])
+    before = snapshot(root)
+    code, _, err = run_zoo(["bench", "--backends", "full", "--lengths", "64"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "cannot create the results store's folder results" in err and "--store PATH" in err
+    assert snapshot(root) == before
+
+
 def test_debug_shows_the_traceback(
     workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from ..measure.labels import APPROX_CLASS, EXACT_CLASS, kind_class
 from ..measure.metrics import METRICS, approx_error_name
 from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
+from ..store import run_status
 from .claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimsSource, claim_verdicts
 from .context import TIME, Context, flag
 from .cost import (
@@ -48,6 +49,8 @@ CLAIMS_SECTION, MISSING_SECTION = "Claims", "Cases without numbers"
 def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ()) -> list[Any]:
     """The Summary section's blocks (heading first); `reproductions`: whose claims to count."""
     blocks: list[Any] = [Heading(1, TITLE)]
+    if text := _unfinished(ctx):
+        blocks.append(Para(text))
     groups = settings(ctx)
     if groups:
         table, wins = _table(ctx, groups)
@@ -59,6 +62,24 @@ def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ())
         blocks.append(Para(text))
     blocks.append(Para(_set_aside(ctx)))
     return blocks
+
+
+def _unfinished(ctx: Context) -> str:
+    """A line for the runs whose cases this report shows that had not finished when it was
+    built (still writing, killed, or interrupted): their numbers are a part of what was asked."""
+    used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
+    # a run read back from an old report.md has no metadata: whether it finished is unknown
+    late = [(r["run_id"], run_status(r)) for r in ctx.runs if r["run_id"] in used and r["meta"]]
+    late = [(run, status) for run, status in late if status != "finished"]
+    if not late:
+        return ""
+    runs = ", ".join(f"`{run}` ({status})" for run, status in late)
+    return (
+        f"**Not finished**: run{'s' if len(late) > 1 else ''} {runs} had not finished when this "
+        "report was built (still running, stopped or killed), so it shows only the cases stored "
+        "by then; build it again once the run ends (an interrupted run: the same `zoo bench` "
+        "command with `--resume` first)."
+    )
 
 
 def short_settings(names: list[str]) -> dict[str, str]:
