@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..attention.spec import BACKENDS
-from ..errors import ZooError
+from ..errors import ConfigError, ZooError
 from .cases import BenchCase, Runnable, build_runnable
 from .duration import (
     LONG_CASE_S,
@@ -39,9 +39,9 @@ from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
 from .status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
-from .timing import fixed_threads
+from .timing import CLOCKS, CPU_CLOCK, WALL, fixed_threads
 from .tracker import tracked_peak
-from .trust import time_until_stable
+from .trust import CPU_TIMED, time_until_stable
 from .validate import check_case
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,18 @@ class MeasureSettings:
     # don't run a case predicted (FLOPs at this machine's rate) to take longer (status timeout)
     time_limit_s: float | None = None
     timeout_s: float | None = None  # stop a case after the step that crosses it (status timeout)
+    # a CPU step timed by the wall clock, or by the process's CPU time at one thread ("cpu"):
+    # what the step costs, which other processes on the machine cannot inflate
+    clock: str = WALL
 
     def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ConfigError(f"clock {self.clock!r} is not one of: {', '.join(CLOCKS)}")
+        if self.clock == CPU_CLOCK and self.threads != 1:
+            raise ConfigError(
+                f"clock 'cpu' times one thread's work, so it needs threads = 1 (got "
+                f"{self.threads}); time more threads with the wall clock"
+            )
         unknown = sorted(set(self.metrics) - set(MEASURE_GROUPS))
         if unknown:
             raise ValueError(
@@ -314,6 +324,7 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         return run
 
     fns = {i: guarded(i, p.runnable.step) for i, p in enumerate(live) if p.runnable is not None}
+    cpu_timed = settings.clock == CPU_CLOCK and live[0].case.device == "cpu"
     timed = time_until_stable(
         fns,
         device=live[0].case.device,
@@ -322,6 +333,7 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         budget_s=settings.time_budget_s,
         max_repeats=settings.max_repeats,
         dropped=failed.__contains__,
+        clock=CPU_CLOCK if cpu_timed else WALL,
     )
     for i, p in enumerate(live):
         if i in failed:
@@ -337,6 +349,8 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         ]
         if t.free_cores is not None:
             rows.append(metric_row("free_cores", t.free_cores))
+        if cpu_timed:
+            rows.append(metric_row(CPU_TIMED, 1.0))
         p.rows += rows  # its marks follow from these rows (trust.timing_marks)
 
 

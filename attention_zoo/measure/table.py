@@ -34,7 +34,7 @@ from .throughput import (
     rate_notes,
     share_cell,
 )
-from .trust import MARK_RULES, time_trusted, timing_marks
+from .trust import CPU_TIME_NOTE, CPU_TIMED, MARK_RULES, time_trusted, timing_marks
 
 
 def format_table(
@@ -180,6 +180,8 @@ def comparison_table(
     out = format_table(headers, table, right=range(2, len(headers)))
     if rates := rate_notes(order):
         out += "\n\n" + "\n".join(rates)
+    if any(c["metrics"].get(CPU_TIMED) for c in cases):
+        out += f"\n\n{CPU_TIME_NOTE}"
     if reference and cases and not referenced:
         backends = sorted({str(c["config"].get("backend", "?")) for c in cases})
         out += (

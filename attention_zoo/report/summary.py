@@ -9,12 +9,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..measure.labels import APPROX_CLASS, EXACT_CLASS, kind_class
+from ..measure.labels import APPROX_CLASS, EXACT_CLASS, UNKNOWN_KIND, kind_class
 from ..measure.metrics import METRICS, approx_error_name
 from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
 from ..store import run_status
 from .claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimsSource, claim_verdicts
-from .context import TIME, Context, flag
+from .context import TIME, Context, flag, trusted
 from .cost import (
     MEMORY,
     NOT_ENOUGH,
@@ -31,6 +31,7 @@ from .cost import (
 )
 from .decoding import cheapest
 from .document import Heading, Para, Table, anchor
+from .frame import CPU_TIME
 
 TITLE = "Summary"
 SHOWN_ERROR = approx_error_name("peaked")  # sharp attention: where an approximation's error shows
@@ -44,6 +45,10 @@ SET_ASIDE = {
 }
 VERDICT_ORDER = (HOLDS, WEAKER, FAILS, UNDECIDED, NOT_MEASURED)
 CLAIMS_SECTION, MISSING_SECTION = "Claims", "Cases without numbers"
+CPU_TIME_RULE = (
+    f"Settings named `{CPU_TIME}` were timed by the process's CPU time at one thread: other "
+    "processes cannot inflate it by taking the core, so a busy machine still ranks them."
+)
 
 
 def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ()) -> list[Any]:
@@ -55,6 +60,8 @@ def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ())
     if groups:
         table, wins = _table(ctx, groups)
         blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
+        if text := _reference_unbeaten(ctx, groups):
+            blocks.append(Para(text))
         blocks += cheapest(ctx)  # generation: the cheapest token per context length
     else:
         blocks.append(Para(f"No measured case yet: run `{QUICK}` to fill this report."))
@@ -113,6 +120,7 @@ def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
         f"with its approx_error against full attention on peaked inputs (`{SHOWN_ERROR}`; zero: "
         "the same output). Times taken on a busy machine or with disagreeing repeats are never "
         "ranked, and no variant of their class is named fastest beside them."
+        + (f" {CPU_TIME_RULE}" if (bench["clock"] == CPU_TIME).any() else "")
     )
 
 
@@ -152,6 +160,44 @@ def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -
         error = ctx.metric(row, SHOWN_ERROR) if SHOWN_ERROR in row["metrics"] else "not measured"
         text += f", error {error}"
     return text
+
+
+def _reference_unbeaten(ctx: Context, groups: list[tuple[str, Any]]) -> str:
+    """The settings where the reference is faster than every not-exact variant at every length
+    measured, said plainly (only where every such time there is ranked: none set aside)."""
+    ref = ctx.reference
+    found = []
+    for setting, part in groups:
+        ok = part[part["status"] == OK]
+        lengths = []
+        for n, at_n in ok.groupby("seq_len", sort=True):
+            mine = reference_row(part, n, ref)
+            others = [r for _, r in at_n.iterrows() if r["computes"] not in ("full", UNKNOWN_KIND)]
+            timed = [r for r in others if TIME in r["metrics"]]
+            if mine is None or not trusted(mine, TIME) or not timed:
+                break
+            if not all(trusted(r, TIME) for r in timed):
+                break
+            if min(r["metrics"][TIME] for r in timed) <= mine["metrics"][TIME]:
+                break
+            lengths.append(at_n.iloc[0])
+        else:
+            if lengths:
+                found.append((setting, lengths))
+    if not found:
+        return ""
+    names = short_settings([s for s, _ in groups])
+    parts = [
+        f"`{names[setting]}` (L {ctx.config(rows[0], 'seq_len')} to "
+        f"{ctx.config(rows[-1], 'seq_len')})"
+        for setting, rows in found
+    ]
+    return (
+        f"`{ref}` is faster than every not-exact variant at every measured length in "
+        + ", ".join(parts)
+        + ": at these lengths on this machine no pattern or approximation saves time over it "
+        "(measure longer lengths to find where one does)."
+    )
 
 
 def _has_error(part: Any) -> bool:
@@ -252,7 +298,7 @@ def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
 
 def _claims(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) -> str:
     verdicts = claim_verdicts(rows, reproductions)
-    if not verdicts:
+    if all(v == NOT_MEASURED for v, _ in verdicts):  # no reproduction's rows in the store
         return ""
     counts = Counter(v for v, _ in verdicts)
     # undecided is always counted (zero included): a claim the run could not decide is news
