@@ -65,9 +65,12 @@ EXAMPLE = """examples:
 
 Results go to --store (default: %(store)s), one row per metric, committed case by case.
 A case that fails is stored as 'error', an out-of-memory one as 'oom', one whose output breaks
-the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', and the
-sweep goes on. A time whose repeats disagree, or taken while other processes kept the cores busy,
-is marked 'ok (unstable)' / 'ok (busy)' and left out of time ratios.
+the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', one
+predicted past --time-limit (or stopped past --timeout) as 'timeout', and the sweep goes on;
+a named kernel that cannot run a case is refused before anything runs. A time whose repeats
+disagree, or taken while other processes kept the cores busy, is marked 'ok (unstable)' /
+'ok (busy)' and left out of time ratios. Ctrl-C stops within seconds, even inside one long
+operation; --resume then measures only the missing cases.
 Built-in presets: %(presets)s (or a path to a .toml file).
 
 %(rule)s
