@@ -8,18 +8,21 @@ which run to continue, what not to run again, progress, finishing the run, and C
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import Interrupted, UsageError
 from .executors import Executor, Job, LocalExecutor, Outcome
 from .executors.progress import CaseProgress
+from .interrupts import GRACE_S, stop_when_stuck
 from .measure.env import Environment
 from .measure.load import Load
-from .measure.status import ERROR, OOM, STATUSES
+from .measure.status import ERROR, OOM, STATUSES, TIMEOUT
 from .store import ResultStore
 
 RUN_RULE = (
@@ -28,9 +31,9 @@ RUN_RULE = (
     "under that name), --resume the latest run of the same jobs. A training run is also not "
     "trained again when any earlier run stored it (same model, same seed); a bench case is "
     "measured anew unless its run is continued (a time belongs to the machine's state now). "
-    "A job stored as error or oom is run again; --force runs every job again."
+    "A job stored as error, oom or timeout is run again; --force runs every job again."
 )
-RETRIED = frozenset({ERROR, OOM})  # a failure that may not recur: run again
+RETRIED = frozenset({ERROR, OOM, TIMEOUT})  # a failure that may not recur: run again
 DONE = frozenset(STATUSES) - RETRIED  # what a job did is known: not run again
 
 
@@ -194,28 +197,45 @@ def run_plan(
     finished = store.run(run_id)["finished_at"] is not None
     result = RunResult(run_id=run_id, skipped=skipped, total=len(keys))
     bar = CaseProgress(len(keys), len(skipped), desc=plan.desc, enabled=progress)
-    try:
-        known = plan.begin(store, run_id, set(todo))
-        for unit in known:
-            bar.finished(unit.status, unit.label)
-        with closing(executor.run(plan.jobs(todo), on_start=bar.started)) as outcomes:
-            for outcome in outcomes:  # in the order they finish
-                for unit in plan.save(store, run_id, outcome):
-                    result.statuses[unit.key] = unit.status
-                    bar.finished(unit.status, unit.label)
-        bar.close()
-        for unit in known:
-            result.statuses[unit.key] = unit.status
-        complete = set(todo) <= store.completed_cases(run_id)
-        if complete and (todo or not finished):  # a finished run that ran nothing keeps its end
-            result.load_end = store.finish_run(run_id)  # Ctrl-C here: interrupted
-    except KeyboardInterrupt:
+    last_words = functools.partial(_stopped_inside_a_job, plan, store.path, run_id, keys)
+    with stop_when_stuck(last_words) as taken:  # Ctrl-C inside one long operation, too
+        try:
+            known = plan.begin(store, run_id, set(todo))
+            for unit in known:
+                bar.finished(unit.status, unit.label)
+            with closing(executor.run(plan.jobs(todo), on_start=bar.started)) as outcomes:
+                for outcome in outcomes:  # in the order they finish
+                    for unit in plan.save(store, run_id, outcome):
+                        result.statuses[unit.key] = unit.status
+                        bar.finished(unit.status, unit.label)
+            bar.close()
+            for unit in known:
+                result.statuses[unit.key] = unit.status
+            complete = set(todo) <= store.completed_cases(run_id)
+            if complete and (todo or not finished):  # a finished run that ran nothing keeps it
+                result.load_end = store.finish_run(run_id)  # Ctrl-C here: interrupted
+        except KeyboardInterrupt:
+            taken()
+            store.mark_interrupted(run_id)
+            stored = len(store.completed_cases(run_id) & set(keys))
+            raise RunInterrupted(run_id, stored) from None
+        finally:
+            bar.close()
+    return result
+
+
+def _stopped_inside_a_job(plan: Plan, path: Path, run_id: str, keys: Sequence[str]) -> str:
+    """Ctrl-C that a job stuck in one long operation did not take: the run marked interrupted
+    (from the watcher thread, on a connection of its own); the line that says so."""
+    with ResultStore(path) as store:
         store.mark_interrupted(run_id)
         stored = len(store.completed_cases(run_id) & set(keys))
-        raise RunInterrupted(run_id, stored) from None
-    finally:
-        bar.close()
-    return result
+    return (
+        f"zoo {plan.desc}: interrupted inside a job that did not stop within {GRACE_S:g} s (one "
+        f"long operation; it was ended): {stored} of {len(keys)} cases are stored in run {run_id} "
+        f"(marked interrupted); rerun the same command with --resume (or --run-id {run_id}) to "
+        "run only the missing ones"
+    )
 
 
 def failed_status(outcome: Outcome) -> str:

@@ -353,6 +353,7 @@ class ReformerLM(nn.Module):
         )
         if input_ids.dim() == 2:
             _check_token_ids(input_ids, self.config.vocab_size)
+            check_generation_length(self.config, input_ids.shape[1], max_new_tokens, use_cache)
         return generation.generate(
             self,
             input_ids,
@@ -566,6 +567,36 @@ def _to_hf(model: nn.Module, hf_class: type, prefix: str, **hf_fields: Any) -> A
         converted["lm_head.decoder.bias"] = converted["lm_head.bias"]  # the bias it applies
     hf_model.load_state_dict({k[len(prefix) :]: v for k, v in converted.items()})
     return hf_model.train(model.training)
+
+
+def check_generation_length(config: ReformerConfig, n: int, new: object, use_cache: bool) -> None:
+    """Raise InputError before the first token when a prompt of n tokens and `new` generated ones
+    need more positions than max_position_embeddings (the last token is never fed back)."""
+    if isinstance(new, bool) or not isinstance(new, int) or new < 1:
+        return  # generation.generate says what max_new_tokens must be
+
+    def needed(tokens: int) -> int:
+        last = n + tokens - 1  # the longest sequence a forward reads
+        if not use_cache:
+            last += hf_padding(config, last)
+        return max(n + hf_padding(config, n), last)
+
+    limit = config.max_position_embeddings
+    if needed(new) <= limit:
+        return
+    most = max(0, min(new, limit - n + 1))
+    while most > 0 and needed(most) > limit:
+        most -= 1
+    fix = (
+        f"generate at most {most} new tokens, or shorten the prompt"
+        if most
+        else "shorten the prompt"
+    )
+    raise InputError(
+        f"a prompt of {n} tokens and {new} new tokens need {needed(new)} positions, more than "
+        f"max_position_embeddings={limit}: {fix}, or build the model with a larger "
+        "max_position_embeddings"
+    )
 
 
 def _check_token_ids(input_ids: Tensor, vocab_size: int) -> None:

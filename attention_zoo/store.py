@@ -242,7 +242,14 @@ class ResultStore:
                 "or pass --store PATH"
             )
         if not exists:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise StoreError(
+                    f"cannot create the results store's folder {self.path.parent} "
+                    f"({err.strerror or err}); run where you can write, or pass --store PATH "
+                    "in a folder you can write"
+                ) from None
         try:
             self._db = (
                 sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)

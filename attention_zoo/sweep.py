@@ -39,7 +39,7 @@ from .measure.runner import (
     measure_case,
     measure_group,
 )
-from .measure.status import ERROR, INVALID, OOM
+from .measure.status import ERROR, INVALID, OOM, TIMEOUT
 from .measure.trust import timing_marks
 from .measure.worker import run_isolated
 from .store import ResultStore
@@ -373,7 +373,7 @@ class BenchPlan(Plan):
                 facts=result.facts or case_facts(case),  # a job that died returned none
             )
             self.results.append(result)
-            if result.status in (ERROR, OOM, INVALID):
+            if result.status in (ERROR, OOM, INVALID, TIMEOUT):
                 log.warning("%s: %s: %s", case.name(), result.status, result.error)
             _warn_marks(case, result, (outcome.environment or self.environment).threads)
             out.append(Stored(case.key(), case.name(), result.status))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -31,6 +33,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _rates_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """This machine's attention rate (measure/rate.py) is cached in a folder of the test session,
+    never the user's cache; subprocesses inherit it."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    yield
+    mp.undo()
 
 
 @pytest.fixture(autouse=True)

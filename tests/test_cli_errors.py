@@ -62,6 +62,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("bench-repeats-0", ["bench", "--repeats", "0"], "--repeats: must be an integer >= 1"),
     ("bench-timeout-negative", ["bench", "--isolate", "--timeout", "-5"], "must be a number > 0"),
     ("bench-budget-negative", ["bench", "--budget", "-1"], "--budget: must be a number >= 0"),
+    ("bench-time-limit-0", ["bench", "--time-limit", "0"], "--time-limit: must be a number > 0"),
     ("bench-budget-nan", ["bench", "--budget", "nan"], "expected a finite number"),
     ("bench-lengths-0", ["bench", "--lengths", "1024,0"], "must be an integer >= 1, got 0"),
     ("bench-lengths-text", ["bench", "--lengths", "1k"], "expected an integer, got '1k'"),
@@ -128,7 +129,6 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("import-missing-module", ["list", "--import", "no_such_zoo_plugin"], "No module named"),
     ("import-missing-file", ["--import", "nope/mine.py", "list"], "no file nope/mine.py"),
     # flags that conflict or do nothing
-    ("bench-timeout-without-isolate", ["bench", "--timeout", "5"], "--timeout needs --isolate"),
     (
         "bench-resume-with-run-id",
         ["bench", "--resume", "--run-id", "x"],
@@ -152,7 +152,20 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("task-list-with-table2", ["task", "--list", "--table2"], "--list and --table2 cannot be"),
     ("task-list-with-run-spec", ["task", "duplication", "--list"], "--list takes no RUN_SPEC"),
     ("task-table2-with-force", ["task", "--table2", "--force"], "--force needs a RUN_SPEC"),
-    ("report-unknown-flag", ["report", "--all"], "unrecognized argument --all (see 'zoo report"),
+    ("report-unknown-flag", ["report", "--xyz"], "unrecognized argument --xyz (see 'zoo report"),
+    # known before anything runs: a named kernel that cannot, a metric it cannot be measured with
+    (
+        "bench-named-kernel-that-cannot-run-here",
+        ["bench", "--backends", "linear", "--option", "linear.kernel=fla", "--lengths", "64"],
+        "linear kernel='fla' cannot run here: runs on cuda, not cpu; takes bfloat16, float16, "
+        "not float32; use kernel='auto' (picks scan); nothing was run or stored",
+    ),
+    (
+        "bench-flex-on-cpu-with-dispatch-mode-metrics",
+        ["bench", "--backends", "local", "--option", "local.kernel=flex", "--lengths", "64"],
+        "cannot be measured with metrics crosscheck, predict, flops: the storage tracker and the "
+        "FLOP counter are torch dispatch modes, which cannot follow flex_attention",
+    ),
     (
         "bench-option-for-a-backend-not-measured",
         ["bench", "--backends", "full", "--option", "lsh.num_hashes=4"],
@@ -303,6 +316,21 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(
     assert len(err.splitlines()) == 1, err
     assert "Traceback" not in err and message in err, err
     assert err.startswith("zoo"), err
+    assert snapshot(root) == before
+
+
+def test_bench_in_a_read_only_folder_names_store(
+    workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default store's folder cannot be made here: the line says how to give another."""
+    root, paths = workdir
+    if not paths["read_only_ok"]:
+        pytest.skip("cannot make a folder read-only here (root without chattr)")
+    monkeypatch.chdir(paths["ro_dir"])
+    before = snapshot(root)
+    code, _, err = run_zoo(["bench", "--backends", "full", "--lengths", "64"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "cannot create the results store's folder results" in err and "--store PATH" in err
     assert snapshot(root) == before
 
 

@@ -74,6 +74,21 @@ def test_a_flagged_time_names_the_noise_its_limit_was_calibrated_on(tmp_path: Pa
     )
 
 
+def test_the_gate_says_when_its_limits_were_calibrated_on_another_machine(tmp_path: Path) -> None:
+    path = tmp_path / "time-limits.json"
+    limits.write({NAME: 1.07}, runs=3, machine="vm", commit="abc", path=path, cpu="Xeon, 2 cores")
+    loaded = limits.Limits.load(path)
+    assert loaded.calibrated_elsewhere("ci-runner-17", "Xeon, 2 cores") is None  # same processor
+    note = loaded.calibrated_elsewhere("laptop", "Ryzen, 16 cores")
+    assert note is not None and "calibrated on vm (Xeon, 2 cores), not on this machine" in note
+    assert "gate.py --calibrate 3" in note
+    assert limits.Limits.uniform(1.3).calibrated_elsewhere("laptop", "Ryzen") is None
+    # an entry without its processor (an older calibration) is matched by machine name
+    old = {NAME: {"noise": 1.07, "limit": 1.14, "runs": 3, "machine": "vm"}}
+    assert limits.Limits(old).calibrated_elsewhere("vm", "any") is None
+    assert limits.Limits(old).calibrated_elsewhere("other", "any") is not None
+
+
 def test_deterministic_tracks_are_exact_and_a_decrease_is_a_note() -> None:
     regressions, _, _ = gate.judge([row(1000, 1020, "track", "bytes")], UNIFORM)
     assert regressions and "1.02x" in regressions[0] and "1,020 bytes" in regressions[0]

@@ -150,6 +150,25 @@ def test_generation_refuses_what_it_cannot_do():
     assert lm.eval().generate(ids, 0).shape == (1, 4)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_generation_past_the_models_length_is_refused_before_the_first_token(use_cache):
+    """A prompt and new tokens that need more positions than max_position_embeddings (64 here):
+    refused with the most new tokens that fit, before the model has run once; at that most, the
+    generation runs."""
+    lm = _lm(("sdpa", "local"), "standard")
+    ran = []
+    lm.reformer.tokens.register_forward_hook(lambda *_: ran.append(1))
+    ids = torch.randint(1, 13, (1, 60))
+    with pytest.raises(
+        InputError,
+        match=r"60 tokens and 8 new tokens need 67 positions, more "
+        r"than max_position_embeddings=64: generate at most 5 new tokens",
+    ):
+        lm.generate(ids, 8, use_cache=use_cache)
+    assert not ran
+    assert lm.generate(ids, 5, use_cache=use_cache).shape == (1, 65)
+
+
 def _hf_padded_lm(*layers: str) -> ReformerLM:
     """A model whose first layer runs HF's local semantics: its prompts are padded to chunks."""
     lm = _lm(("local", *layers), "standard")

@@ -209,7 +209,8 @@ def test_zoo_report_command_writes_the_folder_and_the_index(tmp_path, capsys):
         p.name for p in out.iterdir()
     }
     meta = json.loads((out / "report.json").read_text())
-    assert meta["command"] == f"zoo report --store {store} --out {out} --index {index}"
+    # a store outside the folder the command ran in: its file name (no machine's folders)
+    assert meta["command"] == f"zoo report --store {store.name} --out {out} --index {index}"
     readme = index.read_text()
     assert "[cpu-test](cpu-test/report.md)" in readme and meta["command"] in readme
     assert "`hand-written`" in readme

@@ -251,3 +251,36 @@ def test_the_index_records_commands_quoted_relative_and_with_their_imports(
     )
     assert f"| `{report}` |" in text
     assert shlex.split(report)[3] == "my results/zoo.sqlite"  # a shell takes it back whole
+
+
+def test_a_store_outside_the_folder_a_command_ran_in_is_recorded_by_its_file_name(tmp_path):
+    """A published report shows no machine's folders: a store elsewhere is its file name, one
+    under the folder its path from there; an older run's recorded command is made so when a
+    report is built from it (its runs.json, report.json and the index)."""
+    here = tmp_path / "repo"
+    here.mkdir()
+    elsewhere = "/root/out/gpu-check.sqlite"
+    assert recorded_command(["bench", "--store", elsewhere], cwd=here) == (
+        "zoo bench --store gpu-check.sqlite"
+    )
+    assert recorded_command([f"--store={elsewhere}"], cwd=here) == "zoo --store=gpu-check.sqlite"
+    inside = str(here / "results" / "a.sqlite")
+    assert recorded_command(["bench", "--store", inside], cwd=here) == (
+        "zoo bench --store results/a.sqlite"
+    )
+    store = make_store(tmp_path / "s.sqlite")
+    with ResultStore(store) as s:
+        meta = {"command": f"zoo bench --preset quick --store {elsewhere}"}
+        s._db.execute("UPDATE runs SET meta = ?", (json.dumps(meta),))
+        s._db.commit()
+    out, index = tmp_path / "reports" / "run", tmp_path / "reports" / "README.md"
+    out.parent.mkdir()
+    assert (
+        zoo_main(["report", "--store", str(store), "--out", str(out), "--index", str(index)]) == 0
+    )
+    for text in (
+        index.read_text(),
+        (out / "runs.json").read_text(),
+        (out / "report.json").read_text(),
+    ):
+        assert "/root/out" not in text and "--store gpu-check.sqlite" in text

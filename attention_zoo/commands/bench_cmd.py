@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
@@ -20,8 +21,10 @@ from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
+from ..measure.preflight import check_cases
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
+from ..measure.timing import CLOCKS, CPU_CLOCK, WALL
 from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
@@ -36,13 +39,13 @@ from .validate import (
     integers,
     names,
     number,
-    require,
     size,
 )
 
 EXAMPLE = """examples:
   zoo bench --preset quick
-      every backend through SelfAttention at 256 and 1024 tokens; prints a comparison table
+      every backend through SelfAttention at 256, 512 and 1024 tokens, CPU steps timed by the
+      process's CPU time at one thread (a busy machine still ranks them); prints a table
   zoo bench --backends full,sdpa,lsh --lengths 1024,4096 --modes forward,forward+backward \\
             --option lsh.num_hashes=1,4 --threads 2
       a grid from flags; a comma list in --option is an axis (here num_hashes 1 and 4)
@@ -62,9 +65,12 @@ EXAMPLE = """examples:
 
 Results go to --store (default: %(store)s), one row per metric, committed case by case.
 A case that fails is stored as 'error', an out-of-memory one as 'oom', one whose output breaks
-the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', and the
-sweep goes on. A time whose repeats disagree, or taken while other processes kept the cores busy,
-is marked 'ok (unstable)' / 'ok (busy)' and left out of time ratios.
+the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', one
+predicted past --time-limit (or stopped past --timeout) as 'timeout', and the sweep goes on;
+a named kernel that cannot run a case is refused before anything runs. A time whose repeats
+disagree, or taken while other processes kept the cores busy, is marked 'ok (unstable)' /
+'ok (busy)' and left out of time ratios. Ctrl-C stops within seconds, even inside one long
+operation; --resume then measures only the missing cases.
 Built-in presets: %(presets)s (or a path to a .toml file).
 
 %(rule)s
@@ -262,6 +268,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="torch threads, fixed and recorded (default: the preset's, else torch's)",
     )
     m.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        help="what a CPU step is timed by: wall (the wall clock) or cpu (the process's CPU time "
+        "at --threads 1: what the step costs, which other processes cannot inflate) (default: "
+        "the preset's, else wall)",
+    )
+    m.add_argument(
         "--metrics",
         type=choices(MEASURE_GROUPS, "metric group"),
         help=f"comma list of groups to measure: {', '.join(MEASURE_GROUPS)}",
@@ -275,11 +288,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "of available RAM, RLIMIT_AS and the cgroup limit, 'none', or a size like 8GiB "
         "(default: auto)",
     )
+    m.add_argument(
+        "--time-limit",
+        type=time_limit,
+        help="a case predicted to take longer (its FLOPs at this machine's attention rate, "
+        "measured once and cached) is stored as timeout and not run: seconds, or 'none' "
+        f"(default: the preset's, else {DEFAULT_TIME_LIMIT_S:g})",
+    )
     m.add_argument("--isolate", action="store_true", help="run each case in its own subprocess")
     m.add_argument(
         "--timeout",
         type=number(above=0),
-        help="with --isolate: seconds before a case is killed (stored as error)",
+        help="seconds a case may run (stored as timeout): it stops after the step that crosses "
+        "them, or with --isolate its process is killed then; a case predicted to take longer "
+        "is not run",
     )
     s = p.add_argument_group("store and output")
     s.add_argument(
@@ -309,9 +331,26 @@ def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> 
         changes["max_repeats"] = max(base.max_repeats, args.repeats)
     if args.threads is not None:
         changes["threads"] = args.threads
+        if args.threads != 1 and args.clock is None:  # a preset's CPU clock times one thread
+            changes["clock"] = WALL
+    if args.clock is not None:
+        changes["clock"] = args.clock
     if args.metrics is not None:
         changes["metrics"] = tuple(args.metrics)
+    if args.time_limit is not None:
+        changes["time_limit_s"] = None if math.isinf(args.time_limit) else args.time_limit
+    elif base.time_limit_s is None:
+        changes["time_limit_s"] = DEFAULT_TIME_LIMIT_S
+    changes["timeout_s"] = args.timeout
     return dataclasses.replace(base, **changes)
+
+
+DEFAULT_TIME_LIMIT_S = 300.0  # a few minutes: a longer case is asked for by --time-limit
+
+
+def time_limit(text: str) -> float:
+    """--time-limit: seconds > 0, or infinity for 'none' (no limit)."""
+    return math.inf if text == "none" else number(above=0)(text)
 
 
 def memory_limit(text: str) -> int | str | None:
@@ -353,14 +392,33 @@ def _describe_limit(limit: int | str | None) -> str:
     return format_bytes(limit) if limit else "none"
 
 
+def _describe_time(settings: MeasureSettings) -> str:
+    given = (("--time-limit", settings.time_limit_s), ("--timeout", settings.timeout_s))
+    limits = [f"{flag} {value:g} s" for flag, value in given if value is not None]
+    if not limits:
+        return "no time limit"
+    return "time limit per case " + " and ".join(limits) + " (predicted from its FLOPs first)"
+
+
+def _cpu_timed(warning: str) -> str:
+    """A busy-machine warning for a run timed by the process's CPU time: its first sentence (the
+    load), then why the times stand."""
+    first = warning.split(". ", 1)[0]
+    return (
+        f"note: {first.removeprefix('warning: ')}; CPU steps are timed by this process's CPU "
+        "time at one thread (--clock cpu), which other processes cannot inflate by taking the "
+        "core, so they are ranked (shared caches and memory can still slow them a little)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    require(args, "timeout", "isolate", "only a case in its own process can be stopped")
     policy = policy_from_args(args)
     grid, preset = grid_from_args(args, devices_present=True)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
     check_options_used(args, cases)
     check_reference(args.reference, cases)
+    check_cases(cases, settings.metrics)  # a named kernel that cannot run: refused, not stored
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)
     reference = args.reference or (preset.reference if preset else None) or DEFAULT_REFERENCE
@@ -382,12 +440,15 @@ def run(args: argparse.Namespace) -> int:
         continued_run(store, BenchPlan.kind, [c.key() for c in cases], policy)  # refused early
         print(
             f"{len(cases)} cases -> {store.path}; threads={settings.threads or 'torch default'}, "
-            f"memory limit {_describe_limit(limit)}; executor {where}",
+            f"memory limit {_describe_limit(limit)}; {_describe_time(settings)}; "
+            f"executor {where}",
             file=sys.stderr,
         )
         load_start = machine_load()  # one sample: warned about here, recorded with the run
+        # CPU steps timed by the process's CPU time: the load cannot inflate them
+        cpu_timed = settings.clock == CPU_CLOCK and all(c.device == "cpu" for c in cases)
         if warning := busy_warning(load_start, cpu_count(), threads):
-            print(f"zoo bench: {warning}", file=sys.stderr)
+            print(f"zoo bench: {_cpu_timed(warning) if cpu_timed else warning}", file=sys.stderr)
         try:
             result = run_sweep(
                 cases,
@@ -417,7 +478,7 @@ def run(args: argparse.Namespace) -> int:
         if result.load_end is not None and (
             warning := busy_warning(result.load_end, cpu_count(), threads, at_end=True)
         ):
-            print(f"zoo bench: {warning}", file=sys.stderr)
+            print(f"zoo bench: {_cpu_timed(warning) if cpu_timed else warning}", file=sys.stderr)
         wanted = {c.key() for c in cases}
         rows = [r for r in store.rows(result.run_id) if r["case_key"] in wanted]
         print(comparison_table(group_cases(rows), reference=reference))

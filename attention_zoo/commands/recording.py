@@ -1,7 +1,8 @@
 """How a command line is recorded with what it produced (a run's metadata, a report's report.json,
 the reports index): as a shell takes it back, each word quoted, paths under the folder it ran in
-made relative to it, and an `--import` for every plugin module it loaded that its words do not
-name (ZOO_IMPORT), so the command runs again as it is written."""
+made relative to it, a store elsewhere by its file name (no machine's folders in a published
+report), and an `--import` for every plugin module it loaded that its words do not name
+(ZOO_IMPORT), so the command runs again as it is written."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..paths import portable_words
 from ..plugins import ENV_VAR, split_targets
 
 
 def recorded_command(words: Sequence[str], *, cwd: str | Path | None = None) -> str:
-    """`zoo WORDS` quoted, with paths under `cwd` (default: the current folder) relative to it
-    and `--import` for each ZOO_IMPORT module the words leave out."""
+    """`zoo WORDS` quoted, with paths under `cwd` (default: the current folder) relative to it,
+    a store outside it by its file name, and `--import` for each ZOO_IMPORT module the words
+    leave out."""
     here = Path(cwd or os.getcwd()).resolve()
-    out = ["zoo", *(_relative(w, here) for w in words)]
+    out = ["zoo", *portable_words([_relative(w, here) for w in words])]
     named = {_relative(w, here) for w in words}
     for target in split_targets(os.environ.get(ENV_VAR, "")):
         target = _relative(target, here)

@@ -72,7 +72,21 @@ KIND_TEXT = {
 }
 UNKNOWN_KIND = "?"  # a backend this version does not know (a plugin not imported)
 EXACT_CLASS, APPROX_CLASS = "exact", "not exact"  # full vs pattern-or-approximate
-RATIO_WORDS = {"time": "time", "memory": "memory"}  # the ratio columns' first word
+RATIO_WORDS = {"time": "time", "memory": "memory", "state": "state"}  # ratio columns' first word
+PEAK, STATE = "peak_bytes", "state_bytes"  # the memory metrics a ratio or a ranking compares
+
+
+def memory_metric(mode: str) -> str:
+    """The memory a case of `mode` is compared by: a decode case by the decoding state it keeps
+    between tokens (its step's transient peak is shown beside it), any other by its peak."""
+    return STATE if mode == "decode" else PEAK
+
+
+def memory_word(metric: str) -> str:
+    """The RATIO_WORDS entry of a memory metric: `state x sdpa`, `memory x sdpa`."""
+    return "state" if metric == STATE else "memory"
+
+
 _KIND_ORDER = ("full", "pattern", "recurrent", "approximate")  # most exact first
 
 

@@ -70,6 +70,8 @@ _CATALOGUE = (
                label="timings made (more than one: timed again as unstable, measure/trust.py)"),
     MetricSpec(name="free_cores", unit="cores", group="time", deterministic=False,
                label="cores other processes left free while it was timed"),
+    MetricSpec(name="cpu_clock", unit="flag", group="time", deterministic=False,
+               label="timed by the process's CPU time at one thread (1), not the wall clock"),
     MetricSpec(name="resident_bytes", unit="bytes", group="memory", deterministic=True,
                label="resident memory (parameters, buffers, inputs, optimizer state)",
                fmt=format_bytes, shown_unit="MiB", scale=_MIB),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -22,18 +23,26 @@ from typing import Any
 import torch
 
 from ..attention.spec import BACKENDS
-from ..errors import ZooError
+from ..errors import ConfigError, ZooError
 from .cases import BenchCase, Runnable, build_runnable
+from .duration import (
+    LONG_CASE_S,
+    CaseTimedOut,
+    Expected,
+    WatchedStep,
+    expected_duration,
+    past_timeout,
+)
 from .fair import fair_rows
 from .fidelity import measure_fidelity
 from .kernels import kernel_names
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
-from .status import ERROR, INVALID, OK, OOM, SKIPPED
-from .timing import fixed_threads
+from .status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
+from .timing import CLOCKS, CPU_CLOCK, WALL, fixed_threads
 from .tracker import tracked_peak
-from .trust import time_until_stable
+from .trust import CPU_TIMED, time_until_stable
 from .validate import check_case
 
 log = logging.getLogger(__name__)
@@ -52,8 +61,21 @@ class MeasureSettings:
     memory_limit_bytes: int | None = None  # don't run a case predicted to need more (status oom)
     # time the cases that differ only in backend/options round-robin (their ratios are the result)
     interleave: bool = False
+    # don't run a case predicted (FLOPs at this machine's rate) to take longer (status timeout)
+    time_limit_s: float | None = None
+    timeout_s: float | None = None  # stop a case after the step that crosses it (status timeout)
+    # a CPU step timed by the wall clock, or by the process's CPU time at one thread ("cpu"):
+    # what the step costs, which other processes on the machine cannot inflate
+    clock: str = WALL
 
     def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ConfigError(f"clock {self.clock!r} is not one of: {', '.join(CLOCKS)}")
+        if self.clock == CPU_CLOCK and self.threads != 1:
+            raise ConfigError(
+                f"clock 'cpu' times one thread's work, so it needs threads = 1 (got "
+                f"{self.threads}); time more threads with the wall clock"
+            )
         unknown = sorted(set(self.metrics) - set(MEASURE_GROUPS))
         if unknown:
             raise ValueError(
@@ -113,10 +135,15 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """'Type: message (at file:line)' — enough to find it, short enough for a table."""
+    """'Type: message (at file:line)' — enough to find it, short enough for a table; an object's
+    default repr (`<pkg.Name object at 0x...>`) in the message is shown as its class name."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    text = _OBJECT_REPR.sub(lambda m: m.group(1).rsplit(".", 1)[-1], str(exc))
+    return f"{type(exc).__name__}: {text}{where}"
+
+
+_OBJECT_REPR = re.compile(r"<([\w.<>]+) object at 0x[0-9a-fA-F]+>")
 
 
 def prediction_rows(p: Prediction) -> list[Metric]:
@@ -171,6 +198,7 @@ class _Pending:
         self.runnable: Runnable | None = None
         self.result: CaseResult | None = None
         self.kernels: dict[str, str] = {}  # the implementation each backend's cores run
+        self.expected: Expected | None = None  # its predicted duration, where a limit asked
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -186,6 +214,8 @@ class _Pending:
 
     def fail(self, exc: Exception) -> None:
         log.debug("case %s failed", self.case.name(), exc_info=True)
+        if isinstance(exc, CaseTimedOut):
+            return self.finish(TIMEOUT, str(exc))
         self.finish(OOM if is_oom(exc) else ERROR, describe_error(exc))
 
     def prepare(self, settings: MeasureSettings, *, alone: bool = True) -> None:
@@ -196,7 +226,8 @@ class _Pending:
         if reason := _unsupported(case):
             return self.finish(SKIPPED, reason)
         prediction = None
-        if {"predict", "flops"} & set(settings.metrics) or settings.memory_limit_bytes:
+        limits = (settings.memory_limit_bytes, settings.time_limit_s, settings.timeout_s)
+        if {"predict", "flops"} & set(settings.metrics) or any(x is not None for x in limits):
             try:
                 prediction = predict_case(case)
             except Exception as exc:
@@ -214,15 +245,20 @@ class _Pending:
                     f"not run: predicted {prediction.total_bytes / 2**20:.1f} MiB > memory limit "
                     f"{limit / 2**20:.1f} MiB",
                 )
+            if refused := self.expect(settings, prediction.flops):
+                return self.finish(TIMEOUT, refused)
         if "fidelity" in settings.metrics:
             fidelity = measure_fidelity(case, settings.memory_limit_bytes)
             self.rows += fidelity.rows
             self.notes += [fidelity.note] if fidelity.note else []
+            if (over := past_timeout(self.start, settings.timeout_s, "its fidelity")) is not None:
+                return self.finish(TIMEOUT, over)
         if not {"time", "memory", "crosscheck"} & set(settings.metrics):
             return self.finish(OK)
         try:
             runnable = build_runnable(case)
             self.kernels = kernel_names(case, runnable.module)
+            runnable.step = self.watched(runnable.step, settings)
             invalid, note = check_case(runnable)  # one forward on the case's own inputs
             self.notes += [note] if note else []
             if invalid:
@@ -236,6 +272,42 @@ class _Pending:
             self.runnable = runnable
         else:
             self.finish(OK)
+
+    def expect(self, settings: MeasureSettings, flops: float) -> str | None:
+        """Predict the case's duration where a limit asks for it; why it is not run when the
+        prediction is past the time limit (or past --timeout: it would be stopped anyway)."""
+        limits = [t for t in (settings.time_limit_s, settings.timeout_s) if t is not None]
+        if not limits:
+            return None
+        self.expected = expected_duration(
+            self.case,
+            flops,
+            settings.metrics,
+            warmup=settings.warmup,
+            min_repeats=settings.min_repeats,
+        )
+        if self.expected.seconds <= min(limits):
+            return None
+        flag = "--time-limit" if min(limits) == settings.time_limit_s else "--timeout"
+        return (
+            f"not run: predicted {self.expected.describe()} > {flag} "
+            f"{_seconds_text(min(limits))}; raise {flag} to run it"
+        )
+
+    def watched(self, step: Callable[[], None], settings: MeasureSettings) -> Callable[[], None]:
+        """The case's step, watched for progress (an expected long case) and --timeout."""
+        long = self.expected if self.expected and self.expected.seconds >= LONG_CASE_S else None
+        if long is None and settings.timeout_s is None:
+            return step
+        if long is not None:
+            log.warning("%s: expected to take %s", self.case.name(), long.describe())
+        return WatchedStep(
+            step, self.case.name(), start=self.start, expected=long, timeout_s=settings.timeout_s
+        )
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:g} s"
 
 
 def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
@@ -254,6 +326,7 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         return run
 
     fns = {i: guarded(i, p.runnable.step) for i, p in enumerate(live) if p.runnable is not None}
+    cpu_timed = settings.clock == CPU_CLOCK and live[0].case.device == "cpu"
     timed = time_until_stable(
         fns,
         device=live[0].case.device,
@@ -262,6 +335,7 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         budget_s=settings.time_budget_s,
         max_repeats=settings.max_repeats,
         dropped=failed.__contains__,
+        clock=CPU_CLOCK if cpu_timed else WALL,
     )
     for i, p in enumerate(live):
         if i in failed:
@@ -277,6 +351,8 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         ]
         if t.free_cores is not None:
             rows.append(metric_row("free_cores", t.free_cores))
+        if cpu_timed:
+            rows.append(metric_row(CPU_TIMED, 1.0))
         p.rows += rows  # its marks follow from these rows (trust.timing_marks)
 
 

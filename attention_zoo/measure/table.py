@@ -11,11 +11,14 @@ from .cases import comparison_key
 from .labels import (
     DEFAULT_REFERENCE,
     KERNEL_HEADER,
+    PEAK,
     case_kind,
     case_label,
     facts_of,
     kernel_text,
     kind_text,
+    memory_metric,
+    memory_word,
     ratio_header,
     resolve_options,
     status_text,
@@ -31,7 +34,7 @@ from .throughput import (
     rate_notes,
     share_cell,
 )
-from .trust import MARK_RULES, time_trusted, timing_marks
+from .trust import CPU_TIME_NOTE, CPU_TIMED, MARK_RULES, time_trusted, timing_marks
 
 
 def format_table(
@@ -122,8 +125,12 @@ def comparison_table(
     headers = [*CASE_HEADERS, *varying, "computes", KERNEL_HEADER, "status"]
     headers += [m.column for m in columns]
     headers += [RATE_HEADER, SHARE_HEADER, "pred/meas"]
+    # memory ratios by what each case is compared by: peak, or a decode case's state (both kinds
+    # in one table: a column each)
+    compared = sorted({memory_metric(c["config"].get("mode", "")) for c in cases}) or [PEAK]
     if reference:
-        headers += [ratio_header("time", reference), ratio_header("memory", reference)]
+        headers += [ratio_header("time", reference)]
+        headers += [ratio_header(memory_word(metric), reference) for metric in compared]
     table = []
     order = sorted(
         cases,
@@ -163,14 +170,18 @@ def comparison_table(
             both_trusted = ref is not None and all(
                 time_trusted(x["status"], kinds[id(x)]) for x in (c, ref)
             )
+            mine = memory_metric(cfg.get("mode", ""))
+            line += [_ratio(m.get("time_median"), rm.get("time_median")) if both_trusted else "-"]
             line += [
-                _ratio(m.get("time_median"), rm.get("time_median")) if both_trusted else "-",
-                _ratio(meas, rm.get("peak_bytes")),
+                _ratio(m.get(metric), rm.get(metric)) if metric == mine else "-"
+                for metric in compared
             ]
         table.append(line)
     out = format_table(headers, table, right=range(2, len(headers)))
     if rates := rate_notes(order):
         out += "\n\n" + "\n".join(rates)
+    if any(c["metrics"].get(CPU_TIMED) for c in cases):
+        out += f"\n\n{CPU_TIME_NOTE}"
     if reference and cases and not referenced:
         backends = sorted({str(c["config"].get("backend", "?")) for c in cases})
         out += (
@@ -236,4 +247,5 @@ def _varying(cases: Sequence[dict[str, Any]]) -> list[str]:
 def _ratio(a: float | None, b: float | None) -> str:
     if a is None or not b:
         return "-"
-    return f"{a / b:.2f}x"
+    ratio = a / b
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"  # 0.0020x, not 0.00x

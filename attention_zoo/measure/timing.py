@@ -1,8 +1,10 @@
-"""Wall-clock timing of a callable: warm-up, repeats until a time budget, robust statistics.
+"""Timing of a callable: warm-up, repeats until a time budget, robust statistics.
 
 On CUDA each repeat is timed with CUDA events and the device is synchronised around it, so the
-time is the kernels' time, not the launch time. The torch thread count is recorded with every
-result because CPU timings mean nothing without it.
+time is the kernels' time, not the launch time. On the CPU a repeat is wall time, or with the
+CPU clock the process's CPU time (at one thread: what the step costs, which other processes
+cannot inflate by taking the core). The torch thread count is recorded with every result because
+CPU timings mean nothing without it.
 """
 
 from __future__ import annotations
@@ -59,7 +61,11 @@ def summarize(samples: Sequence[float], *, warmup: int, device: str) -> TimeStat
     )
 
 
-def _time_once(fn: Callable[[], Any], device: str) -> float:
+WALL, CPU_CLOCK = "wall", "cpu"  # what a CPU repeat is timed by
+CLOCKS = (WALL, CPU_CLOCK)
+
+
+def _time_once(fn: Callable[[], Any], device: str, clock: str = WALL) -> float:
     if torch.device(device).type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize(device)
@@ -68,9 +74,10 @@ def _time_once(fn: Callable[[], Any], device: str) -> float:
         end.record()
         torch.cuda.synchronize(device)
         return start.elapsed_time(end) / 1e3
-    t0 = time.perf_counter()
+    now = time.process_time if clock == CPU_CLOCK else time.perf_counter
+    t0 = now()
     fn()
-    return time.perf_counter() - t0
+    return now() - t0
 
 
 def time_call(
@@ -110,6 +117,7 @@ def time_interleaved(
     budget_s: float = 0.0,
     max_repeats: int | None = None,
     min_wall_s: float = 0.0,
+    clock: str = WALL,
 ) -> dict[Any, TimeStats]:
     """Time several callables round-robin (a, b, c, a, b, c, ...) so slow drift of the machine's
     load hits all of them alike; used where ratios between them are the result.
@@ -117,7 +125,7 @@ def time_interleaved(
     At least `repeats` rounds; more rounds while the time spent is below `budget_s` per callable
     on average, up to `max_repeats` rounds; and more, past `max_repeats`, until the rounds have
     lasted `min_wall_s` (the load during a timing can only be read over a long enough window).
-    One callable alone is timed as `time_call` times it.
+    One callable alone is timed as `time_call` times it. clock: WALL or CPU_CLOCK (CPU only).
     """
     max_repeats = max(repeats, max_repeats or repeats)
     if repeats < 1:
@@ -132,7 +140,7 @@ def time_interleaved(
         time.perf_counter() - start < min_wall_s
     ):
         for name, fn in fns.items():
-            dt = _time_once(fn, device)
+            dt = _time_once(fn, device, clock)
             samples[name].append(dt)
             spent += dt
         rounds += 1

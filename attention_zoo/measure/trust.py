@@ -14,7 +14,7 @@ import torch
 
 from .load import MIN_WINDOW_S, SLACK, free_cores, read_cpu, too_few_free
 from .status import OK
-from .timing import TimeStats, time_interleaved
+from .timing import WALL, TimeStats, time_interleaved
 
 # Quartiles a quarter of the median apart: the median itself is uncertain by about that much, more
 # than many of the differences a report ranks; an idle machine keeps CPU and CUDA steps within a
@@ -34,6 +34,12 @@ RETIMES = 2
 RETRY_MAX_BUDGETS = 3.0
 
 UNSTABLE, BUSY = "unstable", "busy"
+CPU_TIMED = "cpu_clock"  # the metric that says a time is the process's CPU time (never busy)
+CPU_TIME_NOTE = (
+    "times: the process's CPU time per step at one thread (--clock cpu), what the step costs; "
+    "other processes cannot inflate it by taking the core (they can still slow it a little "
+    "through shared caches and memory), so no such time is set aside as busy"
+)
 # What each kind of mark means, in one line (the tables' notes; a case's numbers are its rows).
 MARK_RULES = {
     UNSTABLE: (
@@ -94,13 +100,15 @@ def timing_marks(
     median, iqr, minimum = (metrics.get(k) for k in ("time_median", "time_iqr", "time_min"))
     if median is None:
         return []
+    if metrics.get(CPU_TIMED):  # the process's CPU time: other processes cannot inflate it
+        run_busy = None
     marks = []
     spread = None if iqr is None or minimum is None else unstable_reason(median, iqr, minimum)
     if reason := spread:
         attempts = metrics.get("time_attempts")
         timed = f" after {attempts:.0f} timing{'s' if attempts != 1 else ''}" if attempts else ""
         marks.append(Mark(UNSTABLE, f"unstable{timed}: {reason}"))
-    free = metrics.get("free_cores")
+    free = None if metrics.get(CPU_TIMED) else metrics.get("free_cores")
     if free is not None:
         if reason := busy_reason(free, threads, device):
             marks.append(Mark(BUSY, f"busy: {reason}"))
@@ -134,6 +142,7 @@ def time_until_stable(
     budget_s: float,
     max_repeats: int,
     dropped: Callable[[Any], bool] = lambda key: False,
+    clock: str = WALL,
 ) -> dict[Any, TrustedTime]:
     """Time `fns` round-robin (measure.timing.time_interleaved). While any of them is unstable,
     all of them are timed again together (up to RETIMES more times), so every stored time comes
@@ -145,14 +154,16 @@ def time_until_stable(
     with a budget lasts at least MIN_WINDOW_S where they can be read (more rounds than
     max_repeats for a fast step), so every such case has a reading of its own (budget 0: exactly
     `repeats` rounds, as asked). dropped(key):
-    a callable that failed (left out of the retries and of the choice)."""
+    a callable that failed (left out of the retries and of the choice). clock: CPU_CLOCK times
+    the process's CPU time, which other processes do not inflate: no load is read for it."""
     kept: dict[Any, TrustedTime] = {}
     kept_spread = float("inf")
     todo = dict(fns)
     attempt = 0
     while todo:
         attempt += 1
-        before, start = read_cpu(), time.perf_counter()
+        before = read_cpu() if clock == WALL else None
+        start = time.perf_counter()
         stats = time_interleaved(
             todo,
             device=device,
@@ -163,8 +174,10 @@ def time_until_stable(
             # a budgeted timing lasts long enough to read the load during it: a fast case would
             # otherwise have no reading, judged by the run's start and end samples instead
             min_wall_s=MIN_WINDOW_S if before is not None and budget_s > 0 else 0.0,
+            clock=clock,
         )
-        elapsed, free = time.perf_counter() - start, free_cores(before, read_cpu())
+        elapsed = time.perf_counter() - start
+        free = free_cores(before, read_cpu()) if before is not None else None
         live = {key: s for key, s in stats.items() if not dropped(key)}
         spread = max((s.iqr / s.median for s in live.values() if s.median > 0), default=0.0)
         unstable = any(unstable_reason(s.median, s.iqr, s.min) for s in live.values())

@@ -24,7 +24,7 @@ from .cases import BenchCase
 from .limits import capped, vm_size_bytes
 from .metrics import Metric
 from .runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
-from .status import ERROR, OOM
+from .status import ERROR, OOM, TIMEOUT
 
 MARKER = "@@zoo-result@@"
 # Headroom over the limit for what a fresh interpreter maps lazily (thread stacks, malloc arenas).
@@ -91,7 +91,7 @@ def run_isolated(
         )
     except subprocess.TimeoutExpired:
         return CaseResult(
-            case=case, status=ERROR, error=f"timed out after {timeout_s:.0f} s (subprocess killed)"
+            case=case, status=TIMEOUT, error=f"killed after {timeout_s:g} s (--timeout)"
         )
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.labels import DEFAULT_REFERENCE, facts_of
+from ..paths import portable_command, portable_words
 from . import accuracy, cost, decoding, fair, fidelity, misc, summary, variants
 from .browser import FIRST_SCREEN
 from .claims import ClaimsSource, claims_section
@@ -201,10 +202,11 @@ def _write_report(
     with writing(files.numbers):
         ctx.ledger.write(files.numbers)
     used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
-    used_runs = [r for r in ctx.runs if r["run_id"] in used]
+    used_runs = [{**r, "meta": _portable_meta(r["meta"])} for r in ctx.runs if r["run_id"] in used]
     with writing(files.runs):
         files.runs.write_text(json.dumps(used_runs, indent=1, default=str))
     measured_by = sorted({c for r in used_runs if (c := _command_of(r["meta"]))}) or measured_by
+    measured_by = [portable_command(c) for c in measured_by]
     meta = {
         "generator": GENERATOR,  # the folder's mark: zoo report may write here again
         "title": title,
@@ -232,6 +234,19 @@ def _captioned(block: Any) -> Any:
     if isinstance(block, Image) and not block.caption:
         return Image(block.path, block.alt, caption(block.path))
     return block
+
+
+def _portable_meta(meta: Any) -> Any:
+    """A run's metadata as a published runs.json holds it: its command's store named as a
+    reader can type it (paths.portable_command), never the measuring machine's folders."""
+    if not isinstance(meta, dict):
+        return meta
+    out = dict(meta)
+    if isinstance(out.get("command"), str):
+        out["command"] = portable_command(out["command"])
+    if isinstance(out.get("argv"), list):
+        out["argv"] = portable_words([str(w) for w in out["argv"]])
+    return out
 
 
 def _command_of(meta: dict[str, Any]) -> str:

@@ -13,6 +13,8 @@ from ..measure.labels import (
     UNKNOWN_KIND,
     kind_class,
     kind_text,
+    memory_metric,
+    memory_word,
     ratio_header,
     status_text,
 )
@@ -35,6 +37,12 @@ from .plots import caption, scaling_plot
 
 QUICK = "zoo bench --preset quick"
 MEMORY = "peak_bytes"
+PEAK_PER_STEP = "peak per token"  # a decode case's transient peak, beside the state it keeps
+DECODE_MEMORY_RULE = (
+    "A decode setting's variants are ranked and divided by their decoding **state** (what "
+    "decoding keeps between tokens); a token's transient peak is its own column, "
+    f"**{PEAK_PER_STEP}**."
+)
 
 
 def header(metric: str, short: str = "") -> str:
@@ -83,6 +91,12 @@ def rate_cells(ctx: Context, row: Any) -> list[str]:
         return [rate, PEAK_UNKNOWN]
     peak = {"peak_flops_per_s": found.peak.flops_per_s, "peak": found.peak.describe()}
     return [rate, ctx.ledger.derive("fraction", "peak_share", inputs, **peak)[1]]
+
+
+def memory_of(part: Any) -> str:
+    """The memory one setting's variants are ranked and divided by: a decode setting's decoding
+    state, any other's peak (labels.memory_metric)."""
+    return memory_metric(str(part["mode"].iloc[0])) if len(part) else MEMORY
 
 
 def settings(ctx: Context) -> list[tuple[str, Any]]:
@@ -195,19 +209,22 @@ def headline(ctx: Context) -> list[Any]:
             f"smaller is better). {BUSY_MARK} marks a time measured while the machine was busy, "
             f"{UNSTABLE_MARK} one whose repeats disagreed. {COMPUTES_RULE} {column_legend()}"
             + (f" {rate_legend()}" if has_rates(ctx.bench) else "")
+            + (f" {DECODE_MEMORY_RULE}" if any(memory_of(p) != MEMORY for _, p in groups) else "")
         ),
     ]
     if aside := ctx.set_aside():
         blocks.append(Para(aside))
-    time_header, memory_header = header(TIME), header(MEMORY)
+    time_header = header(TIME)
     for setting, part in groups:
         blocks.append(Heading(2, f"`{setting}`"))
         ok = part[part["status"] == OK]
+        memory = memory_of(part)
+        memory_header = header(memory)
         best_rows = []
         for _, at_n in ok.groupby("seq_len", sort=True):
-            fast, lean = best(at_n, TIME), best(at_n, MEMORY)
+            fast, lean = best(at_n, TIME), best(at_n, memory)
             cells = [ctx.config(at_n.iloc[0], "seq_len")]
-            for found, metric in ((fast, TIME), (lean, MEMORY)):
+            for found, metric in ((fast, TIME), (lean, memory)):
                 for cls in (EXACT_CLASS, APPROX_CLASS):
                     row = found[cls]
                     cells += (
@@ -236,7 +253,7 @@ def headline(ctx: Context) -> list[Any]:
         if not has_reference(part, ref):
             blocks.append(Para(f"No `{ref}` case in this setting: no ratios."))
         rows = []
-        extra = [m for m in extra_metrics() if any(m in x for x in part["metrics"])]
+        extra = [m for m in extra_metrics() if m != memory and any(m in x for x in part["metrics"])]
         rates = has_rates(part)
         for _, row in part.sort_values(["seq_len", "variant"]).iterrows():
             r = reference_row(part, row["seq_len"], ref, row["backend"])
@@ -249,8 +266,9 @@ def headline(ctx: Context) -> list[Any]:
                     ctx.metric(row, TIME, mark_time=True),
                     ctx.metric(row, "time_iqr", TIME),  # in the median's unit
                     ratio_cell(ctx, row, r, TIME),
-                    ctx.metric(row, MEMORY),
-                    ratio_cell(ctx, row, r, MEMORY),
+                    ctx.metric(row, memory),
+                    ratio_cell(ctx, row, r, memory),
+                    *([ctx.metric(row, MEMORY)] if memory != MEMORY else []),
                     *(ctx.metric(row, m) for m in extra),
                     *(rate_cells(ctx, row) if rates else ()),
                     note(row),
@@ -265,7 +283,8 @@ def headline(ctx: Context) -> list[Any]:
             header(TIME, METRICS["time_iqr"].column),  # shown in the median's unit
             ratio_header("time", ref),
             memory_header,
-            ratio_header("memory", ref),
+            ratio_header(memory_word(memory), ref),
+            *([header(MEMORY, PEAK_PER_STEP)] if memory != MEMORY else []),
             *(header(m) for m in extra),
             *((RATE_HEADER, SHARE_HEADER) if rates else ()),
             "note",
@@ -305,6 +324,8 @@ def scaling(ctx: Context) -> list[Any]:
             ctx.plots.append(path)
             alt = f"time and peak memory against length: {setting}"
             blocks.append(Image(path, alt, caption(path)))
+        memory = memory_of(part)
+        word = "state" if memory != MEMORY else "memory"
         fits = []
         for variant, vpart in ok.groupby("variant", sort=True):
             fits.append(
@@ -312,13 +333,14 @@ def scaling(ctx: Context) -> list[Any]:
                     f"`{variant}`",
                     computes(vpart.iloc[0]),
                     *_exponent(ctx, vpart, TIME),
-                    *_exponent(ctx, vpart, MEMORY),
+                    *_exponent(ctx, vpart, memory),
                 ]
             )
         blocks.append(
-            Table(["variant", "computes", "time exponent", "R²", "memory exponent", "R²"], fits)
+            Table(["variant", "computes", "time exponent", "R²", f"{word} exponent", "R²"], fits)
         )
-        for metric, name in ((TIME, "time"), (MEMORY, "peak memory")):
+        kept = "decoding state" if memory != MEMORY else "peak memory"
+        for metric, name in ((TIME, "time"), (memory, kept)):
             table = _crossovers(ctx, ok, metric)
             if table is not None:
                 blocks += [

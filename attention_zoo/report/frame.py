@@ -18,7 +18,8 @@ from ..measure.cases import BenchCase
 from ..measure.labels import case_kind, case_label, kernel_text, measured_on_peer, resolve_options
 from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
-from ..measure.trust import BUSY, UNSTABLE, busy_threads, timing_marks
+from ..measure.timing import CPU_CLOCK
+from ..measure.trust import BUSY, CPU_TIMED, UNSTABLE, busy_threads, timing_marks
 
 SELECTION_RULE = (
     "one row per configuration (every case parameter, options resolved against their defaults, "
@@ -39,8 +40,10 @@ SETTING = (
     "device",
     "device_name",
     "threads",
+    "clock",
 )
 TASK_KIND = "task"
+CPU_TIME = "CPU time"  # a setting timed by the process's CPU time (trust.CPU_TIMED), so named
 
 
 def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
@@ -75,7 +78,9 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
         )
         kinds = {m.kind for m in marks}
         busy = None  # the case's own reading decides when it has one; else the run's load
-        if "free_cores" in case["metrics"]:
+        if case["metrics"].get(CPU_TIMED):  # the process's CPU time: never busy
+            busy = False
+        elif "free_cores" in case["metrics"]:
             busy = BUSY in kinds
         elif _load_recorded(run):
             busy = run_busy is not None
@@ -88,6 +93,7 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
                 "load_end": load_end,
                 "cpu_count": cpu_count,
                 "busy": busy,
+                "clock": _clock(case, run),
                 "unstable": UNSTABLE in kinds,
                 "marks": [m.reason for m in marks],
             }
@@ -96,6 +102,17 @@ def case_frame(rows: Any, runs: list[dict[str, Any]] | None = None) -> Any:
     if frame.empty:
         return frame
     return frame.sort_values("created_at", kind="stable").reset_index(drop=True)
+
+
+def _clock(case: dict[str, Any], run: dict[str, Any]) -> str:
+    """CPU_TIME for a case timed by the process's CPU time, or one of a run timed so that has
+    no time (unavailable, failed): it belongs to that run's settings; else ''."""
+    if case["metrics"].get(CPU_TIMED):
+        return CPU_TIME
+    settings = (run.get("meta") or {}).get("settings") or {}
+    on_cpu = case["config"].get("device", "cpu") == "cpu"
+    timed = "time_median" in case["metrics"]
+    return CPU_TIME if on_cpu and not timed and settings.get("clock") == CPU_CLOCK else ""
 
 
 def _run_busy(run: dict[str, Any], threads: int) -> str | None:
@@ -203,6 +220,7 @@ def setting_text(row: dict[str, Any]) -> str:
     if row.get("new_tokens"):
         parts.append(f"new_tokens={row['new_tokens']}")
     parts += [row["dtype"], f"{row['device']} ({row['device_name']})", f"threads={row['threads']}"]
+    parts += [row["clock"]] if row.get("clock") else []
     return ", ".join(parts)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import quote
 
+from ..paths import portable_command
 from .output import META_FILE, ReportWriteError, report_meta, write_text_atomic
 
 # The generated section's first and last lines (edits between them are replaced).
@@ -82,11 +83,14 @@ def _lines(root: Path) -> list[str]:
             other.append(folder.name)
             continue
         link = quote(folder.name)
-        measured = "<br>".join(_code(c) for c in meta.get("measured_by", [])) or "-"
+        measured = (
+            "<br>".join(_code(portable_command(c)) for c in meta.get("measured_by", [])) or "-"
+        )
         summary = f" ([summary]({link}/summary.md))" if (folder / "summary.md").exists() else ""
         generated.append(
             f"| [{_cell(folder.name)}]({link}/report.md){summary} | {_cell(meta.get('title', ''))} "
-            f"| {meta.get('built', '')} | {measured} | {_code(meta.get('command', ''))} |"
+            f"| {meta.get('built', '')} | {measured} | "
+            f"{_code(portable_command(meta.get('command', '')))} |"
         )
     lines = []
     if generated:

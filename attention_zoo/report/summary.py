@@ -9,11 +9,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..measure.labels import APPROX_CLASS, EXACT_CLASS, kind_class
+from ..measure.labels import APPROX_CLASS, EXACT_CLASS, UNKNOWN_KIND, kind_class
 from ..measure.metrics import METRICS, approx_error_name
-from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED
+from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
+from ..store import run_status
 from .claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimsSource, claim_verdicts
-from .context import TIME, Context, flag
+from .context import TIME, Context, flag, trusted
 from .cost import (
     MEMORY,
     NOT_ENOUGH,
@@ -21,6 +22,7 @@ from .cost import (
     best,
     crossover_text,
     has_reference,
+    memory_of,
     ratio_cell,
     reference_row,
     series,
@@ -29,22 +31,37 @@ from .cost import (
 )
 from .decoding import cheapest
 from .document import Heading, Para, Table, anchor
+from .frame import CPU_TIME
 
 TITLE = "Summary"
 SHOWN_ERROR = approx_error_name("peaked")  # sharp attention: where an approximation's error shows
 # How the summary counts cases without numbers (status -> words).
-SET_ASIDE = {OOM: "out of memory", SKIPPED: "unavailable here", ERROR: "failed", INVALID: "invalid"}
+SET_ASIDE = {
+    OOM: "out of memory",
+    SKIPPED: "unavailable here",
+    ERROR: "failed",
+    INVALID: "invalid",
+    TIMEOUT: "over the time limit",
+}
 VERDICT_ORDER = (HOLDS, WEAKER, FAILS, UNDECIDED, NOT_MEASURED)
 CLAIMS_SECTION, MISSING_SECTION = "Claims", "Cases without numbers"
+CPU_TIME_RULE = (
+    f"Settings named `{CPU_TIME}` were timed by the process's CPU time at one thread: other "
+    "processes cannot inflate it by taking the core, so a busy machine still ranks them."
+)
 
 
 def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ()) -> list[Any]:
     """The Summary section's blocks (heading first); `reproductions`: whose claims to count."""
     blocks: list[Any] = [Heading(1, TITLE)]
+    if text := _unfinished(ctx):
+        blocks.append(Para(text))
     groups = settings(ctx)
     if groups:
         table, wins = _table(ctx, groups)
         blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
+        if text := _reference_unbeaten(ctx, groups):
+            blocks.append(Para(text))
         blocks += cheapest(ctx)  # generation: the cheapest token per context length
     else:
         blocks.append(Para(_holdings(ctx, rows, reproductions)))
@@ -72,6 +89,24 @@ def _holdings(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) ->
     return (
         f"This report holds {' and '.join(held)}. It has no time or memory of an attention "
         f"variant: `{QUICK}` measures them."
+    )
+
+
+def _unfinished(ctx: Context) -> str:
+    """A line for the runs whose cases this report shows that had not finished when it was
+    built (still writing, killed, or interrupted): their numbers are a part of what was asked."""
+    used = set(ctx.cases["run_id"]) if not ctx.cases.empty else set()
+    # a run read back from an old report.md has no metadata: whether it finished is unknown
+    late = [(r["run_id"], run_status(r)) for r in ctx.runs if r["run_id"] in used and r["meta"]]
+    late = [(run, status) for run, status in late if status != "finished"]
+    if not late:
+        return ""
+    runs = ", ".join(f"`{run}` ({status})" for run, status in late)
+    return (
+        f"**Not finished**: run{'s' if len(late) > 1 else ''} {runs} had not finished when this "
+        "report was built (still running, stopped or killed), so it shows only the cases stored "
+        "by then; build it again once the run ends (an interrupted run: the same `zoo bench` "
+        "command with `--resume` first)."
     )
 
 
@@ -107,6 +142,7 @@ def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
         f"against full attention on peaked inputs (`{SHOWN_ERROR}`; zero: the same output). "
         "Times taken on a busy machine or with disagreeing repeats are never ranked, and no "
         "variant of their class is named fastest beside them."
+        + (f" {CPU_TIME_RULE}" if (bench["clock"] == CPU_TIME).any() else "")
     )
 
 
@@ -150,6 +186,44 @@ def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -
     return text
 
 
+def _reference_unbeaten(ctx: Context, groups: list[tuple[str, Any]]) -> str:
+    """The settings where the reference is faster than every not-exact variant at every length
+    measured, said plainly (only where every such time there is ranked: none set aside)."""
+    ref = ctx.reference
+    found = []
+    for setting, part in groups:
+        ok = part[part["status"] == OK]
+        lengths = []
+        for n, at_n in ok.groupby("seq_len", sort=True):
+            mine = reference_row(part, n, ref)
+            others = [r for _, r in at_n.iterrows() if r["computes"] not in ("full", UNKNOWN_KIND)]
+            timed = [r for r in others if TIME in r["metrics"]]
+            if mine is None or not trusted(mine, TIME) or not timed:
+                break
+            if not all(trusted(r, TIME) for r in timed):
+                break
+            if min(r["metrics"][TIME] for r in timed) <= mine["metrics"][TIME]:
+                break
+            lengths.append(at_n.iloc[0])
+        else:
+            if lengths:
+                found.append((setting, lengths))
+    if not found:
+        return ""
+    names = short_settings([s for s, _ in groups])
+    parts = [
+        f"`{names[setting]}` (L {ctx.config(rows[0], 'seq_len')} to "
+        f"{ctx.config(rows[-1], 'seq_len')})"
+        for setting, rows in found
+    ]
+    return (
+        f"`{ref}` is faster than every not-exact variant at every measured length in "
+        + ", ".join(parts)
+        + ": at these lengths on this machine no pattern or approximation saves time over it "
+        "(measure longer lengths to find where one does)."
+    )
+
+
 def _has_error(part: Any) -> bool:
     """Whether any case of the setting has its approx_error (else the setting says so once)."""
     return any(SHOWN_ERROR in m for m in part["metrics"])
@@ -182,7 +256,7 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
                 "" if _has_error(part) else " (approx_error not measured)"
             )
             cells = [name if first else "", ctx.config(at_n.iloc[0], "seq_len")]
-            for word, metric in (("fastest", TIME), ("leanest", MEMORY)):
+            for word, metric in (("fastest", TIME), ("leanest", memory_of(part))):
                 found = best(at_n, metric)
                 for cls in (EXACT_CLASS, APPROX_CLASS):
                     cells.append(
@@ -190,22 +264,25 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
                     )
                     if found[cls] is not None:
                         wins.setdefault(f"{word} {cls}", []).append((found[cls], metric))
-            cells += [_crossing(ctx, ok, TIME), _crossing(ctx, ok, MEMORY)] if first else ["", ""]
+            crossings = [_crossing(ctx, ok, TIME), _crossing(ctx, ok, memory_of(part))]
+            cells += crossings if first else ["", ""]
             rows.append(cells)
             first = False
+    by = _memory_words({memory_of(part) for _, part in groups})
     headers = [
         "setting",
         "L",
         f"fastest {EXACT_CLASS}",
         f"fastest {APPROX_CLASS}",
-        f"leanest {EXACT_CLASS}",
-        f"leanest {APPROX_CLASS}",
+        f"leanest {EXACT_CLASS}{by}",
+        f"leanest {APPROX_CLASS}{by}",
         "time crossover",
-        "memory crossover",
+        f"memory crossover{by}",
     ]
     caption = (
         "Per setting (the parameters that differ between settings) and length: the variant with "
-        "the smallest median time and the smallest peak memory in each class, with its ratio to "
+        "the smallest median time and the smallest memory in each class (peak memory; a decode "
+        "setting's decoding state, what it keeps between tokens), with its ratio to "
         f"`{ctx.reference}` (not ranked: the named variants' times were set aside, and any of "
         "them might be the fastest; none ranked: no variant of that class has a number there; "
         "none measured: no variant of that class at that length); a crossover is where the "
@@ -213,6 +290,13 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         "one best there."
     )
     return Table(headers, rows, caption=caption), wins
+
+
+def _memory_words(metrics: set[str]) -> str:
+    """What the leanest columns compare, as a header suffix: peak memory alone says nothing."""
+    if metrics == {MEMORY}:
+        return ""
+    return " (state)" if MEMORY not in metrics else " (peak; decode: state)"
 
 
 def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
@@ -238,7 +322,7 @@ def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
 
 def _claims(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource]) -> str:
     verdicts = claim_verdicts(rows, reproductions)
-    if not verdicts:
+    if all(v == NOT_MEASURED for v, _ in verdicts):  # no reproduction's rows in the store
         return ""
     counts = Counter(v for v, _ in verdicts)
     # undecided is always counted (zero included): a claim the run could not decide is news

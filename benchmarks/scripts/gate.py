@@ -735,6 +735,9 @@ def time_verdict(gate: Gate, base: str, head: str, limits: time_limits.Limits) -
     for line in compared(result.rows):
         print(f"gate: {line}")
     verdict = Verdict(*judge(result.rows, limits), rows=result.rows)
+    if elsewhere := limits.calibrated_elsewhere(args.machine, time_limits.this_cpu()):
+        say(f"note: {elsewhere}")
+        verdict.notes.insert(0, elsewhere)
     flagged = over_limit(result.rows, limits)
     if not flagged or args.no_confirm or verdict.failures:
         return verdict

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import re
 import time
 from collections.abc import Mapping
@@ -62,6 +64,24 @@ class Limits:
     def uniform(cls, factor: float) -> Limits:
         return cls({}, factor)
 
+    def calibrated_elsewhere(self, machine: str, cpu: str) -> str | None:
+        """A note when no limit was calibrated on this machine (matched by the processor an
+        entry records, else by its machine name): another machine's noise is not this one's."""
+        if self.factor is not None or not self.entries:
+            return None
+        found = self.entries.values()
+        if any((e["cpu"] == cpu) if e.get("cpu") else e.get("machine") == machine for e in found):
+            return None
+        where = sorted(
+            {e.get("machine", "?") + (f" ({e['cpu']})" if e.get("cpu") else "") for e in found}
+        )
+        return (
+            f"the time limits were calibrated on {', '.join(where)}, not on this machine "
+            f"({machine}, {cpu}): they may flag noise here as a slowdown or miss one; calibrate "
+            "them where the gate runs (a CI runner too) with `python benchmarks/scripts/gate.py "
+            "--calibrate 3` and commit benchmarks/baselines/time-limits.json"
+        )
+
     def for_benchmark(self, name: str) -> Limit:
         if self.factor is not None:
             return Limit(self.factor, "--factor")
@@ -82,13 +102,38 @@ class Limits:
         )
 
 
+def this_cpu() -> str:
+    """This machine's processor and core count, as a calibration records where it ran."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name
+            )
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
 def write(
-    worst: Mapping[str, float], runs: int, machine: str, commit: str, path: Path = PATH
+    worst: Mapping[str, float],
+    runs: int,
+    machine: str,
+    commit: str,
+    path: Path = PATH,
+    cpu: str | None = None,
 ) -> Limits:
     """Store the limits drawn from a calibration's largest ratios, keeping the entries of other
-    benchmarks (another device's, an earlier calibration's); returns what was written."""
+    benchmarks (another device's, an earlier calibration's); returns what was written. cpu: the
+    machine's processor (default: this one's), what the gate tells machines apart by."""
     entries = dict(Limits.load(path).entries)
-    when = {"runs": runs, "machine": machine, "commit": commit[:12], "date": time.strftime("%F")}
+    when = {
+        "runs": runs,
+        "machine": machine,
+        "cpu": cpu or this_cpu(),
+        "commit": commit[:12],
+        "date": time.strftime("%F"),
+    }
     for name, noise in worst.items():
         entries[name] = {"noise": round(noise, 4), "limit": from_noise(noise), **when}
     about = (

@@ -1,0 +1,129 @@
+"""What is known about a case before it runs: a named kernel that cannot compute it here, or a
+metric its implementation cannot be measured with. `zoo bench` refuses such a grid in one line
+before the store is opened, instead of storing an error row per case."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..attention.base import AttentionCore
+from ..attention.kernels.dispatch import AUTO, Call
+from ..attention.spec import BACKENDS
+from ..errors import UsageError, ZooError
+from .cases import DECODE_MODES, DTYPES, BenchCase
+
+# metric groups measured under torch dispatch modes (the storage tracker, the FLOP counter)
+DISPATCH_GROUPS = ("crosscheck", "predict", "flops")
+PROBE_LENGTH = 128  # tokens of the probe that runs a named kernel under a dispatch mode
+
+
+class _PassThrough(TorchDispatchMode):
+    """A dispatch mode that changes nothing: what the tracker and the FLOP counter run under."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def refusal(case: BenchCase, metrics: Sequence[str]) -> str | None:
+    """Why `case` cannot run as asked, known without running it (one line), or None."""
+    core = _named_core(case)
+    if core is None:
+        return None
+    call = Call(
+        torch.device(case.device).type,
+        DTYPES[case.dtype],
+        case.seq_len,
+        case.head_dim,
+        dropout=_trains(case) and bool(core.dropout_p),
+    )
+    try:
+        impl = core.pick(call)
+    except ZooError as exc:  # the dispatch rule's one line: reasons and auto's pick
+        return str(exc)
+    traced = [g for g in DISPATCH_GROUPS if g in metrics]
+    if traced and call.device == "cpu" and (op := _untraceable(core, case)):
+        kept = ",".join(g for g in metrics if g not in DISPATCH_GROUPS) or "time"
+        return (
+            f"{case.backend} kernel={impl.name!r} on cpu cannot be measured with metrics "
+            f"{', '.join(traced)}: the storage tracker and the FLOP counter are torch dispatch "
+            f"modes, which cannot follow {op} (a higher-order operator); measure it with "
+            f"--metrics {kept}, or use kernel='auto' (picks {_auto_pick(core, call)})"
+        )
+    return None
+
+
+def check_cases(cases: Iterable[BenchCase], metrics: Sequence[str]) -> None:
+    """Raise UsageError naming the first refused case's reason and how many cases share it."""
+    refused: dict[str, list[BenchCase]] = {}
+    for case in cases:
+        if reason := refusal(case, metrics):
+            refused.setdefault(reason, []).append(case)
+    if not refused:
+        return
+    reason, which = next(iter(refused.items()))
+    count = sum(len(c) for c in refused.values())
+    more = f" (and {count - 1} more case{'s' if count > 2 else ''})" if count > 1 else ""
+    raise UsageError(f"{which[0].name()}: {reason}{more}; nothing was run or stored")
+
+
+def _named_core(case: BenchCase) -> AttentionCore | None:
+    """The case's core on the meta device when its options name a kernel (not auto), else None."""
+    if len(case.backends()) != 1 or case.backend not in BACKENDS:
+        return None
+    if case.options.get("kernel", AUTO) == AUTO:
+        return None
+    spec = BACKENDS.get(case.backend)
+    causal = True if case.mode in DECODE_MODES else case.causal
+    try:
+        with torch.device("meta"):
+            core = spec.cls(spec.make_config(**case.options), causal=causal)
+    except (ZooError, TypeError):  # options it does not take: the grid's own check says so
+        return None
+    return core if isinstance(core, AttentionCore) else None
+
+
+def _trains(case: BenchCase) -> bool:
+    """Whether the case runs its core in training mode (where attention dropout applies)."""
+    if case.mode in DECODE_MODES:
+        return False
+    return not (case.target == "model" and case.mode == "forward")
+
+
+def _untraceable(meta_core: AttentionCore, case: BenchCase) -> str | None:
+    """The higher-order operator the case's implementation runs that a dispatch mode cannot
+    follow (its name), found by a short forward on the CPU under one; None when it follows."""
+    spec = BACKENDS.get(case.backend)
+    causal = meta_core.causal
+    n = min(case.seq_len, PROBE_LENGTH)
+    dtype = DTYPES[case.dtype]
+    try:
+        core = spec.cls(spec.make_config(**case.options), causal=causal).to(dtype).eval()
+        qkv = [torch.randn(1, 1, n, case.head_dim, dtype=dtype) for _ in range(3)]
+        if spec.caps.shared_qk:
+            qkv[1] = qkv[0]
+        with torch.no_grad(), _PassThrough():
+            core(*qkv)
+    except NotImplementedError as exc:
+        text = str(exc)
+        if "HigherOrderOperator" in text:
+            return _operator_name(text)
+        return None
+    except Exception:  # anything else fails the case itself, where it is reported
+        return None
+    return None
+
+
+def _operator_name(text: str) -> str:
+    """'flex_attention' from torch's 'no rule registered for HigherOrderOperator flex_attention'."""
+    words = text.split("HigherOrderOperator", 1)[1].split()
+    return words[0].rstrip(".,") if words else "an operator"
+
+
+def _auto_pick(core: AttentionCore, call: Call) -> str:
+    try:
+        return type(core).kernels.pick("", AUTO, core, call).name
+    except ZooError:
+        return "none: nothing runs here"
