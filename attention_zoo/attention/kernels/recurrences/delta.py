@@ -2,8 +2,8 @@
 
 S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T, o_t = scale S_t^T q_t (Yang et al. 2024,
 "Parallelizing Linear Transformers with the Delta Rule over Sequence Length"; Yang et al. 2025,
-"Gated Delta Networks"). Within a chunk the written values come from one unit lower-triangular
-solve; only the state (b, h, dk, dv) crosses chunks.
+"Gated Delta Networks"). Within a chunk the written values come from unit lower-triangular
+solves; only the state (b, h, dk, dv) crosses chunks, one matmul per chunk.
 """
 
 from __future__ import annotations
@@ -39,20 +39,14 @@ def chunk_delta(
     # (b h nc) c d: the chunks of every head as one batch of small matrices; padding keys and
     # beta with zeros writes nothing, log_decay = 0 keeps the state as it is
     q, k, v, beta = (_chunks(t.to(wide), c) for t in (q, k, v, beta[..., None]))
-    q = q * scale
     decay = None if log_decay is None else _chunks(log_decay[..., None].to(wide), c)[..., 0]
-    nc = q.shape[0] // (b * h)
     state = k.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(wide)
 
-    parts = _within_chunks(q, k, v, beta, decay)
-    starts = _chunk_starts(parts, state.flatten(0, 1), nc)  # (b h nc) dk dv
-    u = torch.baddbmm(parts.values, parts.writes_from_start, starts, alpha=-1)
+    parts = _within_chunks(q, k, v, beta, decay, scale)
+    starts, final = _chunk_starts(parts.maps, parts.shifts, state.flatten(0, 1))
+    u = torch.baddbmm(parts.values, parts.minus_writes, starts)  # what each chunk writes
     o = torch.baddbmm(parts.queries @ starts, parts.scores, u)  # (b h nc) c dv
-    o = o.unflatten(0, (b, h, nc)).flatten(2, 3)[:, :, :n]
-    # the last chunk's update, which the scan over chunk starts leaves out
-    last = starts[nc - 1 :: nc]
-    last = last if parts.decay is None else last * parts.decay[nc - 1 :: nc]
-    final = torch.baddbmm(last, parts.keys_to_end[nc - 1 :: nc].mT, u[nc - 1 :: nc])
+    o = o.unflatten(0, (b, h, -1)).flatten(2, 3)[:, :, :n]
     return o.to(dtype), final.unflatten(0, (b, h))
 
 
@@ -65,54 +59,67 @@ def _chunks(x: Tensor, c: int) -> Tensor:
 
 
 class _Chunks(NamedTuple):
-    """Every chunk's part of the recurrence that does not depend on the incoming state S, as
-    ((b h nc), c, *) tensors: the chunk's outputs are queries S + scores (values - W S), with
-    W = writes_from_start, and its final state is decay (I - keys^T writes) S + keys_to_end^T
-    (values - W S)."""
+    """Each chunk's part of the recurrence that does not depend on its incoming state S, as
+    ((b h nc), *, *) tensors: the chunk writes u = values + minus_writes S, outputs queries S +
+    scores u and leaves maps S + shifts."""
 
-    queries: Tensor  # scale q, decayed from the chunk's start
-    keys: Tensor
-    keys_to_end: Tensor  # decayed to the chunk's end
+    queries: Tensor  # scale * q, decayed from the chunk's start
     scores: Tensor  # (B, c, c): causal, decayed query-key products
-    values: Tensor  # U: the values the chunk writes from a zero state
-    writes: Tensor  # W: how the written values depend on the state (without decays)
-    writes_from_start: Tensor  # W decayed from the chunk's start
-    decay: Tensor | None  # (B, 1, 1): the whole chunk's decay
+    values: Tensor  # (B, c, dv): the values written from a zero state (U)
+    minus_writes: Tensor  # (B, c, dk): -W, how they depend on the state, decayed from the start
+    maps: Tensor  # (B, dk, dk): a (I - K^T W)
+    shifts: Tensor  # (B, dk, dv): K^T U, keys decayed to the chunk's end
 
 
-def _within_chunks(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, decay: Tensor | None) -> _Chunks:
+def _within_chunks(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, decay: Tensor | None, scale: float
+) -> _Chunks:
     """The UT transform of every chunk at once, from (B, c, *) inputs: with A = strictly-lower(
     diag(beta) K K^T * decays), (I + A) U = diag(beta) V; W solves the same system without decays
     (decays scale W's rows, so W never holds their products: no subnormal numbers)."""
     c = k.shape[-2]
     causal = torch.ones(c, c, dtype=torch.bool, device=k.device).tril()
-    k_beta, v_beta = k * beta, v * beta
-    lower = k_beta @ k.mT  # only the strictly lower part is read
+    lower = (k * beta) @ k.mT  # only the strictly lower part is read
+    minus_k_beta = k * -beta
+    v_beta = v * beta
+    q = q * scale
     scores = q @ k.mT
+    eye = torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
     if decay is None:
-        solved = torch.linalg.solve_triangular(
-            lower, torch.cat([v_beta, k_beta], dim=-1), upper=False, unitriangular=True
+        solved = _solve_unit_lower(lower, torch.cat([v_beta, minus_k_beta], dim=-1))
+        values, minus_writes = solved.split([v.shape[-1], k.shape[-1]], dim=-1)
+        return _Chunks(
+            queries=q,
+            scores=scores.masked_fill_(~causal, 0),
+            values=values,
+            minus_writes=minus_writes,
+            maps=torch.baddbmm(eye, k.mT, minus_writes),
+            shifts=k.mT @ values,
         )
-        values, writes = solved.split([v.shape[-1], k.shape[-1]], dim=-1)
-        scores = scores.masked_fill_(~causal, 0)
-        return _Chunks(q, k, k, scores, values, writes, writes, None)
     cum = decay.cumsum(-1)  # (B, c): log of the decay from the chunk's start
     # exp(c_i - c_j) only where i >= j (<= 0 there): never the exponential of a positive sum
     gaps = _exp_decay((cum[:, :, None] - cum[:, None, :]).masked_fill_(~causal, -torch.inf))
-    values = torch.linalg.solve_triangular(lower * gaps, v_beta, upper=False, unitriangular=True)
-    writes = torch.linalg.solve_triangular(lower, k_beta, upper=False, unitriangular=True)
+    values = _solve_unit_lower(lower * gaps, v_beta)
+    minus_writes = _solve_unit_lower(lower, minus_k_beta)
     last = cum[:, -1:]  # (B, 1)
     from_start = _exp_decay(cum)[..., None]
+    to_end = _exp_decay(last - cum)[..., None]
     return _Chunks(
         queries=q * from_start,
-        keys=k,
-        keys_to_end=k * _exp_decay(last - cum)[..., None],
         scores=scores * gaps,
         values=values,
-        writes=writes,
-        writes_from_start=writes * from_start,
-        decay=_exp_decay(last)[..., None],
+        minus_writes=minus_writes * from_start,
+        maps=torch.baddbmm(eye, k.mT, minus_writes) * _exp_decay(last)[..., None],
+        shifts=(k * to_end).mT @ values,
     )
+
+
+def _solve_unit_lower(lower: Tensor, rhs: Tensor) -> Tensor:
+    """X with (I + strictly_lower(lower)) X = rhs, (B, c, c) and (B, c, r), solved as X^T L^T =
+    rhs^T: the transposed views are the column-major batches LAPACK takes, so nothing is copied."""
+    return torch.linalg.solve_triangular(
+        lower.mT, rhs.mT, upper=True, left=False, unitriangular=True
+    ).mT
 
 
 def _exp_decay(log_decay: Tensor) -> Tensor:
@@ -122,25 +129,13 @@ def _exp_decay(log_decay: Tensor) -> Tensor:
     return log_decay.masked_fill(log_decay < floor, -torch.inf).exp_()
 
 
-def _chunk_starts(parts: _Chunks, state: Tensor, nc: int) -> Tensor:
-    """The state entering each chunk, ((b h nc), dk, dv): across a chunk the state maps
-    affinely, S' = a (I - K^T W) S + K_end^T U, so the loop over chunks is one matmul each."""
-    if nc == 1:
-        return state
-
-    def but_last(t: Tensor) -> Tensor:  # the last chunk's map is not needed
-        return t.unflatten(0, (-1, nc))[:, :-1].flatten(0, 1)
-
-    eye = torch.eye(parts.keys.shape[-1], dtype=state.dtype, device=state.device)
-    maps = torch.baddbmm(eye, but_last(parts.keys).mT, but_last(parts.writes), alpha=-1)
-    if parts.decay is not None:
-        maps = maps * but_last(parts.decay)
-    shifts = but_last(parts.keys_to_end).mT @ but_last(parts.values)
+def _chunk_starts(maps: Tensor, shifts: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    """The state entering each chunk, ((b h nc), dk, dv), and the final state ((b h), dk, dv):
+    across a chunk the state maps affinely, S' = maps S + shifts."""
+    bh = state.shape[0]
     # unbind, not indexing: indexing in the loop makes the backward zero-fill a full-size
     # gradient per chunk
-    starts = [state]
-    for m, s in zip(
-        maps.unflatten(0, (-1, nc - 1)).unbind(1), shifts.unflatten(0, (-1, nc - 1)).unbind(1)
-    ):
-        starts.append(torch.baddbmm(s, m, starts[-1]))
-    return torch.stack(starts, dim=1).flatten(0, 1)
+    states = [state]
+    for m, s in zip(maps.unflatten(0, (bh, -1)).unbind(1), shifts.unflatten(0, (bh, -1)).unbind(1)):
+        states.append(torch.baddbmm(s, m, states[-1]))
+    return torch.stack(states[:-1], dim=1).flatten(0, 1), states[-1]
