@@ -42,10 +42,17 @@ def chunk_delta(
     decay = None if log_decay is None else _chunks(log_decay[..., None].to(wide), c)[..., 0]
     state = k.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(wide)
 
-    parts = _within_chunks(q, k, v, beta, decay, scale)
-    starts, final = _chunk_starts(parts.maps, parts.shifts, state.flatten(0, 1))
-    u = torch.baddbmm(parts.values, parts.minus_writes, starts)  # what each chunk writes
-    o = torch.baddbmm(parts.queries @ starts, parts.scores, u)  # (b h nc) c dv
+    p = _within_chunks(q, k, v, beta, decay, scale)
+    state = state.flatten(0, 1)
+    if q.shape[0] == b * h:  # one chunk (a decode step): no (dk x dk) map, S' = a S + K^T u
+        starts = state
+        u = torch.baddbmm(p.values, p.minus_writes_from_start, starts)
+        final = state if p.decay is None else state * p.decay
+        final = torch.baddbmm(final, p.keys_to_end.mT, u)
+    else:
+        starts, final = _chunk_starts(p, state)
+        u = torch.baddbmm(p.values, p.minus_writes_from_start, starts)  # what each chunk writes
+    o = torch.baddbmm(p.queries @ starts, p.scores, u)  # (b h nc) c dv
     o = o.unflatten(0, (b, h, -1)).flatten(2, 3)[:, :, :n]
     return o.to(dtype), final.unflatten(0, (b, h))
 
@@ -60,15 +67,17 @@ def _chunks(x: Tensor, c: int) -> Tensor:
 
 class _Chunks(NamedTuple):
     """Each chunk's part of the recurrence that does not depend on its incoming state S, as
-    ((b h nc), *, *) tensors: the chunk writes u = values + minus_writes S, outputs queries S +
-    scores u and leaves maps S + shifts."""
+    ((b h nc), *, *) tensors: the chunk writes u = values + minus_writes_from_start S, outputs
+    queries S + scores u and leaves decay (I + keys^T minus_writes) S + keys_to_end^T u."""
 
     queries: Tensor  # scale * q, decayed from the chunk's start
     scores: Tensor  # (B, c, c): causal, decayed query-key products
     values: Tensor  # (B, c, dv): the values written from a zero state (U)
-    minus_writes: Tensor  # (B, c, dk): -W, how they depend on the state, decayed from the start
-    maps: Tensor  # (B, dk, dk): a (I - K^T W)
-    shifts: Tensor  # (B, dk, dv): K^T U, keys decayed to the chunk's end
+    minus_writes_from_start: Tensor  # (B, c, dk): how they depend on the state (-W), decayed
+    keys_to_end: Tensor  # decayed to the chunk's end
+    keys: Tensor
+    minus_writes: Tensor  # -W without decays
+    decay: Tensor | None  # (B, 1, 1): the chunk's whole decay
 
 
 def _within_chunks(
@@ -84,18 +93,11 @@ def _within_chunks(
     v_beta = v * beta
     q = q * scale
     scores = q @ k.mT
-    eye = torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
     if decay is None:
         solved = _solve_unit_lower(lower, torch.cat([v_beta, minus_k_beta], dim=-1))
         values, minus_writes = solved.split([v.shape[-1], k.shape[-1]], dim=-1)
-        return _Chunks(
-            queries=q,
-            scores=scores.masked_fill_(~causal, 0),
-            values=values,
-            minus_writes=minus_writes,
-            maps=torch.baddbmm(eye, k.mT, minus_writes),
-            shifts=k.mT @ values,
-        )
+        scores = scores.masked_fill_(~causal, 0)
+        return _Chunks(q, scores, values, minus_writes, k, k, minus_writes, None)
     cum = decay.cumsum(-1)  # (B, c): log of the decay from the chunk's start
     # exp(c_i - c_j) only where i >= j (<= 0 there): never the exponential of a positive sum
     gaps = _exp_decay((cum[:, :, None] - cum[:, None, :]).masked_fill_(~causal, -torch.inf))
@@ -103,14 +105,15 @@ def _within_chunks(
     minus_writes = _solve_unit_lower(lower, minus_k_beta)
     last = cum[:, -1:]  # (B, 1)
     from_start = _exp_decay(cum)[..., None]
-    to_end = _exp_decay(last - cum)[..., None]
     return _Chunks(
         queries=q * from_start,
         scores=scores * gaps,
         values=values,
-        minus_writes=minus_writes * from_start,
-        maps=torch.baddbmm(eye, k.mT, minus_writes) * _exp_decay(last)[..., None],
-        shifts=(k * to_end).mT @ values,
+        minus_writes_from_start=minus_writes * from_start,
+        keys_to_end=k * _exp_decay(last - cum)[..., None],
+        keys=k,
+        minus_writes=minus_writes,
+        decay=_exp_decay(last)[..., None],
     )
 
 
@@ -129,10 +132,14 @@ def _exp_decay(log_decay: Tensor) -> Tensor:
     return log_decay.masked_fill(log_decay < floor, -torch.inf).exp_()
 
 
-def _chunk_starts(maps: Tensor, shifts: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+def _chunk_starts(p: _Chunks, state: Tensor) -> tuple[Tensor, Tensor]:
     """The state entering each chunk, ((b h nc), dk, dv), and the final state ((b h), dk, dv):
-    across a chunk the state maps affinely, S' = maps S + shifts."""
+    across a chunk the state maps affinely, S' = maps S + shifts, one matmul per chunk."""
     bh = state.shape[0]
+    eye = torch.eye(p.keys.shape[-1], dtype=state.dtype, device=state.device)
+    maps = torch.baddbmm(eye, p.keys.mT, p.minus_writes)  # (I - K^T W)
+    maps = maps if p.decay is None else maps * p.decay
+    shifts = p.keys_to_end.mT @ p.values
     # unbind, not indexing: indexing in the loop makes the backward zero-fill a full-size
     # gradient per chunk
     states = [state]
