@@ -5,14 +5,19 @@ ones; fla's Triton kernels against the chunks on CUDA."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
 from torch.nn import functional as F
 
 from attention_zoo.attention.kernels.recurrences.delta import chunk_delta
+from attention_zoo.attention.kernels.recurrences.fla_delta import (
+    fla_chunk_delta,
+    fla_recurrent_delta,
+)
 from attention_zoo.attention.kernels.recurrences.reference import recurrence
 from attention_zoo.measure.flops import count_flops
 
@@ -233,6 +238,52 @@ def test_reference_matches_fla_gated_delta_rule(kind):
     _assert_close_scaled(list(_reference(x)), [want.transpose(1, 2), want_state], 1e-4)
 
 
+def _fla_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fla's four kernels, with their argument names and (b, n, h, d) layout, computed by its naive
+    gated references (no decay: g = 0): the adapters' plumbing checked without CUDA."""
+    naive = _fla_naive("gated_delta_rule")
+
+    def chunk(q, k, v, g, beta, scale, initial_state, output_final_state, **options):
+        assert options == {"use_qk_l2norm_in_kernel": False, "chunk_size": 16}
+        return naive.naive_chunk_gated_delta_rule(
+            q, k, v, g, beta, chunk_size=16, scale=scale, initial_state=initial_state,
+            output_final_state=output_final_state,
+        )  # fmt: skip
+
+    def recurrent(q, k, v, g, beta, scale, initial_state, output_final_state, **options):
+        assert options == {"use_qk_l2norm_in_kernel": False}
+        return naive.naive_recurrent_gated_delta_rule(
+            q, k, v, beta, g, scale=scale, initial_state=initial_state,
+            output_final_state=output_final_state,
+        )  # fmt: skip
+
+    def without_decay(fn):
+        return lambda q, k, v, beta, **kw: fn(q, k, v, torch.zeros_like(beta), beta, **kw)
+
+    for name, attrs in {
+        "fla.ops.delta_rule": {
+            "chunk_delta_rule": without_decay(chunk),
+            "fused_recurrent_delta_rule": without_decay(recurrent),
+        },
+        "fla.ops.gated_delta_rule": {
+            "chunk_gated_delta_rule": chunk,
+            "fused_recurrent_gated_delta_rule": recurrent,
+        },
+    }.items():
+        monkeypatch.setitem(sys.modules, name, SimpleNamespace(**attrs))
+
+
+@pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
+def test_fla_adapters_convert_layouts_and_arguments(monkeypatch, decay):
+    _fla_stand_ins(monkeypatch)
+    x = _fla_inputs(37, decay=decay)
+    args = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"])
+    want = chunk_delta(*args, scale=0.3, initial_state=x["initial_state"])
+    for adapter in (fla_chunk_delta, fla_recurrent_delta):
+        got = adapter(*args, scale=0.3, chunk_length=16, initial_state=x["initial_state"])
+        _assert_close_scaled(list(got), list(want), 1e-4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
 @pytest.mark.parametrize("kind", ["chunk", "recurrent"])
@@ -240,11 +291,6 @@ def test_fla_kernels_match_the_chunks_on_cuda(decay, kind):
     """fla's Triton kernels (bfloat16 for the chunked ones) against chunk_delta in float32 on the
     same rounded inputs: outputs, final states and, where fla has a backward, gradients."""
     pytest.importorskip("fla")
-    from attention_zoo.attention.kernels.recurrences.fla_delta import (
-        fla_chunk_delta,
-        fla_recurrent_delta,
-    )
-
     x = _inputs(200, decay=decay, beta_max=1.0, dtype=torch.float32)
     dtype = torch.bfloat16 if kind == "chunk" else torch.float32
     x = _leaves(x, dtype, "cuda")
