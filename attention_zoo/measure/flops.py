@@ -1,7 +1,8 @@
 """FLOPs counted with torch.utils.flop_counter's formulas: deterministic, device independent.
 
 The counter only knows ops with a registered formula (matmuls, convolutions, fused attention); we
-add the CPU flash-attention ops PyTorch leaves out, so SDPA on CPU is not counted as zero.
+add the CPU flash-attention ops PyTorch leaves out, so SDPA on CPU is not counted as zero, and the
+triangular solve (the delta rule's chunked form) it has no formula for.
 Element-wise work (softmax, masking, sorting) is not counted, and causal fused attention is
 counted as the full product, as PyTorch does: FLOPs compare the matmul work of mechanisms, not
 total time.
@@ -9,6 +10,7 @@ total time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,20 @@ def _register_cpu_flash() -> None:
 
 
 _register_cpu_flash()
+
+
+def _register_triangular_solve() -> None:
+    solve = aten.linalg_solve_triangular
+    if solve not in flop_counter.flop_registry:
+
+        @flop_counter.register_flop_formula(solve)
+        def _solve(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+            # substitution: m^2 / 2 multiply-adds per right-hand side, half an (m x m) @ (m x r)
+            # matmul, which torch counts as 2 m^2 r; out_shape is (..., m, r) or (..., r, m)
+            return math.prod(out_shape) * a_shape[-1]
+
+
+_register_triangular_solve()
 
 
 _SHAPE_QUERIES = {

@@ -1,0 +1,148 @@
+"""The delta rule (DeltaNet) and its gated form (Gated DeltaNet) in chunks: the WY/UT form.
+
+S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T, o_t = scale S_t^T q_t (Yang et al. 2024,
+"Parallelizing Linear Transformers with the Delta Rule over Sequence Length"; Yang et al. 2025,
+"Gated Delta Networks"). Within a chunk the written values come from unit lower-triangular
+solves; only the state (b, h, dk, dv) crosses chunks, one matmul per chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from ..chunked import padded_length
+from ..sums.plain import compute_dtype
+
+
+def chunk_delta(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Tensor | None = None,
+    *,
+    scale: float,
+    chunk_length: int = 64,
+    initial_state: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """q, k (b, h, n, dk), v (b, h, n, dv), beta and log_decay (<= 0) (b, h, n) -> o (b, h, n, dv)
+    in q's dtype and the final state (b, h, dk, dv) in float32 for 16-bit inputs."""
+    b, h, n, dk = k.shape
+    dv = v.shape[-1]
+    dtype, wide = q.dtype, compute_dtype(q.dtype)
+    c = min(chunk_length, n)  # a short call (a decode step) is one chunk of its own length
+    # (b h nc) c d: the chunks of every head as one batch of small matrices; padding keys and
+    # beta with zeros writes nothing, log_decay = 0 keeps the state as it is
+    q, k, v, beta = (_chunks(t.to(wide), c) for t in (q, k, v, beta[..., None]))
+    decay = None if log_decay is None else _chunks(log_decay[..., None].to(wide), c)[..., 0]
+    state = k.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(wide)
+
+    p = _within_chunks(q, k, v, beta, decay, scale)
+    state = state.flatten(0, 1)
+    if q.shape[0] == b * h:  # one chunk (a decode step): no (dk x dk) map, S' = a S + K^T u
+        starts = state
+        u = torch.baddbmm(p.values, p.minus_writes_from_start, starts)
+        final = state if p.decay is None else state * p.decay
+        final = torch.baddbmm(final, p.keys_to_end.mT, u)
+    else:
+        starts, final = _chunk_starts(p, state)
+        u = torch.baddbmm(p.values, p.minus_writes_from_start, starts)  # what each chunk writes
+    o = torch.baddbmm(p.queries @ starts, p.scores, u)  # (b h nc) c dv
+    o = o.unflatten(0, (b, h, -1)).flatten(2, 3)[:, :, :n]
+    return o.to(dtype), final.unflatten(0, (b, h))
+
+
+def _chunks(x: Tensor, c: int) -> Tensor:
+    """(b, h, n, d) -> ((b h nc), c, d), zero-padded to whole chunks."""
+    pad = padded_length(x.shape[-2], c) - x.shape[-2]
+    if pad:
+        x = F.pad(x, (0, 0, 0, pad))
+    return x.unflatten(-2, (-1, c)).flatten(0, 2)
+
+
+class _Chunks(NamedTuple):
+    """Each chunk's part of the recurrence that does not depend on its incoming state S, as
+    ((b h nc), *, *) tensors: the chunk writes u = values + minus_writes_from_start S, outputs
+    queries S + scores u and leaves decay (I + keys^T minus_writes) S + keys_to_end^T u."""
+
+    queries: Tensor  # scale * q, decayed from the chunk's start
+    scores: Tensor  # (B, c, c): causal, decayed query-key products
+    values: Tensor  # (B, c, dv): the values written from a zero state (U)
+    minus_writes_from_start: Tensor  # (B, c, dk): how they depend on the state (-W), decayed
+    keys_to_end: Tensor  # decayed to the chunk's end
+    keys: Tensor
+    minus_writes: Tensor  # -W without decays
+    decay: Tensor | None  # (B, 1, 1): the chunk's whole decay
+
+
+def _within_chunks(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, decay: Tensor | None, scale: float
+) -> _Chunks:
+    """The UT transform of every chunk at once, from (B, c, *) inputs: with A = strictly-lower(
+    diag(beta) K K^T * decays), (I + A) U = diag(beta) V; W solves the same system without decays
+    (decays scale W's rows, so W never holds their products: no subnormal numbers)."""
+    c = k.shape[-2]
+    causal = torch.ones(c, c, dtype=torch.bool, device=k.device).tril()
+    lower = (k * beta) @ k.mT  # only the strictly lower part is read
+    minus_k_beta = k * -beta
+    v_beta = v * beta
+    q = q * scale
+    scores = q @ k.mT
+    if decay is None:
+        solved = _solve_unit_lower(lower, torch.cat([v_beta, minus_k_beta], dim=-1))
+        values, minus_writes = solved.split([v.shape[-1], k.shape[-1]], dim=-1)
+        scores = scores.masked_fill_(~causal, 0)
+        return _Chunks(q, scores, values, minus_writes, k, k, minus_writes, None)
+    cum = decay.cumsum(-1)  # (B, c): log of the decay from the chunk's start
+    # exp(c_i - c_j) only where i >= j (<= 0 there): never the exponential of a positive sum
+    gaps = _exp_decay((cum[:, :, None] - cum[:, None, :]).masked_fill_(~causal, -torch.inf))
+    values = _solve_unit_lower(lower * gaps, v_beta)
+    minus_writes = _solve_unit_lower(lower, minus_k_beta)
+    last = cum[:, -1:]  # (B, 1)
+    from_start = _exp_decay(cum)[..., None]
+    return _Chunks(
+        queries=q * from_start,
+        scores=scores * gaps,
+        values=values,
+        minus_writes_from_start=minus_writes * from_start,
+        keys_to_end=k * _exp_decay(last - cum)[..., None],
+        keys=k,
+        minus_writes=minus_writes,
+        decay=_exp_decay(last)[..., None],
+    )
+
+
+def _solve_unit_lower(lower: Tensor, rhs: Tensor) -> Tensor:
+    """X with (I + strictly_lower(lower)) X = rhs, (B, c, c) and (B, c, r), solved as X^T L^T =
+    rhs^T: the transposed views are the column-major batches LAPACK takes, so nothing is copied."""
+    return torch.linalg.solve_triangular(
+        lower.mT, rhs.mT, upper=True, left=False, unitriangular=True
+    ).mT
+
+
+def _exp_decay(log_decay: Tensor) -> Tensor:
+    """exp of log decays (<= 0), zero below the square root of the smallest normal number: their
+    products with O(1) numbers would be subnormal, where CPU arithmetic is many times slower."""
+    floor = math.log(torch.finfo(log_decay.dtype).tiny) / 2
+    return log_decay.masked_fill(log_decay < floor, -torch.inf).exp_()
+
+
+def _chunk_starts(p: _Chunks, state: Tensor) -> tuple[Tensor, Tensor]:
+    """The state entering each chunk, ((b h nc), dk, dv), and the final state ((b h), dk, dv):
+    across a chunk the state maps affinely, S' = maps S + shifts, one matmul per chunk."""
+    bh = state.shape[0]
+    eye = torch.eye(p.keys.shape[-1], dtype=state.dtype, device=state.device)
+    maps = torch.baddbmm(eye, p.keys.mT, p.minus_writes)  # (I - K^T W)
+    maps = maps if p.decay is None else maps * p.decay
+    shifts = p.keys_to_end.mT @ p.values
+    # unbind, not indexing: indexing in the loop makes the backward zero-fill a full-size
+    # gradient per chunk
+    states = [state]
+    for m, s in zip(maps.unflatten(0, (bh, -1)).unbind(1), shifts.unflatten(0, (bh, -1)).unbind(1)):
+        states.append(torch.baddbmm(s, m, states[-1]))
+    return torch.stack(states[:-1], dim=1).flatten(0, 1), states[-1]
