@@ -136,7 +136,7 @@ def test_state_bytes_match_the_formula_and_the_meta_device(spec):
     assert counted[0] == counted[1]
 
 
-BOUNDED = ("linear", "performer", "local", "sliding-window")
+BOUNDED = ("linear", "performer", "local", "sliding-window", "retention", "gla", "deltanet")
 
 
 @pytest.mark.parametrize("name", BOUNDED)

@@ -20,10 +20,15 @@ OPTIONS = {
     "sliding-window": {"window": 5, "global_tokens": 2},
     "bigbird": {"block_size": 4, "num_random_blocks": 1, "num_global_blocks": 1},
     "performer": {"nb_features": 16, "seed": 1},
+    "full": {"kv_heads": 1},  # one key/value head shared by the layer's two query heads
+    "retention": {"chunk_length": 4},
+    "gla": {"chunk_length": 4},
+    "gated-deltanet": {"chunk_length": 4, "negative_eigenvalues": True},
 }
 MIXES = [
     ("sdpa", "local", "lsh", "linear"),
     ("sliding-window", "bigbird", "performer", "shared-qk"),
+    ("full", "retention", "gla", "gated-deltanet"),
 ]
 
 

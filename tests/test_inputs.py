@@ -11,6 +11,7 @@ import torch
 from attention_zoo import SelfAttention, build_attention
 from attention_zoo.attention import decode
 from attention_zoo.attention.inputs import Extra, InputLayout, expand_kv
+from attention_zoo.attention.spec import get_backend
 from attention_zoo.cli import main
 from attention_zoo.errors import ConfigError, OptionError, ShapeError, UnavailableError
 from attention_zoo.measure.fair import FairSetting, fair_numbers
@@ -24,6 +25,21 @@ def test_a_layout_says_what_the_block_projects():
     assert InputLayout(shared_qk=True).projections(4, 8) == {"q": 32, "v": 32}
     with pytest.raises(ConfigError, match="kv_heads=3 must divide the 8 query heads"):
         layout.__class__(kv_heads=3).projections(8, 16)
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "low", "high"),
+    [("gla", {"gate": "scalar"}, None, 0.0), ("deltanet", {}, 0.0, 1.0)],
+)
+def test_sampled_extras_lie_where_the_recurrence_is_stable(backend, options, low, high):
+    """Decays are sampled <= 0 and step sizes in (0, 1) (not raw Gaussians, which blow a
+    recurrence up), and (0, 2) with negative eigenvalues."""
+    x = get_backend(backend).layout(**options).sample(2, 3, 500, 8)
+    (value,) = x.extras.values()
+    assert value.shape == (2, 3, 500)
+    assert (low is None or bool((value > low).all())) and bool((value < high).all())
+    beta = get_backend("deltanet").layout(negative_eigenvalues=True).sample(1, 2, 500, 8)
+    assert float(beta.extras["beta"].max()) > 1.0 and float(beta.extras["beta"].max()) < 2.0
 
 
 @pytest.mark.parametrize("name", GROUPED)

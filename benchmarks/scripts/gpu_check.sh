@@ -67,7 +67,7 @@ bench() {  # bench TARGET CAUSAL BACKENDS: one grid, a step of its own
         --run-id "$target-$kind" --no-progress "${options[@]}"
 }
 
-causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer}
+causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}
 bidirectional_backends=${BIDIRECTIONAL:-sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer}
 for target in attention block; do
     bench "$target" true "$causal_backends"
@@ -75,10 +75,11 @@ for target in attention block; do
 done
 step decode "$PY" -m attention_zoo bench --target attention --devices cuda --dtypes bfloat16 \
     --modes prefill,decode --new-tokens 32 --lengths "$lengths" --causal true \
-    --backends "${DECODE:-sdpa,local,sliding-window,lsh,linear,performer}" --metrics time,memory \
+    --backends "${DECODE:-sdpa,local,sliding-window,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}" --metrics time,memory \
     --budget 0.2 --repeats 5 --store "$store" --run-id decode --no-progress
 step tests "$PY" -m pytest -v -rf --tb=line -m gpu -p no:cacheprovider tests/test_kernels.py \
-    tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py
+    tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py \
+    tests/test_recurrence_decay.py tests/test_recurrence_delta.py
 step asv "$PY" benchmarks/scripts/record.py --device cuda
 step report "$PY" -m attention_zoo report --store "$store" --out "$folder"
 

@@ -1,0 +1,48 @@
+"""DeltaNet (Schlag et al. 2021; Yang et al. 2024, "Parallelizing Linear Transformers with the
+Delta Rule"): the state is corrected towards each new value instead of only accumulating it,
+S_t = (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T, with L2-normalised q and k and a step size
+b_t projected from the hidden states through a sigmoid; with `negative_eigenvalues` b_t is in
+(0, 2) (Grazzi et al. 2025), which lets it track state (parity)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from .inputs import Extra
+from .recurrent import (
+    RECURRENT,
+    DeltaRuleConfig,
+    RecurrentCore,
+    l2_normalised,
+    step_size,
+)
+from .spec import register_attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeltaNetConfig(DeltaRuleConfig):
+    """Options of DeltaNet."""
+
+    backend: ClassVar[str] = "deltanet"
+
+
+@register_attention(
+    "deltanet",
+    config=DeltaNetConfig,
+    caps=RECURRENT,
+    variants=({"negative_eigenvalues": True},),
+)
+class DeltaNetAttention(RecurrentCore):
+    """The delta rule over L2-normalised keys; chunked (closed-form within a chunk) on CPU."""
+
+    @classmethod
+    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
+        return (step_size(cfg.negative_eigenvalues),)
+
+    def gates(
+        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        return l2_normalised(q), l2_normalised(k), None, extras["beta"]

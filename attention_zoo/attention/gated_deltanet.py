@@ -1,0 +1,48 @@
+"""Gated DeltaNet (Yang et al. 2025, "Gated Delta Networks"): the delta rule with a decay,
+S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T; L2-normalised q and k; the log decay
+(logsigmoid / 16, as fla's gates) and the step size (a sigmoid; (0, 2) with
+`negative_eigenvalues`, Grazzi et al. 2025) projected from the hidden states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from .inputs import Extra
+from .recurrent import (
+    RECURRENT,
+    DeltaRuleConfig,
+    RecurrentCore,
+    l2_normalised,
+    log_decay,
+    step_size,
+)
+from .spec import register_attention
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedDeltaNetConfig(DeltaRuleConfig):
+    """Options of Gated DeltaNet."""
+
+    backend: ClassVar[str] = "gated-deltanet"
+
+
+@register_attention(
+    "gated-deltanet",
+    config=GatedDeltaNetConfig,
+    caps=RECURRENT,
+    variants=({"negative_eigenvalues": True},),
+)
+class GatedDeltaNetAttention(RecurrentCore):
+    """The delta rule with a data-dependent decay per head and token."""
+
+    @classmethod
+    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
+        return (Extra("log_decay", log_decay), step_size(cfg.negative_eigenvalues))
+
+    def gates(
+        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        return l2_normalised(q), l2_normalised(k), extras["log_decay"], extras["beta"]

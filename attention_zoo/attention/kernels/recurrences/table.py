@@ -1,0 +1,117 @@
+"""The implementations of the recurrences, shared by every recurrent core: a core gives
+`recurrence_inputs(q, k, v, key_padding_mask, extras)` (the decays and step sizes its call runs
+with); the decay-gated ones (no step size) and the delta rule each have a chunked form."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..dispatch import Call, Implementation, KernelTable, compile_reason, package_reason
+from .decay import chunk_decay
+from .delta import chunk_delta
+from .fla_decay import fla_chunk_decay, fla_recurrent_decay
+from .fla_delta import fla_chunk_delta, fla_recurrent_delta
+
+
+@dataclass(frozen=True)
+class RecurrenceInputs:
+    """What one call of a recurrence computes with: q, k (b, h, n, dk), v (b, h, n, dv), the log
+    decay (b, h, n) or (b, h, n, dk) (None: no decay), the step size (b, h, n) (None: additive,
+    no delta rule), the output scale."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    log_decay: Tensor | None
+    beta: Tensor | None
+    scale: float
+
+
+# (q, k, v, log_decay, beta, scale, chunk_length, initial_state) -> (out, final state)
+Recurrence = Callable[..., tuple[Tensor, Tensor]]
+
+
+def run_recurrence(
+    decay: Callable[..., tuple[Tensor, Tensor]],
+    delta: Callable[..., tuple[Tensor, Tensor]],
+    x: RecurrenceInputs,
+    chunk_length: int,
+    initial_state: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The delta rule where the call has step sizes, else the decay-gated sums."""
+    options = {"scale": x.scale, "chunk_length": chunk_length, "initial_state": initial_state}
+    if x.beta is not None:
+        return delta(x.q, x.k, x.v, x.beta, x.log_decay, **options)
+    return decay(x.q, x.k, x.v, x.log_decay, **options)
+
+
+def chunked(
+    x: RecurrenceInputs, chunk_length: int, initial_state: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Our chunked forms (any device): matmuls inside a chunk, the state across chunks."""
+    return run_recurrence(chunk_decay, chunk_delta, x, chunk_length, initial_state)
+
+
+def fla_chunked(
+    x: RecurrenceInputs, chunk_length: int, initial_state: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """fla's Triton kernels (CUDA): chunked for a sequence, fused recurrent for a decoding step
+    of at most a chunk of tokens."""
+    if x.q.shape[2] <= chunk_length:
+        return run_recurrence(
+            fla_recurrent_decay, fla_recurrent_delta, x, chunk_length, initial_state
+        )
+    return run_recurrence(fla_chunk_decay, fla_chunk_delta, x, chunk_length, initial_state)
+
+
+# the implementations' recurrences by name: a decoding step runs the picked one from its state
+RECURRENCES: dict[str, Recurrence] = {"chunk": chunked, "fla": fla_chunked}
+
+
+def _run(fn: Callable[..., tuple[Tensor, Tensor]]) -> Any:
+    """An implementation's run: the core's inputs for the call, then `fn`'s output."""
+
+    def run(
+        core: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, **extras: Tensor
+    ) -> Tensor:
+        x = core.recurrence_inputs(q, k, v, mask, extras)
+        return fn(x, core.cfg.chunk_length)[0].to(q.dtype)
+
+    return run
+
+
+def _fla_environment(device: str) -> str | None:
+    return package_reason("fla", "fla-core") or compile_reason(device)
+
+
+def _fla_dtype(core: Any, call: Call) -> str | None:
+    if call.dtype == torch.float64:
+        return "fla's Triton kernels take no float64"
+    return None
+
+
+RECURRENCE_KERNELS = KernelTable(
+    (
+        Implementation(
+            name="chunk",
+            summary="chunked: matmuls inside a chunk (the delta rule's triangular system solved "
+            "in closed form), the state carried across chunks, autograd backward",
+            run=_run(chunked),
+        ),
+        Implementation(
+            name="fla",
+            summary="fla-core's chunked Triton kernels (CUDA)",
+            run=_run(fla_chunked),
+            devices=frozenset({"cuda"}),
+            fake=False,
+            environment=_fla_environment,
+            checks=(_fla_dtype,),
+        ),
+    ),
+    {"cpu": ("chunk",), "meta": ("chunk",), "cuda": ("fla", "chunk")},
+)

@@ -1,0 +1,168 @@
+"""What every recurrent core shares: causal only, a constant-size state S (dk x dv per head) as its
+decoding state, and the kernels of kernels/recurrences. A family is one module: its options, its
+extra inputs and how they become decays and step sizes (`recurrence_inputs`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import OptionError
+from .base import AttentionCore
+from .decode import DecodeState, StateShape
+from .inputs import Extra, InputLayout, default_layout, double_sigmoid, unit_sigmoid
+from .kernels.chunked import check_int
+from .kernels.recurrences.reference import recurrence
+from .kernels.recurrences.table import RECURRENCE_KERNELS, RECURRENCES, RecurrenceInputs
+from .kernels.sums.plain import compute_dtype
+from .spec import Capabilities
+
+# Causal only (a recurrence reads the past), judged against its own token-by-token form.
+RECURRENT = Capabilities(non_causal=False, exact=False, recurrent=True)
+GATE_NORMALIZER = 16.0  # log decays = logsigmoid(projection) / 16, as fla's GLA layers
+
+
+def log_decay(x: Tensor) -> Tensor:
+    """A data-dependent log decay in (-inf, 0), mild at initialisation: logsigmoid(x) / 16."""
+    return F.logsigmoid(x) / GATE_NORMALIZER
+
+
+def step_size(negative_eigenvalues: bool) -> Extra:
+    """The delta rule's step size: in (0, 1), or (0, 2) with negative eigenvalues."""
+    return Extra("beta", double_sigmoid if negative_eigenvalues else unit_sigmoid)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecurrenceConfig:
+    """Options every recurrence has."""
+
+    backend: ClassVar[str]  # the registered name its messages use
+    chunk_length: int = 64  # positions per chunk of the chunked form
+    expand_v: int = 1  # value width over key width (fla's expand_v)
+    kernel: str = "auto"  # auto (the pick rule), chunk, fla (CUDA)
+
+    def __post_init__(self) -> None:
+        check_int("chunk_length", self.chunk_length, minimum=1, backend=self.backend)
+        check_int("expand_v", self.expand_v, minimum=1, backend=self.backend)
+        RECURRENCE_KERNELS.check_option(self.backend, self.kernel)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeltaRuleConfig(RecurrenceConfig):
+    """Options every delta-rule recurrence has."""
+
+    negative_eigenvalues: bool = False  # step sizes in (0, 2) instead of (0, 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_flag(self.backend, "negative_eigenvalues", self.negative_eigenvalues)
+
+
+def l2_normalised(x: Tensor) -> Tensor:
+    """x / ||x|| over the last dim (16-bit x in float32): the delta rule is stable for unit keys."""
+    return F.normalize(x.to(compute_dtype(x.dtype)), dim=-1, eps=1e-6).to(x.dtype)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecurrentState(DecodeState):
+    """The recurrence's state S (b, h, dk, dv) in the compute dtype: constant size."""
+
+    state: Tensor
+
+
+class RecurrentCore(AttentionCore):
+    """A linear recurrence S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T,
+    o_t = S_t^T q_t / sqrt(d)."""
+
+    kernels = RECURRENCE_KERNELS
+    extras: ClassVar[tuple[Extra, ...]] = ()
+
+    @classmethod
+    def input_layout(cls, cfg: Any, shared_qk: bool) -> InputLayout:
+        layout = default_layout(cfg, shared_qk)
+        return dataclasses.replace(layout, expand_v=cfg.expand_v, extras=cls.extras_for(cfg))
+
+    @classmethod
+    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
+        """The extra inputs with these options (a family whose extras depend on them overrides)."""
+        return cls.extras
+
+    def gates(
+        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """q, k as the recurrence reads them, the log decay and the step size (None: absent)."""
+        raise NotImplementedError
+
+    def recurrence_inputs(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        extras: dict[str, Tensor],
+    ) -> RecurrenceInputs:
+        """The call's inputs; a padded position changes nothing (no key, value, decay or step)."""
+        q, k, log_decay, beta = self.gates(q, k, extras)
+        if key_padding_mask is not None:
+            real = key_padding_mask[:, None, :]  # (b, 1, n)
+            k, v = k * real[..., None], v * real[..., None]
+            if log_decay is not None:
+                log_decay = log_decay * (real if log_decay.dim() == 3 else real[..., None])
+            beta = None if beta is None else beta * real
+        return RecurrenceInputs(q, k, v, log_decay, beta, q.shape[-1] ** -0.5)
+
+    def reference_output(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None = None,
+        **extras: Tensor,
+    ) -> Tensor:
+        """The same call through the token-by-token recurrence (kernels/recurrences/reference.py):
+        what every implementation is judged against. O(n) Python steps: for tests."""
+        x = self.recurrence_inputs(q, k, v, key_padding_mask, extras)
+        out, _ = recurrence(x.q, x.k, x.v, log_decay=x.log_decay, beta=x.beta, scale=x.scale)
+        return out.to(q.dtype)
+
+    # ---- decoding: the state S ----------------------------------------------------------------
+
+    def init_state(self, shape: StateShape) -> RecurrentState:
+        s, wide = shape, compute_dtype(shape.dtype)
+        return RecurrentState(
+            shape=s, state=s.tensor(s.batch, s.heads, s.head_dim, s.dv, dtype=wide)
+        )
+
+    def state_bytes(self, shape: StateShape) -> int:
+        s = shape
+        return s.batch * s.heads * s.head_dim * s.dv * s.itemsize(compute_dtype(s.dtype))
+
+    def step(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: RecurrentState,
+        key_padding_mask: Tensor | None,
+        **extras: Tensor,
+    ) -> tuple[Tensor, RecurrentState]:
+        """t new tokens from the state (the prefill: from zeros), by the implementation the pick
+        rule chooses; S is overwritten in place."""
+        recurrence = RECURRENCES[self.kernel_for(q, key_padding_mask).name]
+        x = self.recurrence_inputs(q, k, v, key_padding_mask, extras)
+        out, after = recurrence(x, self.cfg.chunk_length, state.state)
+        state.state.copy_(after)
+        return out.to(q.dtype), dataclasses.replace(state, length=state.length + q.shape[2])
+
+
+def check_flag(backend: str, name: str, value: object) -> None:
+    """Raise OptionError unless value is True or False."""
+    if not isinstance(value, bool):
+        raise OptionError(f"{backend} option {name} must be True or False, got {value!r}")
+
+
+__all__ = ["RECURRENT", "RecurrenceConfig", "RecurrentCore", "RecurrentState", "log_decay"]
