@@ -141,7 +141,7 @@ def _segment(
 
     p = _within_chunks(q, k, v, beta, decay, scale)
     state = state.to(wide).flatten(0, 1)
-    if q.shape[0] == b * h:  # one chunk (a decode step): no (dk x dk) map, S' = a S + K^T u
+    if q.shape[0] == b * h:  # one chunk: no (dk x dk) map, S' = a S + K^T u
         starts = state
         u = torch.baddbmm(p.values, p.minus_writes, starts)
         final = state if p.decay is None else state * p.decay
