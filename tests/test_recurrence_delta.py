@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from attention_zoo.attention.kernels.recurrences.delta import chunk_delta
+from attention_zoo.attention.kernels.recurrences import delta
+from attention_zoo.attention.kernels.recurrences.delta import chunk_delta, delta_step
 from attention_zoo.attention.kernels.recurrences.fla_delta import (
     fla_chunk_delta,
     fla_recurrent_delta,
@@ -99,6 +100,15 @@ def test_chunks_match_the_recurrence_in_float64(decay, beta_max, n):
 
 
 @pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
+def test_segments_match_the_recurrence(monkeypatch, decay):
+    """A call longer than a segment: forward segment by segment, backward recomputing each."""
+    monkeypatch.setattr(delta, "SEGMENT_LENGTH", 32)
+    x = _inputs(70, decay=decay, beta_max=2.0)
+    got = _with_grads(lambda: _chunked(x, chunk_length=16), x)
+    _assert_close_scaled(got, _with_grads(lambda: _reference(x), x), 1e-10)
+
+
+@pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
 def test_chunks_match_the_recurrence_in_float32(decay):
     x = _inputs(100, decay=decay, beta_max=2.0, dtype=torch.float32, state=False)
     got = _with_grads(lambda: _chunked(x, chunk_length=32), x)
@@ -142,10 +152,23 @@ def test_prefill_then_continue_is_the_whole_sequence(decay):
     _assert_close_scaled([torch.cat([first, second, *steps], dim=2), state], [whole, final], 1e-12)
 
 
+@pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
+def test_the_decode_step_is_the_one_token_chunk(decay):
+    """chunk_delta takes delta_step for one token: the same as the chunked form of length 1."""
+    x = _inputs(1, decay=decay, beta_max=2.0)
+    args = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"])
+    got = _with_grads(lambda: delta_step(*args, scale=0.3, state=x["initial_state"]), x)
+    want = _with_grads(lambda: delta._segment(*args, x["initial_state"], 0.3, 64), x)
+    _assert_close_scaled(got, want, 1e-12)
+
+
 def test_a_decode_step_costs_a_few_state_products():
-    """One token against a state: O(dk dv) FLOPs per head, no chunk-sized work."""
+    """One token against a state: O(dk dv) FLOPs per head, no chunk-sized work, either way."""
     x = _inputs(1, decay=True, dtype=torch.float32)
     _, flops = count_flops(lambda: _chunked(x, chunk_length=64))
+    assert flops <= 6 * B * H * DK * DV
+    args = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"], x["initial_state"], 0.3, 64)
+    _, flops = count_flops(lambda: delta._segment(*args))
     assert flops <= 8 * B * H * DK * DV
 
 
