@@ -92,14 +92,17 @@ class NeedleTask(TaskConfig):
 
     @property
     def keys_per_sequence(self) -> int:
+        """Distinct keys among the needles (RULER's num_needle_k)."""
         return self.num_needles if self.variant in ("multikey", "multiquery") else 1
 
     @property
     def values_per_key(self) -> int:
+        """Needles per key (RULER's num_needle_v)."""
         return self.num_needles if self.variant == "multivalue" else 1
 
     @property
     def queries(self) -> int:
+        """Keys asked (RULER's num_needle_q)."""
         return self.num_needles if self.variant == "multiquery" else 1
 
     @property
@@ -117,9 +120,12 @@ class NeedleTask(TaskConfig):
         return 3 if self.haystack == "needle" else 1
 
     def shortest_length(self) -> int:
+        """The shortest sequence with a haystack unit: the needles, one unit, the queries."""
         return 3 * self.needles + self.unit + self.query_tokens
 
     def haystack_units(self, length: int) -> int:
+        """Haystack units of a sequence of `length` tokens (the needle haystack's remainder of
+        fewer than 3 tokens opens the sequence as filler)."""
         return (length - self.query_tokens - 3 * self.needles) // self.unit
 
     def token_ranges(self) -> dict[str, range]:
