@@ -41,10 +41,28 @@ def test_listops_dump_is_lras_notation(capsys: pytest.CaptureFixture[str]) -> No
     assert set(tokens) <= {"[MIN", "[MAX", "[MED", "[SM", "]", *map(str, range(10))}
 
 
+def test_dump_split_prints_that_splits_sequences(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["state-tracking", "--dump", "2", "--preset", "smoke", "--seed", "3"]
+    split = _dump(capsys, *argv, "--split", "pos32-63")
+    assert [len(e["input"]) for e in split] == [64, 64]  # the split's length, not training's
+    assert all(t is None for t in split[0]["target"][:32]) and None not in split[0]["target"][32:]
+    assert split == _dump(capsys, *argv, "--split", "pos32-63")
+    assert [len(e["input"]) for e in _dump(capsys, *argv)] == [16, 16]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--dump", "2"], "--dump needs a RUN_SPEC"),
+        (["niah", "--split", "n64-d0"], "--split needs --dump"),
+        (
+            ["niah", "--dump", "1", "--preset", "smoke", "--split", "n64-d5"],
+            "task 'niah' has no evaluation split 'n64-d5'; its splits: n32-d0,",
+        ),
+        (
+            ["duplication", "--dump", "1", "--preset", "smoke", "--split", "x"],
+            "has no evaluation split 'x'; its splits: (none)",
+        ),
         (["listops", "--seed", "1"], "--seed needs --dump"),
         (["listops", "--dump", "2", "--max-steps", "5"], "--dump and --max-steps cannot be"),
     ],

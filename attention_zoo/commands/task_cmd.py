@@ -40,6 +40,8 @@ EXAMPLE = """examples:
   zoo task --list                                  tasks and their presets
   zoo task listops --dump 3 --preset smoke --seed 1
                                                    3 generated examples as JSON lines
+  zoo task niah --dump 2 --preset smoke --split n64-d50
+                                                   2 sequences of one evaluation split
   zoo task duplication --preset paper --device cuda --executor ray --ray-address auto
                                                    one Ray task (one GPU) per training run
 
@@ -114,6 +116,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--seed", type=integer(0), help="with --dump: the run seed to draw from (default: 0)"
     )
+    p.add_argument(
+        "--split",
+        metavar="LABEL",
+        help="with --dump: print that evaluation split's sequences instead (a length or depth the "
+        "task scores after training, e.g. n64-d50 of niah, pos16-31 of state-tracking)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_run_args(p)
     add_executor_args(p)
@@ -139,6 +147,7 @@ TRAINING_FLAGS = (
 def check_flags(args: argparse.Namespace) -> None:
     """Flags that conflict or would do nothing, refused before anything is loaded or trained."""
     require(args, "seed", "dump", "--seeds lists the seeds to train")
+    require(args, "split", "dump", "splits are scored after training; --table2 shows them")
     if args.dump is not None:
         if args.run_spec is None:
             raise UsageError("--dump needs a RUN_SPEC: the task (or suite file) to draw from")
@@ -208,7 +217,12 @@ def _train(args: argparse.Namespace, policy: RunPolicy) -> TaskPreset:
 def _dump(args: argparse.Namespace) -> int:
     """Print the preset's first generated training examples as JSON lines."""
     task = load_task_preset(args.run_spec, args.preset).task
-    for example in task.first_examples(args.seed or 0, args.dump):
+    seed = args.seed or 0
+    if args.split is not None:
+        examples = task.split_examples(seed, args.split, args.dump)
+    else:
+        examples = task.first_examples(seed, args.dump)
+    for example in examples:
         print(json.dumps(example))
     return 0
 

@@ -7,11 +7,21 @@ outcome = run_one(runs[0])                           # train from the seed, eval
 outcome.result.steps_to_target, outcome.evals["lsh-1"].accuracy
 """
 
-from . import associative_recall, duplication, listops  # noqa: F401  (registers the built-in tasks)
+from . import (  # noqa: F401  (registers the built-in tasks)
+    associative_recall,
+    duplication,
+    forgetting_mqar,
+    listops,
+    niah,
+    selective_copying,
+    state_tracking,
+)
 from .associative_recall import AssociativeRecallTask
 from .base import TASKS, Batch, TaskConfig, TaskData, get_task, make_task, register_task
 from .duplication import DuplicationTask
+from .forgetting_mqar import ForgettingMQARTask
 from .listops import ListOpsTask
+from .niah import NeedleTask
 from .runner import (
     EvalVariant,
     RunOutcome,
@@ -23,8 +33,10 @@ from .runner import (
     run_one,
     with_attention,
 )
+from .selective_copying import SelectiveCopyingTask
+from .state_tracking import StateTrackingTask
 from .suite import TaskGrid, TaskPreset, load_task_preset
-from .tabulate import MatrixTable, TrainEvalMatrix, build_matrix, format_matrix
+from .tabulate import MatrixTable, SplitMatrix, TrainEvalMatrix, build_matrix, format_matrix
 from .trainer import EvalResult, TrainConfig, TrainResult, evaluate, train
 
 __all__ = [
@@ -34,10 +46,15 @@ __all__ = [
     "DuplicationTask",
     "EvalResult",
     "EvalVariant",
+    "ForgettingMQARTask",
     "ListOpsTask",
     "MatrixTable",
+    "NeedleTask",
     "RunOutcome",
     "RunSpec",
+    "SelectiveCopyingTask",
+    "SplitMatrix",
+    "StateTrackingTask",
     "TaskConfig",
     "TaskData",
     "TaskGrid",

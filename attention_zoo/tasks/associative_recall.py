@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from ..errors import ConfigError
 from .base import IGNORE_INDEX, Batch, TaskConfig, register_task
@@ -45,33 +46,41 @@ class AssociativeRecallTask(TaskConfig):
         if not 0 < self.power_a <= 1:
             problems.append(f"power_a must be in (0, 1], got {self.power_a}")
         if problems:
-            raise ConfigError("associative-recall: " + "; ".join(problems))
+            raise ConfigError(f"{self.name}: " + "; ".join(problems))
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
-        b, n, p = batch_size, self.seq_len, self.num_kv_pairs
+        b, p = batch_size, self.num_kv_pairs
         key_vocab = self.vocab_size // 2
         # Unique keys (and values) per sequence: the first p of a random permutation.
         keys = torch.rand(b, key_vocab - 1, generator=generator).argsort(-1)[:, :p] + 1
         values = torch.rand(b, self.vocab_size - key_vocab, generator=generator).argsort(-1)[:, :p]
         values = values + key_vocab
         context = torch.stack([keys, values], dim=-1).flatten(1)  # (b, 2p): k v k v ...
+        return self.with_queries(context, keys, values, generator)
+
+    def with_queries(
+        self, context: Tensor, keys: Tensor, answers: Tensor, generator: torch.Generator
+    ) -> Batch:
+        """context (b, c), then each of keys (b, p) once as a query, scored on answers (b, p)."""
+        b, n, p = keys.shape[0], self.seq_len, keys.shape[1]
+        c = context.shape[1]
         # Query slots: distinct even offsets in the query region, favouring short gaps.
-        slots = (n - 2 * p) // 2
+        slots = (n - c) // 2
         gap_weights = self.power_a * torch.arange(1, slots + 1, dtype=torch.float64) ** (
             self.power_a - 1
         )
         gaps = torch.multinomial(
             gap_weights.expand(b, slots), p, replacement=False, generator=generator
         )
-        query_pos = 2 * p + 2 * gaps  # (b, p) absolute positions of the query keys
+        query_pos = c + 2 * gaps  # (b, p) absolute positions of the query keys
         if self.random_non_queries:
             input_ids = torch.randint(0, self.vocab_size, (b, n), generator=generator)
         else:
             input_ids = torch.zeros(b, n, dtype=torch.long)
-        input_ids[:, : 2 * p] = context
+        input_ids[:, :c] = context
         input_ids.scatter_(1, query_pos, keys)
         labels = torch.full((b, n), IGNORE_INDEX, dtype=torch.long)
-        labels.scatter_(1, query_pos + 1, values)  # predicted at the token after the query key
+        labels.scatter_(1, query_pos + 1, answers)  # predicted at the token after the query key
         return Batch(input_ids, labels)
 
     def chance_accuracy(self) -> float:

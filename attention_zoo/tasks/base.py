@@ -1,25 +1,28 @@
 """Task engine basics: a task is a frozen config that builds its own data from a seed and declares
 how its stored results are tabulated (`tabulation`).
 
-A built task gives fresh training batches every step (an endless seeded stream) and one fixed
-evaluation set. Token tasks' `labels` follow the Hugging Face causal-LM convention: labels[:, i] is
-the token the model must produce at position i having seen only positions < i (the model shifts),
--100 where nothing is scored, so loss and metric count exactly the scored positions. A sequence
-classification task (`num_classes` set) has one label per sequence: labels (b,).
+A built task gives fresh training batches every step (an endless seeded stream), one fixed
+evaluation set, and the fixed evaluation splits the task declares (`eval_splits`: e.g. longer
+lengths or needle depths), each scored on its own after training. Token tasks' `labels` follow the
+Hugging Face causal-LM convention: labels[:, i] is the token the model must produce at position i
+having seen only positions < i (the model shifts), -100 where nothing is scored, so loss and metric
+count exactly the scored positions. A sequence classification task (`num_classes` set) has one
+label per sequence: labels (b,).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
 
 from ..declarative import checked_dataclass
-from ..errors import ConfigError, OptionError
+from ..errors import ConfigError, OptionError, did_you_mean
 from ..model import IGNORE_INDEX
 from ..registry import Registry
 from .tabulate import TrainEvalMatrix
@@ -27,6 +30,7 @@ from .tabulate import TrainEvalMatrix
 # Independent streams derived from one run seed, so changing the eval set size never changes the
 # training data, and model init (torch.manual_seed(seed)) never shares a stream with the data.
 _TRAIN_STREAM, _EVAL_STREAM = 1, 2
+_SPLIT_STREAMS = 1000  # + crc32(label): one stream per evaluation split, named by its label
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,15 @@ class TaskConfig:
         """`batch_size` fresh sequences drawn with `generator` (CPU)."""
         raise NotImplementedError
 
+    def eval_splits(self) -> dict[str, TaskConfig]:
+        """Evaluation splits scored after training beside the evaluation set: label -> the task
+        config drawing the split (its `eval_size` sequences); stored as `accuracy@<label>`."""
+        return {}
+
+    def max_positions(self) -> int:
+        """The longest sequence the model must accept: this task's or one of its splits'."""
+        return max([self.seq_len, *(s.seq_len for s in self.eval_splits().values())])
+
     def chance_accuracy(self) -> float:
         """Accuracy of a uniform guess over the symbols that can appear at a scored position."""
         raise NotImplementedError
@@ -123,14 +136,33 @@ class TaskConfig:
         generator = torch.Generator().manual_seed(stream_seed(seed, _TRAIN_STREAM))
         return self.examples(self.sample(n, generator))
 
+    def split_examples(self, seed: int, label: str, n: int) -> list[dict[str, Any]]:
+        """The first `n` sequences of evaluation split `label` of run seed `seed`, as a run of
+        that seed scores them."""
+        splits = self.eval_splits()
+        if label not in splits:
+            known = ", ".join(splits) or "(none)"
+            raise OptionError(
+                f"task {self.name!r} has no evaluation split {label!r}; its splits: {known}"
+                + did_you_mean(label, splits)
+            )
+        split = splits[label]
+        batch = split.sample(split.eval_size, split_generator(seed, label))
+        return split.examples(batch.rows(slice(0, n)))
+
     def build(self, seed: int) -> TaskData:
-        """The data of one run: a seeded training stream and a fixed evaluation set."""
+        """The data of one run: a seeded training stream, a fixed evaluation set and the fixed
+        evaluation splits (each from its own stream, so adding a split changes no other data)."""
         eval_gen = torch.Generator().manual_seed(stream_seed(seed, _EVAL_STREAM))
         return TaskData(
             task=self,
             seed=seed,
             eval_set=self.sample(self.eval_size, eval_gen),
             train_generator=torch.Generator().manual_seed(stream_seed(seed, _TRAIN_STREAM)),
+            splits={
+                label: split.sample(split.eval_size, split_generator(seed, label))
+                for label, split in self.eval_splits().items()
+            },
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,6 +180,7 @@ class TaskData:
     eval_set: Batch
     train_generator: torch.Generator
     dropped: int = 0
+    splits: dict[str, Batch] = field(default_factory=dict)  # label -> its fixed sequences
 
     def __post_init__(self) -> None:
         self._held_out = {_row_key(ids) for ids in self.eval_set.input_ids}
@@ -164,6 +197,12 @@ class TaskData:
             return batch
         self.dropped += int((~keep).sum())
         return Batch.cat([batch.rows(keep), self._fresh(int((~keep).sum()))])
+
+
+def split_generator(seed: int, label: str) -> torch.Generator:
+    """The generator of evaluation split `label` of run seed `seed`."""
+    stream = _SPLIT_STREAMS + zlib.crc32(label.encode())
+    return torch.Generator().manual_seed(stream_seed(seed, stream))
 
 
 def _row_key(ids: Tensor) -> bytes:
@@ -200,5 +239,5 @@ def tabulation_of(name: str) -> TrainEvalMatrix:
 def make_task(name: str, **fields: Any) -> TaskConfig:
     """Build the task config `name`; unknown fields raise listing the accepted ones."""
     return checked_dataclass(
-        get_task(name), fields, where=f"task {name!r}", noun="field", error=OptionError
+        get_task(name), fields, where=f"task {name!r}", noun="field", error=OptionError, tuples=True
     )

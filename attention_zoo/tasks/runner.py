@@ -1,4 +1,5 @@
-"""Expand a preset's grid into training runs, run them, evaluate with overrides, emit tidy rows.
+"""Expand a preset's grid into training runs, run them, evaluate with overrides and on the task's
+evaluation splits, emit tidy rows.
 
 A training variant is an attention mix (`attn_layers`) and, when it contains `lsh`, a hash count.
 Every model whose layers use the shared-QK projection layout (`lsh`, `shared-qk`) is also
@@ -75,7 +76,7 @@ class RunSpec:
         fields.update(
             attn_layers=list(self.variant.attn_layers),
             vocab_size=self.preset.task.vocab_size,
-            max_position_embeddings=self.preset.task.seq_len,
+            max_position_embeddings=self.preset.task.max_positions(),
             is_decoder=is_causal(self.preset),
         )
         if "attn_options" in fields:  # a preset gives options for every backend it may train
@@ -110,7 +111,8 @@ class RunSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class RunOutcome:
-    """A finished run: the training record and every evaluation override's result."""
+    """A finished run: the training record and the result of every evaluation override and
+    evaluation split (by label)."""
 
     spec: RunSpec
     result: TrainResult
@@ -237,17 +239,24 @@ def run_one(
     device: str = "cpu",
     on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> RunOutcome:
-    """Train one model from its seed, then evaluate every override on the fixed eval set."""
+    """Train one model from its seed, then evaluate every override on the fixed eval set and the
+    trained model on each of the task's evaluation splits."""
     data = spec.preset.task.build(spec.seed)
+    if clash := sorted({e.label for e in spec.evals} & set(data.splits)):
+        raise ConfigError(
+            f"evaluation split(s) {', '.join(clash)} of task {spec.preset.task.name!r} share a "
+            "label with an evaluation override; rename the split"
+        )
     model = build_model(spec, device)
     log.info("training %s", spec.describe())
     result = train(model, data, spec.preset.train, on_step=on_step)
+    batch_size = spec.preset.train.eval_batch_size
     evals = {}
     for override in spec.evals:
         view = with_attention(model, override, spec.eval_hash_seed())
-        evals[override.label] = evaluate(
-            view, data.eval_set, batch_size=spec.preset.train.eval_batch_size
-        )
+        evals[override.label] = evaluate(view, data.eval_set, batch_size=batch_size)
+    for label, split in data.splits.items():
+        evals[label] = evaluate(model, split, batch_size=batch_size)
     return RunOutcome(spec=spec, result=result, evals=evals)
 
 

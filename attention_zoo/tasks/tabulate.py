@@ -4,7 +4,8 @@ and the report and `zoo task --table2` render whatever the store holds with it.
 `TrainEvalMatrix`: rows are the attention a model was trained with, columns the attention it was
 evaluated with (weights unchanged; `trained` = as trained), a cell is one metric over seeds
 (mean, and the sample standard deviation when there is more than one seed). Built only from tidy
-result rows, so it works on any store.
+result rows, so it works on any store. `SplitMatrix`: the same, its columns the task's evaluation
+splits (lengths, depths, position ranges) in their natural order.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..measure.table import format_table
@@ -62,12 +63,37 @@ class TrainEvalMatrix:
                     out.setdefault(cell, []).append((metric, item))
         return out
 
-    @staticmethod
-    def axes(cells: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    def axes(self, cells: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
         """The rows and columns of these cells, in `variant_order`."""
         cells = list(cells)
         rows = sorted({t for t, _ in cells}, key=variant_order)
         return rows, sorted({e for _, e in cells}, key=variant_order)
+
+    def title(self, column: str) -> str:
+        """A column's header in a plain-text table."""
+        if column == TRAINED:
+            return "as trained"
+        return "Full" if column == "full" else column.upper()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitMatrix(TrainEvalMatrix):
+    """Rows: the attention trained; columns: `trained` (the evaluation set), then the task's
+    evaluation splits ("n512-d50", "pos40-79") with their numbers in increasing order."""
+
+    def axes(self, cells: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
+        cells = list(cells)
+        rows = sorted({t for t, _ in cells}, key=variant_order)
+        return rows, sorted({e for _, e in cells}, key=natural_order)
+
+    def title(self, column: str) -> str:
+        return "eval set" if column == TRAINED else column
+
+
+def natural_order(label: str) -> tuple[bool, list[tuple[int, str]]]:
+    """`trained` first, then labels by their text with numbers read as numbers ("n64" < "n512")."""
+    parts = re.split(r"(\d+)", label)
+    return label != TRAINED, [(int(p), "") if p.isdigit() else (-1, p) for p in parts if p]
 
 
 @dataclass(frozen=True)
@@ -98,6 +124,7 @@ class MatrixTable:
     steps: Mapping[str, Cell]
     target_metric: str  # e.g. "steps_to_95"
     seeds: Mapping[str, tuple[int, ...]]
+    titles: Mapping[str, str] = field(default_factory=dict)  # column -> header (default: itself)
 
 
 def build_matrix(
@@ -135,6 +162,7 @@ def build_matrix(
         steps={v: Cell(tuple(d.values())) for v, d in steps.items()},
         target_metric=target_metric,
         seeds=seeds,
+        titles={c: tabulation.title(c) for c in columns},
     )
 
 
@@ -160,12 +188,6 @@ def format_steps(reached: Cell | None, total: Cell | None) -> str:
     return text
 
 
-def _header(column: str) -> str:
-    if column == TRAINED:
-        return "as trained"
-    return "Full" if column == "full" else column.upper()
-
-
 def format_matrix(table: MatrixTable) -> str:
     """A plain-text matrix: rows = training attention, columns = evaluation attention."""
     if not table.rows:
@@ -173,7 +195,7 @@ def format_matrix(table: MatrixTable) -> str:
     target = table.target_metric.removeprefix("steps_to_")
     headers = [
         "train \\ eval",
-        *map(_header, table.columns),
+        *(table.titles.get(c) or TrainEvalMatrix().title(c) for c in table.columns),
         f"steps to {target}%" if target else "steps",
         "seeds",
     ]
