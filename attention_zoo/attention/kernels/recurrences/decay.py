@@ -45,14 +45,29 @@ def chunk_decay(
         state = q.new_zeros(b, h, dk, v.shape[-1], dtype=wide)
     else:
         state = initial_state.to(wide)
-    # short inputs (decoding) get one chunk of the next power of two, not a padded full chunk
-    c = min(chunk_length, 1 << max(n - 1, 0).bit_length())
+    if n == 1:  # the decoding step: the recurrence itself is cheapest
+        return _step(q, k, v, log_decay, state, scale)
+    # short inputs get one chunk of the next power of two, not a padded full chunk
+    c = min(chunk_length, 1 << (n - 1).bit_length())
     segments = _segments(n, c)
     inputs = (q, k, v, log_decay, state)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return _SegmentedDecay.apply(*inputs, scale, c, segments)
     o, _, state = _forward(*inputs, scale, c, segments)
     return o, state
+
+
+def _step(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, state: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
+    """One token (n = 1) with plain autograd: S = a S + k v^T, o = scale S^T q."""
+    dtype = q.dtype
+    q, k, v = (t.to(state.dtype) for t in (q, k, v))
+    if log_decay is not None:
+        a = log_decay.to(state.dtype).exp()  # (b, h, 1) or (b, h, 1, dk)
+        state = state * (a[..., None] if a.dim() == 3 else a.transpose(-1, -2))
+    state = state + torch.matmul(k.transpose(-1, -2), v)
+    return torch.matmul(q * scale, state).to(dtype), state
 
 
 def _segments(n: int, c: int) -> list[tuple[int, int]]:
