@@ -23,7 +23,7 @@ from attention_zoo.attention.spec import BACKENDS, get_backend, list_backends
 from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.declarative import field_names
 from attention_zoo.errors import PluginError
-from attention_zoo.measure.cases import BenchCase, Runnable, build_runnable
+from attention_zoo.measure.cases import DTYPES, BenchCase, Runnable, build_runnable
 from attention_zoo.measure.memory import cuda_peak, profiled_peak
 from attention_zoo.measure.metrics import METRICS
 from attention_zoo.measure.predict import predict_case
@@ -32,6 +32,11 @@ from attention_zoo.measure.tracker import tracked_peak
 from attention_zoo.plugins import ENV_VAR, load_plugins
 
 from .allocator import steady_allocator
+
+try:  # the input contract: every stream a backend declares (q, k, v and extras)
+    from attention_zoo.measure.cases import sample_inputs
+except ImportError:  # an older commit's package (the gate's base side): q, k, v of one shape
+    sample_inputs = None
 
 
 def load_suite_plugins() -> None:
@@ -183,13 +188,18 @@ def _padded(case: BenchCase, padded_fraction: float = 0.25) -> Runnable:
     its last `padded_fraction` of tokens marked as padding (a batch of unequal lengths)."""
     plain = build_runnable(case)
     core, inputs, device = plain.module, plain.inputs, torch.device(case.device)
-    # build_runnable gives a shared-QK core two tensors (q is k) and the others three.
-    q, k, v = (inputs[0], inputs[0], inputs[1]) if len(inputs) == 2 else inputs
+    extras: dict[str, torch.Tensor] = {}
+    if sample_inputs is not None:
+        grad = case.mode != "forward"
+        x = sample_inputs(case, device, DTYPES[case.dtype], requires_grad=grad)
+        q, k, v, extras, inputs = x.q, x.k, x.v, x.extras, x.leaves()
+    else:  # build_runnable gives a shared-QK core two tensors (q is k) and the others three
+        q, k, v = (inputs[0], inputs[0], inputs[1]) if len(inputs) == 2 else inputs
     mask = torch.ones(case.batch, case.seq_len, dtype=torch.bool, device=device)
     mask[1:, case.seq_len - int(case.seq_len * padded_fraction) :] = False
 
     def output() -> torch.Tensor:
-        return core(q, k, v, key_padding_mask=mask)
+        return core(q, k, v, key_padding_mask=mask, **extras)
 
     def forward() -> torch.Tensor:
         return output().sum()

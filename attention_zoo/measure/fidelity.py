@@ -135,12 +135,13 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
 def _measure(case: BenchCase, reference: str, ref_options: dict[str, Any]) -> list[Metric]:
     device, dtype = torch.device(case.device), DTYPES[case.dtype]
     shape = (case.batch, case.num_heads, case.seq_len, case.head_dim)
-    shared = get_backend(case.backend).layout(**case.options).shared_qk
+    layout = get_backend(case.backend).layout(**case.options)
+    kv = layout.kv_heads_for(case.num_heads)  # shared KV heads: the first ones of each family
     rows = []
     for index, family in enumerate(FIDELITY_INPUTS):
         gen = torch.Generator().manual_seed(FIDELITY_SEED + index)
         q, k, v = (t.to(device=device, dtype=dtype) for t in INPUTS[family](shape, gen))
-        k = q if shared else k
+        k, v = (q if layout.shared_qk else k[:, :kv]), v[:, :kv]
         outputs = []
         for name, options in ((case.backend, case.options), (reference, ref_options)):
             # seeded global RNG: a backend drawing its randomness there (lsh without a seed) is

@@ -13,7 +13,7 @@ from ..attention.base import AttentionCore
 from ..attention.kernels.dispatch import AUTO, Call
 from ..attention.spec import BACKENDS
 from ..errors import UsageError, ZooError
-from .cases import DECODE_MODES, DTYPES, BenchCase
+from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs
 
 # metric groups measured under torch dispatch modes (the storage tracker, the FLOP counter)
 DISPATCH_GROUPS = ("crosscheck", "predict", "flops")
@@ -101,11 +101,9 @@ def _untraceable(meta_core: AttentionCore, case: BenchCase) -> str | None:
     dtype = DTYPES[case.dtype]
     try:
         core = spec.cls(spec.make_config(**case.options), causal=causal).to(dtype).eval()
-        qkv = [torch.randn(1, 1, n, case.head_dim, dtype=dtype) for _ in range(3)]
-        if spec.caps.shared_qk:
-            qkv[1] = qkv[0]
+        x = sample_inputs(case, torch.device("cpu"), dtype, length=n)
         with torch.no_grad(), _PassThrough():
-            core(*qkv)
+            core(x.q, x.k, x.v, **x.extras)
     except NotImplementedError as exc:
         text = str(exc)
         if "HigherOrderOperator" in text:

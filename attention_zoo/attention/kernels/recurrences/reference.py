@@ -38,4 +38,3 @@ def recurrence(
             state = state + beta[:, :, t, None, None] * kt[..., None] * error[..., None, :]
         outs.append(scale * (q[:, :, t, :, None] * state).sum(-2))
     return torch.stack(outs, dim=2), state
-
