@@ -73,9 +73,8 @@ class InputLayout:
     @property
     def plain(self) -> bool:
         """q, k, v of one shape and nothing else: what the folded block products assume."""
-        return (
-            not self.shared_qk and self.kv_heads is None and self.expand_v == 1 and not self.extras
-        )
+        simple = not self.shared_qk and self.kv_heads is None and self.expand_v == 1
+        return simple and len(self.extras) == 0  # len: traceable by torch.compile
 
     def projections(self, heads: int, head_dim: int) -> dict[str, int]:
         """Output features of each input projection, in the order the block's fused map holds
