@@ -11,6 +11,8 @@ import torch
 from attention_zoo import SelfAttention, build_attention
 from attention_zoo.attention import decode
 from attention_zoo.attention.inputs import Extra, InputLayout, expand_kv
+from attention_zoo.attention.kernels.dispatch import Call
+from attention_zoo.attention.kernels.recurrences.table import RECURRENCE_KERNELS
 from attention_zoo.attention.spec import get_backend
 from attention_zoo.cli import main
 from attention_zoo.errors import ConfigError, OptionError, ShapeError, UnavailableError
@@ -125,3 +127,14 @@ def test_zoo_list_shows_the_fair_numbers(capsys):
     assert rows["xformers"]["fair"] is None  # not buildable here: no numbers, no crash
     assert main(["list", "--device", "cpu"]) == 0
     assert "state/seq @4096" in capsys.readouterr().out
+
+
+def test_fla_is_refused_where_its_kernels_would_fail():
+    """fla's delta rule without a decay takes no float32: auto then picks our chunks on CUDA;
+    with a decay (Gated DeltaNet) fla is not refused for it."""
+    fla = RECURRENCE_KERNELS.by_name["fla"]
+    call = Call("cuda", torch.float32, 4096, 64)
+    plain = build_attention("deltanet", causal=True, device="cpu")
+    gated = build_attention("gated-deltanet", causal=True, device="cpu")
+    assert any("16-bit" in r for r in fla.reasons(plain, call))
+    assert not any("16-bit" in r for r in fla.reasons(gated, call))

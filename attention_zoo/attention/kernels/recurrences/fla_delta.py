@@ -21,33 +21,16 @@ def fla_chunk_delta(
 ) -> tuple[Tensor, Tensor]:
     """chunk_delta through fla's chunked kernels (training: they have a backward); chunk_length
     16, 32 or 64. fla's delta rule without decay takes 16-bit inputs only."""
+    options = {**_options(scale, initial_state), "chunk_size": chunk_length}
     if log_decay is None:
         from fla.ops.delta_rule import chunk_delta_rule
 
-        o, state = chunk_delta_rule(
-            *_fla_layout(q, k, v, beta),
-            scale=scale,
-            initial_state=initial_state,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=False,
-            chunk_size=chunk_length,
-        )
+        o, state = chunk_delta_rule(*_fla_layout(q, k, v, beta), **options)
     else:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
         q, k, v, beta, g = _fla_layout(q, k, v, beta, log_decay)
-        o, state = chunk_gated_delta_rule(  # g before beta here
-            q,
-            k,
-            v,
-            g,
-            beta,
-            scale=scale,
-            initial_state=initial_state,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=False,
-            chunk_size=chunk_length,
-        )
+        o, state = chunk_gated_delta_rule(q, k, v, g, beta, **options)  # g before beta here
     return o.transpose(1, 2), state
 
 
@@ -64,32 +47,28 @@ def fla_recurrent_delta(
 ) -> tuple[Tensor, Tensor]:
     """chunk_delta through fla's token-by-token kernels (decoding a few tokens from a state;
     chunk_length is unused). The gated kernel has no backward."""
+    options = _options(scale, initial_state)
     if log_decay is None:
         from fla.ops.delta_rule import fused_recurrent_delta_rule
 
-        o, state = fused_recurrent_delta_rule(
-            *_fla_layout(q, k, v, beta),
-            scale=scale,
-            initial_state=initial_state,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=False,
-        )
+        o, state = fused_recurrent_delta_rule(*_fla_layout(q, k, v, beta), **options)
     else:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
         q, k, v, beta, g = _fla_layout(q, k, v, beta, log_decay)
-        o, state = fused_recurrent_gated_delta_rule(
-            q,
-            k,
-            v,
-            g=g,
-            beta=beta,
-            scale=scale,
-            initial_state=initial_state,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=False,
-        )
+        o, state = fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **options)
     return o.transpose(1, 2), state
+
+
+def _options(scale: float, initial_state: Tensor | None) -> dict[str, object]:
+    """What every fla delta-rule call takes alike: q and k as given (no normalisation in the
+    kernel), the final state returned."""
+    return {
+        "scale": scale,
+        "initial_state": initial_state,
+        "output_final_state": True,
+        "use_qk_l2norm_in_kernel": False,
+    }
 
 
 def _fla_layout(*ts: Tensor) -> list[Tensor]:

@@ -60,17 +60,24 @@ def chunked(
 def fla_chunked(
     x: RecurrenceInputs, chunk_length: int, initial_state: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """fla's Triton kernels (CUDA): chunked for a sequence, fused recurrent for a decoding step
-    of at most a chunk of tokens."""
+    """fla's chunked Triton kernels (CUDA): a forward with a backward, at any length."""
+    return run_recurrence(fla_chunk_decay, fla_chunk_delta, x, chunk_length, initial_state)
+
+
+def fla_step(
+    x: RecurrenceInputs, chunk_length: int, initial_state: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """A decoding step through fla: its fused recurrent kernels for at most a chunk of new tokens
+    (they have no backward: decoding needs none), its chunked ones for a longer prompt."""
     if x.q.shape[2] <= chunk_length:
         return run_recurrence(
             fla_recurrent_decay, fla_recurrent_delta, x, chunk_length, initial_state
         )
-    return run_recurrence(fla_chunk_decay, fla_chunk_delta, x, chunk_length, initial_state)
+    return fla_chunked(x, chunk_length, initial_state)
 
 
-# the implementations' recurrences by name: a decoding step runs the picked one from its state
-RECURRENCES: dict[str, Recurrence] = {"chunk": chunked, "fla": fla_chunked}
+# the implementations' decoding steps by name: a step runs the picked one from its state
+RECURRENCES: dict[str, Recurrence] = {"chunk": chunked, "fla": fla_step}
 
 
 def _run(fn: Callable[..., tuple[Tensor, Tensor]]) -> Any:
@@ -92,6 +99,9 @@ def _fla_environment(device: str) -> str | None:
 def _fla_dtype(core: Any, call: Call) -> str | None:
     if call.dtype == torch.float64:
         return "fla's Triton kernels take no float64"
+    extras = {e.name for e in core.layout.extras}
+    if call.dtype == torch.float32 and "beta" in extras and "log_decay" not in extras:
+        return "fla's delta rule without a decay takes 16-bit inputs only"
     return None
 
 
