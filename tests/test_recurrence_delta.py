@@ -54,17 +54,17 @@ def _leaves(x: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     }
 
 
-def _chunked(x: dict, chunk_length: int, scale: float = 0.3):
+def _chunked(x: dict, chunk_length: int, scale: float = 0.3, normalise_qk: bool = False):
     return chunk_delta(
         x["q"], x["k"], x["v"], x["beta"], x["log_decay"], scale=scale,
-        chunk_length=chunk_length, initial_state=x["initial_state"],
+        chunk_length=chunk_length, initial_state=x["initial_state"], normalise_qk=normalise_qk,
     )  # fmt: skip
 
 
-def _reference(x: dict, scale: float = 0.3):
+def _reference(x: dict, scale: float = 0.3, normalise_qk: bool = False):
     return recurrence(
         x["q"], x["k"], x["v"], log_decay=x["log_decay"], beta=x["beta"], scale=scale,
-        initial_state=x["initial_state"],
+        initial_state=x["initial_state"], normalise_qk=normalise_qk,
     )  # fmt: skip
 
 
@@ -106,6 +106,41 @@ def test_segments_match_the_recurrence(monkeypatch, decay):
     x = _inputs(70, decay=decay, beta_max=2.0)
     got = _with_grads(lambda: _chunked(x, chunk_length=16), x)
     _assert_close_scaled(got, _with_grads(lambda: _reference(x), x), 1e-10)
+
+
+@pytest.mark.parametrize("n", [1, 20, 70], ids=["step", "one-segment", "segments"])
+@pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
+def test_normalising_qk_in_the_kernel_is_normalising_them_first(monkeypatch, decay, n):
+    """Unnormalised q and k, L2-normalised inside the kernel: the recurrence over unit q and k,
+    gradients taken through the normalisation, on every path (decode step, one segment, many)."""
+    monkeypatch.setattr(delta, "SEGMENT_LENGTH", 32)
+    x = _inputs(n, decay=decay, beta_max=2.0)
+    with torch.no_grad():
+        x["k"].mul_(3 * torch.rand(x["k"].shape[:-1], dtype=x["k"].dtype)[..., None] + 0.5)
+    got = _with_grads(lambda: _chunked(x, chunk_length=16, normalise_qk=True), x)
+    want = _with_grads(lambda: _reference(x, normalise_qk=True), x)
+    _assert_close_scaled(got, want, 1e-10)
+    unit = {**x, "q": F.normalize(x["q"], dim=-1), "k": F.normalize(x["k"], dim=-1)}
+    _assert_close_scaled(got[:2], _with_grads(lambda: _reference(unit), x)[:2], 1e-10)
+
+
+def test_normalising_in_the_kernel_keeps_no_normalised_copy(monkeypatch):
+    """Across segments, autograd keeps the inputs themselves and per-segment states, never a
+    whole-length normalised q or k."""
+    monkeypatch.setattr(delta, "SEGMENT_LENGTH", 32)
+    n = 128
+    x = _inputs(n, decay=True, dtype=torch.float32, state=False)
+    inputs = {t.data_ptr() for t in x.values() if t is not None}
+    saved = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _chunked(x, chunk_length=16, normalise_qk=True)
+    whole = [t for t in saved if t.numel() >= B * H * n]
+    assert whole and all(t.data_ptr() in inputs for t in whole)
 
 
 @pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
@@ -266,15 +301,22 @@ def _fla_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
     gated references (no decay: g = 0): the adapters' plumbing checked without CUDA."""
     naive = _fla_naive("gated_delta_rule")
 
+    def normalised(q, k, options):
+        if options.pop("use_qk_l2norm_in_kernel"):
+            return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
+        return q, k
+
     def chunk(q, k, v, g, beta, scale, initial_state, output_final_state, **options):
-        assert options == {"use_qk_l2norm_in_kernel": False, "chunk_size": 16}
+        q, k = normalised(q, k, options)
+        assert options == {"chunk_size": 16}
         return naive.naive_chunk_gated_delta_rule(
             q, k, v, g, beta, chunk_size=16, scale=scale, initial_state=initial_state,
             output_final_state=output_final_state,
         )  # fmt: skip
 
     def recurrent(q, k, v, g, beta, scale, initial_state, output_final_state, **options):
-        assert options == {"use_qk_l2norm_in_kernel": False}
+        q, k = normalised(q, k, options)
+        assert not options
         return naive.naive_recurrent_gated_delta_rule(
             q, k, v, beta, g, scale=scale, initial_state=initial_state,
             output_final_state=output_final_state,
@@ -296,14 +338,16 @@ def _fla_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, name, SimpleNamespace(**attrs))
 
 
+@pytest.mark.parametrize("normalise_qk", [False, True], ids=["as-given", "normalised"])
 @pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
-def test_fla_adapters_convert_layouts_and_arguments(monkeypatch, decay):
+def test_fla_adapters_convert_layouts_and_arguments(monkeypatch, decay, normalise_qk):
     _fla_stand_ins(monkeypatch)
     x = _fla_inputs(37, decay=decay)
-    args = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"])
-    want = chunk_delta(*args, scale=0.3, initial_state=x["initial_state"])
+    args = (x["q"], 2 * x["k"], x["v"], x["beta"], x["log_decay"])
+    options = {"scale": 0.3, "initial_state": x["initial_state"], "normalise_qk": normalise_qk}
+    want = chunk_delta(*args, **options)
     for adapter in (fla_chunk_delta, fla_recurrent_delta):
-        got = adapter(*args, scale=0.3, chunk_length=16, initial_state=x["initial_state"])
+        got = adapter(*args, chunk_length=16, **options)
         _assert_close_scaled(list(got), list(want), 1e-4)
 
 

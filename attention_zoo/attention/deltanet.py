@@ -16,7 +16,6 @@ from .recurrent import (
     RECURRENT,
     DeltaRuleConfig,
     RecurrentCore,
-    l2_normalised,
     step_size,
 )
 from .spec import register_attention
@@ -38,11 +37,11 @@ class DeltaNetConfig(DeltaRuleConfig):
 class DeltaNetAttention(RecurrentCore):
     """The delta rule over L2-normalised keys; chunked (closed-form within a chunk) on CPU."""
 
+    normalise_qk = True
+
     @classmethod
     def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
         return (step_size(cfg.negative_eigenvalues),)
 
-    def gates(
-        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-        return l2_normalised(q), l2_normalised(k), None, extras["beta"]
+    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
+        return None, extras["beta"]

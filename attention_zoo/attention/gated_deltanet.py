@@ -15,7 +15,6 @@ from .recurrent import (
     RECURRENT,
     DeltaRuleConfig,
     RecurrentCore,
-    l2_normalised,
     log_decay,
     step_size,
 )
@@ -38,11 +37,11 @@ class GatedDeltaNetConfig(DeltaRuleConfig):
 class GatedDeltaNetAttention(RecurrentCore):
     """The delta rule with a data-dependent decay per head and token."""
 
+    normalise_qk = True
+
     @classmethod
     def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
         return (Extra("log_decay", log_decay), step_size(cfg.negative_eigenvalues))
 
-    def gates(
-        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-        return l2_normalised(q), l2_normalised(k), extras["log_decay"], extras["beta"]
+    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
+        return extras["log_decay"], extras["beta"]

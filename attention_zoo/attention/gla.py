@@ -40,7 +40,5 @@ class GLAAttention(RecurrentCore):
     def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
         return (Extra("log_decay", log_decay, per_key_channel=cfg.gate == "vector"),)
 
-    def gates(
-        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-        return q, k, extras["log_decay"], None
+    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
+        return extras["log_decay"], None

@@ -62,11 +62,6 @@ class DeltaRuleConfig(RecurrenceConfig):
         check_flag(self.backend, "negative_eigenvalues", self.negative_eigenvalues)
 
 
-def l2_normalised(x: Tensor) -> Tensor:
-    """x / ||x|| over the last dim (16-bit x in float32): the delta rule is stable for unit keys."""
-    return F.normalize(x.to(compute_dtype(x.dtype)), dim=-1, eps=1e-6).to(x.dtype)
-
-
 @dataclass(frozen=True, kw_only=True)
 class RecurrentState(DecodeState):
     """The recurrence's state S (b, h, dk, dv) in the compute dtype: constant size."""
@@ -80,6 +75,7 @@ class RecurrentCore(AttentionCore):
 
     kernels = RECURRENCE_KERNELS
     extras: ClassVar[tuple[Extra, ...]] = ()
+    normalise_qk: ClassVar[bool] = False  # q, k L2-normalised (in the delta rule's kernels)
 
     @classmethod
     def input_layout(cls, cfg: Any, shared_qk: bool) -> InputLayout:
@@ -91,10 +87,8 @@ class RecurrentCore(AttentionCore):
         """The extra inputs with these options (a family whose extras depend on them overrides)."""
         return cls.extras
 
-    def gates(
-        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-        """q, k as the recurrence reads them, the log decay and the step size (None: absent)."""
+    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
+        """The log decay and the step size of a call with queries q (None: absent)."""
         raise NotImplementedError
 
     def recurrence_inputs(
@@ -106,14 +100,16 @@ class RecurrentCore(AttentionCore):
         extras: dict[str, Tensor],
     ) -> RecurrenceInputs:
         """The call's inputs; a padded position changes nothing (no key, value, decay or step)."""
-        q, k, log_decay, beta = self.gates(q, k, extras)
+        log_decay, beta = self.gates(q, extras)
         if key_padding_mask is not None:
             real = key_padding_mask[:, None, :]  # (b, 1, n)
             k, v = k * real[..., None], v * real[..., None]
             if log_decay is not None:
                 log_decay = log_decay * (real if log_decay.dim() == 3 else real[..., None])
             beta = None if beta is None else beta * real
-        return RecurrenceInputs(q, k, v, log_decay, beta, q.shape[-1] ** -0.5)
+        return RecurrenceInputs(
+            q, k, v, log_decay, beta, q.shape[-1] ** -0.5, normalise_qk=self.normalise_qk
+        )
 
     def reference_output(
         self,
@@ -126,7 +122,8 @@ class RecurrentCore(AttentionCore):
         """The same call through the token-by-token recurrence (kernels/recurrences/reference.py):
         what every implementation is judged against. O(n) Python steps: for tests."""
         x = self.recurrence_inputs(q, k, v, key_padding_mask, extras)
-        out, _ = recurrence(x.q, x.k, x.v, log_decay=x.log_decay, beta=x.beta, scale=x.scale)
+        gates = {"log_decay": x.log_decay, "beta": x.beta, "normalise_qk": x.normalise_qk}
+        out, _ = recurrence(x.q, x.k, x.v, scale=x.scale, **gates)
         return out.to(q.dtype)
 
     # ---- decoding: the state S ----------------------------------------------------------------

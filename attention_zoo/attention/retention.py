@@ -32,11 +32,9 @@ def head_log_decays(heads: int, device: torch.device | str = "cpu") -> Tensor:
 class RetentionAttention(RecurrentCore):
     """RetNet's retention: a fixed decay per head, chunked on CPU, fla's kernels on CUDA."""
 
-    def gates(
-        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
         b, h, n, _ = q.shape
         decay = (
             head_log_decays(h, q.device).to(compute_dtype(q.dtype))[None, :, None].expand(b, h, n)
         )
-        return q, k, decay, None
+        return decay, None

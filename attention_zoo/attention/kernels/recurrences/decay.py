@@ -19,7 +19,7 @@ from ..sums.plain import compute_dtype
 # Tokens per segment: the chunks' scores, decays and states exist one segment at a time (the
 # backward recomputes them per segment), so memory beyond the inputs, the output and their
 # gradients is bounded by this, not by n.
-SEGMENT_LENGTH = 1024
+SEGMENT_LENGTH = 512
 
 
 def chunk_decay(

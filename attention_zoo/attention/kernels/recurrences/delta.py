@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from ..chunked import padded_length
 from ..sums.plain import compute_dtype
+from .reference import l2_normalised
 
 # Tokens per segment: a longer call runs segment by segment, forward without autograd, and its
 # backward recomputes one segment at a time, so the activations autograd keeps (a dozen tensors
@@ -34,20 +35,25 @@ def chunk_delta(
     scale: float,
     chunk_length: int = 64,
     initial_state: Tensor | None = None,
+    normalise_qk: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """q, k (b, h, n, dk), v (b, h, n, dv), beta and log_decay (<= 0) (b, h, n) -> o (b, h, n, dv)
-    in q's dtype and the final state (b, h, dk, dv) in float32 for 16-bit inputs."""
+    in q's dtype and the final state (b, h, dk, dv) in float32 for 16-bit inputs. normalise_qk:
+    q and k L2-normalised a segment at a time (never a whole normalised copy kept for backward)."""
     b, h, n, dk = k.shape
     wide = compute_dtype(q.dtype)
     state = (
         k.new_zeros(b, h, dk, v.shape[-1], dtype=wide) if initial_state is None else initial_state
     )
     segment = chunk_length * max(1, SEGMENT_LENGTH // chunk_length)
+    setup = (scale, chunk_length, normalise_qk)
     if n == 1:
-        return delta_step(q, k, v, beta, log_decay, scale=scale, state=state)
+        return delta_step(
+            q, k, v, beta, log_decay, scale=scale, state=state, normalise_qk=normalise_qk
+        )
     if n <= segment:
-        return _segment(q, k, v, beta, log_decay, state, scale, chunk_length)
-    return _Segments.apply(q, k, v, beta, log_decay, state, scale, chunk_length, segment)
+        return _segment(q, k, v, beta, log_decay, state, *setup)
+    return _Segments.apply(q, k, v, beta, log_decay, state, setup, segment)
 
 
 def delta_step(
@@ -59,11 +65,14 @@ def delta_step(
     *,
     scale: float,
     state: Tensor,
+    normalise_qk: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """One token (a decode step): q, k (b, h, 1, dk), v (b, h, 1, dv), beta, log_decay (b, h, 1),
     state (b, h, dk, dv) -> o (b, h, 1, dv), the new state; chunk_delta's result, in fewer ops."""
     dtype, wide = q.dtype, compute_dtype(q.dtype)
     q, k, v, beta, state = (t.to(wide) for t in (q, k, v, beta, state))
+    if normalise_qk:
+        q, k = l2_normalised(q), l2_normalised(k)
     if log_decay is not None:
         state = state * _exp_decay(log_decay.to(wide))[..., None]
     error = (v - k @ state) * beta[..., None]  # (b, h, 1, dv)
@@ -77,7 +86,7 @@ class _Segments(torch.autograd.Function):
     autograd, from the state saved at its start, last segment first."""
 
     @staticmethod
-    def forward(ctx, q, k, v, beta, log_decay, state, scale, chunk_length, segment):
+    def forward(ctx, q, k, v, beta, log_decay, state, setup, segment):
         n = q.shape[-2]
         bounds = [(s, min(s + segment, n)) for s in range(0, n, segment)]
         out = v.new_empty(*v.shape[:2], n, v.shape[-1], dtype=q.dtype)
@@ -85,24 +94,23 @@ class _Segments(torch.autograd.Function):
         for s, e in bounds:
             starts.append(state)
             inputs = _sliced((q, k, v, beta, log_decay), s, e)
-            out[:, :, s:e], state = _segment(*inputs, state, scale, chunk_length)
+            out[:, :, s:e], state = _segment(*inputs, state, *setup)
         ctx.save_for_backward(q, k, v, beta, log_decay, *starts)
-        ctx.setup = (bounds, scale, chunk_length)
+        ctx.bounds, ctx.setup = bounds, setup
         return out, state
 
     @staticmethod
     def backward(ctx, grad_o, grad_state):
         q, k, v, beta, log_decay, *starts = ctx.saved_tensors
-        bounds, scale, chunk_length = ctx.setup
         inputs = (q, k, v, beta, log_decay)
         grads = [None if t is None else torch.empty_like(t) for t in inputs]
-        for (s, e), start in zip(reversed(bounds), reversed(starts)):
+        for (s, e), start in zip(reversed(ctx.bounds), reversed(starts)):
             with torch.enable_grad():
                 leaves = [
                     None if t is None else t.detach().requires_grad_()
                     for t in (*_sliced(inputs, s, e), start)
                 ]
-                o, state = _segment(*leaves, scale, chunk_length)
+                o, state = _segment(*leaves, *ctx.setup)
                 found = torch.autograd.grad(
                     (o, state),
                     [t for t in leaves if t is not None],
@@ -113,7 +121,7 @@ class _Segments(torch.autograd.Function):
                 if t is not None:
                     g[:, :, s:e] = next(found)
             grad_state = next(found)
-        return (*grads, grad_state, None, None, None)
+        return (*grads, grad_state, None, None)
 
 
 def _sliced(ts: tuple[Tensor | None, ...], s: int, e: int) -> list[Tensor | None]:
@@ -129,10 +137,13 @@ def _segment(
     state: Tensor,
     scale: float,
     chunk_length: int,
+    normalise_qk: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """chunk_delta with plain autograd, from an incoming state (b, h, dk, dv)."""
     b, h, n, _ = k.shape
     dtype, wide = q.dtype, compute_dtype(q.dtype)
+    if normalise_qk:
+        q, k = l2_normalised(q.to(wide)), l2_normalised(k.to(wide))
     c = min(chunk_length, n)  # a short call (a decode step) is one chunk of its own length
     # (b h nc) c d: the chunks of every head as one batch of small matrices; padding keys and
     # beta with zeros writes nothing, log_decay = 0 keeps the state as it is

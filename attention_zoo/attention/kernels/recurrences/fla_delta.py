@@ -1,7 +1,7 @@
 """The delta rule and Gated DeltaNet through fla's Triton kernels (flash-linear-attention,
 `fla.ops.delta_rule`, `fla.ops.gated_delta_rule`) on CUDA: our (b, h, n, d) layout converted to
-fla's (b, n, h, d), keys and queries taken as given (no normalisation in the kernel), the final
-state returned (float32). fla is imported only where it runs."""
+fla's (b, n, h, d), keys and queries L2-normalised in the kernel where asked, the final state
+returned (float32). fla is imported only where it runs."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ def fla_chunk_delta(
     scale: float,
     chunk_length: int = 64,
     initial_state: Tensor | None = None,
+    normalise_qk: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """chunk_delta through fla's chunked kernels (training: they have a backward); chunk_length
     16, 32 or 64. fla's delta rule without decay takes 16-bit inputs only."""
-    options = {**_options(scale, initial_state), "chunk_size": chunk_length}
+    options = {**_options(scale, initial_state, normalise_qk), "chunk_size": chunk_length}
     if log_decay is None:
         from fla.ops.delta_rule import chunk_delta_rule
 
@@ -44,10 +45,11 @@ def fla_recurrent_delta(
     scale: float,
     chunk_length: int = 64,
     initial_state: Tensor | None = None,
+    normalise_qk: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """chunk_delta through fla's token-by-token kernels (decoding a few tokens from a state;
     chunk_length is unused). The gated kernel has no backward."""
-    options = _options(scale, initial_state)
+    options = _options(scale, initial_state, normalise_qk)
     if log_decay is None:
         from fla.ops.delta_rule import fused_recurrent_delta_rule
 
@@ -60,14 +62,13 @@ def fla_recurrent_delta(
     return o.transpose(1, 2), state
 
 
-def _options(scale: float, initial_state: Tensor | None) -> dict[str, object]:
-    """What every fla delta-rule call takes alike: q and k as given (no normalisation in the
-    kernel), the final state returned."""
+def _options(scale: float, initial_state: Tensor | None, normalise_qk: bool) -> dict[str, object]:
+    """What every fla delta-rule call takes alike: the final state returned."""
     return {
         "scale": scale,
         "initial_state": initial_state,
         "output_final_state": True,
-        "use_qk_l2norm_in_kernel": False,
+        "use_qk_l2norm_in_kernel": normalise_qk,
     }
 
 

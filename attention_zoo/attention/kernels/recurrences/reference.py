@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
+
+from ..sums.plain import compute_dtype
 
 
 def recurrence(
@@ -20,10 +23,14 @@ def recurrence(
     beta: Tensor | None = None,
     scale: float = 1.0,
     initial_state: Tensor | None = None,
+    normalise_qk: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """q, k (b, h, n, dk), v (b, h, n, dv), log_decay (b, h, n) or (b, h, n, dk) (<= 0), beta
-    (b, h, n) -> o (b, h, n, dv) and the final state (b, h, dk, dv)."""
+    (b, h, n) -> o (b, h, n, dv) and the final state (b, h, dk, dv); normalise_qk: q and k
+    L2-normalised first."""
     b, h, n, dk = k.shape
+    if normalise_qk:
+        q, k = l2_normalised(q), l2_normalised(k)
     state = k.new_zeros(b, h, dk, v.shape[-1]) if initial_state is None else initial_state
     outs = []
     for t in range(n):
@@ -38,3 +45,8 @@ def recurrence(
             state = state + beta[:, :, t, None, None] * kt[..., None] * error[..., None, :]
         outs.append(scale * (q[:, :, t, :, None] * state).sum(-2))
     return torch.stack(outs, dim=2), state
+
+
+def l2_normalised(x: Tensor) -> Tensor:
+    """x / ||x|| over the last dim (16-bit x in float32): the delta rule is stable for unit keys."""
+    return F.normalize(x.to(compute_dtype(x.dtype)), dim=-1, eps=1e-6).to(x.dtype)

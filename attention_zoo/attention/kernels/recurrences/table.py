@@ -22,7 +22,8 @@ from .fla_delta import fla_chunk_delta, fla_recurrent_delta
 class RecurrenceInputs:
     """What one call of a recurrence computes with: q, k (b, h, n, dk), v (b, h, n, dv), the log
     decay (b, h, n) or (b, h, n, dk) (None: no decay), the step size (b, h, n) (None: additive,
-    no delta rule), the output scale."""
+    no delta rule), the output scale, whether the delta rule L2-normalises q and k (its kernels
+    do, a segment at a time)."""
 
     q: Tensor
     k: Tensor
@@ -30,6 +31,7 @@ class RecurrenceInputs:
     log_decay: Tensor | None
     beta: Tensor | None
     scale: float
+    normalise_qk: bool = False
 
 
 # (q, k, v, log_decay, beta, scale, chunk_length, initial_state) -> (out, final state)
@@ -46,7 +48,9 @@ def run_recurrence(
     """The delta rule where the call has step sizes, else the decay-gated sums."""
     options = {"scale": x.scale, "chunk_length": chunk_length, "initial_state": initial_state}
     if x.beta is not None:
-        return delta(x.q, x.k, x.v, x.beta, x.log_decay, **options)
+        return delta(x.q, x.k, x.v, x.beta, x.log_decay, normalise_qk=x.normalise_qk, **options)
+    if x.normalise_qk:
+        raise ValueError("q and k are L2-normalised in the delta rule's kernels only")
     return decay(x.q, x.k, x.v, x.log_decay, **options)
 
 
