@@ -149,3 +149,28 @@ def test_the_targets_script_judges_a_run_and_never_a_busy_one(tmp_path, capsys):
     assert script.main(["--store", str(busy)]) == 0
     out = capsys.readouterr().out
     assert "PASS" not in out and out.count("UNDECIDED: times set aside") == 4
+
+
+@pytest.mark.parametrize(("time_ratio", "verdict"), [(0.9, "PASS"), (1.3, "FAIL")])
+def test_the_targets_script_judges_one_kv_head_beside_four(tmp_path, capsys, time_ratio, verdict):
+    """sdpa with kv_heads=1 beside sdpa at the longest context both have: its state a quarter,
+    its time per token not above; the plain series' other targets keep to the plain rows."""
+    script = _targets_script()
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run = store.start_run(kind="bench", device="cpu")
+        for options, time, state in (({}, 1e-3, 4096), ({"kv_heads": 1}, time_ratio * 1e-3, 1024)):
+            for n in (1024, 65536):
+                case = BenchCase(
+                    target="attention", backend="sdpa", seq_len=n, mode="decode", new_tokens=8,
+                    options=options,
+                )  # fmt: skip
+                rows = [("time_median", time, "s"), ("time_iqr", time / 50, "s")]
+                rows += [("time_min", time, "s"), ("state_bytes", state * n, "bytes")]
+                store.add_rows(run, None, case.to_dict(), rows)
+        store.finish_run(run)
+        store._db.execute("UPDATE runs SET load_start = 0.0, load_end = 0.0, cpu_count = 2")
+        store._db.commit()
+    assert script.main(["--store", str(tmp_path / "s.sqlite")]) == (verdict == "FAIL")
+    out = capsys.readouterr().out
+    assert f"state 1/4, time per token not above: {verdict}: at L=65536 state 0.250x" in out
+    assert f"time {time_ratio:.3f}x" in out

@@ -3,9 +3,12 @@ ratio within the one run):
 
     python benchmarks/scripts/decoding_targets.py --store results/decode.sqlite [--run-id ID]
 
-  linear, performer, local, sliding-window: time per token at the longest context <= 1.2x at the
-  shortest, and equal state bytes
+  linear, performer, local, sliding-window and the recurrences (retention, gla, deltanet,
+  gated-deltanet): time per token at the longest context <= 1.2x at the shortest, and equal state
+  bytes
   sdpa: time per token fitted exponent <= 1.1 over the lengths from 4096 up
+  sdpa with kv_heads=1 beside sdpa, at the longest context: state bytes 1/4 (4 heads), time per
+  token not above it
   sdpa recomputing the prefix / sdpa's KV cache, per token at 16384: >= 20x
 
 A target whose times were set aside (taken while the machine was busy, or unstable: the report's
@@ -24,7 +27,10 @@ from attention_zoo.report.context import trusted
 from attention_zoo.report.frame import bench_frame, case_frame
 from attention_zoo.store import open_store
 
-FLAT = {"linear": 1.2, "performer": 1.2, "local": 1.2, "sliding-window": 1.2}
+PATTERNS = ("linear", "performer", "local", "sliding-window")
+RECURRENCES = ("retention", "gla", "deltanet", "gated-deltanet")
+FLAT = dict.fromkeys(PATTERNS + RECURRENCES, 1.2)
+SHARED_KV = {"kv_heads": 1}  # one KV head: a quarter of the cache of 4 heads
 KV_BACKEND, KV_FROM, KV_EXPONENT = "sdpa", 4096, 1.1
 RECOMPUTE_AT, RECOMPUTE_FACTOR = 16384, 20.0
 TIME, STATE = "time_median", "state_bytes"
@@ -40,11 +46,16 @@ def decode_rows(store_path: str, run_id: str | None) -> Any:
     return bench[bench["mode"] == "decode"], run_id
 
 
-def _series(rows: Any, backend: str, decoder: str = "own") -> dict[int, Any]:
+def _series(
+    rows: Any, backend: str, decoder: str = "own", options: dict | None = None
+) -> dict[int, Any]:
+    """The backend's rows by length, with these options (default: none) and decoder."""
     own = [
         r
         for _, r in rows.iterrows()
-        if r["backend"] == backend and r["config"].get("decoder", "own") == decoder
+        if r["backend"] == backend
+        and r["config"].get("decoder", "own") == decoder
+        and (r["config"].get("options") or {}) == (options or {})
     ]
     return {int(r["seq_len"]): r for r in own}
 
@@ -100,7 +111,24 @@ def judge(rows: Any) -> list[tuple[str, str]]:
         ratio = again["metrics"][TIME] / own["metrics"][TIME]
         verdict = "PASS" if ratio >= RECOMPUTE_FACTOR else "FAIL"
         out.append((name, f"{verdict}: {ratio:.1f}x per token"))
+    out.append(_shared_kv(rows))
     return out
+
+
+def _shared_kv(rows: Any) -> tuple[str, str]:
+    """sdpa with one KV head beside four, at the longest context both measured."""
+    shared, plain = _series(rows, KV_BACKEND, options=SHARED_KV), _series(rows, KV_BACKEND)
+    name = f"{KV_BACKEND} kv_heads=1 vs 4 heads: state 1/4, time per token not above"
+    both = sorted(set(shared) & set(plain))
+    if not both:
+        return name, "UNDECIDED: both not measured at one length"
+    n = both[-1]
+    if reason := _undecided([shared[n], plain[n]]):
+        return name, reason
+    state = shared[n]["metrics"].get(STATE) / plain[n]["metrics"].get(STATE)
+    time = shared[n]["metrics"][TIME] / plain[n]["metrics"][TIME]
+    ok = state == 0.25 and time <= 1.0
+    return name, f"{'PASS' if ok else 'FAIL'}: at L={n} state {state:.3f}x, time {time:.3f}x"
 
 
 def main(argv: list[str] | None = None) -> int:
