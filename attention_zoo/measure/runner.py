@@ -237,7 +237,6 @@ class _Pending:
                 self.rows.extend(prediction_rows(prediction))
             if "flops" in settings.metrics:
                 self.rows.append(metric_row("flops", prediction.flops))
-            self.rows += fair_rows(case, settings.metrics)
             limit = settings.memory_limit_bytes
             if limit is not None and prediction.total_bytes > limit:
                 return self.finish(
@@ -247,6 +246,7 @@ class _Pending:
                 )
             if refused := self.expect(settings, prediction.flops):
                 return self.finish(TIMEOUT, refused)
+            self.rows += fair_rows(case, settings.metrics)  # another prediction: not when refused
         if "fidelity" in settings.metrics:
             fidelity = measure_fidelity(case, settings.memory_limit_bytes)
             self.rows += fidelity.rows

@@ -1,0 +1,53 @@
+"""The fair-comparison numbers as a run stores and a report reads them: each case's parameters,
+decoding state and FLOPs per token at its own setting, and `zoo report --equal` keeping only the
+variants that hold the reference's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attention_zoo.cli import main
+from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.fair import FairSetting, fair_numbers
+from attention_zoo.measure.runner import MeasureSettings, measure_case
+from attention_zoo.measure.status import OK, TIMEOUT
+
+FAIR = ("block_parameters", "state_bytes_per_sequence", "flops_per_token")
+
+
+def _case(backend: str, **options) -> BenchCase:
+    return BenchCase(target="attention", backend=backend, seq_len=128, options=options)
+
+
+def test_a_case_stores_its_fair_numbers_at_its_own_setting():
+    case = _case("sdpa", kv_heads=1)
+    result = measure_case(case, MeasureSettings(metrics=("predict", "flops")))
+    assert result.status == OK
+    want = fair_numbers("sdpa", {"kv_heads": 1}, FairSetting.of(case))
+    assert [result.value(m) for m in FAIR] == [
+        want.params,
+        want.state_bytes,
+        want.flops_per_token,
+    ]
+
+
+def test_a_case_refused_by_its_predicted_time_stores_no_fair_numbers():
+    settings = MeasureSettings(metrics=("predict", "flops", "time"), time_limit_s=1e-9)
+    result = measure_case(_case("sdpa"), settings)
+    assert result.status == TIMEOUT and "not run: predicted" in result.error
+    assert not {r.metric for r in result.rows} & set(FAIR)
+
+
+def test_zoo_report_equal_keeps_the_variants_at_the_references_state(tmp_path: Path):
+    store, out = tmp_path / "s.sqlite", tmp_path / "report"
+    bench = ["bench", "--target", "attention", "--backends", "sdpa,full,retention"]
+    bench += ["--lengths", "64", "--metrics", "predict,flops", "--store", str(store)]
+    assert main([*bench, "--no-progress"]) == 0
+    report = ["report", "--store", str(store), "--reference", "sdpa"]
+    assert main([*report, "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "# Fair comparison" in text and "`retention`" in text
+    assert "At `sdpa`'s state: `full`." in text  # retention's state: a constant, not a KV cache
+    assert main([*report, "--equal", "state", "--out", str(out / "equal")]) == 0
+    fair = (out / "equal" / "report.md").read_text().split("# Fair comparison")[1]
+    assert "`full`" in fair and "`retention`" not in fair
