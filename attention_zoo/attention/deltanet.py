@@ -7,17 +7,12 @@ b_t projected from the hidden states through a sigmoid; with `negative_eigenvalu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from torch import Tensor
-
-from .inputs import Extra
 from .recurrent import (
     RECURRENT,
     DeltaRuleConfig,
-    RecurrentCore,
-    l2_normalised,
-    step_size,
+    DeltaRuleCore,
 )
 from .spec import register_attention
 
@@ -35,14 +30,5 @@ class DeltaNetConfig(DeltaRuleConfig):
     caps=RECURRENT,
     variants=({"negative_eigenvalues": True},),
 )
-class DeltaNetAttention(RecurrentCore):
+class DeltaNetAttention(DeltaRuleCore):
     """The delta rule over L2-normalised keys; chunked (closed-form within a chunk) on CPU."""
-
-    @classmethod
-    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
-        return (step_size(cfg.negative_eigenvalues),)
-
-    def gates(
-        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-        return l2_normalised(q), l2_normalised(k), None, extras["beta"]

@@ -6,18 +6,14 @@ S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T; L2-normalised q and k; th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-from torch import Tensor
+from typing import ClassVar
 
 from .inputs import Extra
 from .recurrent import (
     RECURRENT,
     DeltaRuleConfig,
-    RecurrentCore,
-    l2_normalised,
+    DeltaRuleCore,
     log_decay,
-    step_size,
 )
 from .spec import register_attention
 
@@ -35,14 +31,7 @@ class GatedDeltaNetConfig(DeltaRuleConfig):
     caps=RECURRENT,
     variants=({"negative_eigenvalues": True},),
 )
-class GatedDeltaNetAttention(RecurrentCore):
+class GatedDeltaNetAttention(DeltaRuleCore):
     """The delta rule with a data-dependent decay per head and token."""
 
-    @classmethod
-    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
-        return (Extra("log_decay", log_decay), step_size(cfg.negative_eigenvalues))
-
-    def gates(
-        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-        return l2_normalised(q), l2_normalised(k), extras["log_decay"], extras["beta"]
+    decay = (Extra("log_decay", log_decay),)

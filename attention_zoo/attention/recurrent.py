@@ -159,6 +159,22 @@ class RecurrentCore(AttentionCore):
         return out.to(q.dtype), dataclasses.replace(state, length=state.length + q.shape[2])
 
 
+class DeltaRuleCore(RecurrentCore):
+    """The delta rule over L2-normalised q and k with a step size per head and token, and where
+    the family declares one (`decay`) a log decay per head and token."""
+
+    decay: ClassVar[tuple[Extra, ...]] = ()  # the log decay's input, if the family has one
+
+    @classmethod
+    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
+        return (*cls.decay, step_size(cfg.negative_eigenvalues))
+
+    def gates(
+        self, q: Tensor, k: Tensor, extras: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        return l2_normalised(q), l2_normalised(k), extras.get("log_decay"), extras["beta"]
+
+
 def check_flag(backend: str, name: str, value: object) -> None:
     """Raise OptionError unless value is True or False."""
     if not isinstance(value, bool):
