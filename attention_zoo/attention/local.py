@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import PATTERN_PRIORITY, AttentionCore, check_dropout, check_semantics
+from .base import AttentionCore, check_dropout, check_semantics, pattern_kernels
 from .decode import (
     CACHED,
     CACHED_HF,
@@ -39,12 +39,11 @@ from .decode import (
     window_step,
 )
 from .inputs import check_kv_heads
-from .kernels.chunked import Windows, check_chunking, cpu_fused, math_attention, padded_length
+from .kernels.chunked import Windows, check_chunking, math_attention, padded_length
 from .kernels.dense import allowed_mask, dense_attention
-from .kernels.dispatch import Call, KernelTable, materialised
+from .kernels.dispatch import Call
 from .kernels.flex import chunk_window_tiles
 from .kernels.masks import MaskMod, mask_value
-from .kernels.patterns.flex_pattern import FLEX
 from .kernels.patterns.local_fused import (
     LocalFlash,
     LocalMasks,
@@ -287,20 +286,10 @@ def _consecutive(core: LocalAttention, call: Call) -> str | None:
     return consecutive_reason(core.cfg, call.length)
 
 
-KERNELS = KernelTable(
-    (
-        cpu_fused(
-            lambda core, *args: core._chunked(*args, fused=True),
-            "PyTorch's fused CPU attention over chunk windows; backward from the log-sum-exp",
-            (_consecutive,),
-        ),
-        materialised(
-            lambda core, *args: core._chunked(*args, fused=False),
-            "materialised chunk windows with autograd",
-            grouped=True,
-        ),
-        FLEX,
-    ),
-    PATTERN_PRIORITY,
+KERNELS = pattern_kernels(
+    LocalAttention._chunked,
+    "PyTorch's fused CPU attention over chunk windows; backward from the log-sum-exp",
+    "materialised chunk windows with autograd",
+    (_consecutive,),
 )
 LocalAttention.kernels = KERNELS
