@@ -252,7 +252,26 @@ class ReformerModel(nn.Module):
         log.info("attention now: %s", config.layer_backends())
 
 
-class ReformerLM(nn.Module):
+class EncoderWithHead(nn.Module):
+    """A ReformerModel (`reformer`) with a head: its config and attention are the encoder's."""
+
+    reformer: ReformerModel
+
+    @property
+    def config(self) -> ReformerConfig:
+        return self.reformer.config
+
+    def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
+        return self.reformer.set_attention_options(backend, **options)
+
+    def replace_attention(self, layers: str | int | Iterable[int], backend: str) -> ReformerConfig:
+        return self.reformer.replace_attention(layers, backend)
+
+    set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
+    replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
+
+
+class ReformerLM(EncoderWithHead):
     """Causal language model: ReformerModel + linear head; loss on next tokens like HF's."""
 
     def __init__(self, config: ReformerConfig, *, device: str | torch.device | None = None) -> None:
@@ -266,10 +285,6 @@ class ReformerLM(nn.Module):
         self.reformer = ReformerModel(config, device=device)
         self.lm_head = nn.Linear(2 * config.hidden_size, config.vocab_size)  # reads both streams
         _init_weights(self.lm_head, config.initializer_range)
-
-    @property
-    def config(self) -> ReformerConfig:
-        return self.reformer.config
 
     def forward(
         self, input_ids: Tensor, labels: Tensor | None = None, attention_mask: Tensor | None = None
@@ -314,15 +329,6 @@ class ReformerLM(nn.Module):
         from transformers import ReformerModelWithLMHead
 
         return hf.to_hf(self, ReformerModelWithLMHead, prefix="")
-
-    def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
-        return self.reformer.set_attention_options(backend, **options)
-
-    def replace_attention(self, layers: str | int | Iterable[int], backend: str) -> ReformerConfig:
-        return self.reformer.replace_attention(layers, backend)
-
-    set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
-    replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
 
     def generate(
         self,
@@ -382,7 +388,7 @@ class ReformerClassificationHead(nn.Module):
         return self.out_proj(x)
 
 
-class ReformerForSequenceClassification(nn.Module):
+class ReformerForSequenceClassification(EncoderWithHead):
     """Sequence classifier as transformers': ReformerModel + a head on the first token's state.
 
     A bidirectional encoder (is_decoder=False); num_labels and classifier_dropout are HF's
@@ -409,10 +415,6 @@ class ReformerForSequenceClassification(nn.Module):
         self.reformer = ReformerModel(config, device=device)
         self.classifier = ReformerClassificationHead(config, num_labels, classifier_dropout)
         _init_weights(self.classifier, config.initializer_range)
-
-    @property
-    def config(self) -> ReformerConfig:
-        return self.reformer.config
 
     def forward(
         self, input_ids: Tensor, labels: Tensor | None = None, attention_mask: Tensor | None = None
@@ -450,15 +452,6 @@ class ReformerForSequenceClassification(nn.Module):
             num_labels=self.num_labels,
             classifier_dropout=self.classifier_dropout,
         )
-
-    def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
-        return self.reformer.set_attention_options(backend, **options)
-
-    def replace_attention(self, layers: str | int | Iterable[int], backend: str) -> ReformerConfig:
-        return self.reformer.replace_attention(layers, backend)
-
-    set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
-    replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
 
 
 def hf_padding(config: ReformerConfig, n: int) -> int:
