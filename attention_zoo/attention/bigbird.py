@@ -35,9 +35,10 @@ from .decode import (
     softmax_attention,
 )
 from .inputs import check_kv_heads
-from .kernels.chunked import check_int, padded_length
+from .kernels.chunked import padded_length
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 

@@ -39,17 +39,15 @@ from .decode import (
     window_step,
 )
 from .inputs import check_kv_heads
-from .kernels.chunked import Windows, check_chunking, math_attention, padded_length
+from .kernels.chunked import math_attention, padded_length
 from .kernels.dense import allowed_mask, dense_attention
 from .kernels.dispatch import Call
 from .kernels.flex import chunk_window_tiles
 from .kernels.masks import MaskMod, mask_value
 from .kernels.patterns.local_fused import (
     LocalFlash,
-    LocalMasks,
+    chunk_windows,
     flat,
-    local_masks,
-    local_windows,
     unflat,
 )
 from .kernels.rounds.circular import (
@@ -60,30 +58,8 @@ from .kernels.rounds.circular import (
     window_means,
 )
 from .kernels.rounds.lsh_fused import RoundsFlash
+from .options import check_chunking
 from .spec import Capabilities, register_attention
-
-
-def chunk_windows(
-    q: Tensor,
-    chunk: int,
-    before: int,
-    after: int,
-    causal: bool,
-    key_padding_mask: Tensor | None,
-) -> tuple[Windows, LocalMasks]:
-    """The fused kernels' windows over q's (b, h, n, d) geometry, and their masks."""
-    b, n = q.shape[0], q.shape[2]
-    win = local_windows(b, n, chunk, before, after)
-    masks = local_masks(
-        win,
-        b,
-        n,
-        causal=causal,
-        key_padding_mask=key_padding_mask,
-        dtype=q.dtype,
-        device=q.device,
-    )
-    return win, masks
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,7 +36,7 @@ from .decode import (
     kv_cache,
     kv_cache_bytes,
 )
-from .kernels.chunked import check_chunking, check_int, cpu_fused, padded_length
+from .kernels.chunked import cpu_fused, padded_length
 from .kernels.compiled import maybe_compiled
 from .kernels.dense import allowed_mask, dense_attention, unit_keys
 from .kernels.dispatch import Call, Implementation, KernelTable, materialised
@@ -69,6 +69,7 @@ from .kernels.rounds.lsh_hashing import (
 )
 from .kernels.rounds.lsh_math import lsh_math
 from .kernels.rounds.lsh_plan import EPS, LSHPlan, with_self
+from .options import check_chunking, check_int
 from .spec import Capabilities, register_attention
 
 

@@ -15,10 +15,10 @@ from ..errors import OptionError
 from .base import AttentionCore
 from .decode import DecodeState, StateShape
 from .inputs import Extra, InputLayout, default_layout, double_sigmoid, unit_sigmoid
-from .kernels.chunked import check_int
 from .kernels.recurrences.reference import recurrence
 from .kernels.recurrences.table import RECURRENCE_KERNELS, RECURRENCES, RecurrenceInputs
 from .kernels.sums.plain import compute_dtype
+from .options import check_int
 from .spec import Capabilities
 
 # Causal only (a recurrence reads the past), judged against its own token-by-token form.

@@ -27,12 +27,12 @@ from .decode import (
     window_step,
 )
 from .inputs import check_kv_heads
-from .kernels.chunked import check_int, padded_length
+from .kernels.chunked import padded_length
 from .kernels.flex import TILE, tiles
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
-from .kernels.patterns.local_fused import LocalFlash
-from .local import chunk_windows
+from .kernels.patterns.local_fused import LocalFlash, chunk_windows
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 # Largest chunk of the band kernels: a window of w keys costs chunks of min(w, this) queries that
