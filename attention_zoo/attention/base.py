@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from ..errors import OptionError, ShapeError
 from .inputs import Extra, InputLayout, default_layout
 from .kernels.chunked import cpu_fused
+from .kernels.dense import allowed_mask
 from .kernels.dispatch import AUTO, Call, Check, Implementation, KernelTable, materialised
 from .kernels.flex import TileMasks, tile_masks
 
@@ -135,6 +136,13 @@ class AttentionCore(nn.Module):
         the `kv_heads` option where the config has one, and the class's `extras`."""
         layout = default_layout(cfg, shared_qk)
         return InputLayout(layout.shared_qk, layout.kv_heads, extras=cls.extras)
+
+    def allowed(self, q: Tensor, key_padding_mask: Tensor | None) -> Tensor | None:
+        """The dense (query, key) mask of a call on q: causal where the core is, real keys only
+        (None: every pair allowed)."""
+        return allowed_mask(
+            q.shape[-2], causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
+        )
 
     def forward(
         self,

@@ -40,7 +40,7 @@ from .decode import (
 )
 from .inputs import check_kv_heads
 from .kernels.chunked import math_attention, padded_length
-from .kernels.dense import allowed_mask, dense_attention
+from .kernels.dense import dense_attention
 from .kernels.dispatch import Call
 from .kernels.flex import chunk_window_tiles
 from .kernels.masks import MaskMod, mask_value
@@ -131,9 +131,7 @@ class LocalAttention(AttentionCore):
         dropout = self.dropout_p
         if cfg.semantics == "hf":
             if n <= cfg.chunk_length:  # HF: the sequence fits one chunk: full attention
-                allowed = allowed_mask(
-                    n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-                )
+                allowed = self.allowed(q, key_padding_mask)
                 return dense_attention(q, k, v, allowed, scale=1 / math.sqrt(d), dropout=dropout)
             # causal with no following chunk, no padding and fewer previous chunks than the
             # sequence has: every wrapped key is in the future and none is there twice, so HF's

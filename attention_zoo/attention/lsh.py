@@ -38,7 +38,7 @@ from .decode import (
 )
 from .kernels.chunked import cpu_fused, padded_length
 from .kernels.compiled import maybe_compiled
-from .kernels.dense import allowed_mask, dense_attention, unit_keys
+from .kernels.dense import dense_attention, unit_keys
 from .kernels.dispatch import Call, Implementation, KernelTable, materialised
 from .kernels.flex import (
     BlockMask,
@@ -181,9 +181,7 @@ class LSHAttention(AttentionCore):
         hf = cfg.semantics == "hf"
         dropout = self.dropout_p
         if hf and n <= c:  # HF: the sequence fits one chunk: full shared-QK attention
-            allowed = allowed_mask(
-                n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-            )
+            allowed = self.allowed(q, key_padding_mask)
             keys = hf_keys(k)
             return dense_attention(
                 q, keys, v, allowed, scale=1.0, penalise_self=True, dropout=dropout
