@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .attention.spec import get_backend
 from .errors import ConfigError
@@ -301,3 +301,90 @@ def load_weights(folder: Path) -> dict[str, Tensor]:
         f"no weights in {folder}: expected model.safetensors or pytorch_model.bin "
         f"(one file, not sharded); found: {found}"
     )
+
+
+# ---- HF models and sources in and out ---------------------------------------------------------
+
+
+def read_source(source: Any, config: Any) -> tuple[Any, Mapping[str, Tensor], bool]:
+    """(HF config, HF state dict, training) of a from_hf source: an HF model, its state dict with
+    `config`, or a local folder with config.json and its weights."""
+    if isinstance(source, nn.Module):
+        return source.config, source.state_dict(), source.training
+    if isinstance(source, Mapping):
+        if config is None:
+            raise ConfigError(
+                "from_hf(state_dict) needs config=: the HF config, its dict or config.json"
+            )
+        return config, source, False
+    folder = Path(source)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"{source} is not a folder; from_hf takes an HF model, a state dict (with "
+            "config=) or a folder with config.json and model weights"
+        )
+    return config or folder, load_weights(folder), False
+
+
+def warn_if_lm_bias_ignored(source: Any) -> None:
+    """Warn (at from_hf's caller) when the HF model ignores an lm_head.bias our model adds."""
+    head = getattr(source, "lm_head", None)
+    if head is not None and head.decoder.bias is None and head.bias.detach().abs().max() > 0:
+        warnings.warn(
+            "this transformers version ignores lm_head.bias (its decoder has no bias); the loaded "
+            "model adds it, as trained (transformers 4.x, trax): logits differ by that bias",
+            HFConversionWarning,
+            stacklevel=4,
+        )
+
+
+_CLASSIFIER = "ReformerForSequenceClassification"
+
+
+def with_prefix(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """HF names under `prefix` ("reformer." for the encoder); a state dict already under it (an HF
+    model with a head) keeps its names, its head's weights dropped with a warning."""
+    if not prefix or not any(k.startswith(prefix) for k in state):
+        return {prefix + k: v for k, v in state.items()}
+    heads = {"lm_head.": ("LM head", "ReformerLM"), "classifier.": ("classifier", _CLASSIFIER)}
+    for start, (what, loader) in heads.items():
+        if names := sorted(k for k in state if k.startswith(start)):
+            warnings.warn(
+                f"ReformerModel.from_hf ignores the {what}'s weights ({', '.join(names)}); "
+                f"{loader}.from_hf loads them",
+                HFConversionWarning,
+                stacklevel=4,
+            )
+    return {k: v for k, v in state.items() if not k.startswith(tuple(heads))}
+
+
+def classifier_fields(source: Any, config: Any) -> dict[str, Any]:
+    """num_labels (from the head's weights) and classifier_dropout of an HF sequence classifier
+    source (sources as read_source)."""
+    state = source.state_dict() if isinstance(source, nn.Module) else source
+    if isinstance(state, Mapping):
+        num_labels = state["classifier.out_proj.weight"].shape[0]
+    else:
+        num_labels = load_weights(Path(source))["classifier.out_proj.weight"].shape[0]
+    hf_config = source.config if isinstance(source, nn.Module) else config or source
+    dropout = read_hf_config(hf_config).get("classifier_dropout")
+    return {"num_labels": num_labels, "classifier_dropout": dropout}
+
+
+def to_hf(model: nn.Module, hf_class: type, prefix: str, **hf_fields: Any) -> Any:
+    """`model` as an instance of `hf_class`; `hf_fields` set HF config fields (e.g. num_labels)."""
+    from transformers import ReformerConfig as HFReformerConfig
+
+    backends = model.config.layer_backends()
+    data = model.config.hf_fields()
+    if "num_labels" in hf_fields:  # HF derives it from id2label: a stale one would override it
+        data.pop("id2label", None), data.pop("label2id", None)
+    hf_model = hf_class(HFReformerConfig(**{**data, **hf_fields}))
+    reference = next(model.parameters())
+    hf_model.to(device=reference.device, dtype=reference.dtype)
+    state = {prefix + k: v for k, v in model.state_dict().items()}
+    converted = state_dict_to_hf(state, backends)
+    if "lm_head.bias" in converted and "lm_head.decoder.bias" in hf_model.state_dict():
+        converted["lm_head.decoder.bias"] = converted["lm_head.bias"]  # the bias it applies
+    hf_model.load_state_dict({k[len(prefix) :]: v for k, v in converted.items()})
+    return hf_model.train(model.training)

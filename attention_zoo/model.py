@@ -2,17 +2,16 @@
 stack of (attention, FFN) layers, a LayerNorm over the two concatenated streams, a causal LM head
 or a pooled sequence-classification head.
 Which attention fills each layer, the residual variant, FFN chunking and the position embeddings are
-independent fields of ReformerConfig; `from_hf`/`to_hf` move weights from and to transformers.
+independent fields of ReformerConfig; `from_hf`/`to_hf` move weights from and to transformers
+(hf_reformer.py converts them).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -150,7 +149,7 @@ class ReformerModel(nn.Module):
         """This model as a transformers ReformerModel (weights copied bit for bit)."""
         from transformers import ReformerModel as HFReformerModel
 
-        return _to_hf(self, HFReformerModel, prefix="reformer.")
+        return hf.to_hf(self, HFReformerModel, prefix="reformer.")
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> ReformerOutput:
         """input_ids (b, n) long; attention_mask (b, n) bool or 0/1, 1 = real token (optional)."""
@@ -253,7 +252,26 @@ class ReformerModel(nn.Module):
         log.info("attention now: %s", config.layer_backends())
 
 
-class ReformerLM(nn.Module):
+class EncoderWithHead(nn.Module):
+    """A ReformerModel (`reformer`) with a head: its config and attention are the encoder's."""
+
+    reformer: ReformerModel
+
+    @property
+    def config(self) -> ReformerConfig:
+        return self.reformer.config
+
+    def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
+        return self.reformer.set_attention_options(backend, **options)
+
+    def replace_attention(self, layers: str | int | Iterable[int], backend: str) -> ReformerConfig:
+        return self.reformer.replace_attention(layers, backend)
+
+    set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
+    replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
+
+
+class ReformerLM(EncoderWithHead):
     """Causal language model: ReformerModel + linear head; loss on next tokens like HF's."""
 
     def __init__(self, config: ReformerConfig, *, device: str | torch.device | None = None) -> None:
@@ -267,10 +285,6 @@ class ReformerLM(nn.Module):
         self.reformer = ReformerModel(config, device=device)
         self.lm_head = nn.Linear(2 * config.hidden_size, config.vocab_size)  # reads both streams
         _init_weights(self.lm_head, config.initializer_range)
-
-    @property
-    def config(self) -> ReformerConfig:
-        return self.reformer.config
 
     def forward(
         self, input_ids: Tensor, labels: Tensor | None = None, attention_mask: Tensor | None = None
@@ -314,16 +328,7 @@ class ReformerLM(nn.Module):
         """This model as a transformers ReformerModelWithLMHead (weights copied bit for bit)."""
         from transformers import ReformerModelWithLMHead
 
-        return _to_hf(self, ReformerModelWithLMHead, prefix="")
-
-    def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
-        return self.reformer.set_attention_options(backend, **options)
-
-    def replace_attention(self, layers: str | int | Iterable[int], backend: str) -> ReformerConfig:
-        return self.reformer.replace_attention(layers, backend)
-
-    set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
-    replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
+        return hf.to_hf(self, ReformerModelWithLMHead, prefix="")
 
     def generate(
         self,
@@ -383,7 +388,7 @@ class ReformerClassificationHead(nn.Module):
         return self.out_proj(x)
 
 
-class ReformerForSequenceClassification(nn.Module):
+class ReformerForSequenceClassification(EncoderWithHead):
     """Sequence classifier as transformers': ReformerModel + a head on the first token's state.
 
     A bidirectional encoder (is_decoder=False); num_labels and classifier_dropout are HF's
@@ -411,10 +416,6 @@ class ReformerForSequenceClassification(nn.Module):
         self.classifier = ReformerClassificationHead(config, num_labels, classifier_dropout)
         _init_weights(self.classifier, config.initializer_range)
 
-    @property
-    def config(self) -> ReformerConfig:
-        return self.reformer.config
-
     def forward(
         self, input_ids: Tensor, labels: Tensor | None = None, attention_mask: Tensor | None = None
     ) -> SequenceClassifierOutput:
@@ -437,43 +438,20 @@ class ReformerForSequenceClassification(nn.Module):
     ) -> ReformerForSequenceClassification:
         """The model of a transformers ReformerForSequenceClassification (sources as
         ReformerLM.from_hf); num_labels is read from the head's weights."""
-        state = source.state_dict() if isinstance(source, nn.Module) else source
-        if isinstance(state, Mapping):
-            num_labels = state["classifier.out_proj.weight"].shape[0]
-        else:
-            num_labels = hf.load_weights(Path(source))["classifier.out_proj.weight"].shape[0]
-        hf_config = source.config if isinstance(source, nn.Module) else config or source
-        dropout = hf.read_hf_config(hf_config).get("classifier_dropout")
-        return _from_hf(
-            cls,
-            source,
-            config,
-            device,
-            prefix="",
-            num_labels=num_labels,
-            classifier_dropout=dropout,
-        )
+        fields = hf.classifier_fields(source, config)
+        return _from_hf(cls, source, config, device, prefix="", **fields)
 
     def to_hf(self) -> Any:
         """This model as a transformers ReformerForSequenceClassification (weights copied)."""
         from transformers import ReformerForSequenceClassification as HFClassifier
 
-        return _to_hf(
+        return hf.to_hf(
             self,
             HFClassifier,
             prefix="",
             num_labels=self.num_labels,
             classifier_dropout=self.classifier_dropout,
         )
-
-    def set_attention_options(self, backend: str, **options: Any) -> ReformerConfig:
-        return self.reformer.set_attention_options(backend, **options)
-
-    def replace_attention(self, layers: str | int | Iterable[int], backend: str) -> ReformerConfig:
-        return self.reformer.replace_attention(layers, backend)
-
-    set_attention_options.__doc__ = ReformerModel.set_attention_options.__doc__
-    replace_attention.__doc__ = ReformerModel.replace_attention.__doc__
 
 
 def hf_padding(config: ReformerConfig, n: int) -> int:
@@ -494,33 +472,10 @@ def _from_hf(
 ) -> Any:
     """Build `cls` (ReformerLM, or ReformerModel with prefix "reformer.") from an HF source;
     `model_kwargs` go to its constructor."""
-    if isinstance(source, nn.Module):
-        hf_config, state = source.config, source.state_dict()
-        training = source.training
-    elif isinstance(source, Mapping):
-        if config is None:
-            raise ConfigError(
-                "from_hf(state_dict) needs config=: the HF config, its dict or config.json"
-            )
-        hf_config, state, training = config, source, False
-    else:
-        folder = Path(source)
-        if not folder.is_dir():
-            raise ConfigError(
-                f"{source} is not a folder; from_hf takes an HF model, a state dict (with "
-                "config=) or a folder with config.json and model weights"
-            )
-        hf_config, state, training = config or folder, hf.load_weights(folder), False
+    hf_config, state, training = hf.read_source(source, config)
     our_config = ReformerConfig.from_hf(hf_config)
-    head = getattr(source, "lm_head", None)
-    if head is not None and head.decoder.bias is None and head.bias.detach().abs().max() > 0:
-        warnings.warn(
-            "this transformers version ignores lm_head.bias (its decoder has no bias); the loaded "
-            "model adds it, as trained (transformers 4.x, trax): logits differ by that bias",
-            hf.HFConversionWarning,
-            stacklevel=3,
-        )
-    state = _with_prefix(state, prefix)
+    hf.warn_if_lm_bias_ignored(source)
+    state = hf.with_prefix(state, prefix)
     ours = hf.state_dict_from_hf(state, our_config.layer_backends())
     reference = next(t for t in ours.values() if t.is_floating_point())
     target = torch.device(device) if device is not None else reference.device
@@ -528,45 +483,6 @@ def _from_hf(
     model.to(device=target, dtype=reference.dtype)
     model.load_state_dict({k[len(prefix) :]: v for k, v in ours.items()} if prefix else ours)
     return model.train(training)
-
-
-def _with_prefix(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    """HF names under `prefix` ("reformer." for the encoder); a state dict already under it (an HF
-    model with a head) keeps its names, its head's weights dropped with a warning."""
-    if not prefix or not any(k.startswith(prefix) for k in state):
-        return {prefix + k: v for k, v in state.items()}
-    heads = {"lm_head.": ("LM head", "ReformerLM"), "classifier.": ("classifier", _CLASSIFIER)}
-    for start, (what, loader) in heads.items():
-        if names := sorted(k for k in state if k.startswith(start)):
-            warnings.warn(
-                f"ReformerModel.from_hf ignores the {what}'s weights ({', '.join(names)}); "
-                f"{loader}.from_hf loads them",
-                hf.HFConversionWarning,
-                stacklevel=4,
-            )
-    return {k: v for k, v in state.items() if not k.startswith(tuple(heads))}
-
-
-_CLASSIFIER = "ReformerForSequenceClassification"
-
-
-def _to_hf(model: nn.Module, hf_class: type, prefix: str, **hf_fields: Any) -> Any:
-    """`model` as an instance of `hf_class`; `hf_fields` set HF config fields (e.g. num_labels)."""
-    from transformers import ReformerConfig as HFReformerConfig
-
-    backends = model.config.layer_backends()
-    data = model.config.hf_fields()
-    if "num_labels" in hf_fields:  # HF derives it from id2label: a stale one would override it
-        data.pop("id2label", None), data.pop("label2id", None)
-    hf_model = hf_class(HFReformerConfig(**{**data, **hf_fields}))
-    reference = next(model.parameters())
-    hf_model.to(device=reference.device, dtype=reference.dtype)
-    state = {prefix + k: v for k, v in model.state_dict().items()}
-    converted = hf.state_dict_to_hf(state, backends)
-    if "lm_head.bias" in converted and "lm_head.decoder.bias" in hf_model.state_dict():
-        converted["lm_head.decoder.bias"] = converted["lm_head.bias"]  # the bias it applies
-    hf_model.load_state_dict({k[len(prefix) :]: v for k, v in converted.items()})
-    return hf_model.train(model.training)
 
 
 def check_generation_length(config: ReformerConfig, n: int, new: object, use_cache: bool) -> None:

@@ -22,8 +22,10 @@ from attention_zoo.measure import baseline
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "scripts"))
 import gate  # noqa: E402  (scripts, importable from their folder)
+import judging  # noqa: E402
 import limits  # noqa: E402
 import plants  # noqa: E402
+import plumbing  # noqa: E402
 import record  # noqa: E402
 import sides  # noqa: E402
 
@@ -34,20 +36,20 @@ MEASURED = "bench_attention.Memory.track_peak_bytes('cpu', 'attention', 'local',
 
 def row(base: float | None, head: float | None, kind: str = "time", unit: str = "seconds"):
     name = {"time": NAME, "bytes": TRACKED}.get(unit if kind == "track" else kind, MEASURED)
-    return gate.Measurement(name, kind, unit, base, head)
+    return plumbing.Measurement(name, kind, unit, base, head)
 
 
 UNIFORM = limits.Limits.uniform(1.3)
 
 
 def test_time_beyond_its_limit_is_a_regression_naming_numbers_ratio_and_limit() -> None:
-    regressions, _, failures = gate.judge([row(0.010, 0.015)], UNIFORM)
+    regressions, _, failures = judging.judge([row(0.010, 0.015)], UNIFORM)
     assert len(regressions) == 1 and not failures
     line = regressions[0]
     assert NAME in line and "10.0ms" in line and "15.0ms" in line and "1.50x" in line
     assert "limit 1.30x (--factor)" in line
-    assert gate.judge([row(0.010, 0.0125)], UNIFORM) == ([], [], [])
-    assert gate.judge([row(0.010, 0.005)], UNIFORM) == ([], [], [])  # faster is no regression
+    assert judging.judge([row(0.010, 0.0125)], UNIFORM) == ([], [], [])
+    assert judging.judge([row(0.010, 0.005)], UNIFORM) == ([], [], [])  # faster is no regression
 
 
 def test_a_flagged_time_names_the_noise_its_limit_was_calibrated_on(tmp_path: Path) -> None:
@@ -55,7 +57,7 @@ def test_a_flagged_time_names_the_noise_its_limit_was_calibrated_on(tmp_path: Pa
     written = limits.write({NAME: 1.07}, runs=10, machine="idle-box", commit="abc123", path=path)
     assert written.for_benchmark(NAME).factor == limits.from_noise(1.07) == 1.14
     assert limits.from_noise(1.01) == limits.FLOOR  # never tighter than the floor
-    (line,), _, _ = gate.judge([row(0.010, 0.012)], limits.Limits.load(path))
+    (line,), _, _ = judging.judge([row(0.010, 0.012)], limits.Limits.load(path))
     assert (
         "1.20x > limit 1.14x" in line and "largest 1.070x in 10 unchanged runs on idle-box" in line
     )
@@ -90,24 +92,24 @@ def test_the_gate_says_when_its_limits_were_calibrated_on_another_machine(tmp_pa
 
 
 def test_deterministic_tracks_are_exact_and_a_decrease_is_a_note() -> None:
-    regressions, _, _ = gate.judge([row(1000, 1020, "track", "bytes")], UNIFORM)
+    regressions, _, _ = judging.judge([row(1000, 1020, "track", "bytes")], UNIFORM)
     assert regressions and "1.02x" in regressions[0] and "1,020 bytes" in regressions[0]
     assert TRACKED in regressions[0]
-    assert gate.judge([row(1000, 1005, "track", "bytes")], UNIFORM) == ([], [], [])
-    regressions, notes, _ = gate.judge([row(1000, 700, "track", "bytes")], UNIFORM)
+    assert judging.judge([row(1000, 1005, "track", "bytes")], UNIFORM) == ([], [], [])
+    regressions, notes, _ = judging.judge([row(1000, 700, "track", "bytes")], UNIFORM)
     assert not regressions and "less than before" in notes[0]
     # the measured peak is not deterministic in the catalogue: shown by asv, not judged
-    measured = gate.Measurement(MEASURED, "track", "bytes", 1000, 2000)
-    assert gate.judge([measured], UNIFORM) == ([], [], [])
+    measured = plumbing.Measurement(MEASURED, "track", "bytes", 1000, 2000)
+    assert judging.judge([measured], UNIFORM) == ([], [], [])
 
 
 def test_failures_and_skips_are_told_apart() -> None:
-    _, _, failures = gate.judge([row(0.01, None)], UNIFORM)
+    _, _, failures = judging.judge([row(0.01, None)], UNIFORM)
     assert failures and "failed on the head commit" in failures[0]
-    _, notes, failures = gate.judge([row(None, 0.01)], UNIFORM)
+    _, notes, failures = judging.judge([row(None, 0.01)], UNIFORM)
     assert not failures and "base commit only" in notes[0]
-    assert gate.judge([row(math.nan, math.nan)], UNIFORM) == ([], [], [])
-    _, notes, _ = gate.judge([row(math.nan, 0.01)], UNIFORM)
+    assert judging.judge([row(math.nan, math.nan)], UNIFORM) == ([], [], [])
+    _, notes, _ = judging.judge([row(math.nan, 0.01)], UNIFORM)
     assert "one commit only" in notes[0]
 
 
@@ -152,12 +154,13 @@ def test_results_are_matched_by_parameter_values_not_by_asvs_index(tmp_path: Pat
     write_results(tmp_path, base, ["local", "lsh"], [1.0, 5.0])
     write_results(tmp_path, head, ["local", "probe", "lsh"], [1.1, 1.2, 5.5])
     rows = {
-        m.benchmark.split(", ")[1][1:-2]: m for m in gate.load_results(tmp_path, "m", base, head)
+        m.benchmark.split(", ")[1][1:-2]: m
+        for m in plumbing.load_results(tmp_path, "m", base, head)
     }
     assert (rows["local"].base, rows["local"].head) == (1.0, 1.1)
     assert (rows["lsh"].base, rows["lsh"].head) == (5.0, 5.5)
     assert math.isnan(rows["probe"].base) and rows["probe"].head == 1.2
-    _, notes, _ = gate.judge(list(rows.values()), UNIFORM)
+    _, notes, _ = judging.judge(list(rows.values()), UNIFORM)
     assert notes == [f"{rows['probe'].benchmark}: runs on one commit only, not compared"]
 
 
@@ -167,12 +170,12 @@ def test_a_time_is_its_fastest_sample_over_all_rounds(tmp_path: Path) -> None:
     base, head = "a" * 40, "b" * 40
     write_results(tmp_path, base, ["local"], [1.0], samples=[[1.0, 0.9, 1.1, 1.0, 1.2]])
     write_results(tmp_path, head, ["local"], [1.5], samples=[[1.5, 1.4, 0.9, 1.5, 1.6]])
-    (row,) = gate.load_results(tmp_path, "m", base, head)
+    (row,) = plumbing.load_results(tmp_path, "m", base, head)
     assert (row.base, row.head) == (0.9, 0.9)  # medians: 1.0 and 1.5, over the 1.3x limit
-    assert gate.judge([row], UNIFORM) == ([], [], [])
-    assert gate.fastest_sample(None, None) is None  # failed: stays failed
-    assert math.isnan(gate.fastest_sample(math.nan, None))  # n/a
-    assert gate.fastest_sample(2.0, None) == 2.0  # stored without samples: asv's value
+    assert judging.judge([row], UNIFORM) == ([], [], [])
+    assert plumbing.fastest_sample(None, None) is None  # failed: stays failed
+    assert math.isnan(plumbing.fastest_sample(math.nan, None))  # n/a
+    assert plumbing.fastest_sample(2.0, None) == 2.0  # stored without samples: asv's value
 
 
 def difference(key: str, actual: float, stored: float = 1000) -> dict:
@@ -187,17 +190,17 @@ def difference(key: str, actual: float, stored: float = 1000) -> dict:
 
 
 def test_a_baseline_difference_is_blamed_on_the_commit_that_made_it() -> None:
-    base = gate.commit_of("HEAD")
+    base = plumbing.commit_of("HEAD")
     head_diffs = [difference("new", 2000), difference("old", 2000), difference("worse", 3000)]
     base_diffs = [difference("old", 2000), difference("worse", 2000)]
-    regressions, notes = gate.attribute(head_diffs, base_diffs, base)
+    regressions, notes = judging.attribute(head_diffs, base_diffs, base)
     assert regressions[0].startswith("baseline case new:")  # base matches the stored value
     assert "already in base" not in regressions[0]
     assert "case worse" in regressions[1] and "1.500x of base" in regressions[1]
     (note,) = notes
     assert note.startswith("baseline case old:") and f"already in base {base[:7]}" in note
     # the base could not be checked: head keeps the blame
-    regressions, notes = gate.attribute(head_diffs, None, base)
+    regressions, notes = judging.attribute(head_diffs, None, base)
     assert len(regressions) == 3 and not notes
 
 
@@ -237,20 +240,20 @@ def test_the_fast_subset_selects_cores_and_one_block_of_its_device(device: str) 
 class FakeGate:
     """Gate.compare answering from a list of row sets, one per comparison."""
 
-    def __init__(self, *answers: list[gate.Measurement]) -> None:
+    def __init__(self, *answers: list[plumbing.Measurement]) -> None:
         self.args = gate.parse_args(["--bench", "x"])
         self.answers, self.asked = list(answers), []
 
-    def compare(self, base: str, head: str, bench: list[str], rounds: int) -> gate.Comparison:
+    def compare(self, base: str, head: str, bench: list[str], rounds: int) -> plumbing.Comparison:
         self.asked.append((bench, rounds))
-        return gate.Comparison(rows=self.answers.pop(0), log=Path("asv.log"))
+        return plumbing.Comparison(rows=self.answers.pop(0), log=Path("asv.log"))
 
 
 @pytest.mark.parametrize("second", [0.0104, 0.015])
 def test_a_time_over_its_limit_is_re_measured_before_it_counts(monkeypatch, second) -> None:
-    monkeypatch.setattr(gate, "ensure_machine", lambda machine: None)
+    monkeypatch.setattr(judging, "ensure_machine", lambda machine: None)
     fake = FakeGate([row(0.010, 0.015)], [row(0.010, second)])
-    verdict = gate.time_verdict(fake, "a" * 40, "b" * 40, UNIFORM)
+    verdict = judging.time_verdict(fake, "a" * 40, "b" * 40, UNIFORM)
     assert fake.asked[1] == ([f"^{re.escape(NAME)}$"], 2 * gate.DEFAULT_ROUNDS)
     assert verdict.remeasured == {NAME: pytest.approx(second / 0.010)}
     if second > 0.013:  # over the limit again: a regression, with both ratios

@@ -179,7 +179,7 @@ def test_backward_segments_do_not_change_gradients(monkeypatch, causal):
     """The fused path's backward works segment by segment; one segment per chunk, a few, or one
     for the whole sequence give the materialised path's gradients -- with padding keys, b=2,
     and queries that see no real key at all (their output is zero, so is their gradient)."""
-    from attention_zoo.attention.kernels import window_grad
+    from attention_zoo.attention.kernels.patterns import window_grad
 
     q, k, v = _qkv(n=45)
     kpm = torch.ones(2, 45, dtype=torch.bool)

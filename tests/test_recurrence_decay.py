@@ -5,6 +5,7 @@ references; fla's kernels against the chunked form (CUDA), and their layout on t
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -13,12 +14,12 @@ from torch.nn import functional as F
 
 from attention_zoo.attention.kernels.recurrences import decay
 from attention_zoo.attention.kernels.recurrences.decay import chunk_decay
-from attention_zoo.attention.kernels.recurrences.fla_decay import (
-    fla_chunk_decay,
-    fla_recurrent_decay,
-)
+from attention_zoo.attention.kernels.recurrences.fla import fla_recurrence
 from attention_zoo.attention.kernels.recurrences.reference import recurrence
 from attention_zoo.measure import tracked_peak
+
+fla_chunk_decay = partial(fla_recurrence, beta=None, chunked=True)
+fla_recurrent_decay = partial(fla_recurrence, beta=None, chunked=False)
 
 KINDS = ("none", "scalar", "channel")
 pytestmark = pytest.mark.filterwarnings("ignore:Triton is not supported")

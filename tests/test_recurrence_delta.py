@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from functools import partial
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -15,12 +16,12 @@ from torch.nn import functional as F
 
 from attention_zoo.attention.kernels.recurrences import delta
 from attention_zoo.attention.kernels.recurrences.delta import chunk_delta, delta_step
-from attention_zoo.attention.kernels.recurrences.fla_delta import (
-    fla_chunk_delta,
-    fla_recurrent_delta,
-)
+from attention_zoo.attention.kernels.recurrences.fla import fla_recurrence
 from attention_zoo.attention.kernels.recurrences.reference import recurrence
 from attention_zoo.measure.flops import count_flops
+
+fla_chunk_delta = partial(fla_recurrence, chunked=True)
+fla_recurrent_delta = partial(fla_recurrence, chunked=False)
 
 B, H, DK, DV = 2, 3, 8, 6
 

@@ -3,6 +3,7 @@ see inputs.py) in, (b, h, n, d_v) out, checked input."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -11,7 +12,9 @@ from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
 from .inputs import Extra, InputLayout, default_layout
-from .kernels.dispatch import AUTO, Call, Implementation, KernelTable
+from .kernels.chunked import cpu_fused
+from .kernels.dense import allowed_mask
+from .kernels.dispatch import AUTO, Call, Check, Implementation, KernelTable, materialised
 from .kernels.flex import TileMasks, tile_masks
 
 # the mask values and pattern type live with the kernels; cores and plugins import them here
@@ -133,6 +136,13 @@ class AttentionCore(nn.Module):
         the `kv_heads` option where the config has one, and the class's `extras`."""
         layout = default_layout(cfg, shared_qk)
         return InputLayout(layout.shared_qk, layout.kv_heads, extras=cls.extras)
+
+    def allowed(self, q: Tensor, key_padding_mask: Tensor | None) -> Tensor | None:
+        """The dense (query, key) mask of a call on q: causal where the core is, real keys only
+        (None: every pair allowed)."""
+        return allowed_mask(
+            q.shape[-2], causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
+        )
 
     def forward(
         self,
@@ -267,3 +277,18 @@ PATTERN_PRIORITY = {
     "cuda": ("flex", "math"),
 }
 AttentionCore.kernels = OWN_KERNELS
+
+
+def pattern_kernels(
+    run: Callable[..., Tensor], fused: str, math: str, checks: tuple[Check, ...] = ()
+) -> KernelTable:
+    """A fixed pattern's kernels: `run(core, *args, fused=...)` through PyTorch's fused CPU op
+    (summary `fused`) or materialised with grouped heads (`math`), and FlexAttention on CUDA."""
+    return KernelTable(
+        (
+            cpu_fused(lambda core, *args: run(core, *args, fused=True), fused, checks),
+            materialised(lambda core, *args: run(core, *args, fused=False), math, grouped=True),
+            FLEX,
+        ),
+        PATTERN_PRIORITY,
+    )

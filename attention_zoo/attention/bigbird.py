@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..errors import OptionError
-from .base import PATTERN_PRIORITY, AttentionCore, check_dropout
+from .base import AttentionCore, check_dropout, pattern_kernels
 from .decode import (
     KVCache,
     StateShape,
@@ -35,11 +35,10 @@ from .decode import (
     softmax_attention,
 )
 from .inputs import check_kv_heads
-from .kernels.chunked import check_int, cpu_fused, padded_length
-from .kernels.dispatch import KernelTable, materialised
+from .kernels.chunked import padded_length
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
-from .kernels.patterns.flex_pattern import FLEX
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 
@@ -250,19 +249,9 @@ def _hash32(x: _Int) -> _Int:
     return x ^ (x >> 16)
 
 
-KERNELS = KernelTable(
-    (
-        cpu_fused(
-            lambda core, *args: core._blocks(*args, fused=True),
-            "gathered key blocks through PyTorch's fused CPU attention, a segment at a time",
-        ),
-        materialised(
-            lambda core, *args: core._blocks(*args, fused=False),
-            "gathered key blocks through SDPA with autograd; global rows dense",
-            grouped=True,
-        ),
-        FLEX,
-    ),
-    PATTERN_PRIORITY,
+KERNELS = pattern_kernels(
+    BigBirdAttention._blocks,
+    "gathered key blocks through PyTorch's fused CPU attention, a segment at a time",
+    "gathered key blocks through SDPA with autograd; global rows dense",
 )
 BigBirdAttention.kernels = KERNELS

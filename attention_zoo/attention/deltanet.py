@@ -7,16 +7,12 @@ b_t projected from the hidden states through a sigmoid; with `negative_eigenvalu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from torch import Tensor
-
-from .inputs import Extra
 from .recurrent import (
     RECURRENT,
     DeltaRuleConfig,
-    RecurrentCore,
-    step_size,
+    DeltaRuleCore,
 )
 from .spec import register_attention
 
@@ -34,14 +30,5 @@ class DeltaNetConfig(DeltaRuleConfig):
     caps=RECURRENT,
     variants=({"negative_eigenvalues": True},),
 )
-class DeltaNetAttention(RecurrentCore):
+class DeltaNetAttention(DeltaRuleCore):
     """The delta rule over L2-normalised keys; chunked (closed-form within a chunk) on CPU."""
-
-    normalise_qk = True
-
-    @classmethod
-    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
-        return (step_size(cfg.negative_eigenvalues),)
-
-    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
-        return None, extras["beta"]

@@ -10,7 +10,7 @@ from torch import Tensor
 from .base import AttentionCore, check_dropout
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, softmax_attention
 from .inputs import check_kv_heads
-from .kernels.dense import allowed_mask, dense_attention
+from .kernels.dense import dense_attention
 from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
 
@@ -34,10 +34,7 @@ class FullAttention(AttentionCore):
     """Naive materialised softmax attention; O(n^2) memory. The reference for exact backends."""
 
     def _dense(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        n = q.shape[-2]
-        allowed = allowed_mask(
-            n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-        )
+        allowed = self.allowed(q, key_padding_mask)
         return dense_attention(
             q, k, v, allowed, scale=1 / math.sqrt(q.shape[-1]), dropout=self.dropout_p
         )

@@ -6,17 +6,14 @@ S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T; L2-normalised q and k; th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-from torch import Tensor
+from typing import ClassVar
 
 from .inputs import Extra
 from .recurrent import (
     RECURRENT,
     DeltaRuleConfig,
-    RecurrentCore,
+    DeltaRuleCore,
     log_decay,
-    step_size,
 )
 from .spec import register_attention
 
@@ -34,14 +31,7 @@ class GatedDeltaNetConfig(DeltaRuleConfig):
     caps=RECURRENT,
     variants=({"negative_eigenvalues": True},),
 )
-class GatedDeltaNetAttention(RecurrentCore):
+class GatedDeltaNetAttention(DeltaRuleCore):
     """The delta rule with a data-dependent decay per head and token."""
 
-    normalise_qk = True
-
-    @classmethod
-    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
-        return (Extra("log_decay", log_decay), step_size(cfg.negative_eigenvalues))
-
-    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
-        return extras["log_decay"], extras["beta"]
+    decay = (Extra("log_decay", log_decay),)

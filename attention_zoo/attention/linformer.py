@@ -16,10 +16,11 @@ from torch.nn import functional as F
 
 from ..errors import InputError, OptionError
 from .base import AttentionCore, BlockWeights, check_dropout
-from .kernels.chunked import check_int, cpu_fused
+from .kernels.chunked import cpu_fused
 from .kernels.dispatch import KernelTable, materialised
 from .kernels.low_rank.projected import ProjectedAttention, project
 from .kernels.sums.plain import compute_dtype
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import PATTERN_PRIORITY, AttentionCore, check_dropout, check_semantics
+from .base import AttentionCore, check_dropout, check_semantics, pattern_kernels
 from .decode import (
     CACHED,
     CACHED_HF,
@@ -39,18 +39,15 @@ from .decode import (
     window_step,
 )
 from .inputs import check_kv_heads
-from .kernels.chunked import Windows, check_chunking, cpu_fused, math_attention, padded_length
-from .kernels.dense import allowed_mask, dense_attention
-from .kernels.dispatch import Call, KernelTable, materialised
+from .kernels.chunked import math_attention, padded_length
+from .kernels.dense import dense_attention
+from .kernels.dispatch import Call
 from .kernels.flex import chunk_window_tiles
 from .kernels.masks import MaskMod, mask_value
-from .kernels.patterns.flex_pattern import FLEX
 from .kernels.patterns.local_fused import (
     LocalFlash,
-    LocalMasks,
+    chunk_windows,
     flat,
-    local_masks,
-    local_windows,
     unflat,
 )
 from .kernels.rounds.circular import (
@@ -61,30 +58,8 @@ from .kernels.rounds.circular import (
     window_means,
 )
 from .kernels.rounds.lsh_fused import RoundsFlash
+from .options import check_chunking
 from .spec import Capabilities, register_attention
-
-
-def chunk_windows(
-    q: Tensor,
-    chunk: int,
-    before: int,
-    after: int,
-    causal: bool,
-    key_padding_mask: Tensor | None,
-) -> tuple[Windows, LocalMasks]:
-    """The fused kernels' windows over q's (b, h, n, d) geometry, and their masks."""
-    b, n = q.shape[0], q.shape[2]
-    win = local_windows(b, n, chunk, before, after)
-    masks = local_masks(
-        win,
-        b,
-        n,
-        causal=causal,
-        key_padding_mask=key_padding_mask,
-        dtype=q.dtype,
-        device=q.device,
-    )
-    return win, masks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,9 +131,7 @@ class LocalAttention(AttentionCore):
         dropout = self.dropout_p
         if cfg.semantics == "hf":
             if n <= cfg.chunk_length:  # HF: the sequence fits one chunk: full attention
-                allowed = allowed_mask(
-                    n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-                )
+                allowed = self.allowed(q, key_padding_mask)
                 return dense_attention(q, k, v, allowed, scale=1 / math.sqrt(d), dropout=dropout)
             # causal with no following chunk, no padding and fewer previous chunks than the
             # sequence has: every wrapped key is in the future and none is there twice, so HF's
@@ -287,20 +260,10 @@ def _consecutive(core: LocalAttention, call: Call) -> str | None:
     return consecutive_reason(core.cfg, call.length)
 
 
-KERNELS = KernelTable(
-    (
-        cpu_fused(
-            lambda core, *args: core._chunked(*args, fused=True),
-            "PyTorch's fused CPU attention over chunk windows; backward from the log-sum-exp",
-            (_consecutive,),
-        ),
-        materialised(
-            lambda core, *args: core._chunked(*args, fused=False),
-            "materialised chunk windows with autograd",
-            grouped=True,
-        ),
-        FLEX,
-    ),
-    PATTERN_PRIORITY,
+KERNELS = pattern_kernels(
+    LocalAttention._chunked,
+    "PyTorch's fused CPU attention over chunk windows; backward from the log-sum-exp",
+    "materialised chunk windows with autograd",
+    (_consecutive,),
 )
 LocalAttention.kernels = KERNELS

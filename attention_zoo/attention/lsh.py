@@ -36,9 +36,9 @@ from .decode import (
     kv_cache,
     kv_cache_bytes,
 )
-from .kernels.chunked import check_chunking, check_int, cpu_fused, padded_length
+from .kernels.chunked import cpu_fused, padded_length
 from .kernels.compiled import maybe_compiled
-from .kernels.dense import allowed_mask, dense_attention, unit_keys
+from .kernels.dense import dense_attention, unit_keys
 from .kernels.dispatch import Call, Implementation, KernelTable, materialised
 from .kernels.flex import (
     BlockMask,
@@ -69,6 +69,7 @@ from .kernels.rounds.lsh_hashing import (
 )
 from .kernels.rounds.lsh_math import lsh_math
 from .kernels.rounds.lsh_plan import EPS, LSHPlan, with_self
+from .options import check_chunking, check_int
 from .spec import Capabilities, register_attention
 
 
@@ -180,9 +181,7 @@ class LSHAttention(AttentionCore):
         hf = cfg.semantics == "hf"
         dropout = self.dropout_p
         if hf and n <= c:  # HF: the sequence fits one chunk: full shared-QK attention
-            allowed = allowed_mask(
-                n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-            )
+            allowed = self.allowed(q, key_padding_mask)
             keys = hf_keys(k)
             return dense_attention(
                 q, keys, v, allowed, scale=1.0, penalise_self=True, dropout=dropout

@@ -15,7 +15,6 @@ from torch.nn import functional as F
 
 from ..errors import OptionError
 from .base import AttentionCore, BlockWeights, check_dropout
-from .kernels.chunked import check_int
 from .kernels.compiled import run_compiled
 from .kernels.dispatch import Call, Implementation, KernelTable, compile_reason, materialised
 from .kernels.low_rank.nystrom_math import (
@@ -25,8 +24,9 @@ from .kernels.low_rank.nystrom_math import (
     segment_means,
     segments,
 )
-from .kernels.masks import mask_value
+from .kernels.masks import mask_value, real_keys_mask
 from .kernels.sums.plain import compute_dtype
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 
@@ -123,7 +123,7 @@ class NystromAttention(AttentionCore):
         )
         scores = torch.matmul(to_keys, x.transpose(1, 2)).view(b, h, landmarks, n)
         if key_padding_mask is not None:
-            scores = scores.masked_fill(~key_padding_mask[:, None, None, :], mask_value(wide))
+            scores = scores.masked_fill(~real_keys_mask(key_padding_mask), mask_value(wide))
         land_x = torch.matmul(scores.softmax(-1).view(b, h * landmarks, n), x)
         land_values = torch.einsum("bhlc,hdc->bhld", land_x.view(b, h, landmarks, hidden), w_v)
         values = torch.matmul(iterative_pinv(kernel, self.cfg.pinv_iterations), land_values)

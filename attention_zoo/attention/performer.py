@@ -19,10 +19,10 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore
 from .decode import StateShape, SumsState, sums_add, sums_state, sums_state_bytes, sums_step
-from .kernels.chunked import check_int
 from .kernels.sums.plain import FAVOR, KernelSums, compute_dtype
 from .kernels.sums.scan import _Features
 from .kernels.sums.table import SUMS_KERNELS
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 

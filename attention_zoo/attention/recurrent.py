@@ -15,10 +15,10 @@ from ..errors import OptionError
 from .base import AttentionCore
 from .decode import DecodeState, StateShape
 from .inputs import Extra, InputLayout, default_layout, double_sigmoid, unit_sigmoid
-from .kernels.chunked import check_int
 from .kernels.recurrences.reference import recurrence
 from .kernels.recurrences.table import RECURRENCE_KERNELS, RECURRENCES, RecurrenceInputs
 from .kernels.sums.plain import compute_dtype
+from .options import check_int
 from .spec import Capabilities
 
 # Causal only (a recurrence reads the past), judged against its own token-by-token form.
@@ -154,6 +154,21 @@ class RecurrentCore(AttentionCore):
         out, after = recurrence(x, self.cfg.chunk_length, state.state)
         state.state.copy_(after)
         return out.to(q.dtype), dataclasses.replace(state, length=state.length + q.shape[2])
+
+
+class DeltaRuleCore(RecurrentCore):
+    """The delta rule over L2-normalised q and k with a step size per head and token, and where
+    the family declares one (`decay`) a log decay per head and token."""
+
+    decay: ClassVar[tuple[Extra, ...]] = ()  # the log decay's input, if the family has one
+    normalise_qk = True
+
+    @classmethod
+    def extras_for(cls, cfg: Any) -> tuple[Extra, ...]:
+        return (*cls.decay, step_size(cfg.negative_eigenvalues))
+
+    def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
+        return extras.get("log_decay"), extras["beta"]
 
 
 def check_flag(backend: str, name: str, value: object) -> None:

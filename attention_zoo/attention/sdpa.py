@@ -14,7 +14,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .base import AttentionCore, check_dropout
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
 from .inputs import check_kv_heads
-from .kernels.dense import allowed_mask
 from .kernels.dispatch import Call, Check, Implementation, KernelTable
 from .spec import Capabilities, register_attention
 
@@ -55,9 +54,7 @@ class SDPAAttention(AttentionCore):
     ) -> Tensor:
         mask, causal = None, self.causal
         if key_padding_mask is not None:  # SDPA takes is_causal or a mask: causality goes in it
-            mask = allowed_mask(
-                q.shape[-2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
-            )
+            mask = self.allowed(q, key_padding_mask)
             causal = False
         context = sdpa_kernel([backend]) if backend is not None else nullcontext()
         with context:

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .base import AttentionCore, check_dropout, mask_value, self_mask_value
 from .decode import KVCache, append, causal_allowed, kv_cache, kv_cache_bytes
-from .kernels.dense import allowed_mask, dense_attention, unit_keys
+from .kernels.dense import dense_attention, unit_keys
 from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
 
@@ -35,10 +35,7 @@ class SharedQKAttention(AttentionCore):
     """Full attention on shared QK: scores q_i . k_j/|k_j|, self masked unless alone. O(n^2)."""
 
     def _dense(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        n = q.shape[-2]
-        allowed = allowed_mask(
-            n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-        )
+        allowed = self.allowed(q, key_padding_mask)
         return dense_attention(
             q, unit_keys(k), v, allowed, scale=1.0, penalise_self=True, dropout=self.dropout_p
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import PATTERN_PRIORITY, AttentionCore, check_dropout
+from .base import AttentionCore, check_dropout, pattern_kernels
 from .decode import (
     StateShape,
     WindowState,
@@ -27,14 +27,12 @@ from .decode import (
     window_step,
 )
 from .inputs import check_kv_heads
-from .kernels.chunked import check_int, cpu_fused, padded_length
-from .kernels.dispatch import KernelTable, materialised
+from .kernels.chunked import padded_length
 from .kernels.flex import TILE, tiles
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
-from .kernels.patterns.flex_pattern import FLEX
-from .kernels.patterns.local_fused import LocalFlash
-from .local import chunk_windows
+from .kernels.patterns.local_fused import LocalFlash, chunk_windows
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 # Largest chunk of the band kernels: a window of w keys costs chunks of min(w, this) queries that
@@ -164,20 +162,10 @@ class SlidingWindowAttention(AttentionCore):
         return window_step(q, k, v, state, key_padding_mask, mod, scale=scale)
 
 
-KERNELS = KernelTable(
-    (
-        cpu_fused(
-            lambda core, *args: core._blocks(*args, fused=True),
-            "PyTorch's fused CPU attention: local's chunk windows masked to the band, or "
-            "gathered key blocks a segment at a time (global tokens)",
-        ),
-        materialised(
-            lambda core, *args: core._blocks(*args, fused=False),
-            "gathered key blocks through SDPA with autograd; global rows dense",
-            grouped=True,
-        ),
-        FLEX,
-    ),
-    PATTERN_PRIORITY,
+KERNELS = pattern_kernels(
+    SlidingWindowAttention._blocks,
+    "PyTorch's fused CPU attention: local's chunk windows masked to the band, or "
+    "gathered key blocks a segment at a time (global tokens)",
+    "gathered key blocks through SDPA with autograd; global rows dense",
 )
 SlidingWindowAttention.kernels = KERNELS

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .base import AttentionCore, check_dropout
 from .kernels.dispatch import Implementation, KernelTable
-from .kernels.masks import mask_value
+from .kernels.masks import mask_value, real_keys_mask
 from .spec import Capabilities, register_attention
 
 
@@ -82,7 +82,7 @@ class XFormersAttention(AttentionCore):
         if key_padding_mask is not None:
             b, n, h, _ = q.shape
             dense = torch.zeros(b, h, n, n, dtype=q.dtype, device=q.device)
-            dense = dense.masked_fill(~key_padding_mask[:, None, None, :], mask_value(q.dtype))
+            dense = dense.masked_fill(~real_keys_mask(key_padding_mask), mask_value(q.dtype))
             if self.causal:
                 future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
                 dense = dense.masked_fill(future, mask_value(q.dtype))

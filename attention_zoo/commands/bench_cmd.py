@@ -30,6 +30,7 @@ from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
 from ..store import DEFAULT_STORE, open_store
 from ..sweep import AUTO, BenchPlan, SweepGrid, run_sweep
+from .parsers import add_command
 from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
@@ -42,6 +43,11 @@ from .validate import (
     size,
 )
 
+HELP = "measure time, memory and FLOPs of a grid of cases"
+DESCRIPTION = (
+    "Measure time (median, IQR), memory (measured, predicted, cross-checks) "
+    "and FLOPs for a grid of backends x lengths x modes, store every metric, print a table."
+)
 EXAMPLE = """examples:
   zoo bench --preset quick
       every backend through SelfAttention at 256, 512 and 1024 tokens, CPU steps timed by the
@@ -241,19 +247,12 @@ def _split_top(text: str) -> list[str]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="measure time, memory and FLOPs of a grid of cases",
-        description="Measure time (median, IQR), memory (measured, predicted, cross-checks) "
-        "and FLOPs for a grid of backends x lengths x modes, store every metric, print a table.",
-        epilog=EXAMPLE
-        % {
-            "store": DEFAULT_STORE,
-            "presets": ", ".join(builtin_presets()),
-            "rule": run_rule_text().replace("%", "%%"),
-        },
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    epilog = EXAMPLE % {
+        "store": DEFAULT_STORE,
+        "presets": ", ".join(builtin_presets()),
+        "rule": run_rule_text().replace("%", "%%"),
+    }
+    p = add_command(sub, "bench", HELP, DESCRIPTION, epilog)
     add_grid_arguments(p)
     m = p.add_argument_group("measurement")
     m.add_argument(

@@ -17,8 +17,14 @@ from ..measure.table import format_table
 from ..measure.units import format_bytes
 from ..registry import Registry
 from ..tasks import TASKS
+from .parsers import add_command
 from .validate import check_device
 
+HELP = "list attention backends, tasks and residual variants, with their origin"
+DESCRIPTION = (
+    "List the registered attention backends (capabilities, options, availability, "
+    "origin), tasks and residual variants."
+)
 EXAMPLE = """examples:
   zoo list                 table of backends, availability on the default device
   zoo list --device cuda   availability if run on CUDA
@@ -34,14 +40,7 @@ position (causal where it can be).
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "list",
-        help="list attention backends, tasks and residual variants, with their origin",
-        description="List the registered attention backends (capabilities, options, availability, "
-        "origin), tasks and residual variants.",
-        epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "list", HELP, DESCRIPTION, EXAMPLE)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--context",

@@ -16,8 +16,11 @@ from ..measure.units import format_bytes
 from ..presets import builtin_presets
 from ..sweep import default_memory_limit
 from .bench_cmd import add_grid_arguments, check_options_used, grid_from_args
+from .parsers import add_command
 from .validate import size
 
+HELP = "predict memory for given lengths/devices (does it fit in N GB?)"
+DESCRIPTION = "Predict peak memory, resident memory and FLOPs of each case; nothing is allocated."
 EXAMPLE = """examples:
   zoo memory --backends full,lsh,local --lengths 4096,65536,524288 \\
              --modes forward+backward --fits 8GiB
@@ -36,14 +39,8 @@ a bare number means GiB. Built-in presets: %(presets)s.
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "memory",
-        help="predict memory for given lengths/devices (does it fit in N GB?)",
-        description="Predict peak memory, resident memory and FLOPs of each case; nothing is "
-        "allocated.",
-        epilog=EXAMPLE % {"presets": ", ".join(builtin_presets())},
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    epilog = EXAMPLE % {"presets": ", ".join(builtin_presets())}
+    p = add_command(sub, "memory", HELP, DESCRIPTION, epilog)
     add_grid_arguments(p)
     p.add_argument(
         "--fits", type=size, help="memory budget, e.g. 8GiB or 8GB: adds a 'fits' column"

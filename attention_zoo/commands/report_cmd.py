@@ -19,12 +19,20 @@ from ..report.index import check_index_target, write_index
 from ..report.output import check_report_target
 from ..report.rebuild import folder_inputs
 from ..reproduce import REPRODUCTIONS
-from ..store import DEFAULT_STORE, open_store
+from ..store import open_store
+from .parsers import add_command, add_store_argument
 from .recording import recorded_command
 from .validate import check_output_file, check_output_folder
 
 DEFAULT_OUT = "results/report"
 
+HELP = "write an HTML + Markdown report from stored results"
+DESCRIPTION = (
+    "Build a comparison report (report.html, report.md, plots) from the results "
+    "store: a summary, headline ratios, scaling and crossovers, accuracy x cost, Table 2, "
+    "block variants, claims, cases without numbers, provenance. Only stored numbers (and "
+    "numbers derived from them) appear; cases without one show their status."
+)
 EXAMPLE = """examples:
   zoo report                                  every configuration in results/zoo.sqlite (its
                                               latest run) -> results/report/
@@ -44,19 +52,8 @@ number with the stored rows it was computed from).
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "report",
-        help="write an HTML + Markdown report from stored results",
-        description="Build a comparison report (report.html, report.md, plots) from the results "
-        "store: a summary, headline ratios, scaling and crossovers, accuracy x cost, Table 2, "
-        "block variants, claims, cases without numbers, provenance. Only stored numbers (and "
-        "numbers derived from them) appear; cases without one show their status.",
-        epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
-    )
+    p = add_command(sub, "report", HELP, DESCRIPTION, EXAMPLE)
+    add_store_argument(p)
     p.add_argument(
         "--out",
         help=f"output folder, created if missing; its parent must exist (default: {DEFAULT_OUT})",

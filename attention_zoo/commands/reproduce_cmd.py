@@ -18,11 +18,18 @@ from ..reproduce import (
 )
 from ..store import DEFAULT_STORE, open_store
 from ..tasks.driver import TaskRequest, train_task
+from .parsers import add_command
 from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 
 DEFAULT_SCALE = "cpu"
 
+HELP = "run the experiments behind a paper's claims; print claims with verdicts"
+DESCRIPTION = (
+    "Run the experiments behind a paper's published claims (a registered "
+    "reproduction: the Reformer's, or a plugin's), store them, and print each claim: the "
+    "published figure, ours as the same kind of ratio, and a verdict."
+)
 EXAMPLE = """examples:
   zoo reproduce --list                          the registered reproductions
   zoo reproduce reformer                        claims a-e at CPU scale (<= 15 min on 2 cores)
@@ -50,15 +57,8 @@ finished one is not measured again (--force, or its old name --fresh, measures a
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "reproduce",
-        help="run the experiments behind a paper's claims; print claims with verdicts",
-        description="Run the experiments behind a paper's published claims (a registered "
-        "reproduction: the Reformer's, or a plugin's), store them, and print each claim: the "
-        "published figure, ours as the same kind of ratio, and a verdict.",
-        epilog=EXAMPLE % {"rule": run_rule_text()},
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    epilog = EXAMPLE % {"rule": run_rule_text()}
+    p = add_command(sub, "reproduce", HELP, DESCRIPTION, epilog)
     p.add_argument(
         "paper",
         nargs="?",

@@ -13,9 +13,12 @@ from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.table import comparison_table, format_table, group_cases
 from ..measure.throughput import DERIVED, FLOP_RATE, PEAK_SHARE, derived_rows
 from ..recover import recover
-from ..store import DEFAULT_STORE, ResultStore, open_store, run_status, write_csv
+from ..store import ResultStore, open_store, run_status, write_csv
+from .parsers import add_command, add_store_argument
 from .validate import DeprecatedAlias, check_output_file, reject_together
 
+HELP = "show or export stored results (table, CSV, JSON)"
+DESCRIPTION = "Show or export the results store: a comparison table, or rows as CSV/JSON."
 EXAMPLE = f"""examples:
   zoo results                              the latest run as a comparison table
   zoo results --runs                       every run: id, kind, version, commit, device, threads
@@ -34,16 +37,8 @@ never stored.
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "results",
-        help="show or export stored results (table, CSV, JSON)",
-        description="Show or export the results store: a comparison table, or rows as CSV/JSON.",
-        epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
-    )
+    p = add_command(sub, "results", HELP, DESCRIPTION, EXAMPLE)
+    add_store_argument(p)
     p.add_argument(
         "--run-id",
         help="a run id, 'latest' or 'all' (default: the latest run for the table, every run "

@@ -18,6 +18,7 @@ from ..tasks.base import TASKS, tabulation_of
 from ..tasks.driver import TaskRequest, train_task
 from ..tasks.suite import TaskPreset, find_suite, load_task_preset, preset_names
 from ..tasks.tabulate import build_matrix, format_matrix
+from .parsers import add_command
 from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
@@ -30,6 +31,11 @@ from .validate import (
     require,
 )
 
+HELP = "train attention variants on synthetic tasks (Reformer Table 2)"
+DESCRIPTION = (
+    "Train and evaluate attention variants on a synthetic task suite; results go "
+    "to the store; --table2 prints the Reformer's Table 2 matrix from the stored runs."
+)
 EXAMPLE = """examples:
   zoo task duplication --preset cpu --table2       Table 2 of the Reformer paper, on this CPU
   zoo task duplication --preset smoke              < 1 minute pipeline check
@@ -55,14 +61,8 @@ unless --force. Judge variants by steps; wall time depends on what else the mach
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "task",
-        help="train attention variants on synthetic tasks (Reformer Table 2)",
-        description="Train and evaluate attention variants on a synthetic task suite; results go "
-        "to the store; --table2 prints the Reformer's Table 2 matrix from the stored runs.",
-        epilog=EXAMPLE % {"rule": run_rule_text()},
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    epilog = EXAMPLE % {"rule": run_rule_text()}
+    p = add_command(sub, "task", HELP, DESCRIPTION, epilog)
     p.add_argument(
         "run_spec", nargs="?", metavar="RUN_SPEC", help="suite file (.toml) or task name"
     )

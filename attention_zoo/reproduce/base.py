@@ -188,21 +188,3 @@ def list_reproductions() -> str:
         )
         lines += [f"      source: {s}" for s in r.sources]
     return "\n".join(lines)
-
-
-__all__ = [
-    "GPU_SIZE",
-    "OWN_SETTINGS",
-    "PRESETS",
-    "REPRODUCTIONS",
-    "SIZES",
-    "ClaimRow",
-    "Reproduction",
-    "RunOptions",
-    "TaskRun",
-    "claims_frame",
-    "get_reproduction",
-    "list_reproductions",
-    "register_reproduction",
-    "render_claims",
-]

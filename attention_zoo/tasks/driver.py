@@ -23,7 +23,7 @@ from ..progress import progress
 from ..store import ResultStore, open_store
 from ..sweep import run_sweep
 from .cost import cost_cases
-from .results import KIND, case_config, save_failed, save_skipped, save_trained
+from .results import KIND, case_config, save_failed, save_trained
 from .runner import RunOutcome, RunSpec, Skipped, identity, outcome_rows, plan_runs, train_job
 from .runner import skipped_key as skipped_spec_key
 from .suite import TaskPreset, load_task_preset
@@ -145,7 +145,7 @@ class TrainPlan(Plan):
             if key in todo:
                 ident = identity(self.preset, entry.label, seed)
                 spec_key = skipped_spec_key(self.preset, entry.label, seed)
-                save_skipped(store, run_id, ident, spec_key, entry.reason)
+                save_failed(store, run_id, ident, spec_key, status=SKIPPED, error=entry.reason)
                 out.append(Stored(key, f"{entry.label} seed {seed}", SKIPPED))
         return out
 

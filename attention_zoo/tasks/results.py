@@ -17,7 +17,7 @@ from typing import Any
 from ..measure.cases import case_key
 from ..measure.env import Environment
 from ..measure.metrics import metric_spec
-from ..measure.status import OK, SKIPPED
+from ..measure.status import OK
 from ..store import ResultStore, open_store
 
 KIND = "task"
@@ -75,23 +75,12 @@ def save_failed(
     error: str,
     environment: Environment | None = None,
 ) -> str:
-    """Record a run that failed (error) or ran out of memory (oom), with the reason; the next
-    invocation trains it again (engine.RUN_RULE)."""
+    """Record a run that failed (error), ran out of memory (oom) or could not run here (skipped),
+    with the reason; engine.RUN_RULE says which a later invocation tries again."""
     config = case_config(identity, spec_key)
     return store.add_rows(
         run_id, case_key(config), config, [], status=status, error=error, environment=environment
     )
-
-
-def save_skipped(
-    store: ResultStore,
-    run_id: str,
-    identity: dict[str, Any],
-    spec_key: dict[str, Any],
-    reason: str,
-) -> str:
-    """Record a grid entry that could not run here, with its reason."""
-    return save_failed(store, run_id, identity, spec_key, status=SKIPPED, error=reason)
 
 
 def stored_rows(

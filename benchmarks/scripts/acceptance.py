@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gate  # sibling scripts
 import limits as time_limits
 import plants
+import plumbing
 
 SCENARIOS = ("unchanged", "slowdown", "growth")
 UNCHANGED_LIMIT = 1.05  # the target: an unchanged commit reads at most this in every run
@@ -81,8 +82,16 @@ def sh(*args: str, cwd: Path) -> str:
 def scratch_clone(folder: Path) -> Path:
     """A clone of this checkout's HEAD, tagged `accept-start`, with a committer."""
     repo = folder / "repo"
-    sh("git", "clone", "--quiet", "--no-hardlinks", str(gate.ROOT), str(repo), cwd=gate.ROOT)
-    sh("git", "checkout", "--quiet", "-B", "accept", gate.commit_of("HEAD"), cwd=repo)
+    sh(
+        "git",
+        "clone",
+        "--quiet",
+        "--no-hardlinks",
+        str(plumbing.ROOT),
+        str(repo),
+        cwd=plumbing.ROOT,
+    )
+    sh("git", "checkout", "--quiet", "-B", "accept", plumbing.commit_of("HEAD"), cwd=repo)
     sh("git", "config", "user.email", "acceptance@gate", cwd=repo)
     sh("git", "config", "user.name", "gate acceptance", cwd=repo)
     sh("git", "tag", "--force", "accept-start", cwd=repo)

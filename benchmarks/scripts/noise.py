@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gate  # sibling scripts
+import plumbing
 import sides as gate_sides
 
 # Six of the gate's cases: lsh, sliding-window, performer and local forward carry its largest
@@ -41,9 +42,9 @@ DEFAULT_CASES = (
 SEQ_LEN = 1024  # the gate's length (its --fast subset)
 # asv's repeat as the gate sets it: (at least, at most, seconds) samples a case, after a warm-up.
 MIN_SAMPLES, MAX_SAMPLES, WINDOW_S = (
-    float(x) for x in gate.SAMPLING["repeat"].strip("()").split(",")
+    float(x) for x in plumbing.SAMPLING["repeat"].strip("()").split(",")
 )
-WARMUP_S = float(gate.SAMPLING["warmup_time"])
+WARMUP_S = float(plumbing.SAMPLING["warmup_time"])
 
 # One round, as asv's forkserver runs one: the suite imported once, then a fork per case that
 # runs the suite's own Time benchmark, its setup hooks before every sample, for a warm-up and then
@@ -86,7 +87,7 @@ def measure_round(cases: Sequence[str], window: float, warmup: float) -> dict[st
     """One round in a fresh interpreter, with the gate's environment (huge pages)."""
     sampling = [warmup, window, MIN_SAMPLES, MAX_SAMPLES, SEQ_LEN]
     done = subprocess.run(
-        [sys.executable, "-c", ROUND, str(gate.ROOT), *map(str, sampling), *cases],
+        [sys.executable, "-c", ROUND, str(plumbing.ROOT), *map(str, sampling), *cases],
         capture_output=True,
         text=True,
         env={**os.environ, **gate_sides.huge_pages_env()},
@@ -208,7 +209,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         return args
     if not args.cases:
         parser.error("--cases names no case (e.g. lsh:forward,local:forward)")
-    sys.path.insert(0, str(gate.ROOT))
+    sys.path.insert(0, str(plumbing.ROOT))
     from benchmarks.common import MODES as modes
     from benchmarks.common import backend_names
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gate  # the sibling script: asv configuration and runner
+import plumbing  # the sibling script: asv configuration and runner
 
 
 def stored_results(results_dir: Path) -> list[Path]:
@@ -52,15 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--config", type=Path, default=gate.ROOT / "asv.conf.json", help="asv configuration"
+        "--config", type=Path, default=plumbing.ROOT / "asv.conf.json", help="asv configuration"
     )
     args = parser.parse_args(argv)
     try:
-        conf = gate.load_asv_config(args.config)
-    except gate.GateError as exc:
+        conf = plumbing.load_asv_config(args.config)
+    except plumbing.GateError as exc:
         print(f"publish: error: {exc}", file=sys.stderr)
         return 2
-    results_dir = gate.ROOT / conf["results_dir"]
+    results_dir = plumbing.ROOT / conf["results_dir"]
     if not stored_results(results_dir):
         print(
             f"publish: error: no stored results in {results_dir}; record some first: "
@@ -70,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in restore_machine_files(results_dir):
         print(f"publish: wrote {path} from its stored results")
-    code, _ = gate.asv("publish", "--config", str(args.config))
+    code, _ = plumbing.asv("publish", "--config", str(args.config))
     if code != 0:
         print(f"publish: error: asv publish failed (exit {code}, above)", file=sys.stderr)
         return 2
-    print(f"publish: wrote {gate.ROOT / conf['html_dir']} from {results_dir}")
+    print(f"publish: wrote {plumbing.ROOT / conf['html_dir']} from {results_dir}")
     return 0
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gate  # sibling scripts
+import plumbing
 import sides
 
 RECORD_DIR = Path(".asv") / "record"  # the clean environment and the derived configuration
@@ -82,7 +83,7 @@ def stored(results: Path, machine: str, commit: str) -> tuple[int, int]:
     finite = failed = 0
     for res in iter_results_for_machine_and_hash(str(results), machine, commit):
         for name in res.get_all_result_keys():
-            for value in gate.labelled_values(res, name).values():
+            for value in plumbing.labelled_values(res, name).values():
                 if value is None:
                     failed += 1
                 elif not math.isnan(value):
@@ -102,7 +103,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--results-dir", type=Path, help="where results go (default: asv.conf.json's results_dir)"
     )
-    parser.add_argument("--config", type=Path, default=gate.ROOT / "asv.conf.json")
+    parser.add_argument("--config", type=Path, default=plumbing.ROOT / "asv.conf.json")
     parser.add_argument("--dry-run", action="store_true", help="print the asv commands only")
     return parser.parse_args(argv)
 
@@ -111,20 +112,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     try:
-        conf = gate.load_asv_config(args.config)
-    except gate.GateError as exc:
+        conf = plumbing.load_asv_config(args.config)
+    except plumbing.GateError as exc:
         print(f"record: error: {exc}", file=sys.stderr)
         return 2
     machine = args.machine or default_machine(args.device)
-    results = (args.results_dir or gate.ROOT / conf["results_dir"]).resolve()
+    results = (args.results_dir or plumbing.ROOT / conf["results_dir"]).resolve()
     bench = args.bench or subset(args.device)
-    head = gate.commit_of("HEAD")
-    folder = gate.ROOT / RECORD_DIR
+    head = plumbing.commit_of("HEAD")
+    folder = plumbing.ROOT / RECORD_DIR
     conf_path = folder / "asv.conf.json"
     if args.dry_run:
         side = sides.Side(head, folder / "env")
         print(
-            f"record: would build a clean environment of HEAD ({gate.short(head)}) in {side.folder}"
+            f"record: would build a clean environment of HEAD ({plumbing.short(head)}) "
+            f"in {side.folder}"
         )
         for cmd in (
             ["machine", "--yes", "--machine", machine],
@@ -139,26 +141,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("record: error: --device cuda: no CUDA device is visible here", file=sys.stderr)
             return 2
-    if gate.git("status", "--porcelain", "--untracked-files=no"):
+    if plumbing.git("status", "--porcelain", "--untracked-files=no"):
         print("record: note: uncommitted changes are not recorded (HEAD's files are)")
     shutil.rmtree(folder, ignore_errors=True)
     try:
-        side = sides.build_side(gate.ROOT, head, folder / "env")
+        side = sides.build_side(plumbing.ROOT, head, folder / "env")
     except sides.SideError as exc:
         print(f"record: error: {exc}", file=sys.stderr)
         return 2
-    launch = sides.launch_for(side, gate.ROOT / conf["benchmark_dir"], args.device)
+    launch = sides.launch_for(side, plumbing.ROOT / conf["benchmark_dir"], args.device)
     if launch.why:
         print(
             f"record: a process forked after the suite's import cannot use {args.device} "
             f"({launch.why}): asv runs with --launch-method {launch.method} {launch.env or ''}"
         )
-    gate.derived_config(conf, results, conf_path)
-    gate.ensure_machine(machine)
-    code, _ = gate.asv(*run_args(side, conf_path, machine, bench, launch), env=launch.env)
+    plumbing.derived_config(conf, results, conf_path)
+    plumbing.ensure_machine(machine)
+    code, _ = plumbing.asv(*run_args(side, conf_path, machine, bench, launch), env=launch.env)
     finite, failed = stored(results, machine, head)
     print(
-        f"record: {finite} result(s), {failed} failed for {gate.short(head)} in "
+        f"record: {finite} result(s), {failed} failed for {plumbing.short(head)} in "
         f"{results / machine} ({time.monotonic() - started:.0f} s, launch method {launch.method}); "
         "publish with: python benchmarks/scripts/publish.py"
     )

@@ -12,7 +12,7 @@ LSH's backward runs one kernel call per window offset (and pass over sorted slot
 offset's key/value gradients exist at a time: the flash backward of any partial, given the
 combined output and combined log-sum-exp, returns exactly that partial's share of the combined
 gradient (see `flash_backward_offset`). Local attention's backward needs no output at all (see
-`window_grad`).
+`patterns/window_grad.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ...errors import OptionError
 from .dispatch import Check, Implementation, Run
 
 # (window offset, out=None) -> additive float mask broadcastable to (B, H, c, c)
@@ -33,18 +32,6 @@ MaskFn = Callable[..., Tensor]
 def padded_length(n: int, chunk: int) -> int:
     """Smallest multiple of `chunk` that is >= n (and >= chunk)."""
     return max(1, -(-n // chunk)) * chunk
-
-
-def check_int(name: str, value: object, *, minimum: int, backend: str) -> None:
-    """Raise OptionError unless value is an int >= minimum (bools rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(f"{backend} option {name} must be an int >= {minimum}, got {value!r}")
-
-
-def check_chunking(backend: str, chunk_length: int, before: int, after: int) -> None:
-    check_int("chunk_length", chunk_length, minimum=1, backend=backend)
-    check_int("num_chunks_before", before, minimum=0, backend=backend)
-    check_int("num_chunks_after", after, minimum=0, backend=backend)
 
 
 # PyTorch's fused CPU attention ops (forward and backward); a constant of the installed torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .masks import mask_value, self_mask_value
+from .masks import mask_value, real_keys_mask, self_mask_value
 
 
 def unit_keys(k: Tensor, eps: float = 1e-6) -> Tensor:
@@ -24,7 +24,7 @@ def allowed_mask(
     """Broadcastable (b|1, 1, n|1, n) bool of allowed (query, key) pairs, or None when all are."""
     allowed = causal_mask(n, device)[None, None] if causal else None
     if key_padding_mask is not None:
-        keys = key_padding_mask[:, None, None, :]
+        keys = real_keys_mask(key_padding_mask)
         allowed = keys if allowed is None else allowed & keys
     return allowed
 

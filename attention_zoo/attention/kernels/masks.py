@@ -23,6 +23,12 @@ def self_mask_value(dtype: torch.dtype) -> float:
     return _SELF_VALUE.get(dtype, -1e5)
 
 
+def real_keys_mask(key_padding_mask: Tensor) -> Tensor:
+    """(b, n) bool, True = real token -> (b, 1, 1, n): the keys a query may see, for every head
+    and query."""
+    return key_padding_mask[:, None, None, :]
+
+
 # A fixed attention pattern written once (attention-gym's mask_mod): (query positions, key
 # positions), broadcasting int tensors -> bool, True where the query may see the key. Kernels
 # build their block masks from it, `AttentionCore.pattern` the dense (n, n) mask tests check.

@@ -7,10 +7,11 @@ mirrors (`lsh`, `local`, `sliding-window`, `performer`, ...), so a grid gives bo
 same settings. Each stored peer case carries its package and version (`BenchCase.peer`) and what
 it computes differently (`note`).
 
-spec.py holds the registry; hf.py and lucid.py register the built-in peers on import.
+spec.py holds the registry; hf.py and lucid.py build the built-in peers, table.py registers them
+on import.
 """
 
-from . import hf, lucid  # noqa: F401  (registers the built-in peers)
+from . import table  # noqa: F401  (registers the built-in peers)
 from .spec import (
     PEERS,
     PeerCase,

@@ -1,5 +1,6 @@
 """Hugging Face transformers' LSHSelfAttention and LocalSelfAttention as peers (`hf:lsh`,
-`hf:local`), each with the output projection HF's ReformerAttention adds."""
+`hf:local`), each with the output projection HF's ReformerAttention adds: their options and
+builders (table.py registers them)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .spec import PEERS, PeerCase, PeerSpec, resolve_buckets
+from .spec import PeerCase, resolve_buckets
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +63,7 @@ def _hf_config(case: PeerCase, **fields: Any) -> Any:
     )
 
 
-def _build_hf_lsh(case: PeerCase, options: HFLSHOptions) -> nn.Module:
+def build_hf_lsh(case: PeerCase, options: HFLSHOptions) -> nn.Module:
     from transformers.models.reformer.modeling_reformer import LSHSelfAttention
 
     config = _hf_config(
@@ -77,7 +78,7 @@ def _build_hf_lsh(case: PeerCase, options: HFLSHOptions) -> nn.Module:
     return HFBlock(LSHSelfAttention(config), case.num_heads * case.head_dim, case.hidden)
 
 
-def _build_hf_local(case: PeerCase, options: HFLocalOptions) -> nn.Module:
+def build_hf_local(case: PeerCase, options: HFLocalOptions) -> nn.Module:
     from transformers.models.reformer.modeling_reformer import LocalSelfAttention
 
     config = _hf_config(
@@ -87,38 +88,3 @@ def _build_hf_local(case: PeerCase, options: HFLocalOptions) -> nn.Module:
         local_num_chunks_after=options.num_chunks_after,
     )
     return HFBlock(LocalSelfAttention(config), case.num_heads * case.head_dim, case.hidden)
-
-
-PEERS.add(
-    "hf:lsh",
-    PeerSpec(
-        name="hf:lsh",
-        package="transformers",
-        module="transformers",
-        mirrors="lsh",
-        options=HFLSHOptions,
-        build=_build_hf_lsh,
-        note=(
-            "transformers' LSHSelfAttention + output Linear: attends across buckets inside its "
-            "chunk window, windows wrap around the hash rounds, a chunk-aligned causal window "
-            "(a future token can shift it), full attention when L <= chunk; this is the function "
-            "of our lsh with semantics='hf', not of lsh's exact default"
-        ),
-    ),
-)
-PEERS.add(
-    "hf:local",
-    PeerSpec(
-        name="hf:local",
-        package="transformers",
-        module="transformers",
-        mirrors="local",
-        options=HFLocalOptions,
-        build=_build_hf_local,
-        note=(
-            "transformers' LocalSelfAttention + output Linear: neighbour chunks wrap around the "
-            "sequence ends (masked only when causal), finite mask values; the function of our "
-            "local with semantics='hf'"
-        ),
-    ),
-)

@@ -1,5 +1,6 @@
 """lucidrains' attention packages as peers: reformer-pytorch (`lucid:lsh`), local-attention
-(`lucid:local`, `lucid:sliding-window`), performer-pytorch, linformer and nystrom-attention."""
+(`lucid:local`, `lucid:sliding-window`), performer-pytorch, linformer and nystrom-attention: their
+options, limits and builders (table.py registers them)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from .spec import PEERS, PeerCase, PeerSpec
+from .spec import PeerCase
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,7 +23,7 @@ class LucidLSHOptions:
     num_chunks_after: int = 0  # fixed at 0 by reformer-pytorch
 
 
-def _check_lucid(case: PeerCase, options: LucidLSHOptions) -> str | None:
+def check_lucid_lsh(case: PeerCase, options: LucidLSHOptions) -> str | None:
     if (options.num_chunks_before, options.num_chunks_after) != (1, 0):
         return (
             "reformer-pytorch attends exactly one chunk back and none ahead "
@@ -37,36 +38,20 @@ def _check_lucid(case: PeerCase, options: LucidLSHOptions) -> str | None:
     return None
 
 
-def _build_lucid_lsh(case: PeerCase, options: LucidLSHOptions) -> nn.Module:
+def _dims(case: PeerCase) -> dict[str, int]:
+    """The width, heads and head size every lucidrains attention module takes."""
+    return {"dim": case.hidden, "heads": case.num_heads, "dim_head": case.head_dim}
+
+
+def build_lucid_lsh(case: PeerCase, options: LucidLSHOptions) -> nn.Module:
     from reformer_pytorch import LSHSelfAttention
 
     return LSHSelfAttention(
-        dim=case.hidden,
-        heads=case.num_heads,
-        dim_head=case.head_dim,
+        **_dims(case),
         bucket_size=options.chunk_length,
         n_hashes=options.num_hashes,
         causal=case.causal,
     )
-
-
-PEERS.add(
-    "lucid:lsh",
-    PeerSpec(
-        name="lucid:lsh",
-        package="reformer-pytorch",
-        module="reformer_pytorch",
-        mirrors="lsh",
-        options=LucidLSHOptions,
-        build=_build_lucid_lsh,
-        check=_check_lucid,
-        note=(
-            "reformer-pytorch's LSHSelfAttention: attends across buckets (its default), "
-            "L / chunk_length buckets (its fixed rule, ours 2L / chunk), unseeded rotations, "
-            "output Linear with bias; closest to our lsh with semantics='hf'"
-        ),
-    ),
-)
 
 
 # ---- lucidrains' efficient-attention packages ---------------------------------------------------
@@ -132,7 +117,12 @@ def _lucid_check(
     return check
 
 
-def _check_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> str | None:
+check_lucid_performer = _lucid_check("performer-pytorch", bidirectional_only=False)
+check_lucid_linformer = _lucid_check("linformer", bidirectional_only=True)
+check_lucid_nystrom = _lucid_check("nystrom-attention", bidirectional_only=True)
+
+
+def check_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> str | None:
     if options.global_tokens:
         return (
             f"local-attention has no global tokens (global_tokens=0), not {options.global_tokens}"
@@ -144,10 +134,8 @@ def _local_mha(case: PeerCase, window: int, before: int, after: int, exact: bool
     from local_attention import LocalMHA
 
     return LocalMHA(
-        dim=case.hidden,
+        **_dims(case),
         window_size=window,
-        dim_head=case.head_dim,
-        heads=case.num_heads,
         causal=case.causal,
         exact_windowsize=exact,
         look_backward=before,
@@ -156,128 +144,38 @@ def _local_mha(case: PeerCase, window: int, before: int, after: int, exact: bool
     )
 
 
-def _build_lucid_local(case: PeerCase, options: LucidLocalOptions) -> nn.Module:
+def build_lucid_local(case: PeerCase, options: LucidLocalOptions) -> nn.Module:
     before, after = options.num_chunks_before, options.num_chunks_after
     return _local_mha(case, options.chunk_length, before, after, exact=False)
 
 
-def _build_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> nn.Module:
+def build_lucid_sliding(case: PeerCase, options: LucidSlidingOptions) -> nn.Module:
     """Its exact window w sees i - w <= j <= i (bidirectional: |i - j| <= w), so w = window - 1
     is our band i - window < j <= i (|i - j| < window); window 1 cannot be matched (w >= 1)."""
     return _local_mha(case, max(options.window - 1, 1), 1, 1, exact=True)
 
 
-def _build_lucid_performer(case: PeerCase, options: LucidPerformerOptions) -> nn.Module:
+def build_lucid_performer(case: PeerCase, options: LucidPerformerOptions) -> nn.Module:
     from performer_pytorch import SelfAttention
 
-    return SelfAttention(
-        dim=case.hidden,
-        causal=case.causal,
-        heads=case.num_heads,
-        dim_head=case.head_dim,
-        nb_features=options.nb_features,
-    )
+    return SelfAttention(**_dims(case), causal=case.causal, nb_features=options.nb_features)
 
 
-def _build_lucid_linformer(case: PeerCase, options: LucidLinformerOptions) -> nn.Module:
+def build_lucid_linformer(case: PeerCase, options: LucidLinformerOptions) -> nn.Module:
     from linformer import LinformerSelfAttention
 
     return LinformerSelfAttention(
-        dim=case.hidden,
-        seq_len=options.max_length,
-        k=options.proj_length,
-        heads=case.num_heads,
-        dim_head=case.head_dim,
-        share_kv=options.share_kv,
+        **_dims(case), seq_len=options.max_length, k=options.proj_length, share_kv=options.share_kv
     )
 
 
-def _build_lucid_nystrom(case: PeerCase, options: LucidNystromOptions) -> nn.Module:
+def build_lucid_nystrom(case: PeerCase, options: LucidNystromOptions) -> nn.Module:
     from nystrom_attention import NystromAttention
 
     return NystromAttention(
-        dim=case.hidden,
-        dim_head=case.head_dim,
-        heads=case.num_heads,
+        **_dims(case),
         num_landmarks=options.num_landmarks,
         pinv_iterations=options.pinv_iterations,
         residual=options.conv_kernel > 0,
         residual_conv_kernel=options.conv_kernel or 33,
     )
-
-
-for _spec in (
-    PeerSpec(
-        name="lucid:local",
-        package="local-attention",
-        module="local_attention",
-        mirrors="local",
-        options=LucidLocalOptions,
-        build=_build_lucid_local,
-        note=(
-            "local-attention's LocalMHA (rotary embeddings off): the chunked windows of our local "
-            "(exact semantics), materialised scores; bidirectional at a length not a multiple of "
-            "the chunk, queries also see the zero keys its padding appends"
-        ),
-    ),
-    PeerSpec(
-        name="lucid:sliding-window",
-        package="local-attention",
-        module="local_attention",
-        mirrors="sliding-window",
-        options=LucidSlidingOptions,
-        build=_build_lucid_sliding,
-        check=_check_lucid_sliding,
-        note=(
-            "local-attention's LocalMHA with exact_windowsize (rotary embeddings off) built with "
-            "window_size = window - 1, so it sees our band: window keys causal (i - window < j "
-            "<= i), 2 window - 1 bidirectional (|i - j| < window); window 1 runs its window 1 "
-            "(2 keys causal, 3 bidirectional); no global tokens, materialised chunk scores; "
-            "bidirectional at a length not a multiple of window - 1, queries also see the zero "
-            "keys its padding appends"
-        ),
-    ),
-    PeerSpec(
-        name="lucid:performer",
-        package="performer-pytorch",
-        module="performer_pytorch",
-        mirrors="performer",
-        options=LucidPerformerOptions,
-        build=_build_lucid_performer,
-        check=_lucid_check("performer-pytorch", bidirectional_only=False),
-        note=(
-            "performer-pytorch's SelfAttention: FAVOR+ positive orthogonal features drawn at "
-            "init, unseeded (redrawn only by its Performer wrapper), causal by its chunked "
-            "prefix sums without CUDA, output Linear with bias"
-        ),
-    ),
-    PeerSpec(
-        name="lucid:linformer",
-        package="linformer",
-        module="linformer",
-        mirrors="linformer",
-        options=LucidLinformerOptions,
-        build=_build_lucid_linformer,
-        check=_lucid_check("linformer", bidirectional_only=True),
-        note=(
-            "linformer's LinformerSelfAttention: projections made for max_length, sliced for "
-            "shorter inputs; share_kv also shares the key and value linear maps (values = keys), "
-            "output Linear with bias"
-        ),
-    ),
-    PeerSpec(
-        name="lucid:nystrom",
-        package="nystrom-attention",
-        module="nystrom_attention",
-        mirrors="nystrom",
-        options=LucidNystromOptions,
-        build=_build_lucid_nystrom,
-        check=_lucid_check("nystrom-attention", bidirectional_only=True),
-        note=(
-            "nystrom-attention's NystromAttention: pads the front of the sequence to a multiple "
-            "of the landmarks, pseudo-inverse initialised from the whole batch's maximum, output "
-            "Linear with bias and dropout layer"
-        ),
-    ),
-):
-    PEERS.add(_spec.name, _spec)

@@ -41,7 +41,7 @@ class PeerSpec:
     options: type  # frozen dataclass: the options it takes (names as the mirrored backend's)
     build: Callable[[PeerCase, Any], nn.Module]  # (case, options) -> block module
     note: str  # what it computes differently from the mirrored backend's default
-    check: Callable[[PeerCase, Any], str | None] = lambda case, options: None  # extra limits
+    check: Callable[[PeerCase, Any], str | None] | None = None  # what it cannot run, if any
 
     @property
     def family(self) -> str:
@@ -74,7 +74,8 @@ class PeerSpec:
             return f"{self.package} is not installed (pip install {self.package})"
         if case.target != "block":
             return f"peer {self.name} owns its projections: it is measured at target 'block' only"
-        return self.check(case, self.make_options(**case.options))
+        options = self.make_options(**case.options)
+        return self.check(case, options) if self.check else None
 
 
 PEERS: Registry[PeerSpec] = Registry("attention peer")

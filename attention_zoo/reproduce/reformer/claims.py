@@ -169,6 +169,24 @@ def _row(
     )
 
 
+def _memory_claim(
+    claim: str,
+    setting: str,
+    published_text: str,
+    rule: str,
+    published: float,
+    num: Mapping[int, StoredCase],
+    den: Mapping[int, StoredCase],
+    more: str = "",
+) -> ClaimRow:
+    """A claim on the peak memory num / den at the longest length both have, judged by `rule`;
+    `more` is added to ours where there is a ratio."""
+    ratio, ours, used = _ratio_at_longest(num, den)
+    if ratio is not None:
+        ours += more
+    return _row(claim, setting, published_text, ours, rule, ratio, published, used)
+
+
 def _ratio_at_longest(
     num: Mapping[int, StoredCase], den: Mapping[int, StoredCase]
 ) -> tuple[float | None, str, tuple[str, ...]]:
@@ -215,21 +233,10 @@ def _claim_a(cases: list[StoredCase], size: str) -> list[ClaimRow]:
         ("sdpa", "a. ... and than today's fused exact kernel (SDPA, not in the blog)"),
     ):
         ref = _by(roles.get(other, []), "seq_len")
-        ratio, ours, used = _ratio_at_longest(lsh, ref)
-        if ratio is not None:
-            ours += f"; {other} {_growth(ref)}, local+lsh {_growth(lsh)}"
-        lines.append(
-            _row(
-                claim,
-                f"{size}: ReformerLM inference, batch 1, peak memory local+lsh / {other}",
-                pub_text,
-                ours,
-                "saving",
-                ratio,
-                published,
-                used,
-            )
-        )
+        setting = f"{size}: ReformerLM inference, batch 1, peak memory local+lsh / {other}"
+        growth = f"; {other} {_growth(ref)}, local+lsh {_growth(lsh)}"
+        row = _memory_claim(claim, setting, pub_text, "saving", published, lsh, ref, growth)
+        lines.append(row)
     return lines
 
 
@@ -247,19 +254,9 @@ def _claim_b(cases: list[StoredCase], size: str) -> list[ClaimRow]:
         published = table[n_pub][1] / table[n_pub][0]
         chunked = _by(roles.get(f"{config}-chunked", []), "seq_len")
         plain = _by(roles.get(f"{config}-unchunked", []), "seq_len")
-        ratio, ours, used = _ratio_at_longest(chunked, plain)
-        lines.append(
-            _row(
-                claim,
-                f"{size}: ReformerLM inference, peak memory chunked / unchunked FFN",
-                f"{published:.2f} at n={n_pub} ({table[n_pub][1]} vs {table[n_pub][0]} MB)",
-                ours,
-                rule,
-                ratio,
-                published,
-                used,
-            )
-        )
+        setting = f"{size}: ReformerLM inference, peak memory chunked / unchunked FFN"
+        pub_text = f"{published:.2f} at n={n_pub} ({table[n_pub][1]} vs {table[n_pub][0]} MB)"
+        lines.append(_memory_claim(claim, setting, pub_text, rule, published, chunked, plain))
     return lines
 
 
@@ -348,20 +345,13 @@ def _claim_d(cases: list[StoredCase], size: str) -> list[ClaimRow]:
     axial = _by(roles.get("axial", []), "seq_len")
     standard = _by(roles.get("standard", []), "seq_len")
     if axial or standard:
-        ratio, ours, used = _ratio_at_longest(axial, standard)
         published = pub["axial_mb"] / pub["standard_mb"]
-        lines.append(
-            _row(
-                "d. axial position embeddings: the memory saving",
-                f"{size}: crime-and-punishment ReformerLM inference, peak memory axial / standard",
-                f"{published:.2f} at batch 8, n 512 ({pub['axial_mb']} vs {pub['standard_mb']} MB)",
-                ours,
-                "saving",
-                ratio,
-                published,
-                used,
-            )
+        claim = "d. axial position embeddings: the memory saving"
+        setting = f"{size}: crime-and-punishment ReformerLM inference, peak memory axial / standard"
+        pub_text = (
+            f"{published:.2f} at batch 8, n 512 ({pub['axial_mb']} vs {pub['standard_mb']} MB)"
         )
+        lines.append(_memory_claim(claim, setting, pub_text, "saving", published, axial, standard))
     return lines
 
 

@@ -11,7 +11,7 @@ from torch.autograd import Function
 
 from ..chunked import Windows, flash_window_forward, padded_length
 from ..masks import mask_value
-from ..window_grad import window_backward
+from .window_grad import window_backward
 
 
 def local_windows(b: int, n: int, chunk: int, before: int, after: int) -> Windows:
@@ -151,3 +151,26 @@ class LocalFlash(Function):
         inputs = (q, k, v) if ctx.padded else (flat(t, npad) for t in (q, k, v))
         grads = window_backward(flat(g, npad), *inputs, lse, win, ctx.masks.window, ctx.scale, keep)
         return (*(unflat(t, b, n) for t in grads), None, None, None, None)
+
+
+def chunk_windows(
+    q: Tensor,
+    chunk: int,
+    before: int,
+    after: int,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+) -> tuple[Windows, LocalMasks]:
+    """The fused kernels' windows over q's (b, h, n, d) geometry, and their masks."""
+    b, n = q.shape[0], q.shape[2]
+    win = local_windows(b, n, chunk, before, after)
+    masks = local_masks(
+        win,
+        b,
+        n,
+        causal=causal,
+        key_padding_mask=key_padding_mask,
+        dtype=q.dtype,
+        device=q.device,
+    )
+    return win, masks

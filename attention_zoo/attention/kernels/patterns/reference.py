@@ -9,6 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from ..dense import dense_attention
+from ..masks import real_keys_mask
 
 
 def pattern_reference(
@@ -18,6 +19,6 @@ def pattern_reference(
     n, d = q.shape[-2:]
     allowed = core.pattern(n, q.device)[None, None]
     if key_padding_mask is not None:
-        allowed = allowed & key_padding_mask[:, None, None, :]
+        allowed = allowed & real_keys_mask(key_padding_mask)
     out = dense_attention(q, k, v, allowed, scale=d**-0.5)
     return out * allowed.any(-1, keepdim=True)

@@ -14,8 +14,7 @@ from torch import Tensor
 from ..dispatch import Call, Implementation, KernelTable, compile_reason, package_reason
 from .decay import chunk_decay
 from .delta import chunk_delta
-from .fla_decay import fla_chunk_decay, fla_recurrent_decay
-from .fla_delta import fla_chunk_delta, fla_recurrent_delta
+from .fla import fla_recurrence
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def fla_chunked(
     x: RecurrenceInputs, chunk_length: int, initial_state: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """fla's chunked Triton kernels (CUDA): a forward with a backward, at any length."""
-    return run_recurrence(fla_chunk_decay, fla_chunk_delta, x, chunk_length, initial_state)
+    return _fla(x, chunk_length, initial_state, chunked=True)
 
 
 def fla_step(
@@ -74,10 +73,17 @@ def fla_step(
     """A decoding step through fla: its fused recurrent kernels for at most a chunk of new tokens
     (they have no backward: decoding needs none), its chunked ones for a longer prompt."""
     if x.q.shape[2] <= chunk_length:
-        return run_recurrence(
-            fla_recurrent_decay, fla_recurrent_delta, x, chunk_length, initial_state
-        )
+        return _fla(x, chunk_length, initial_state, chunked=False)
     return fla_chunked(x, chunk_length, initial_state)
+
+
+def _fla(
+    x: RecurrenceInputs, chunk_length: int, initial_state: Tensor | None, *, chunked: bool
+) -> tuple[Tensor, Tensor]:
+    return fla_recurrence(
+        x.q, x.k, x.v, x.beta, x.log_decay, scale=x.scale, chunk_length=chunk_length,
+        initial_state=initial_state, chunked=chunked, normalise_qk=x.normalise_qk,
+    )  # fmt: skip
 
 
 # the implementations' decoding steps by name: a step runs the picked one from its state

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .chunked import Windows
+from ..chunked import Windows
 
 # Per-segment scratch the backward aims for: its score blocks, windows and partial gradients.
 SEGMENT_SCRATCH_BYTES = 6 << 20
