@@ -13,7 +13,7 @@ from attention_zoo.attention.kernels import sigmoid as kernels
 from attention_zoo.errors import OptionError
 from attention_zoo.measure.memory import profiled_peak
 
-from .contract import with_grads
+from .contract import gappy_padding, grouped_qkv, with_grads
 
 
 @pytest.fixture
@@ -21,21 +21,6 @@ def small_tiles(monkeypatch):
     """Tiles of 8 keys and 16 queries at the tests' sizes: several chunks, blocks and diagonals."""
     monkeypatch.setattr(kernels, "KEY_BLOCK", 8)
     monkeypatch.setattr(kernels, "TILE_BYTES", 2 * 3 * 16 * 8 * 8)
-
-
-def _inputs(dtype, kv=4, n=45, b=2, h=4, d=16):
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(b, h, n, d, generator=g, dtype=dtype)
-    k, v = (torch.randn(b, kv, n, d, generator=g, dtype=dtype) for _ in range(2))
-    return q, k, v
-
-
-def _padding(n=45):
-    mask = torch.ones(2, n, dtype=torch.bool)
-    mask[0, 30:] = False
-    mask[1, :3] = False
-    mask[1, 20:24] = False
-    return mask
 
 
 @pytest.mark.usefixtures("small_tiles")
@@ -46,8 +31,8 @@ def _padding(n=45):
     ("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)], ids=["f64", "f32"]
 )
 def test_tiles_equal_the_dense_reference(causal, padded, kv, dtype, tol):
-    q, k, v = _inputs(dtype, kv)
-    mask = _padding() if padded else None
+    q, k, v = grouped_qkv(dtype, kv)
+    mask = gappy_padding() if padded else None
     tiled, math_ = (
         build_attention("sigmoid", causal=causal, kernel=kernel, kv_heads=kv, device="cpu")
         for kernel in ("tiled", "math")
@@ -69,7 +54,7 @@ def test_tiles_equal_the_dense_reference(causal, padded, kv, dtype, tol):
 @pytest.mark.parametrize("kernel", ["tiled", "math"])
 def test_the_bias_is_minus_log_of_the_keys_a_query_sees(kernel):
     """Bidirectional: -log(n) for every query; causal: query i sees i + 1 keys."""
-    q, k, v = _inputs(torch.float64, n=20)
+    q, k, v = grouped_qkv(torch.float64, n=20)
     scores = q @ k.transpose(-1, -2) / 4  # head_dim 16
     bidirectional = torch.sigmoid(scores - math.log(20)) @ v
     i = torch.arange(20, dtype=torch.float64)
@@ -87,7 +72,7 @@ def test_the_bias_is_minus_log_of_the_keys_a_query_sees(kernel):
 def test_padding_keys_change_nothing(causal, kernel):
     """Padded keys appended after 30 real ones: the real outputs are those of the 30 alone (the
     bias counts real keys only)."""
-    q, k, v = _inputs(torch.float64, n=39)
+    q, k, v = grouped_qkv(torch.float64, n=39)
     mask = torch.ones(2, 39, dtype=torch.bool)
     mask[:, 30:] = False
     core = build_attention("sigmoid", causal=causal, kernel=kernel, device="cpu")
