@@ -11,7 +11,9 @@ import torch
 from attention_zoo import build_attention
 from attention_zoo.attention.kernels import sigmoid as kernels
 from attention_zoo.errors import OptionError
+from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.measure.memory import profiled_peak
+from attention_zoo.measure.predict import predict_case
 
 from .contract import gappy_padding, grouped_qkv, with_grads
 
@@ -99,6 +101,18 @@ def test_tiled_memory_grows_linearly_in_the_length():
     short, long = peak(1024), peak(2048)
     assert long < 2.2 * short, f"peak {short} bytes at n=1024, {long} at 2048"
     assert long < b * h * 2048**2 * 4 / 4, f"peak {long} bytes, one n x n map {4 * 2048**2 * 4}"
+
+
+@pytest.mark.parametrize("mode", ["forward", "forward+backward"])
+def test_predicted_memory_is_the_measured_one_over_many_tiles(mode):
+    """On meta tensors the kernel runs one tile (each allocates what any other does): at a length
+    of many tiles the predicted peak is still the measured one."""
+    case = BenchCase(target="attention", backend="sigmoid", seq_len=4000, mode=mode, causal=True)
+    runnable = build_runnable(case)
+    runnable.step()
+    measured = profiled_peak(runnable.step)[1].peak_bytes
+    predicted = predict_case(case).peak_bytes
+    assert abs(measured - predicted) <= 0.03 * measured, (measured, predicted)
 
 
 def test_options_are_checked_in_one_line():

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 from torch.autograd import Function
 
 from .dispatch import expand_kv
@@ -78,14 +79,18 @@ class _Tiles:
         self.bias = bias[:, None].expand(b, h, n).reshape(self.batches, self.group, n)
         row = self.batches * self.group * KEY_BLOCK * q.element_size()  # one query's tile bytes
         self.chunk = max(1, TILE_BYTES // row // KEY_BLOCK) * KEY_BLOCK
+        # shapes only (meta, FakeTensors: memory predictions): one tile allocates what any other
+        # does and the results are shapes, so thousands of tiles at long lengths need not run
+        fake = q.device.type == "meta" or (not torch.compiler.is_compiling() and is_fake(q))
+        self.tiles = 1 if fake else None
 
     def chunks(self) -> Iterator[tuple[int, int]]:
-        for qs in range(0, self.n, self.chunk):
+        for qs in range(0, self.n, self.chunk)[: self.tiles]:
             yield qs, min(qs + self.chunk, self.n)
 
     def blocks(self, qs: int, qe: int) -> Iterator[tuple[int, int]]:
         """Key blocks a query chunk sees (causal: none after its last query)."""
-        for s in range(0, qe if self.causal else self.n, KEY_BLOCK):
+        for s in range(0, qe if self.causal else self.n, KEY_BLOCK)[: self.tiles]:
             yield s, min(s + KEY_BLOCK, self.n)
 
     def rows(self, x: Tensor, qs: int, qe: int) -> Tensor:
@@ -138,6 +143,7 @@ class SigmoidTiles(Function):
                 ds = torch.ops.aten.sigmoid_backward.grad_input(dp, p, grad_input=dp)
                 dqc.baddbmm_(ds, tiles.k[:, s:e], alpha=ctx.scale)
                 dk[:, s:e].baddbmm_(ds.transpose(1, 2), qc, alpha=ctx.scale)
+                del p, dp, ds  # before the next tile's: one tile's scratch at a time
             dq[:, :, qs:qe] = dqc.view(*dq.shape[:2], qe - qs, -1)
         dv = _masked(dv.view_as(v), real)  # a padding key's value never reaches an output
         return dq.view_as(q), dk.view_as(k), dv, None, None, None, None
