@@ -12,6 +12,7 @@ from attention_zoo import build_attention
 from attention_zoo.attention.kernels import sigmoid as kernels
 from attention_zoo.errors import OptionError
 from attention_zoo.measure.cases import BenchCase, build_runnable
+from attention_zoo.measure.flops import count_flops
 from attention_zoo.measure.memory import profiled_peak
 from attention_zoo.measure.predict import predict_case
 
@@ -104,15 +105,17 @@ def test_tiled_memory_grows_linearly_in_the_length():
 
 
 @pytest.mark.parametrize("mode", ["forward", "forward+backward"])
-def test_predicted_memory_is_the_measured_one_over_many_tiles(mode):
-    """On meta tensors the kernel runs one tile (each allocates what any other does): at a length
-    of many tiles the predicted peak is still the measured one."""
+def test_predictions_are_the_measured_numbers_over_many_tiles(mode):
+    """On meta tensors the kernel runs one tile per query chunk (each allocates what any other
+    does) and only counts the others' products: at a length of many tiles the predicted peak is
+    still the measured one, and the predicted FLOPs those counted on real tensors."""
     case = BenchCase(target="attention", backend="sigmoid", seq_len=4000, mode=mode, causal=True)
     runnable = build_runnable(case)
     runnable.step()
     measured = profiled_peak(runnable.step)[1].peak_bytes
-    predicted = predict_case(case).peak_bytes
-    assert abs(measured - predicted) <= 0.03 * measured, (measured, predicted)
+    predicted = predict_case(case)
+    assert abs(measured - predicted.peak_bytes) <= 0.03 * measured, (measured, predicted)
+    assert predicted.flops == count_flops(runnable.step)[1]
 
 
 def test_options_are_checked_in_one_line():

@@ -79,19 +79,35 @@ class _Tiles:
         self.bias = bias[:, None].expand(b, h, n).reshape(self.batches, self.group, n)
         row = self.batches * self.group * KEY_BLOCK * q.element_size()  # one query's tile bytes
         self.chunk = max(1, TILE_BYTES // row // KEY_BLOCK) * KEY_BLOCK
-        # shapes only (meta, FakeTensors: memory predictions): one tile allocates what any other
-        # does and the results are shapes, so thousands of tiles at long lengths need not run
+        # shapes only (meta, FakeTensors: memory and FLOP predictions): a chunk's first tile
+        # allocates what any other does, and the other tiles' products are only counted (see
+        # `count_rest`), so thousands of tiles at long lengths need not run
         fake = q.device.type == "meta" or (not torch.compiler.is_compiling() and is_fake(q))
         self.tiles = 1 if fake else None
 
     def chunks(self) -> Iterator[tuple[int, int]]:
-        for qs in range(0, self.n, self.chunk)[: self.tiles]:
+        for qs in range(0, self.n, self.chunk):
             yield qs, min(qs + self.chunk, self.n)
 
+    def keys(self, qe: int) -> int:
+        """How many keys a chunk ending at qe sees (causal: none after its last query)."""
+        return qe if self.causal else self.n
+
     def blocks(self, qs: int, qe: int) -> Iterator[tuple[int, int]]:
-        """Key blocks a query chunk sees (causal: none after its last query)."""
-        for s in range(0, qe if self.causal else self.n, KEY_BLOCK)[: self.tiles]:
+        """Key blocks a query chunk sees (shapes only: the first)."""
+        for s in range(0, self.keys(qe), KEY_BLOCK)[: self.tiles]:
             yield s, min(s + KEY_BLOCK, self.n)
+
+    def count_rest(self, qc: Tensor, qe: int, widths: tuple[int, ...]) -> None:
+        """Shapes only: the matmul work of the chunk's tiles that did not run, one (chunk x keys x
+        width) product per width, on broadcast operands (a FLOP count sees them, a memory count
+        only their small outputs)."""
+        rest = self.keys(qe) - min(KEY_BLOCK, self.keys(qe))
+        if self.tiles is None or rest <= 0:
+            return
+        zero = qc.new_zeros(())
+        for width in widths:
+            torch.bmm(zero.expand(*qc.shape[:2], rest), zero.expand(qc.shape[0], rest, width))
 
     def rows(self, x: Tensor, qs: int, qe: int) -> Tensor:
         """(batches, group, n, *) -> the chunk's (batches, group * chunk, *)."""
@@ -122,6 +138,7 @@ class SigmoidTiles(Function):
             acc = qc.new_zeros(*qc.shape[:2], v.shape[-1])
             for s, e in tiles.blocks(qs, qe):
                 acc.baddbmm_(tiles.probs(qc, bc, qs, qe, s, e), tiles.v[:, s:e])
+            tiles.count_rest(qc, qe, (q.shape[-1], v.shape[-1]))  # scores, weights x values
             out[:, :, qs:qe] = acc.view(*out.shape[:2], qe - qs, -1)
         return out.view(*q.shape[:3], v.shape[-1])
 
@@ -144,6 +161,8 @@ class SigmoidTiles(Function):
                 dqc.baddbmm_(ds, tiles.k[:, s:e], alpha=ctx.scale)
                 dk[:, s:e].baddbmm_(ds.transpose(1, 2), qc, alpha=ctx.scale)
                 del p, dp, ds  # before the next tile's: one tile's scratch at a time
+            d, dv_width = q.shape[-1], v.shape[-1]  # scores, dv, dp, dq, dk
+            tiles.count_rest(qc, qe, (d, dv_width, dv_width, d, d))
             dq[:, :, qs:qe] = dqc.view(*dq.shape[:2], qe - qs, -1)
         dv = _masked(dv.view_as(v), real)  # a padding key's value never reaches an output
         return dq.view_as(q), dk.view_as(k), dv, None, None, None, None
