@@ -127,6 +127,25 @@ def reference(spec: BackendSpec | Variant, *, causal: bool) -> torch.nn.Module:
     return build_attention(name, causal=causal, device="cpu", **options)
 
 
+def grouped_qkv(
+    dtype: torch.dtype = torch.float64, kv: int = 4, n: int = 45, *, h: int = 4, d: int = 16
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Seeded q (2, h, n, d) and k, v on kv shared heads (2, kv, n, d)."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, h, n, d, generator=g, dtype=dtype)
+    k, v = (torch.randn(2, kv, n, d, generator=g, dtype=dtype) for _ in range(2))
+    return q, k, v
+
+
+def gappy_padding(n: int = 45) -> Tensor:
+    """(2, n) key padding mask: row 0 padded from 30 on, row 1 at its start and in a gap."""
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[0, 30:] = False
+    mask[1, :3] = False
+    mask[1, 20:24] = False
+    return mask
+
+
 def with_grads(fn: Any, tensors: list[Tensor], seed: int = 5) -> tuple[Tensor, list[Tensor]]:
     """fn's output and the gradients of a fixed random projection of it w.r.t. every input."""
     leaves = [t.detach().clone().requires_grad_() for t in tensors]

@@ -1,8 +1,8 @@
 """FLOPs counted with torch.utils.flop_counter's formulas: deterministic, device independent.
 
 The counter only knows ops with a registered formula (matmuls, convolutions, fused attention); we
-add the CPU flash-attention ops PyTorch leaves out, so SDPA on CPU is not counted as zero, and the
-triangular solve (the delta rule's chunked form) it has no formula for.
+add the CPU flash-attention ops PyTorch leaves out, so SDPA on CPU is not counted as zero, the
+triangular solve (the delta rule's chunked form) and the in-place baddbmm_ it has no formula for.
 Element-wise work (softmax, masking, sorting) is not counted, and causal fused attention is
 counted as the full product, as PyTorch does: FLOPs compare the matmul work of mechanisms, not
 total time.
@@ -52,6 +52,20 @@ def _register_triangular_solve() -> None:
 
 
 _register_triangular_solve()
+
+
+def _register_in_place_products() -> None:
+    """baddbmm_ (accumulating into a buffer, as tiled kernels do): baddbmm's formula, which
+    PyTorch registers for the out-of-place op only."""
+    if aten.baddbmm_ not in flop_counter.flop_registry:
+
+        @flop_counter.register_flop_formula(aten.baddbmm_)
+        def _baddbmm_(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+            batches, m, k = a_shape
+            return 2 * batches * m * k * b_shape[-1]
+
+
+_register_in_place_products()
 
 
 _SHAPE_QUERIES = {
