@@ -20,9 +20,9 @@ from ..errors import ShapeError
 from .base import AttentionCore
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
 from .inputs import check_kv_heads
-from .kernels.chunked import check_int
-from .kernels.dense import allowed_mask, dense_attention
+from .kernels.dense import dense_attention
 from .kernels.dispatch import Implementation, KernelTable, materialised
+from .options import check_int
 from .spec import Capabilities, register_attention
 
 NORM_EPS = 1e-5  # the per-head RMSNorm's, as the paper's code
@@ -82,12 +82,9 @@ class DifferentialAttention(AttentionCore):
         # keys with the other half zeroed: q . [k1, 0] = q1 . k1, so SDPA's fused kernels (one
         # width for q, k and v) compute each map, and q, v are read as given
         half = _half(q)
-        n = q.shape[-2]
         mask = None
         if key_padding_mask is not None:  # SDPA takes is_causal or a mask: causality goes in it
-            mask = allowed_mask(
-                n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-            )
+            mask = self.allowed(q, key_padding_mask)
         first = torch.arange(q.shape[-1], device=q.device) < half
 
         def softmax(keys: Tensor) -> Tensor:
@@ -105,10 +102,7 @@ class DifferentialAttention(AttentionCore):
 
     def _math(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         half = _half(q)
-        n = q.shape[-2]
-        allowed = allowed_mask(
-            n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-        )
+        allowed = self.allowed(q, key_padding_mask)
         (q1, q2), (k1, k2) = q.split(half, -1), k.split(half, -1)
         first = dense_attention(q1, k1, v, allowed, scale=half**-0.5)
         return self.combine(first, dense_attention(q2, k2, v, allowed, scale=half**-0.5))

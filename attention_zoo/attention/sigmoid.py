@@ -21,7 +21,6 @@ from ..errors import OptionError
 from .base import AttentionCore
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step
 from .inputs import check_kv_heads
-from .kernels.dense import allowed_mask
 from .kernels.dispatch import Implementation, KernelTable, materialised
 from .kernels.sigmoid import key_counts, paper_bias, sigmoid_reference, tiled_sigmoid
 from .kernels.sums.plain import compute_dtype
@@ -58,9 +57,7 @@ class SigmoidAttention(AttentionCore):
 
     def _math(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         n = q.shape[-2]
-        allowed = allowed_mask(
-            n, causal=self.causal, key_padding_mask=key_padding_mask, device=q.device
-        )
+        allowed = self.allowed(q, key_padding_mask)
         counts = key_counts(key_padding_mask, n, causal=self.causal, device=q.device)
         bias = self.bias_for(counts, q.dtype)[:, None]
         return sigmoid_reference(q, k, v, allowed, bias, scale=1 / math.sqrt(q.shape[-1]))

@@ -2,7 +2,7 @@
 sums by `fla.ops.simple_gla` (a scalar decay per head and token: RetNet, Mamba2's SSD) or
 `fla.ops.gla` (a decay per key channel), the delta rule by `fla.ops.delta_rule` and
 `fla.ops.gated_delta_rule`. Our (b, h, n, d) layout is converted to fla's (b, n, h, d); the delta
-rule L2-normalises keys and queries in its kernel where asked. fla is imported only where it runs."""
+rule L2-normalises keys and queries in its kernel where asked. fla is imported where it runs."""
 
 from __future__ import annotations
 
