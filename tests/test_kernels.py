@@ -315,6 +315,7 @@ CPU_AUTO = {
     "performer": "scan",
     "nystrom": "math",
     "linformer": "cpu-fused",
+    "moba": "gathered",
 }
 
 
@@ -349,6 +350,7 @@ CUDA_AUTO = [
     ("performer", {}, True, "math"),
     ("nystrom", {}, False, "compiled"),
     ("linformer", {}, False, "math"),
+    ("moba", {}, True, "flex"),
 ]
 
 
