@@ -316,6 +316,7 @@ CPU_AUTO = {
     "nystrom": "math",
     "linformer": "cpu-fused",
     "moba": "gathered",
+    "nsa": "gathered",
 }
 
 
@@ -351,6 +352,7 @@ CUDA_AUTO = [
     ("nystrom", {}, False, "compiled"),
     ("linformer", {}, False, "math"),
     ("moba", {}, True, "flex"),
+    ("nsa", {}, True, "flex"),
 ]
 
 

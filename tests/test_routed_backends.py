@@ -1,17 +1,18 @@
-"""moba (and the routing every routed backend reads): against causal full attention where it must
-agree, against MoBA's published algorithm written out plainly here, every implementation against
-the others (outputs and gradients), and FlexAttention's block lists against the selection."""
+"""moba and nsa (and the routing they read): against causal full attention where they must agree,
+against their published algorithms written out plainly here, every implementation against the
+others (outputs and gradients), and FlexAttention's block lists against the selection."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attention_zoo import build_attention
+from attention_zoo import build_attention, get_backend
 from attention_zoo.attention.kernels.flex import TILE
 from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask
 from attention_zoo.attention.kernels.routing.route import block_means, token_mask
 from attention_zoo.attention.moba import moba_route
+from attention_zoo.attention.nsa import GATES
 from attention_zoo.errors import OptionError
 
 from .contract import with_grads
@@ -78,29 +79,6 @@ def test_moba_equals_its_published_algorithm(top_k, kv):
         assert (out - full).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("kv", [None, 1])
-@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
-def test_moba_implementations_agree_with_gradients(kv, padded):
-    """gathered, eager flex and the dense reference: outputs and every gradient (float64)."""
-    q, k, v = _qkv(n=77, kv=kv, seed=1)
-    mask = None
-    if padded:
-        mask = torch.ones(2, 77, dtype=torch.bool)
-        mask[0, 60:] = False
-        mask[1, 10:20] = False
-    kw = {} if kv is None else {"kv_heads": kv}
-    runs = []
-    for kernel in KERNELS:
-        moba = build_attention("moba", causal=True, device="cpu", block_size=8, top_k=3,
-                               kernel=kernel, **kw)  # fmt: skip
-        runs.append(with_grads(lambda q, k, v, m=moba: m(q, k, v, mask), [q, k, v]))
-    (ref, ref_grads), *others = runs[::-1]  # math last: the reference
-    for out, grads in others:
-        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
-        for got, want in zip(grads, ref_grads):
-            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
-
-
 def test_flex_block_lists_cover_every_allowed_pair():
     """Per (batch, head) the BlockMask lists every key tile holding a key a query may see, and
     lists only tiles one of its queries selected (sparse where the selection is)."""
@@ -151,3 +129,138 @@ def test_moba_bad_options_are_one_line_errors(options, message):
 def test_moba_refuses_bidirectional_runs():
     with pytest.raises(OptionError, match="only runs causally"):
         build_attention("moba", device="cpu")
+
+
+# ---- nsa -----------------------------------------------------------------------------------
+
+SMALL_NSA = dict(block_size=4, num_selected=4, window=6)
+
+
+def _nsa_inputs(kv=None, n=41, seed=0):
+    q, k, v = _qkv(n=n, kv=kv, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    gates = {name: torch.rand(2, 4, n, generator=g, dtype=torch.float64) for name in GATES}
+    return q, k, v, gates
+
+
+def naive_nsa(q, k, v, gates, block, selected, window):
+    """NSA token by token (fla's mean pooling): compressed blocks complete at or before the query;
+    the first, previous and own blocks and the top others by compressed probability summed over
+    the heads sharing a KV head; the window; gated sum."""
+    b, h, n, d = q.shape
+    group = h // k.shape[1]
+    out = torch.zeros_like(q)
+    for t in range(n):
+        own = t // block
+        done = (t + 1) // block  # complete blocks 0 .. done - 1 are visible
+        means_k = [k[:, :, i * block : (i + 1) * block].mean(2) for i in range(done)]
+        means_v = [v[:, :, i * block : (i + 1) * block].mean(2) for i in range(done)]
+        for bi in range(b):
+            for hi in range(h):
+                kh = hi // group
+                qt = q[bi, hi, t]
+                o_cmp = torch.zeros(d, dtype=q.dtype)
+                if done:
+                    kc = torch.stack([m[bi, kh] for m in means_k])
+                    vc = torch.stack([m[bi, kh] for m in means_v])
+                    o_cmp = (kc @ qt * d**-0.5).softmax(-1) @ vc
+                importance = torch.zeros(max(done, 1), dtype=q.dtype)
+                for hj in range(kh * group, (kh + 1) * group):
+                    if done:
+                        kc = torch.stack([m[bi, kh] for m in means_k])
+                        importance[:done] += (kc @ q[bi, hj, t] * d**-0.5).softmax(-1)
+                chosen = {0, own, max(own - 1, 0)}
+                others = [i for i in range(done) if i not in chosen]
+                others.sort(key=lambda i: -float(importance[i]))
+                chosen |= set(others[: selected - 3])
+                keys = [j for j in range(t + 1) if j // block in chosen]
+                near = list(range(max(0, t - window + 1), t + 1))
+                branch = []
+                for js in (keys, near):
+                    scores = k[bi, kh, js] @ qt * d**-0.5
+                    branch.append(scores.softmax(-1) @ v[bi, kh, js])
+                g = {name: gates[name][bi, hi, t] for name in GATES}
+                out[bi, hi, t] = (
+                    g["g_cmp"] * o_cmp + g["g_slc"] * branch[0] + g["g_swa"] * branch[1]
+                )
+    return out
+
+
+@pytest.mark.parametrize("kv", [None, 2])
+def test_nsa_equals_its_algorithm_written_out(kv):
+    q, k, v, gates = _nsa_inputs(kv=kv)
+    kw = {} if kv is None else {"kv_heads": kv}
+    nsa = build_attention("nsa", causal=True, device="cpu", **SMALL_NSA, **kw)
+    want = naive_nsa(q, k, v, gates, 4, 4, 6)
+    torch.testing.assert_close(nsa(q, k, v, **gates), want, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_nsa_selecting_every_block_is_causal_full_attention(kernel):
+    """With every block selected (and a window as long as the sequence), the selected and window
+    branches are causal SDPA; gates pick one branch at a time."""
+    q, k, v, gates = _nsa_inputs(kv=2, n=40)
+    full = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
+    nsa = build_attention("nsa", causal=True, device="cpu", block_size=4, num_selected=10,
+                          window=40, kv_heads=2, kernel=kernel)  # fmt: skip
+    for branch in ("g_slc", "g_swa"):
+        only = {name: torch.full_like(t, float(name == branch)) for name, t in gates.items()}
+        torch.testing.assert_close(nsa(q, k, v, **only), full, atol=1e-10, rtol=1e-10)
+
+
+ROUTED = {
+    "moba": dict(block_size=8, top_k=3),
+    "nsa": dict(block_size=8, num_selected=4, window=12),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED))
+@pytest.mark.parametrize("kv", [None, 1])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_implementations_agree_with_gradients(name, kv, padded):
+    """gathered, eager flex and the dense reference: outputs and every gradient (float64), the
+    gates of nsa included."""
+    q, k, v, gates = _nsa_inputs(kv=kv, n=77, seed=3)
+    gates = gates if name == "nsa" else {}
+    mask = None
+    if padded:
+        mask = torch.ones(2, 77, dtype=torch.bool)
+        mask[0, 60:] = False
+        mask[1, 10:20] = False
+    kw = {} if kv is None else {"kv_heads": kv}
+    runs = []
+    for kernel in KERNELS:
+        core = build_attention(name, causal=True, device="cpu", kernel=kernel, **ROUTED[name], **kw)
+
+        def run(q, k, v, *g, core=core):
+            return core(q, k, v, mask, **dict(zip(gates, g)))
+
+        runs.append(with_grads(run, [q, k, v, *gates.values()]))
+    (ref, ref_grads), *others = runs[::-1]  # math last: the reference
+    for out, grads in others:
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+def test_nsa_declares_its_gates_as_inputs():
+    layout = get_backend("nsa").layout(kv_heads=2)
+    assert [e.name for e in layout.extras] == list(GATES)
+    assert layout.projections(4, 16) == {"q": 64, "k": 32, "v": 32, **dict.fromkeys(GATES, 4)}
+    x = layout.sample(1, 4, 50, 16)
+    assert all(((t > 0) & (t < 1)).all() for t in x.extras.values())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_selected": 2}, "nsa option num_selected must be an int >= 3, got 2"),
+        ({"window": 0}, "nsa option window must be an int >= 1, got 0"),
+    ],
+)
+def test_nsa_bad_options_are_one_line_errors(options, message):
+    with pytest.raises(OptionError) as err:
+        build_attention("nsa", causal=True, device="cpu", **options)
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -1,7 +1,7 @@
 """Attention cores. Importing this package registers every built-in backend (explicit imports).
 
 Layout: one module per backend (full, sdpa, xformers, shared_qk, local, lsh, sliding_window,
-bigbird, linear, performer, nystrom, linformer, retention, gla, deltanet, gated_deltanet, moba:
+bigbird, linear, performer, nystrom, linformer, retention, gla, deltanet, gated_deltanet, moba, nsa:
 its option dataclass and its registered core; the recurrences share recurrent.py);
 `kernels/` holds what they compute with (dense math, chunked windows and their fused kernels and
 backward, LSH hashing, plan and fused Function, gathered key blocks, materialised references, the
@@ -19,7 +19,7 @@ of the same computation within a backend, with equal results up to rounding.
 from . import full, sdpa, xformers, shared_qk, local, lsh, sliding_window, bigbird  # noqa: F401
 from . import linear, performer, nystrom, linformer  # noqa: F401
 from . import retention, gla, deltanet, gated_deltanet  # noqa: F401
-from . import moba  # noqa: F401
+from . import moba, nsa  # noqa: F401
 
 # isort: on
 from .base import AttentionCore, check_qkv

@@ -38,7 +38,7 @@ def route_block_mask(route: Route, n: int, real: Tensor) -> BlockMask:
 
     def mod(bi: Tensor, hi: Tensor, i: Tensor, j: Tensor) -> Tensor:
         chosen = picked[bi, hi, i.clamp(max=last_q), (j // c).clamp(max=last_block)]
-        return chosen & (j <= i) & real[bi, j.clamp(max=last_q)] & (j < n)
+        return chosen & route.near(j, i) & real[bi, j.clamp(max=last_q)] & (j < n)
 
     return BlockMask.from_kv_blocks(
         counts, order, BLOCK_SIZE=TILE, mask_mod=mod, seq_lengths=(n, n)

@@ -20,12 +20,19 @@ ROUTE_BYTES = 8 << 20
 @dataclass(frozen=True)
 class Route:
     """Key blocks (b, h, t, K) long of `block` positions each, for t queries at positions
-    offset.. offset + t - 1; `used` (b, h, t, K) bool says which slots count (no repeats)."""
+    offset.. offset + t - 1; `used` (b, h, t, K) bool says which slots count (no repeats).
+    With a `window`, a query sees only keys less than `window` positions back."""
 
     blocks: Tensor
     used: Tensor
     block: int
     offset: int = 0
+    window: int | None = None
+
+    def near(self, key: Tensor, query: Tensor) -> Tensor:
+        """Bool, broadcasting: the key is at or before the query (and inside the window)."""
+        ok = key <= query
+        return ok if self.window is None else ok & (key > query - self.window)
 
     def positions(self) -> Tensor:
         """(t,) long: the queries' positions."""
@@ -76,5 +83,5 @@ def token_mask(route: Route, n: int, real: Tensor) -> Tensor:
     picked = torch.zeros(b, h, t, nb + 1, dtype=torch.bool, device=route.blocks.device)
     picked.scatter_(-1, torch.where(route.used, route.blocks, nb), True)
     j = torch.arange(n, device=picked.device)
-    seen = picked[..., j // route.block] & (j <= route.positions()[:, None])
+    seen = picked[..., j // route.block] & route.near(j, route.positions()[:, None])
     return seen & real[:, None, None, :]
