@@ -315,8 +315,8 @@ CPU_AUTO = {
     "performer": "scan",
     "nystrom": "math",
     "linformer": "cpu-fused",
-    "moba": "gathered",
-    "nsa": "gathered",
+    "moba": "tiled",
+    "nsa": "tiled",
 }
 
 

@@ -17,7 +17,7 @@ from attention_zoo.errors import OptionError
 
 from .contract import with_grads
 
-KERNELS = ("gathered", "flex", "math")
+KERNELS = ("tiled", "gathered", "flex", "math")
 
 
 def _qkv(b=2, h=4, n=45, d=16, kv=None, dtype=torch.float64, seed=0):
@@ -117,7 +117,10 @@ def test_moba_route_is_own_block_and_earlier_top_blocks():
     [
         ({"block_size": 0}, "moba option block_size must be an int >= 1, got 0"),
         ({"top_k": 0}, "moba option top_k must be an int >= 1, got 0"),
-        ({"kernel": "fused"}, "moba kernel 'fused' is not one of: auto, gathered, flex, math"),
+        (
+            {"kernel": "fused"},
+            "moba kernel 'fused' is not one of: auto, tiled, gathered, flex, math",
+        ),
     ],
 )
 def test_moba_bad_options_are_one_line_errors(options, message):
@@ -220,8 +223,8 @@ ROUTED = {
 @pytest.mark.parametrize("kv", [None, 1])
 @pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
 def test_implementations_agree_with_gradients(name, kv, padded):
-    """gathered, eager flex and the dense reference: outputs and every gradient (float64), the
-    gates of nsa included."""
+    """tiled, gathered, eager flex and the dense reference: outputs and every gradient (float64),
+    the gates of nsa included."""
     q, k, v, gates = _nsa_inputs(kv=kv, n=77, seed=3)
     gates = gates if name == "nsa" else {}
     mask = None

@@ -38,7 +38,7 @@ class MoBAConfig:
 
     block_size: int = 64  # keys per block
     top_k: int = 8  # blocks each query attends, its own included
-    kernel: str = "auto"  # auto (the pick rule), gathered, flex, math
+    kernel: str = "auto"  # auto (the pick rule), tiled, gathered, flex, math
     kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
 
     def __post_init__(self) -> None:

@@ -35,7 +35,7 @@ class NSAConfig:
     block_size: int = 64  # keys per compressed and per selected block
     num_selected: int = 8  # blocks each query reads, the first, previous and own included
     window: int = 256  # keys of the sliding-window branch (the query's and those before it)
-    kernel: str = "auto"  # auto (the pick rule), gathered, flex, math
+    kernel: str = "auto"  # auto (the pick rule), tiled, gathered, flex, math
     kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
 
     def __post_init__(self) -> None:

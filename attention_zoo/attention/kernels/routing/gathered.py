@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from ..masks import mask_value
-from .route import Route, score_dtype
+from .route import Route, as_blocks, from_blocks, score_dtype
 
 SCRATCH_BYTES = 16 << 20  # gathered blocks (and their gradients) of one segment of queries
 
@@ -35,17 +35,6 @@ class _Geometry:
         self.base = (torch.arange(b, device=device)[:, None] * kv + heads) * self.nb  # (b, h)
         self.offsets = torch.arange(self.c, device=device)
         self.width = route.blocks.shape[-1] * self.c  # keys per query
-
-    def flat(self, x: Tensor) -> Tensor:
-        """(b, kv, L, d) -> (b kv nb, c d), padded to whole blocks."""
-        b, kv, length, d = x.shape
-        x = F.pad(x, (0, 0, 0, self.nb * self.c - length)) if length % self.c else x
-        return x.reshape(b * kv * self.nb, self.c * d)
-
-    def unflat(self, x: Tensor, like: Tensor) -> Tensor:
-        """(b kv nb, c d) -> (b, kv, L, d) like `like`."""
-        b, kv, length, d = like.shape
-        return x.view(b, kv, -1, d)[:, :, :length].to(like.dtype)
 
     def segments(self, per_query: int) -> list[tuple[int, int]]:
         """Query ranges [s, e) of at most SCRATCH_BYTES of scratch (at least one query)."""
@@ -89,7 +78,7 @@ class GatheredRouted(Function):
         d, dv = k.shape[-1], v.shape[-1]
         out = q.new_empty(*q.shape[:3], dv)
         lse = q.new_empty(q.shape[:3], dtype=wide)
-        k_flat, v_flat = geo.flat(k), geo.flat(v)
+        k_flat, v_flat = as_blocks(k, geo.c), as_blocks(v, geo.c)
         per_query = q.shape[0] * q.shape[1] * geo.width * (d + dv + 2) * 4
         for s, e in geo.segments(per_query):
             rows, ok = geo.rows(s, e)
@@ -108,7 +97,7 @@ class GatheredRouted(Function):
         q, k, v, out, lse = ctx.saved_tensors
         geo, scale = ctx.geo, ctx.scale
         wide, d, dv = lse.dtype, k.shape[-1], v.shape[-1]
-        k_flat, v_flat = geo.flat(k), geo.flat(v)
+        k_flat, v_flat = as_blocks(k, geo.c), as_blocks(v, geo.c)
         grad_q = torch.empty(q.shape, dtype=wide, device=q.device)
         grad_k = torch.zeros(k_flat.shape, dtype=wide, device=k.device)
         grad_v = torch.zeros(v_flat.shape, dtype=wide, device=v.device)
@@ -127,7 +116,7 @@ class GatheredRouted(Function):
                 0, rows, (ds.unsqueeze(-1) * q_s.unsqueeze(-2)).view(rows.numel(), -1)
             )
             grad_v.index_add_(0, rows, (p.unsqueeze(-1) * g_s.unsqueeze(-2)).view(rows.numel(), -1))
-        return grad_q.to(q.dtype), geo.unflat(grad_k, k), geo.unflat(grad_v, v), None, None
+        return grad_q.to(q.dtype), from_blocks(grad_k, k), from_blocks(grad_v, v), None, None
 
 
 def gathered_attention(q: Tensor, k: Tensor, v: Tensor, route: Route, real: Tensor) -> Tensor:

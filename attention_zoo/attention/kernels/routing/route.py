@@ -64,6 +64,21 @@ def block_means(k: Tensor, real: Tensor, block: int) -> tuple[Tensor, Tensor]:
     return (blocks * weight).sum(-2) / count.clamp(min=1), count[:, 0, :, 0] > 0
 
 
+def as_blocks(x: Tensor, block: int) -> Tensor:
+    """(b, kv, L, e) -> (b kv nb, block e): one row per block, zero-padded to whole blocks (a view
+    when L is a multiple of the block and x is laid out so)."""
+    length, e = x.shape[-2:]
+    pad = -length % block
+    x = F.pad(x, (0, 0, 0, pad)) if pad else x
+    return x.reshape(-1, block * e)
+
+
+def from_blocks(x: Tensor, like: Tensor) -> Tensor:
+    """Rows of blocks (b kv nb, block e) -> (b, kv, L, e) with `like`'s length and dtype."""
+    b, kv, length, e = like.shape
+    return x.view(b, kv, -1, e)[:, :, :length].to(like.dtype)
+
+
 def top_blocks(scores: Tensor, slots: int) -> tuple[Tensor, Tensor]:
     """The `slots` best blocks of scores (..., nb) (-inf: not a candidate) and which are real
     candidates; a static count whatever the candidates."""

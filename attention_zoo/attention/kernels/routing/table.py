@@ -1,6 +1,7 @@
-"""The routed backends' implementations and their order: the gathered kernel on the CPU,
-FlexAttention on CUDA, the dense reference by name. Each is a function
-(q, k, v, route, real) -> out that the core hands its route to (`core.routed`)."""
+"""The routed backends' implementations and their order: key-block tiles on the CPU,
+FlexAttention on CUDA, per-query gathers (what decoding steps use) and the dense reference by
+name. Each is a function (q, k, v, route, real) -> out that the core hands its route to
+(`core.routed`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .flex_routed import routed_flex
 from .gathered import gathered_attention
 from .reference import routed_reference
 from .route import Route
+from .tiled import tiled_attention
 
 # (q, k, v, route, real) -> out: what an implementation computes over one route
 Attend = Callable[[Tensor, Tensor, Tensor, Route, Tensor], Tensor]
@@ -30,8 +32,16 @@ def _runs(attend: Attend) -> Callable[..., Tensor]:
 ROUTED_KERNELS = KernelTable(
     (
         Implementation(
+            name="tiled",
+            summary="the (query, block) pairs sorted by block, a product per tile of a block's "
+            "queries, partial softmaxes merged; autograd",
+            run=_runs(tiled_attention),
+            grouped=True,
+        ),
+        Implementation(
             name="gathered",
-            summary="each query's selected key blocks gathered, a segment of queries at a time",
+            summary="each query's selected key blocks gathered, a segment of queries at a time "
+            "(decoding steps: a few queries)",
             run=_runs(gathered_attention),
             grouped=True,
         ),
@@ -52,5 +62,5 @@ ROUTED_KERNELS = KernelTable(
             grouped=True,
         ),
     ),
-    {"cpu": ("gathered",), "meta": ("gathered",), "cuda": ("flex", "gathered")},
+    {"cpu": ("tiled",), "meta": ("tiled",), "cuda": ("flex", "tiled")},
 )
