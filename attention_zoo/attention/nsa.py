@@ -4,7 +4,8 @@ computed from the hidden states, o = g_cmp o_cmp + g_slc o_slc + g_swa o_swa.
 o_cmp attends to mean-pooled key and value blocks of `block_size` (the paper learns an MLP; fla
 pools by mean, as here), a block once it is complete; o_slc reads `num_selected` key blocks: the
 first, the previous and the query's own, and those the compressed attention's probabilities
-(summed over the heads sharing a KV head) rank highest; o_swa reads the `window` latest keys. The
+(summed over the heads sharing a KV head) rank highest; o_swa reads the `window` latest keys
+(the sliding-window backend's kernels; decoding steps read the window from the cache). The
 gates are sigmoids of projections of the hidden states (inputs declared as extras). Causal.
 """
 
@@ -23,6 +24,7 @@ from .kernels.routing.compressed import compressed_attention, nsa_route, window_
 from .kernels.routing.gathered import gathered_attention
 from .kernels.routing.route import block_means, real_keys, score_dtype
 from .kernels.routing.table import ROUTED_KERNELS, Attend
+from .sliding_window import SlidingWindowAttention, SlidingWindowConfig
 from .spec import Capabilities, register_attention
 
 GATES = ("g_cmp", "g_slc", "g_swa")  # the branches' gates, in (0, 1)
@@ -57,6 +59,13 @@ class NSAAttention(AttentionCore):
 
     extras = tuple(Extra(name, unit_sigmoid) for name in GATES)
 
+    def __init__(self, cfg: NSAConfig, *, causal: bool = False) -> None:
+        super().__init__(cfg, causal=causal)
+        # the window branch: the sliding-window core (math or flex when this core is told so)
+        kernel = cfg.kernel if cfg.kernel in ("math", "flex") else "auto"
+        window = SlidingWindowConfig(window=cfg.window, kv_heads=cfg.kv_heads, kernel=kernel)
+        self.window_core = SlidingWindowAttention(window, causal=True)
+
     def routed(
         self,
         attend: Attend,
@@ -71,7 +80,8 @@ class NSAAttention(AttentionCore):
         c = self.cfg.block_size
         means, has = block_means(k, real, c)
         values, _ = block_means(v, real, c)
-        return self._mix(attend, q, k, v, real, means, values, has, gates, 0)
+        o_swa = self.window_core(q, k, v, key_padding_mask) * window_seen(real, self.cfg.window)
+        return self._mix(attend, q, k, v, real, means, values, has, gates, o_swa, 0)
 
     def _mix(
         self,
@@ -84,18 +94,18 @@ class NSAAttention(AttentionCore):
         values: Tensor,
         has: Tensor,
         gates: dict[str, Tensor],
+        o_swa: Tensor,
         offset: int,
     ) -> Tensor:
         """The gated sum for queries at positions offset.. over keys 0..: pooled blocks means and
-        values (b, kv, nb, d) in the score dtype, `has` (b, nb) which hold a real key."""
-        cfg, (b, h, t, _) = self.cfg, q.shape
+        values (b, kv, nb, d) in the score dtype, `has` (b, nb) which hold a real key; the window
+        branch's output o_swa given."""
+        cfg = self.cfg
         c = cfg.block_size
         pooled_k, pooled_v = means.to(k.dtype), values.to(v.dtype)
         o_cmp = compressed_attention(q, pooled_k, pooled_v, has, block=c, offset=offset)
         route = nsa_route(q, means, has, block=c, slots=cfg.num_selected, offset=offset)
         o_slc = attend(q, k, v, route, real)
-        near = window_route(b, h, t, block=c, window=cfg.window, offset=offset, device=q.device)
-        o_swa = attend(q, k, v, near, real)
         g_cmp, g_slc, g_swa = (gates[name].unsqueeze(-1) for name in GATES)
         return g_cmp * o_cmp + g_slc * o_slc + g_swa * o_swa
 
@@ -143,11 +153,21 @@ class NSAAttention(AttentionCore):
             ]
         if start == 0:
             return self.attend(q, k, v, key_padding_mask, **gates), state
+        b, h, t, _ = q.shape
+        near = window_route(b, h, t, block=c, window=self.cfg.window, offset=start, device=q.device)
+        o_swa = gathered_attention(q, state.k, state.v, near, state.real)
         out = self._mix(
             gathered_attention, q, state.k, state.v, state.real, state.means, state.values,
-            state.has, gates, start,
+            state.has, gates, o_swa, start,
         )  # fmt: skip
         return out, state
+
+
+def window_seen(real: Tensor, window: int) -> Tensor:
+    """(b, 1, n, 1): whether a query's window holds a real key (else its branch gives zeros, as
+    every kernel of the routes does)."""
+    count = torch.nn.functional.pad(real.long().cumsum(-1), (window, 0))
+    return (count[:, window:] > count[:, :-window])[:, None, :, None]
 
 
 @dataclass(frozen=True, kw_only=True)
