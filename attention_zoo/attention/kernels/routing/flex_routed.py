@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..flex import TILE, BlockMask, run_flex, tiles
-from .route import Route
+from .route import Route, near
 
 
 def route_block_mask(route: Route, n: int, real: Tensor) -> BlockMask:
@@ -34,11 +34,11 @@ def route_block_mask(route: Route, n: int, real: Tensor) -> BlockMask:
     order = listed.to(torch.int8).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
     picked = torch.zeros(b, h, n, nb + 1, dtype=torch.bool, device=device)
     picked.scatter_(-1, torch.where(route.used, route.blocks, nb), True)
-    last_q, last_block = n - 1, nb
+    last_q, last_block, window = n - 1, nb, route.window  # plain values: no object guarded
 
     def mod(bi: Tensor, hi: Tensor, i: Tensor, j: Tensor) -> Tensor:
         chosen = picked[bi, hi, i.clamp(max=last_q), (j // c).clamp(max=last_block)]
-        return chosen & route.near(j, i) & real[bi, j.clamp(max=last_q)] & (j < n)
+        return chosen & near(j, i, window) & real[bi, j.clamp(max=last_q)] & (j < n)
 
     return BlockMask.from_kv_blocks(
         counts, order, BLOCK_SIZE=TILE, mask_mod=mod, seq_lengths=(n, n)

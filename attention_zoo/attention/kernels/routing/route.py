@@ -31,13 +31,18 @@ class Route:
 
     def near(self, key: Tensor, query: Tensor) -> Tensor:
         """Bool, broadcasting: the key is at or before the query (and inside the window)."""
-        ok = key <= query
-        return ok if self.window is None else ok & (key > query - self.window)
+        return near(key, query, self.window)
 
     def positions(self) -> Tensor:
         """(t,) long: the queries' positions."""
         t = self.blocks.shape[2]
         return torch.arange(self.offset, self.offset + t, device=self.blocks.device)
+
+
+def near(key: Tensor, query: Tensor, window: int | None) -> Tensor:
+    """Bool, broadcasting: the key is at or before the query, and less than `window` back."""
+    ok = key <= query
+    return ok if window is None else ok & (key > query - window)
 
 
 def score_dtype(dtype: torch.dtype) -> torch.dtype:
