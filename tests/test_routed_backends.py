@@ -9,8 +9,12 @@ import torch
 
 from attention_zoo import build_attention, get_backend
 from attention_zoo.attention.kernels.flex import TILE
-from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask
+from attention_zoo.attention.kernels.routing.compressed import window_route
+from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask, routed_flex
+from attention_zoo.attention.kernels.routing.gathered import gathered_attention
+from attention_zoo.attention.kernels.routing.reference import routed_reference
 from attention_zoo.attention.kernels.routing.route import block_means, token_mask
+from attention_zoo.attention.kernels.routing.tiled import tiled_attention
 from attention_zoo.attention.moba import moba_route
 from attention_zoo.attention.nsa import GATES
 from attention_zoo.errors import OptionError
@@ -267,3 +271,22 @@ def test_nsa_bad_options_are_one_line_errors(options, message):
     with pytest.raises(OptionError) as err:
         build_attention("nsa", causal=True, device="cpu", **options)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kernel", ["tiled", "gathered", "flex"])
+def test_a_window_route_is_the_band_in_every_kernel(kernel):
+    """A route with a window (nsa's window branch while decoding): the keys at most window - 1
+    back, outputs and gradients as the dense reference, through a padded gap."""
+    q, k, v = _qkv(n=50, kv=2, seed=4)
+    real = torch.ones(2, 50, dtype=torch.bool)
+    real[1, 20:31] = False  # queries 30 and 31 see no real key in their window
+    route = window_route(2, 4, 50, block=4, window=10, offset=0, device=q.device)
+    attend = {"tiled": tiled_attention, "gathered": gathered_attention, "flex": routed_flex}
+    out, grads = with_grads(lambda q, k, v: attend[kernel](q, k, v, route, real), [q, k, v])
+    ref, ref_grads = with_grads(lambda q, k, v: routed_reference(q, k, v, route, real), [q, k, v])
+    i = torch.arange(50)
+    band = (i[:, None] - i[None, :] >= 0) & (i[:, None] - i[None, :] < 10)
+    assert token_mask(route, 50, real)[0, 0].equal(band)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)

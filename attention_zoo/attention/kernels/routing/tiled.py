@@ -22,7 +22,10 @@ from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
 
 TILE = 64  # queries per tile: one product of (TILE x d) by (d x block)
-SCRATCH_BYTES = 16 << 20  # a segment of tiles' scores, probabilities and gathered blocks
+SCRATCH_BYTES = 16 << 20
+FAR = (
+    1 << 62
+)  # a position after every query  # a segment of tiles' scores, probabilities and gathered blocks
 
 
 def _plan(route: Route, nb: int) -> tuple[Tensor, Tensor]:
@@ -69,8 +72,13 @@ class _Tiles:
         self.query_rows = ((bi * h + hi) * self.t)[..., None] + self.query
         real_block = self.reads.clamp(max=self.nb - 1)
         self.block_rows = (bi * kv + hi // (h // kv)) * self.nb + real_block
-        self.key_pos = self.reads[..., None] * self.c + torch.arange(self.c, device=q.device)
-        self.real = F.pad(real, (0, (self.nb + 1) * self.c - length))[bi[..., None], self.key_pos]
+        key_pos = self.reads[..., None] * self.c + torch.arange(self.c, device=q.device)
+        real = F.pad(real, (0, (self.nb + 1) * self.c - length))[bi[..., None], key_pos]
+        # one comparison masks each pair's keys: a padding key sits after every query, an empty
+        # slot's query before every key
+        self.key_pos = torch.where(real, key_pos, FAR)  # (b, h, T, c)
+        self.query_pos = torch.where(self.used, route.offset + self.query, -1)  # (b, h, T, TILE)
+        self.window = route.window
         self.shape, self.length = (b, h, kv), length
 
     def segments(self, width: int) -> list[tuple[int, int]]:
@@ -89,11 +97,12 @@ class _Tiles:
         d = q_flat.shape[-1]
         queries = self.rows(q_flat, self.query_rows, s, e, d)
         keys = self.rows(k_flat, self.block_rows, s, e, d)
-        query_pos = self.route.offset + self.query[:, :, s:e, :, None]
-        ok = self.route.near(self.key_pos[:, :, s:e, None, :], query_pos)
-        ok = ok & self.real[:, :, s:e, None, :] & self.used[:, :, s:e, :, None]
+        key_pos, query_pos = self.key_pos[:, :, s:e, None, :], self.query_pos[:, :, s:e, :, None]
+        hidden = key_pos > query_pos
+        if self.window is not None:
+            hidden = hidden | (key_pos <= query_pos - self.window)
         scores = torch.matmul(queries, keys.transpose(-1, -2)) * scale
-        return queries, keys, scores.masked_fill(~ok, mask_value(scores.dtype))
+        return queries, keys, scores.masked_fill_(hidden, mask_value(scores.dtype))
 
 
 class TiledRouted(Function):
