@@ -70,6 +70,12 @@ def small_options(spec: BackendSpec | Variant) -> dict[str, Any]:
     if spec.name == "bigbird":
         chosen.update(block_size=4, num_window_blocks=3, num_global_blocks=1, num_random_blocks=2)
     # -- end of the fixed-pattern block --
+    # -- routed backends: blocks and selections far smaller than the test lengths (37, 45)
+    if spec.name == "moba":
+        chosen.update(block_size=4, top_k=3)
+    if spec.name == "nsa":
+        chosen.update(block_size=4, num_selected=4, window=6)
+    # -- end of the routed block
     # -- kernelised and low-rank backends (linear, performer, nystrom, linformer): sizes that
     # leave test lengths (37, 45) non-trivial; max_length covers the meta test's 4099 positions
     if "nb_features" in opts:

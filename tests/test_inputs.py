@@ -18,7 +18,7 @@ from attention_zoo.cli import main
 from attention_zoo.errors import ConfigError, OptionError, ShapeError, UnavailableError
 from attention_zoo.measure.fair import FairSetting, fair_numbers
 
-GROUPED = ("full", "sdpa", "local", "sliding-window", "bigbird")
+GROUPED = ("full", "sdpa", "local", "sliding-window", "bigbird", "moba")
 
 
 def test_a_layout_says_what_the_block_projects():
@@ -53,7 +53,7 @@ def test_shared_kv_heads_equal_repeated_keys_and_values(name):
     q = torch.randn(2, 4, 40, 8, dtype=torch.float64)
     k, v = (torch.randn(2, 2, 40, 8, dtype=torch.float64) for _ in range(2))
     want = full(q, expand_kv(q, k), expand_kv(q, v))
-    if name in ("local", "sliding-window", "bigbird"):  # patterns: compare under their own mask
+    if name in ("local", "sliding-window", "bigbird", "moba"):  # compare under their own selection
         same = build_attention(name, causal=True, device="cpu")
         want = same(q, expand_kv(q, k), expand_kv(q, v))
     torch.testing.assert_close(core(q, k, v), want, atol=1e-10, rtol=1e-10)

@@ -315,6 +315,8 @@ CPU_AUTO = {
     "performer": "scan",
     "nystrom": "math",
     "linformer": "cpu-fused",
+    "moba": "tiled",
+    "nsa": "tiled",
 }
 
 
@@ -349,6 +351,8 @@ CUDA_AUTO = [
     ("performer", {}, True, "math"),
     ("nystrom", {}, False, "compiled"),
     ("linformer", {}, False, "math"),
+    ("moba", {}, True, "flex"),
+    ("nsa", {}, True, "flex"),
 ]
 
 

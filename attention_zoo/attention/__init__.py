@@ -2,7 +2,8 @@
 
 Layout: one module per backend (full, sdpa, xformers, shared_qk, local, lsh, sliding_window,
 bigbird, linear, performer, nystrom, linformer, retention, gla, deltanet, gated_deltanet, sigmoid,
-differential: its option dataclass and its registered core; the recurrences share recurrent.py);
+differential, moba, nsa: its option dataclass and its registered core; the recurrences share
+recurrent.py);
 `kernels/` holds what they compute with (dense math, chunked windows and their fused kernels and
 backward, LSH hashing, plan and fused Function, gathered key blocks, materialised references, the
 kernelised prefix sums, the chunked recurrences).
@@ -20,6 +21,7 @@ from . import full, sdpa, xformers, shared_qk, local, lsh, sliding_window, bigbi
 from . import linear, performer, nystrom, linformer  # noqa: F401
 from . import retention, gla, deltanet, gated_deltanet  # noqa: F401
 from . import sigmoid, differential  # noqa: F401
+from . import moba, nsa  # noqa: F401
 
 # isort: on
 from .base import AttentionCore, check_qkv

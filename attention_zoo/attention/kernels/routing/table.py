@@ -1,0 +1,66 @@
+"""The routed backends' implementations and their order: key-block tiles on the CPU,
+FlexAttention on CUDA, per-query gathers (what decoding steps use) and the dense reference by
+name. Each is a function (q, k, v, route, real) -> out that the core hands its route to
+(`core.routed`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor
+
+from ..dispatch import Implementation, KernelTable
+from ..flex import flex_dtype, flex_environment
+from .flex_routed import routed_flex
+from .gathered import gathered_attention
+from .reference import routed_reference
+from .route import Route
+from .tiled import tiled_attention
+
+# (q, k, v, route, real) -> out: what an implementation computes over one route
+Attend = Callable[[Tensor, Tensor, Tensor, Route, Tensor], Tensor]
+
+
+def _runs(attend: Attend) -> Callable[..., Tensor]:
+    def run(core: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, **extras: Tensor):
+        return core.routed(attend, q, k, v, mask, **extras)
+
+    return run
+
+
+ROUTED_KERNELS = KernelTable(
+    (
+        Implementation(
+            name="tiled",
+            summary="the (query, block) pairs sorted by block, a product per tile of a block's "
+            "queries, partial softmaxes merged; autograd",
+            run=_runs(tiled_attention),
+            grouped=True,
+        ),
+        Implementation(
+            name="gathered",
+            summary="each query's selected key blocks gathered, a segment of queries at a time "
+            "(decoding steps: a few queries)",
+            run=_runs(gathered_attention),
+            grouped=True,
+        ),
+        Implementation(
+            name="flex",
+            summary="FlexAttention, the selected blocks as its kv lists (compiled on CUDA; "
+            "PyTorch's dense eager version elsewhere)",
+            run=_runs(routed_flex),
+            devices=frozenset({"cpu", "cuda"}),
+            grouped=True,
+            environment=flex_environment,
+            checks=(flex_dtype,),
+        ),
+        Implementation(
+            name="math",
+            summary="dense softmax under the selection's token mask, with autograd",
+            run=_runs(routed_reference),
+            grouped=True,
+        ),
+    ),
+    {"cpu": ("tiled",), "meta": ("tiled",), "cuda": ("flex", "tiled")},
+)

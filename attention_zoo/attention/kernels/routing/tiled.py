@@ -1,0 +1,177 @@
+"""Routed attention grouped by key block (MoBA's efficient form, with static shapes): every
+(query, slot) pair is sorted by the block it reads, the pairs of one block packed into tiles of
+TILE queries, and each tile is one (TILE x block) product against its block; the pairs' partial
+softmaxes are merged per query by their log-sum-exp.
+
+A block is read once per tile (not once per query), so keys are gathered about pairs / TILE
+times instead of pairs times. Tiles per (batch, head) are at most pairs / TILE + blocks + 1 (each
+block's last tile may be partial): a count from the shapes, so the shapes never depend on the
+routing. Tiles run a segment at a time: the forward takes each pair's log-sum-exp in one pass, then
+the outputs normalised by each query's in a second; it saves q, k, v, the output and the
+log-sum-exp only, and the backward recomputes each segment's probabilities.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd import Function
+
+from ..masks import mask_value
+from .route import Route, as_blocks, from_blocks, score_dtype
+
+TILE = 64  # queries per tile: one product of (TILE x d) by (d x block)
+SCRATCH_BYTES = 16 << 20
+FAR = (
+    1 << 62
+)  # a position after every query  # a segment of tiles' scores, probabilities and gathered blocks
+
+
+def _plan(route: Route, nb: int) -> tuple[Tensor, Tensor]:
+    """(b, h, tiles, TILE) the pair each tile slot holds (pairs: the sentinel, none) and
+    (b, h, tiles) the block each tile reads (nb: none)."""
+    b, h, t, slots = route.blocks.shape
+    pairs = t * slots
+    blocks = torch.where(route.used, route.blocks, nb).reshape(b, h, pairs)
+    order = torch.argsort(blocks, dim=-1, stable=True)  # by block, then query
+    sorted_blocks = torch.gather(blocks, -1, order)
+    count = torch.zeros(b, h, nb + 1, dtype=torch.long, device=blocks.device)
+    count.scatter_add_(-1, blocks, torch.ones_like(blocks))
+    count[..., nb] = 0  # unused pairs get no tile
+    tiles_of = -(-count // TILE)
+    first_tile = tiles_of.cumsum(-1) - tiles_of
+    first_pair = count.cumsum(-1) - count
+    rank = torch.arange(pairs, device=blocks.device) - torch.gather(first_pair, -1, sorted_blocks)
+    tile = torch.gather(first_tile, -1, sorted_blocks) + rank // TILE
+    n_tiles = pairs // TILE + nb + 1
+    real = sorted_blocks < nb
+    slot = torch.where(real, tile * TILE + rank % TILE, n_tiles * TILE)  # spare slot at the end
+    holder = torch.full((b, h, n_tiles * TILE + 1), pairs, dtype=torch.long, device=blocks.device)
+    holder.scatter_(-1, slot, order)
+    reads = torch.full((b, h, n_tiles + 1), nb, dtype=torch.long, device=blocks.device)
+    reads.scatter_(-1, torch.where(real, tile, n_tiles), sorted_blocks)
+    return holder[..., :-1].view(b, h, n_tiles, TILE), reads[..., :-1]
+
+
+class _Tiles:
+    """One call's tiles: which queries and which key block each holds, gathered a segment at a
+    time from flat (b h t, d) queries and (b kv nb, c d) blocks (views where the layout allows;
+    an empty tile slot reads a real row, masked)."""
+
+    def __init__(self, route: Route, real: Tensor, q: Tensor, k: Tensor) -> None:
+        b, h, self.t, _ = q.shape
+        kv, length = k.shape[1], k.shape[2]
+        self.c, self.slots, self.route = route.block, route.blocks.shape[-1], route
+        self.nb = -(-length // self.c)
+        self.pairs, self.reads = _plan(route, self.nb)  # (b, h, T, TILE), (b, h, T)
+        self.used = self.pairs < self.t * self.slots
+        self.query = torch.where(self.used, self.pairs // self.slots, 0)
+        bi = torch.arange(b, device=q.device)[:, None, None]
+        hi = torch.arange(h, device=q.device)[None, :, None]
+        self.query_rows = ((bi * h + hi) * self.t)[..., None] + self.query
+        real_block = self.reads.clamp(max=self.nb - 1)
+        self.block_rows = (bi * kv + hi // (h // kv)) * self.nb + real_block
+        key_pos = self.reads[..., None] * self.c + torch.arange(self.c, device=q.device)
+        real = F.pad(real, (0, (self.nb + 1) * self.c - length))[bi[..., None], key_pos]
+        # one comparison masks each pair's keys: a padding key sits after every query, an empty
+        # slot's query before every key
+        self.key_pos = torch.where(real, key_pos, FAR)  # (b, h, T, c)
+        self.query_pos = torch.where(self.used, route.offset + self.query, -1)  # (b, h, T, TILE)
+        self.window = route.window
+        self.shape, self.length = (b, h, kv), length
+
+    def segments(self, width: int) -> list[tuple[int, int]]:
+        b, h, _ = self.shape
+        per_tile = b * h * (TILE * self.c * 4 + 2 * self.c * width + 2 * TILE * width) * 8
+        n, step = self.reads.shape[-1], max(1, SCRATCH_BYTES // per_tile)
+        return [(s, min(s + step, n)) for s in range(0, n, step)]
+
+    def rows(self, flat: Tensor, rows: Tensor, s: int, e: int, per_row: int) -> Tensor:
+        picked = flat.index_select(0, rows[:, :, s:e].reshape(-1))
+        return picked.view(*rows.shape[:2], e - s, -1, per_row)
+
+    def scores(self, q_flat: Tensor, k_flat: Tensor, s: int, e: int, scale: float):
+        """Tiles s:e: their queries (b, h, e - s, TILE, d), keys (.., c, d) and masked scores
+        (.., TILE, c), and which pairs see which keys."""
+        d = q_flat.shape[-1]
+        queries = self.rows(q_flat, self.query_rows, s, e, d)
+        keys = self.rows(k_flat, self.block_rows, s, e, d)
+        key_pos, query_pos = self.key_pos[:, :, s:e, None, :], self.query_pos[:, :, s:e, :, None]
+        hidden = key_pos > query_pos
+        if self.window is not None:
+            hidden = hidden | (key_pos <= query_pos - self.window)
+        scores = torch.matmul(queries, keys.transpose(-1, -2)) * scale
+        return queries, keys, scores.masked_fill_(hidden, mask_value(scores.dtype))
+
+
+class TiledRouted(Function):
+    """softmax over the routed keys by key-block tiles; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, tiles, scale):  # type: ignore[override]
+        wide = score_dtype(q.dtype)
+        b, h, t, d = q.shape
+        dv = v.shape[-1]
+        q_flat = q.to(wide).reshape(b * h * t, d)
+        k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
+        segments = tiles.segments(max(d, dv))
+        pair_lse = q.new_full((b, h, t * tiles.slots + 1), mask_value(wide), dtype=wide)
+        spare = t * tiles.slots
+        for s, e in segments:  # each pair's log-sum-exp over its block
+            lse = torch.logsumexp(tiles.scores(q_flat, k_flat, s, e, scale)[2], dim=-1)
+            pair_lse.scatter_(-1, tiles.pairs[:, :, s:e].flatten(2), lse.flatten(2))
+        pair_lse = pair_lse[..., :spare].view(b, h, t, tiles.slots)
+        seen = pair_lse.amax(-1) > mask_value(wide) / 2  # some key allowed
+        lse = torch.where(seen, torch.logsumexp(pair_lse, dim=-1), 0.0)
+        lse_flat = lse.reshape(-1)
+        out = q.new_zeros(b * h * t, dv, dtype=wide)
+        for s, e in segments:  # outputs normalised by each query's log-sum-exp
+            _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
+            rows = tiles.query_rows[:, :, s:e]
+            p = torch.exp(scores - lse_flat[rows][..., None])
+            values = tiles.rows(v_flat, tiles.block_rows, s, e, dv)
+            out.index_add_(0, rows.reshape(-1), torch.matmul(p, values).reshape(-1, dv))
+        out = out.view(b, h, t, dv) * seen[..., None]
+        ctx.save_for_backward(q, k, v, out, lse, seen)
+        ctx.tiles, ctx.scale = tiles, scale
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        q, k, v, out, lse, seen = ctx.saved_tensors
+        tiles, scale = ctx.tiles, ctx.scale
+        wide = lse.dtype
+        b, h, t, d = q.shape
+        dv = v.shape[-1]
+        g = g.to(wide) * seen[..., None]
+        q_flat, g_flat = q.to(wide).reshape(b * h * t, d), g.reshape(b * h * t, dv)
+        k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
+        lse_flat, delta = lse.reshape(-1), (g * out).sum(-1).reshape(-1)
+        grad_q = torch.zeros_like(q_flat)
+        grad_k, grad_v = torch.zeros_like(k_flat), torch.zeros_like(v_flat)
+        for s, e in tiles.segments(max(d, dv)):
+            queries, keys, scores = tiles.scores(q_flat, k_flat, s, e, scale)
+            rows = tiles.query_rows[:, :, s:e]
+            p = torch.exp(scores - lse_flat[rows][..., None])  # (b, h, e - s, TILE, c)
+            values = tiles.rows(v_flat, tiles.block_rows, s, e, dv)
+            grads = tiles.rows(g_flat, tiles.query_rows, s, e, dv)
+            ds = p * (torch.matmul(grads, values.transpose(-1, -2)) - delta[rows][..., None])
+            ds = ds * scale
+            blocks = tiles.block_rows[:, :, s:e].reshape(-1)
+            grad_q.index_add_(0, rows.reshape(-1), torch.matmul(ds, keys).reshape(-1, d))
+            grad_k.index_add_(
+                0, blocks, torch.matmul(ds.transpose(-1, -2), queries).reshape(blocks.numel(), -1)
+            )
+            grad_v.index_add_(
+                0, blocks, torch.matmul(p.transpose(-1, -2), grads).reshape(blocks.numel(), -1)
+            )
+        grad_q = grad_q.view(b, h, t, d).to(q.dtype)
+        return grad_q, from_blocks(grad_k, k), from_blocks(grad_v, v), None, None
+
+
+def tiled_attention(q: Tensor, k: Tensor, v: Tensor, route: Route, real: Tensor) -> Tensor:
+    """q (b, h, t, d) at the route's positions, keys and values (b, kv, L, d) at 0..L-1, real
+    (b, L) -> (b, h, t, d_v): softmax(q k^T / sqrt(d)) v over the routed keys."""
+    tiles = _Tiles(route, real, q, k)
+    return TiledRouted.apply(q, k, v, tiles, q.shape[-1] ** -0.5)

@@ -1,0 +1,183 @@
+"""NSA, natively trainable sparse attention (Yuan et al. 2025): three branches mixed by gates
+computed from the hidden states, o = g_cmp o_cmp + g_slc o_slc + g_swa o_swa.
+
+o_cmp attends to mean-pooled key and value blocks of `block_size` (the paper learns an MLP; fla
+pools by mean, as here), a block once it is complete; o_slc reads `num_selected` key blocks: the
+first, the previous and the query's own, and those the compressed attention's probabilities
+(summed over the heads sharing a KV head) rank highest; o_swa reads the `window` latest keys
+(the sliding-window backend's kernels; decoding steps read the window from the cache). The
+gates are sigmoids of projections of the hidden states (inputs declared as extras). Causal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .base import AttentionCore
+from .decode import KVCache, StateShape, append, fields_of, kv_cache, kv_cache_bytes
+from .inputs import Extra, check_kv_heads, unit_sigmoid
+from .kernels.routing.compressed import compressed_attention, nsa_route, window_route
+from .kernels.routing.gathered import gathered_attention
+from .kernels.routing.route import block_means, real_keys, score_dtype
+from .kernels.routing.table import ROUTED_KERNELS, Attend
+from .options import check_int
+from .sliding_window import SlidingWindowAttention, SlidingWindowConfig
+from .spec import Capabilities, register_attention
+
+GATES = ("g_cmp", "g_slc", "g_swa")  # the branches' gates, in (0, 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NSAConfig:
+    """Options of NSA attention."""
+
+    block_size: int = 64  # keys per compressed and per selected block
+    num_selected: int = 8  # blocks each query reads, the first, previous and own included
+    window: int = 256  # keys of the sliding-window branch (the query's and those before it)
+    kernel: str = "auto"  # auto (the pick rule), tiled, gathered, flex, math
+    kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
+
+    def __post_init__(self) -> None:
+        check_int("block_size", self.block_size, minimum=1, backend="nsa")
+        check_int("window", self.window, minimum=1, backend="nsa")
+        check_int("num_selected", self.num_selected, minimum=3, backend="nsa")
+        check_kv_heads("nsa", self.kv_heads)
+        ROUTED_KERNELS.check_option("nsa", self.kernel)
+
+
+@register_attention(
+    "nsa",
+    config=NSAConfig,
+    caps=Capabilities(exact=False, non_causal=False),
+    variants=({"kv_heads": 1},),
+)
+class NSAAttention(AttentionCore):
+    """NSA: gated compressed, selected-block and sliding-window branches; causal."""
+
+    extras = tuple(Extra(name, unit_sigmoid) for name in GATES)
+
+    def __init__(self, cfg: NSAConfig, *, causal: bool = False) -> None:
+        super().__init__(cfg, causal=causal)
+        # the window branch: the sliding-window core (math or flex when this core is told so)
+        kernel = cfg.kernel if cfg.kernel in ("math", "flex") else "auto"
+        window = SlidingWindowConfig(window=cfg.window, kv_heads=cfg.kv_heads, kernel=kernel)
+        self.window_core = SlidingWindowAttention(window, causal=True)
+
+    def routed(
+        self,
+        attend: Attend,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        **gates: Tensor,
+    ) -> Tensor:
+        """The three branches, the selected and window ones computed by `attend`."""
+        real = real_keys(key_padding_mask, q.shape[0], q.shape[2], q.device)
+        c = self.cfg.block_size
+        means, has = block_means(k, real, c)
+        values, _ = block_means(v, real, c)
+        o_swa = self.window_core(q, k, v, key_padding_mask) * window_seen(real, self.cfg.window)
+        return self._mix(attend, q, k, v, real, means, values, has, gates, o_swa, 0)
+
+    def _mix(
+        self,
+        attend: Attend,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        real: Tensor,
+        means: Tensor,
+        values: Tensor,
+        has: Tensor,
+        gates: dict[str, Tensor],
+        o_swa: Tensor,
+        offset: int,
+    ) -> Tensor:
+        """The gated sum for queries at positions offset.. over keys 0..: pooled blocks means and
+        values (b, kv, nb, d) in the score dtype, `has` (b, nb) which hold a real key; the window
+        branch's output o_swa given."""
+        cfg = self.cfg
+        c = cfg.block_size
+        pooled_k, pooled_v = means.to(k.dtype), values.to(v.dtype)
+        o_cmp = compressed_attention(q, pooled_k, pooled_v, has, block=c, offset=offset)
+        route = nsa_route(q, means, has, block=c, slots=cfg.num_selected, offset=offset)
+        o_slc = attend(q, k, v, route, real)
+        g_cmp, g_slc, g_swa = (gates[name].unsqueeze(-1) for name in GATES)
+        return g_cmp * o_cmp + g_slc * o_slc + g_swa * o_swa
+
+    # ---- decoding: a KV cache and the pooled keys and values of every complete block
+
+    def init_state(self, shape: StateShape) -> NSAState:
+        s, nb = shape, self.blocks_for(shape.max_length)
+        wide = score_dtype(s.dtype)
+        return NSAState(
+            **fields_of(kv_cache(s)),
+            means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
+            values=s.tensor(s.batch, s.kv, nb, s.dv, dtype=wide),
+            has=s.tensor(s.batch, nb, dtype=torch.bool),
+        )
+
+    def state_bytes(self, shape: StateShape) -> int:
+        s, nb = shape, self.blocks_for(shape.max_length)
+        pooled = s.kv * (s.head_dim + s.dv) * s.itemsize(score_dtype(s.dtype))
+        return kv_cache_bytes(s) + s.batch * nb * (pooled + 1)
+
+    def blocks_for(self, n: int) -> int:
+        return -(-n // self.cfg.block_size)
+
+    def step(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: NSAState,
+        key_padding_mask: Tensor | None,
+        **gates: Tensor,
+    ) -> tuple[Tensor, NSAState]:
+        """New tokens against the pooled blocks completed so far, their selected blocks and their
+        window, read from the cache; the prefill is the forward."""
+        start, c = state.length, self.cfg.block_size
+        state = append(state, k, v, key_padding_mask)
+        done, now = start // c, state.length // c  # blocks completed by these tokens
+        if now > done:
+            real = state.real[:, done * c : now * c]
+            state.means[:, :, done:now], state.has[:, done:now] = block_means(
+                state.k[:, :, done * c : now * c], real, c
+            )
+            state.values[:, :, done:now] = block_means(state.v[:, :, done * c : now * c], real, c)[
+                0
+            ]
+        if start == 0:
+            return self.attend(q, k, v, key_padding_mask, **gates), state
+        b, h, t, _ = q.shape
+        near = window_route(b, h, t, block=c, window=self.cfg.window, offset=start, device=q.device)
+        o_swa = gathered_attention(q, state.k, state.v, near, state.real)
+        out = self._mix(
+            gathered_attention, q, state.k, state.v, state.real, state.means, state.values,
+            state.has, gates, o_swa, start,
+        )  # fmt: skip
+        return out, state
+
+
+def window_seen(real: Tensor, window: int) -> Tensor:
+    """(b, 1, n, 1): whether a query's window holds a real key (else its branch gives zeros, as
+    every kernel of the routes does)."""
+    count = torch.nn.functional.pad(real.long().cumsum(-1), (window, 0))
+    return (count[:, window:] > count[:, :-window])[:, None, :, None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NSAState(KVCache):
+    """A KV cache, the pooled keys and values of every complete block (b, kv, nb, d) (float32 at
+    least) and which blocks hold a real key (b, nb)."""
+
+    means: Tensor
+    values: Tensor
+    has: Tensor
+
+
+NSAAttention.kernels = ROUTED_KERNELS

@@ -1,0 +1,292 @@
+"""moba and nsa (and the routing they read): against causal full attention where they must agree,
+against their published algorithms written out plainly here, every implementation against the
+others (outputs and gradients), and FlexAttention's block lists against the selection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_zoo import build_attention, get_backend
+from attention_zoo.attention.kernels.flex import TILE
+from attention_zoo.attention.kernels.routing.compressed import window_route
+from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask, routed_flex
+from attention_zoo.attention.kernels.routing.gathered import gathered_attention
+from attention_zoo.attention.kernels.routing.reference import routed_reference
+from attention_zoo.attention.kernels.routing.route import block_means, token_mask
+from attention_zoo.attention.kernels.routing.tiled import tiled_attention
+from attention_zoo.attention.moba import moba_route
+from attention_zoo.attention.nsa import GATES
+from attention_zoo.errors import OptionError
+
+from .contract import with_grads
+
+KERNELS = ("tiled", "gathered", "flex", "math")
+
+
+def _qkv(b=2, h=4, n=45, d=16, kv=None, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    kv = kv or h
+    return tuple(torch.randn(b, heads, n, d, generator=g, dtype=dtype) for heads in (h, kv, kv))
+
+
+def naive_moba(q, k, v, block, top_k):
+    """MoBA's brute-force definition, token by token: gate = q . mean(k_block) in float32, blocks
+    after the query's -inf, its own +inf, the top_k blocks expanded to keys, AND causal."""
+    b, h, n, d = q.shape
+    k, v = (t.repeat_interleave(h // t.shape[1], dim=1) for t in (k, v))
+    nb = -(-n // block)
+    out = torch.zeros_like(q)
+    for t in range(n):
+        own = t // block
+        means = torch.stack([k[:, :, i * block : (i + 1) * block].mean(2) for i in range(nb)], 2)
+        gate = torch.einsum("bhd,bhnd->bhn", q[:, :, t].float(), means.float())
+        gate[..., own + 1 :] = float("-inf")
+        gate[..., own] = float("inf")
+        top = gate.topk(min(top_k, nb), dim=-1).indices  # (b, h, k)
+        chosen = torch.zeros(b, h, nb, dtype=torch.bool).scatter_(-1, top, True)
+        keys = chosen.repeat_interleave(block, dim=-1)[..., : t + 1]  # causal: keys 0..t
+        scores = torch.einsum("bhd,bhjd->bhj", q[:, :, t], k[:, :, : t + 1]) * d**-0.5
+        p = scores.masked_fill(~keys, float("-inf")).softmax(-1)
+        out[:, :, t] = torch.einsum("bhj,bhjd->bhd", p, v[:, :, : t + 1])
+    return out
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kv", [None, 2])
+def test_moba_with_every_block_is_causal_full_attention(kernel, kv):
+    """top_k >= blocks: every earlier block chosen, so causal SDPA within rounding."""
+    for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-10)):
+        q, k, v = _qkv(kv=kv, dtype=dtype)
+        kw = {} if kv is None else {"kv_heads": kv}
+        moba = build_attention("moba", causal=True, device="cpu", block_size=8, top_k=6,
+                               kernel=kernel, **kw)  # fmt: skip
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=kv is not None
+        )
+        torch.testing.assert_close(moba(q, k, v), want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+@pytest.mark.parametrize("kv", [None, 2])
+def test_moba_equals_its_published_algorithm(top_k, kv):
+    """Small top_k (1: its own block only, as MoBA's naive version) against the definition."""
+    q, k, v = _qkv(n=41, kv=kv)
+    kw = {} if kv is None else {"kv_heads": kv}
+    moba = build_attention("moba", causal=True, device="cpu", block_size=4, top_k=top_k, **kw)
+    out = moba(q, k, v)
+    torch.testing.assert_close(out, naive_moba(q, k, v, 4, top_k), atol=1e-10, rtol=1e-10)
+    if top_k < 4:  # differs from full attention: the routing is not vacuous
+        full = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=kv is not None
+        )
+        assert (out - full).abs().max() > 1e-3
+
+
+def test_flex_block_lists_cover_every_allowed_pair():
+    """Per (batch, head) the BlockMask lists every key tile holding a key a query may see, and
+    lists only tiles one of its queries selected (sparse where the selection is)."""
+    n, block = 700, 16
+    q, k, _ = _qkv(b=2, h=2, n=n, d=8, seed=2)
+    real = torch.ones(2, n, dtype=torch.bool)
+    means, has = block_means(k, real, block)
+    route = moba_route(q, means, has, block=block, top_k=2)
+    allowed = token_mask(route, n, real)  # (b, h, n, n)
+    dense = route_block_mask(route, n, real).to_dense().bool()  # (b, h, tiles, tiles)
+    nt = -(-n // TILE)
+    pad = nt * TILE - n
+    tiled = torch.nn.functional.pad(allowed, (0, pad, 0, pad))
+    needed = tiled.view(2, 2, nt, TILE, nt, TILE).any(-1).any(-2)
+    assert (dense | ~needed).all(), "a tile with an allowed pair is missing from the kv lists"
+    assert dense.sum() < torch.ones(nt, nt).tril().sum() * 4, "the lists are not sparse"
+
+
+def test_moba_route_is_own_block_and_earlier_top_blocks():
+    q, k, _ = _qkv(b=1, h=1, n=64, d=8)
+    real = torch.ones(1, 64, dtype=torch.bool)
+    means, has = block_means(k, real, 8)
+    route = moba_route(q, means, has, block=8, top_k=3)
+    pos = torch.arange(64)
+    assert route.blocks.shape == (1, 1, 64, 3)
+    assert route.blocks[0, 0, :, 0].equal(pos // 8)  # own block first, always
+    earlier = route.blocks[0, 0, :, 1:]
+    used = route.used[0, 0, :, 1:]
+    assert (earlier[used] < (pos // 8)[:, None].expand_as(earlier)[used]).all()
+    # a query in block i has min(i, 2) earlier blocks to pick
+    assert used.sum(-1).equal((pos // 8).clamp(max=2))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"block_size": 0}, "moba option block_size must be an int >= 1, got 0"),
+        ({"top_k": 0}, "moba option top_k must be an int >= 1, got 0"),
+        (
+            {"kernel": "fused"},
+            "moba kernel 'fused' is not one of: auto, tiled, gathered, flex, math",
+        ),
+    ],
+)
+def test_moba_bad_options_are_one_line_errors(options, message):
+    with pytest.raises(OptionError) as err:
+        build_attention("moba", causal=True, device="cpu", **options)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_moba_refuses_bidirectional_runs():
+    with pytest.raises(OptionError, match="only runs causally"):
+        build_attention("moba", device="cpu")
+
+
+# ---- nsa -----------------------------------------------------------------------------------
+
+SMALL_NSA = dict(block_size=4, num_selected=4, window=6)
+
+
+def _nsa_inputs(kv=None, n=41, seed=0):
+    q, k, v = _qkv(n=n, kv=kv, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    gates = {name: torch.rand(2, 4, n, generator=g, dtype=torch.float64) for name in GATES}
+    return q, k, v, gates
+
+
+def naive_nsa(q, k, v, gates, block, selected, window):
+    """NSA token by token (fla's mean pooling): compressed blocks complete at or before the query;
+    the first, previous and own blocks and the top others by compressed probability summed over
+    the heads sharing a KV head; the window; gated sum."""
+    b, h, n, d = q.shape
+    group = h // k.shape[1]
+    out = torch.zeros_like(q)
+    for t in range(n):
+        own = t // block
+        done = (t + 1) // block  # complete blocks 0 .. done - 1 are visible
+        means_k = [k[:, :, i * block : (i + 1) * block].mean(2) for i in range(done)]
+        means_v = [v[:, :, i * block : (i + 1) * block].mean(2) for i in range(done)]
+        for bi in range(b):
+            for hi in range(h):
+                kh = hi // group
+                qt = q[bi, hi, t]
+                o_cmp = torch.zeros(d, dtype=q.dtype)
+                if done:
+                    kc = torch.stack([m[bi, kh] for m in means_k])
+                    vc = torch.stack([m[bi, kh] for m in means_v])
+                    o_cmp = (kc @ qt * d**-0.5).softmax(-1) @ vc
+                importance = torch.zeros(max(done, 1), dtype=q.dtype)
+                for hj in range(kh * group, (kh + 1) * group):
+                    if done:
+                        kc = torch.stack([m[bi, kh] for m in means_k])
+                        importance[:done] += (kc @ q[bi, hj, t] * d**-0.5).softmax(-1)
+                chosen = {0, own, max(own - 1, 0)}
+                others = [i for i in range(done) if i not in chosen]
+                others.sort(key=lambda i: -float(importance[i]))
+                chosen |= set(others[: selected - 3])
+                keys = [j for j in range(t + 1) if j // block in chosen]
+                near = list(range(max(0, t - window + 1), t + 1))
+                branch = []
+                for js in (keys, near):
+                    scores = k[bi, kh, js] @ qt * d**-0.5
+                    branch.append(scores.softmax(-1) @ v[bi, kh, js])
+                g = {name: gates[name][bi, hi, t] for name in GATES}
+                out[bi, hi, t] = (
+                    g["g_cmp"] * o_cmp + g["g_slc"] * branch[0] + g["g_swa"] * branch[1]
+                )
+    return out
+
+
+@pytest.mark.parametrize("kv", [None, 2])
+def test_nsa_equals_its_algorithm_written_out(kv):
+    q, k, v, gates = _nsa_inputs(kv=kv)
+    kw = {} if kv is None else {"kv_heads": kv}
+    nsa = build_attention("nsa", causal=True, device="cpu", **SMALL_NSA, **kw)
+    want = naive_nsa(q, k, v, gates, 4, 4, 6)
+    torch.testing.assert_close(nsa(q, k, v, **gates), want, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_nsa_selecting_every_block_is_causal_full_attention(kernel):
+    """With every block selected (and a window as long as the sequence), the selected and window
+    branches are causal SDPA; gates pick one branch at a time."""
+    q, k, v, gates = _nsa_inputs(kv=2, n=40)
+    full = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
+    nsa = build_attention("nsa", causal=True, device="cpu", block_size=4, num_selected=10,
+                          window=40, kv_heads=2, kernel=kernel)  # fmt: skip
+    for branch in ("g_slc", "g_swa"):
+        only = {name: torch.full_like(t, float(name == branch)) for name, t in gates.items()}
+        torch.testing.assert_close(nsa(q, k, v, **only), full, atol=1e-10, rtol=1e-10)
+
+
+ROUTED = {
+    "moba": dict(block_size=8, top_k=3),
+    "nsa": dict(block_size=8, num_selected=4, window=12),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED))
+@pytest.mark.parametrize("kv", [None, 1])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_implementations_agree_with_gradients(name, kv, padded):
+    """tiled, gathered, eager flex and the dense reference: outputs and every gradient (float64),
+    the gates of nsa included."""
+    q, k, v, gates = _nsa_inputs(kv=kv, n=77, seed=3)
+    gates = gates if name == "nsa" else {}
+    mask = None
+    if padded:
+        mask = torch.ones(2, 77, dtype=torch.bool)
+        mask[0, 60:] = False
+        mask[1, 10:20] = False
+    kw = {} if kv is None else {"kv_heads": kv}
+    runs = []
+    for kernel in KERNELS:
+        core = build_attention(name, causal=True, device="cpu", kernel=kernel, **ROUTED[name], **kw)
+
+        def run(q, k, v, *g, core=core):
+            return core(q, k, v, mask, **dict(zip(gates, g)))
+
+        runs.append(with_grads(run, [q, k, v, *gates.values()]))
+    (ref, ref_grads), *others = runs[::-1]  # math last: the reference
+    for out, grads in others:
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+def test_nsa_declares_its_gates_as_inputs():
+    layout = get_backend("nsa").layout(kv_heads=2)
+    assert [e.name for e in layout.extras] == list(GATES)
+    assert layout.projections(4, 16) == {"q": 64, "k": 32, "v": 32, **dict.fromkeys(GATES, 4)}
+    x = layout.sample(1, 4, 50, 16)
+    assert all(((t > 0) & (t < 1)).all() for t in x.extras.values())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_selected": 2}, "nsa option num_selected must be an int >= 3, got 2"),
+        ({"window": 0}, "nsa option window must be an int >= 1, got 0"),
+    ],
+)
+def test_nsa_bad_options_are_one_line_errors(options, message):
+    with pytest.raises(OptionError) as err:
+        build_attention("nsa", causal=True, device="cpu", **options)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kernel", ["tiled", "gathered", "flex"])
+def test_a_window_route_is_the_band_in_every_kernel(kernel):
+    """A route with a window (nsa's window branch while decoding): the keys at most window - 1
+    back, outputs and gradients as the dense reference, through a padded gap."""
+    q, k, v = _qkv(n=50, kv=2, seed=4)
+    real = torch.ones(2, 50, dtype=torch.bool)
+    real[1, 20:31] = False  # queries 30 and 31 see no real key in their window
+    route = window_route(2, 4, 50, block=4, window=10, offset=0, device=q.device)
+    attend = {"tiled": tiled_attention, "gathered": gathered_attention, "flex": routed_flex}
+    out, grads = with_grads(lambda q, k, v: attend[kernel](q, k, v, route, real), [q, k, v])
+    ref, ref_grads = with_grads(lambda q, k, v: routed_reference(q, k, v, route, real), [q, k, v])
+    i = torch.arange(50)
+    band = (i[:, None] - i[None, :] >= 0) & (i[:, None] - i[None, :] < 10)
+    assert token_mask(route, 50, real)[0, 0].equal(band)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
