@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,10 @@ from attention_zoo.errors import PluginError
 from attention_zoo.measure import load
 from attention_zoo.plugins import load_plugins_for_command
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One thread a pytest-xdist worker (a worker a core), else at most two.
+torch.set_num_threads(
+    1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads())
+)
 # Installed plugins and ZOO_IMPORT modules join the registry-driven suites (the conformance suite
 # of a user's own backend: ZOO_IMPORT=my_module python -m pytest tests/test_attention_contract.py).
 try:

@@ -207,7 +207,7 @@ def check_pytest(command: Command, argv: list[str]) -> None:
         if word == "-m":
             names = set(re.findall(r"\w+", next(words))) - {"and", "or", "not"}
             assert names <= markers, f"{command}: undeclared markers {names - markers}"
-        elif word in ("-k", "-p"):
+        elif word in ("-k", "-p", "-n"):
             next(words)
         elif not word.startswith("-"):
             assert (ROOT / word.split("::")[0]).exists(), f"{command}: no {word}"
@@ -373,7 +373,17 @@ def test_the_plugin_walkthrough_runs(tmp_path: Path) -> None:
         if argv[0] == "zoo":
             argv = [sys.executable, "-m", "attention_zoo", *argv[1:]]
         elif argv[:3] == ["python", "-m", "pytest"]:
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *argv[3:]]
+            argv = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-n",
+                "0",
+                *argv[3:],
+            ]
             argv = [a if not a.startswith("tests/") else str(ROOT / a) for a in argv]
         proc = subprocess.run(
             argv,

@@ -275,6 +275,8 @@ def test_user_path_subprocesses_conformance_suite_and_isolated_worker(plugin_dir
             "-q",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "0",
             "-k",
             "mine",
             contract_file,
@@ -354,7 +356,7 @@ def test_a_zoo_import_that_fails_is_an_error_in_every_entry_point(
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith("zoo list: error: ZOO_IMPORT zoo_not_there failed to load")
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--co",
          str(ROOT / "tests" / "test_registry.py")],
         capture_output=True, text=True, env={**os.environ, "ZOO_IMPORT": "zoo_not_there"},
     )  # fmt: skip
