@@ -158,7 +158,9 @@ def test_the_targets_script_judges_one_kv_head_beside_four(tmp_path, capsys, tim
     script = _targets_script()
     with ResultStore(tmp_path / "s.sqlite") as store:
         run = store.start_run(kind="bench", device="cpu")
-        for options, time, state in (({}, 1e-3, 4096), ({"kv_heads": 1}, time_ratio * 1e-3, 1024)):
+        plain = {"kv_heads": 4}  # the default, as `--option sdpa.kv_heads=1,4` writes it
+        shared = {"kv_heads": 1}
+        for options, time, state in ((plain, 1e-3, 4096), (shared, time_ratio * 1e-3, 1024)):
             for n in (1024, 65536):
                 case = BenchCase(
                     target="attention", backend="sdpa", seq_len=n, mode="decode", new_tokens=8,

@@ -49,15 +49,23 @@ def decode_rows(store_path: str, run_id: str | None) -> Any:
 def _series(
     rows: Any, backend: str, decoder: str = "own", options: dict | None = None
 ) -> dict[int, Any]:
-    """The backend's rows by length, with these options (default: none) and decoder."""
+    """The backend's rows by length, with these options (default: none; kv_heads equal to the
+    heads is none) and decoder."""
     own = [
         r
         for _, r in rows.iterrows()
         if r["backend"] == backend
         and r["config"].get("decoder", "own") == decoder
-        and (r["config"].get("options") or {}) == (options or {})
+        and _options(r) == (options or {})
     ]
     return {int(r["seq_len"]): r for r in own}
+
+
+def _options(row: Any) -> dict:
+    options = dict(row["config"].get("options") or {})
+    if options.get("kv_heads") == row["config"].get("num_heads"):
+        del options["kv_heads"]  # a KV head a query head: the default
+    return options
 
 
 def _undecided(rows: list[Any]) -> str | None:
