@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -48,7 +49,8 @@ class FullAttention(AttentionCore):
         self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
     ) -> tuple[Tensor, KVCache]:
         """New tokens against every cached key (see attention/decode.py)."""
-        return kv_step(self, q, k, v, state, key_padding_mask, dense_attention)
+        attend = functools.partial(dense_attention, scale=q.shape[-1] ** -0.5)
+        return kv_step(self, q, k, v, state, key_padding_mask, attend)
 
 
 KERNELS = KernelTable(

@@ -36,20 +36,19 @@ def dense_attention(
     v: Tensor,
     allowed: Tensor | None = None,
     *,
-    scale: float | None = None,
+    scale: float,
     penalise_self: bool = False,
     return_lse: bool = False,
     dropout: float = 0.0,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The one dense softmax, softmax(q k^T * scale + mask) v: q (..., t, d), k and v (..., n, d)
     (on fewer heads than q: shared by groups of query heads), `allowed` broadcasting to
-    (..., t, n), scale 1/sqrt(d) unless given.
+    (..., t, n).
 
     penalise_self: a query sees its own key only when no other key is allowed (shared-QK rule).
     return_lse: also return the log-sum-exp of the masked scores, (..., t).
     dropout: probability of zeroing each attention probability (the rest scaled by 1/(1 - p)).
     """
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = expand_kv(q, k), expand_kv(q, v)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (..., t, n)
     if allowed is not None:
