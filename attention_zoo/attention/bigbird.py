@@ -32,10 +32,10 @@ from .decode import (
     fields_of,
     kv_cache,
     kv_cache_bytes,
-    softmax_attention,
 )
 from .inputs import check_kv_heads
 from .kernels.chunked import padded_length
+from .kernels.dense import dense_attention
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
 from .options import check_int
@@ -216,7 +216,7 @@ class BigBirdAttention(AttentionCore):
         allowed = allowed[None, None] & real[:, None]
         keys, values = state.k[:, :, j], state.v[:, :, j]  # (b, h, t, K c, d)
         scale = 1 / math.sqrt(q.shape[-1])
-        out = softmax_attention(q.unsqueeze(3), keys, values, allowed.unsqueeze(3), scale=scale)
+        out = dense_attention(q.unsqueeze(3), keys, values, allowed.unsqueeze(3), scale=scale)
         return out.squeeze(3), state
 
 

@@ -35,8 +35,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InputError, OptionError, ShapeError
 from .base import check_key_padding_mask, check_qkv
-from .inputs import expand_kv
-from .kernels.masks import MaskMod, mask_value
+from .kernels.dense import dense_attention
+from .kernels.masks import MaskMod
 from .kernels.sums.plain import compute_dtype
 from .kernels.sums.scan import SEGMENT_LENGTH
 from .spec import BackendSpec, backends_where
@@ -216,21 +216,6 @@ def causal_allowed(cache: KVCache, t: int) -> Tensor | None:
     return allowed
 
 
-def softmax_attention(
-    q: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, *, scale: float | None = None
-) -> Tensor:
-    """softmax(q keys^T * scale) values over the allowed keys: q (..., t, d), keys and values
-    (..., n, d), allowed broadcasting to (..., t, n), scale 1/sqrt(d) unless given; materialised
-    (a few queries per step), with the forward's finite mask value, so a row with no allowed key
-    stays finite. Keys and values on fewer heads than q are shared by groups of query heads."""
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    keys, values = expand_kv(q, keys), expand_kv(q, values)
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
-    return torch.matmul(torch.softmax(scores, dim=-1), values)
-
-
 # SDPA's kernels for a step: all but cuDNN's, which plans anew for every key count it meets
 # (tens of milliseconds per generated token on an H100, whatever the context).
 STEP_SDPA_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
@@ -239,7 +224,7 @@ STEP_SDPA_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 def sdpa_attention(
     q: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, *, scale: float | None = None
 ) -> Tensor:
-    """The same through F.scaled_dot_product_attention (its fused CPU and CUDA kernels)."""
+    """dense_attention through F.scaled_dot_product_attention (its fused CPU and CUDA kernels)."""
     grouped = keys.shape[1] != q.shape[1]
     with sdpa_kernel(list(STEP_SDPA_KERNELS)):
         return F.scaled_dot_product_attention(
@@ -334,7 +319,7 @@ def window_step(
     allowed = (mod(i, j) & (j <= i) & filled)[None, None] & real[:, None, None, :]
     keys = torch.cat([state.front_k, state.k, k], dim=2)
     values = torch.cat([state.front_v, state.v, v], dim=2)
-    out = softmax_attention(q, keys, values, allowed, scale=scale)
+    out = dense_attention(q, keys, values, allowed, scale=scale)
     out = out * allowed.any(-1, keepdim=True)
     return out, window_append(state, k, v, key_padding_mask)
 
@@ -555,7 +540,6 @@ __all__ = [
     "kv_step",
     "refusal",
     "sdpa_attention",
-    "softmax_attention",
     "step",
     "sums_add",
     "sums_state",

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .recurrent import (
-    RECURRENT,
     DeltaRuleConfig,
     DeltaRuleCore,
+    register_delta_rule,
 )
-from .spec import register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,11 +23,6 @@ class DeltaNetConfig(DeltaRuleConfig):
     backend: ClassVar[str] = "deltanet"
 
 
-@register_attention(
-    "deltanet",
-    config=DeltaNetConfig,
-    caps=RECURRENT,
-    variants=({"negative_eigenvalues": True},),
-)
+@register_delta_rule(DeltaNetConfig)
 class DeltaNetAttention(DeltaRuleCore):
     """The delta rule over L2-normalised keys; chunked (closed-form within a chunk) on CPU."""

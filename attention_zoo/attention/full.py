@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from torch import Tensor
 
 from .base import AttentionCore, check_dropout
-from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, softmax_attention
+from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step
 from .inputs import check_kv_heads
 from .kernels.dense import dense_attention
 from .kernels.dispatch import KernelTable, materialised
@@ -48,7 +49,8 @@ class FullAttention(AttentionCore):
         self, q: Tensor, k: Tensor, v: Tensor, state: KVCache, key_padding_mask: Tensor | None
     ) -> tuple[Tensor, KVCache]:
         """New tokens against every cached key (see attention/decode.py)."""
-        return kv_step(self, q, k, v, state, key_padding_mask, softmax_attention)
+        attend = functools.partial(dense_attention, scale=q.shape[-1] ** -0.5)
+        return kv_step(self, q, k, v, state, key_padding_mask, attend)
 
 
 KERNELS = KernelTable(

@@ -10,12 +10,11 @@ from typing import ClassVar
 
 from .inputs import Extra
 from .recurrent import (
-    RECURRENT,
     DeltaRuleConfig,
     DeltaRuleCore,
     log_decay,
+    register_delta_rule,
 )
-from .spec import register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,12 +24,7 @@ class GatedDeltaNetConfig(DeltaRuleConfig):
     backend: ClassVar[str] = "gated-deltanet"
 
 
-@register_attention(
-    "gated-deltanet",
-    config=GatedDeltaNetConfig,
-    caps=RECURRENT,
-    variants=({"negative_eigenvalues": True},),
-)
+@register_delta_rule(GatedDeltaNetConfig)
 class GatedDeltaNetAttention(DeltaRuleCore):
     """The delta rule with a data-dependent decay per head and token."""
 

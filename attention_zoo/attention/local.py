@@ -32,7 +32,6 @@ from .decode import (
     append,
     kv_cache,
     kv_cache_bytes,
-    softmax_attention,
     window_append,
     window_state,
     window_state_bytes,
@@ -253,7 +252,7 @@ class LocalAttention(AttentionCore):
         first = torch.where(first >= 0, first, (p + first).clamp(min=0))
         j = torch.arange(state.length, device=q.device)[None, :]
         allowed = ((j >= first) & (j <= p))[None, None] & state.real_keys()[:, None, None, :]
-        return softmax_attention(q, state.keys(), state.values(), allowed, scale=scale), state
+        return dense_attention(q, state.keys(), state.values(), allowed, scale=scale), state
 
 
 def _consecutive(core: LocalAttention, call: Call) -> str | None:

@@ -5,6 +5,7 @@ extra inputs and how they become decays and step sizes (`recurrence_inputs`)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ from .kernels.recurrences.reference import recurrence
 from .kernels.recurrences.table import RECURRENCE_KERNELS, RECURRENCES, RecurrenceInputs
 from .kernels.sums.plain import compute_dtype
 from .options import check_int
-from .spec import Capabilities
+from .spec import Capabilities, register_attention
 
 # Causal only (a recurrence reads the past), judged against its own token-by-token form.
 RECURRENT = Capabilities(non_causal=False, exact=False, recurrent=True)
@@ -169,6 +170,16 @@ class DeltaRuleCore(RecurrentCore):
 
     def gates(self, q: Tensor, extras: dict[str, Tensor]) -> tuple[Tensor | None, Tensor | None]:
         return extras.get("log_decay"), extras["beta"]
+
+
+def register_delta_rule(
+    config: type[DeltaRuleConfig],
+) -> Callable[[type[DeltaRuleCore]], type[DeltaRuleCore]]:
+    """Class decorator: register a delta-rule core under its options' name, with the family's
+    capabilities and its negative-eigenvalues variant (declared once for every delta rule)."""
+    return register_attention(
+        config.backend, config=config, caps=RECURRENT, variants=({"negative_eigenvalues": True},)
+    )
 
 
 def check_flag(backend: str, name: str, value: object) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .dispatch import expand_kv
 from .masks import mask_value, real_keys_mask, self_mask_value
 
 
@@ -40,13 +41,16 @@ def dense_attention(
     return_lse: bool = False,
     dropout: float = 0.0,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """softmax(q k^T * scale + mask) v on (..., n, d); `allowed` broadcasts to (..., n, n).
+    """The one dense softmax, softmax(q k^T * scale + mask) v: q (..., t, d), k and v (..., n, d)
+    (on fewer heads than q: shared by groups of query heads), `allowed` broadcasting to
+    (..., t, n).
 
     penalise_self: a query sees its own key only when no other key is allowed (shared-QK rule).
-    return_lse: also return the log-sum-exp of the masked scores, (..., n).
+    return_lse: also return the log-sum-exp of the masked scores, (..., t).
     dropout: probability of zeroing each attention probability (the rest scaled by 1/(1 - p)).
     """
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (..., n, n)
+    k, v = expand_kv(q, k), expand_kv(q, v)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (..., t, n)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
     if penalise_self:
