@@ -135,7 +135,7 @@ def _shared_kv(rows: Any) -> tuple[str, str]:
         return name, reason
     state = shared[n]["metrics"].get(STATE) / plain[n]["metrics"].get(STATE)
     time = shared[n]["metrics"][TIME] / plain[n]["metrics"][TIME]
-    ok = state == 0.25 and time <= 1.0
+    ok = abs(state - 0.25) <= 0.01 and time <= 1.0  # a cache's few bookkeeping bytes aside
     return name, f"{'PASS' if ok else 'FAIL'}: at L={n} state {state:.3f}x, time {time:.3f}x"
 
 
