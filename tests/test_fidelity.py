@@ -64,6 +64,13 @@ def test_an_approximation_that_covers_the_sequence_has_no_error(causal: bool) ->
     assert all(0 <= e < 1e-5 for e in got.values()), got
 
 
+def test_a_backend_with_extra_inputs_is_compared_with_them() -> None:
+    """nsa's gates come from the hidden states: the comparison draws them as the bench does."""
+    result = measure_fidelity(small("nsa", options={"block_size": 16, "window": 32}))
+    assert result.note is None and len(result.rows) == len(ERRORS)
+    assert all(0 < r.value < 10 for r in result.rows)
+
+
 def test_local_and_lsh_have_a_positive_error_and_lsh_is_closer_on_peaked_inputs() -> None:
     local, lsh = errors(small("local")), errors(small("lsh"))
     assert all(0.1 < e < 10 for e in [*local.values(), *lsh.values()]), (local, lsh)

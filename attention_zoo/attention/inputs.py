@@ -113,9 +113,8 @@ class InputLayout:
         v = draw(batch, kv, length, head_dim * self.expand_v)
         extras = {}
         for extra in self.extras:
-            raw = torch.randn(
-                batch, heads, length, extra.width(head_dim), dtype=dtype, device=device
-            )
+            shape = (batch, heads, length, extra.width(head_dim))
+            raw = torch.randn(shape, dtype=dtype, device=device, generator=generator)
             value = extra.squash(raw if extra.per_key_channel else raw.squeeze(-1))
             extras[extra.name] = value.requires_grad_(requires_grad)
         return Inputs(q, k, v, extras)

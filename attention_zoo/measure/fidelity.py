@@ -142,8 +142,13 @@ def _measure(case: BenchCase, reference: str, ref_options: dict[str, Any]) -> li
         gen = torch.Generator().manual_seed(FIDELITY_SEED + index)
         q, k, v = (t.to(device=device, dtype=dtype) for t in INPUTS[family](shape, gen))
         k, v = (q if layout.shared_qk else k[:, :kv]), v[:, :kv]
+        # the backend's extra inputs (gates, decays): drawn as the bench draws them
+        extras = layout.sample(*shape, dtype=dtype, device=device, generator=gen).extras
         outputs = []
-        for name, options in ((case.backend, case.options), (reference, ref_options)):
+        for name, options, extra in (
+            (case.backend, case.options, extras),
+            (reference, ref_options, {}),
+        ):
             # seeded global RNG: a backend drawing its randomness there (lsh without a seed) is
             # deterministic too, and the caller's RNG stream is left as it was
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -151,7 +156,7 @@ def _measure(case: BenchCase, reference: str, ref_options: dict[str, Any]) -> li
                 core = build_attention(name, causal=case.causal, device=device.type, **options)
                 core = core.to(device=device, dtype=dtype).eval()
                 with torch.no_grad():
-                    outputs.append(core(q, k, v))
+                    outputs.append(core(q, k, v, **extra))
         rows.append(metric_row(approx_error_name(family), relative_error(*outputs)))
     return rows
 
