@@ -39,6 +39,7 @@ def need(*names: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.alone
 def test_lsh_and_local_beat_full_at_8k() -> None:
     """Forward of the attention core at 8,192 tokens (4 heads of 64, causal): full attention
     materialises 1 GiB of scores, lsh (4 hashes) and local work chunk by chunk."""

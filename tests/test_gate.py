@@ -362,6 +362,7 @@ def test_each_side_sees_its_own_commits_code_only(clone: Path, tmp_path: Path) -
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.alone
 def test_gate_passes_an_unchanged_core_and_compares_only_what_both_sides_have(clone: Path) -> None:
     """Head adds a backend the base lacks and leaves local as it is: local (listed before the new
     one, so its parameter index is the same on both sides) passes, the new one's times are on
@@ -380,6 +381,7 @@ def test_gate_passes_an_unchanged_core_and_compares_only_what_both_sides_have(cl
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.alone
 def test_gate_fails_a_planted_slowdown_naming_the_benchmark(clone: Path) -> None:
     """A 1.5x slower local core, one comparison (re-measuring: test above)."""
     commit_change(clone, "planted slowdown", plants.slower(1.5))
@@ -397,6 +399,7 @@ def local_quick_case() -> tuple[baseline.BenchCase, dict]:
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.alone
 def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> None:
     case, entry = local_quick_case()
     commit_change(clone, "planted memory", plants.hungrier(entry["tracked_peak_bytes"] // 5))
@@ -409,6 +412,7 @@ def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> No
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.alone
 def test_gate_says_a_memory_increase_is_already_in_base(clone: Path) -> None:
     """The increase landed in the base commit: head, an unrelated commit on top, passes and the
     gate names the base as where the baseline difference already is."""
@@ -451,6 +455,7 @@ def test_gate_exits_2_on_a_broken_configuration_or_revision(clone: Path) -> None
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.alone
 def test_record_stores_results_under_the_machine(clone: Path, tmp_path: Path) -> None:
     """The record command's whole path on CPU (the CUDA run differs only in its subset): a clean
     environment of HEAD, the fork check, asv run, results filed under the machine. The checkout
