@@ -3,6 +3,7 @@ see inputs.py) in, (b, h, n, d_v) out, checked input."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,6 +23,7 @@ from .kernels.masks import MaskMod as MaskMod
 from .kernels.masks import mask_value as mask_value
 from .kernels.masks import self_mask_value as self_mask_value
 from .kernels.patterns.flex_pattern import FLEX
+from .spec import Capabilities
 
 SEMANTICS = ("exact", "hf")
 
@@ -38,6 +40,12 @@ def check_semantics(backend: str, semantics: object) -> None:
             f"{backend} semantics {semantics!r} is not one of: {', '.join(SEMANTICS)} "
             "(hf = as transformers' Reformer computes it)"
         )
+
+
+def semantics_caps(caps: Capabilities, semantics: str, **under_hf: bool) -> Capabilities:
+    """The capabilities under `semantics`: as registered for exact, with `under_hf` replaced for
+    hf (what transformers computes gives up some of them)."""
+    return dataclasses.replace(caps, **under_hf) if semantics == "hf" else caps
 
 
 def check_qkv(

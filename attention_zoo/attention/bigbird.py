@@ -39,7 +39,7 @@ from .kernels.dense import dense_attention
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
 from .options import check_int
-from .spec import Capabilities, register_attention
+from .spec import PATTERN, Capabilities, register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,12 +78,7 @@ class BigBirdConfig:
         return caps
 
 
-@register_attention(
-    "bigbird",
-    config=BigBirdConfig,
-    caps=Capabilities(exact=False, fixed_pattern=True),
-    variants=({"kv_heads": 1},),
-)
+@register_attention("bigbird", config=BigBirdConfig, caps=PATTERN, variants=({"kv_heads": 1},))
 class BigBirdAttention(AttentionCore):
     """BigBird block-sparse attention: window, global and random blocks; O(n) memory."""
 

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..errors import OptionError
 from ..rng import record_rng, replay_rng
-from .base import AttentionCore, check_dropout, check_semantics
+from .base import AttentionCore, check_dropout, check_semantics, semantics_caps
 from .decode import (
     CACHED,
     CACHED_HF,
@@ -107,9 +107,7 @@ class LSHConfig:
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """HF semantics: causal by position, but the buckets of later tokens move the windows."""
-        if self.semantics == "hf":
-            return dataclasses.replace(caps, exactly_causal=False)
-        return caps
+        return semantics_caps(caps, self.semantics, exactly_causal=False)
 
 
 @register_attention(

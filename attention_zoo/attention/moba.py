@@ -29,7 +29,7 @@ from .kernels.routing.route import (
 )
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
-from .spec import Capabilities, register_attention
+from .spec import ROUTED, register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,12 +74,7 @@ def moba_route(
     return Route(blocks, used, block, offset)
 
 
-@register_attention(
-    "moba",
-    config=MoBAConfig,
-    caps=Capabilities(exact=False, non_causal=False),
-    variants=({"kv_heads": 1},),
-)
+@register_attention("moba", config=MoBAConfig, caps=ROUTED, variants=({"kv_heads": 1},))
 class MoBAAttention(AttentionCore):
     """MoBA: each query's top-k key blocks by mean key, its own always; causal."""
 

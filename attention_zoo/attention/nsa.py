@@ -25,7 +25,7 @@ from .kernels.routing.route import block_means, real_keys, score_dtype
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
 from .sliding_window import SlidingWindowAttention, SlidingWindowConfig
-from .spec import Capabilities, register_attention
+from .spec import ROUTED, register_attention
 
 GATES = ("g_cmp", "g_slc", "g_swa")  # the branches' gates, in (0, 1)
 
@@ -48,12 +48,7 @@ class NSAConfig:
         ROUTED_KERNELS.check_option("nsa", self.kernel)
 
 
-@register_attention(
-    "nsa",
-    config=NSAConfig,
-    caps=Capabilities(exact=False, non_causal=False),
-    variants=({"kv_heads": 1},),
-)
+@register_attention("nsa", config=NSAConfig, caps=ROUTED, variants=({"kv_heads": 1},))
 class NSAAttention(AttentionCore):
     """NSA: gated compressed, selected-block and sliding-window branches; causal."""
 
