@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -174,14 +174,19 @@ class KVCache(DecodeState):
         return dataclasses.replace(self, length=n)
 
 
-def kv_cache(shape: StateShape) -> KVCache:
-    """An empty KV cache for max_length positions."""
+Cache = TypeVar("Cache", bound=KVCache)
+
+
+def kv_cache(shape: StateShape, cls: type[Cache] = KVCache, **more: Any) -> Cache:
+    """An empty KV cache for max_length positions; a state that extends it (`cls`) is made the
+    same way, with its `more` fields besides."""
     s = shape
-    return KVCache(
+    return cls(
         shape=s,
         k=s.tensor(s.batch, s.kv, s.max_length, s.head_dim),
         v=s.tensor(s.batch, s.kv, s.max_length, s.dv),
         real=s.tensor(s.batch, s.max_length, dtype=torch.bool),
+        **more,
     )
 
 
@@ -426,15 +431,8 @@ class RecomputeState(KVCache):
 
 
 def recompute_state(shape: StateShape) -> RecomputeState:
-    s, cache = shape, kv_cache(shape)
-    return RecomputeState(
-        **fields_of(cache), q=s.tensor(s.batch, s.heads, s.max_length, s.head_dim)
-    )
-
-
-def fields_of(state: DecodeState) -> dict[str, Any]:
-    """A state's fields by name: what a state that extends it is made from."""
-    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    s = shape
+    return kv_cache(s, RecomputeState, q=s.tensor(s.batch, s.heads, s.max_length, s.head_dim))
 
 
 def recompute_step(
@@ -533,7 +531,6 @@ __all__ = [
     "append",
     "causal_allowed",
     "decoding_of",
-    "fields_of",
     "init_state",
     "kv_cache",
     "kv_cache_bytes",

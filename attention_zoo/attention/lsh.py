@@ -32,7 +32,6 @@ from .decode import (
     KVCache,
     StateShape,
     append,
-    fields_of,
     kv_cache,
     kv_cache_bytes,
 )
@@ -250,7 +249,7 @@ class LSHAttention(AttentionCore):
         r = self.cfg.num_hashes
         if self.cfg.semantics == "hf":
             buckets = s.tensor(s.batch, s.heads, r, s.max_length, dtype=torch.long)
-            return LSHCache(**fields_of(kv_cache(s)), buckets=buckets, hashed=False, nb=nb)
+            return kv_cache(s, LSHCache, buckets=buckets, hashed=False, nb=nb)
         rings = (s.batch, s.heads, r, total_buckets(nb) + 1, self.ring_size(), s.head_dim)
         return LSHRings(
             shape=s,

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore
-from .decode import KVCache, StateShape, append, fields_of, kv_cache, kv_cache_bytes
+from .decode import KVCache, StateShape, append, kv_cache, kv_cache_bytes
 from .inputs import Extra, check_kv_heads, unit_sigmoid
 from .kernels.routing.compressed import compressed_attention, nsa_route, window_route
 from .kernels.routing.gathered import gathered_attention
@@ -109,8 +109,9 @@ class NSAAttention(AttentionCore):
     def init_state(self, shape: StateShape) -> NSAState:
         s, nb = shape, self.blocks_for(shape.max_length)
         wide = score_dtype(s.dtype)
-        return NSAState(
-            **fields_of(kv_cache(s)),
+        return kv_cache(
+            s,
+            NSAState,
             means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
             values=s.tensor(s.batch, s.kv, nb, s.dv, dtype=wide),
             has=s.tensor(s.batch, nb, dtype=torch.bool),
