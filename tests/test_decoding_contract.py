@@ -171,6 +171,9 @@ def test_a_plugin_core_recomputes_the_prefix_and_says_so():
         spec = BACKENDS.get("decode-probe")
         assert decode.decoding_of(spec) == decode.RECOMPUTE
         test_prefill_and_steps_equal_the_causal_forward(spec, True)
+        # the contract's own-state half is declared on AttentionCore and refuses, not missing
+        with pytest.raises(NotImplementedError, match="keeps no decoding state of its own"):
+            ProbeAttention(_NoOptions(), causal=True).state_bytes(decode.StateShape(1, 2, 8, 10))
     finally:
         BACKENDS.remove("decode-probe")
 

@@ -44,6 +44,19 @@ def test_sampled_extras_lie_where_the_recurrence_is_stable(backend, options, low
     assert float(beta.extras["beta"].max()) > 1.0 and float(beta.extras["beta"].max()) < 2.0
 
 
+def test_extras_alone_are_drawn_as_a_whole_sample_draws_them():
+    """sample_extras continues the caller's generator as sample does after q, k, v."""
+    layout = get_backend("gated-deltanet").layout()
+    x = layout.sample(2, 3, 50, 8, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):  # q, k, v
+        torch.randn(2, 3, 50, 8, generator=gen)
+    extras = layout.sample_extras(torch.empty(2, 3, 50, 8), generator=gen)
+    assert sorted(extras) == ["beta", "log_decay"]
+    for name, value in extras.items():
+        torch.testing.assert_close(value, x.extras[name], atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("name", GROUPED)
 def test_shared_kv_heads_equal_repeated_keys_and_values(name):
     """kv_heads=2 of 4 query heads: the same as full attention over keys and values repeated to

@@ -18,6 +18,7 @@ from attention_zoo.attention.kernels.recurrences import delta
 from attention_zoo.attention.kernels.recurrences.delta import chunk_delta, delta_step
 from attention_zoo.attention.kernels.recurrences.fla import fla_recurrence
 from attention_zoo.attention.kernels.recurrences.reference import recurrence
+from attention_zoo.attention.kernels.recurrences.table import RecurrenceInputs
 from attention_zoo.measure.flops import count_flops
 
 fla_chunk_delta = partial(fla_recurrence, chunked=True)
@@ -123,6 +124,13 @@ def test_normalising_qk_in_the_kernel_is_normalising_them_first(monkeypatch, dec
     _assert_close_scaled(got, want, 1e-10)
     unit = {**x, "q": F.normalize(x["q"], dim=-1), "k": F.normalize(x["k"], dim=-1)}
     _assert_close_scaled(got[:2], _with_grads(lambda: _reference(unit), x)[:2], 1e-10)
+
+
+def test_normalising_qk_without_step_sizes_is_refused():
+    """Only the delta rule's kernels normalise q and k: a decay-gated call asking for it fails."""
+    x = _inputs(8, decay=True, beta_max=1.0)
+    with pytest.raises(ValueError, match="delta rule's kernels only"):
+        RecurrenceInputs(x["q"], x["k"], x["v"], x["log_decay"], None, 0.3, normalise_qk=True)
 
 
 def test_normalising_in_the_kernel_keeps_no_normalised_copy(monkeypatch):

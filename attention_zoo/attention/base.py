@@ -3,6 +3,7 @@ see inputs.py) in, (b, h, n, d_v) out, checked input."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,6 +23,8 @@ from .kernels.masks import MaskMod as MaskMod
 from .kernels.masks import mask_value as mask_value
 from .kernels.masks import self_mask_value as self_mask_value
 from .kernels.patterns.flex_pattern import FLEX
+from .spec import Capabilities
+from .state import CACHED, DecodeState, StateShape
 
 SEMANTICS = ("exact", "hf")
 
@@ -38,6 +41,12 @@ def check_semantics(backend: str, semantics: object) -> None:
             f"{backend} semantics {semantics!r} is not one of: {', '.join(SEMANTICS)} "
             "(hf = as transformers' Reformer computes it)"
         )
+
+
+def semantics_caps(caps: Capabilities, semantics: str, **under_hf: bool) -> Capabilities:
+    """The capabilities under `semantics`: as registered for exact, with `under_hf` replaced for
+    hf (what transformers computes gives up some of them)."""
+    return dataclasses.replace(caps, **under_hf) if semantics == "hf" else caps
 
 
 def check_qkv(
@@ -254,6 +263,34 @@ class AttentionCore(nn.Module):
 
     def extra_repr(self) -> str:
         return f"causal={self.causal}, {self.cfg}"
+
+    # ---- decoding, run by decode.py: a causal core with a state of its own sets init_state and
+    # defines state_bytes and step; with init_state None, decoding recomputes the forward over the
+    # prefix every step ----------------------------------------------------------------------------
+
+    init_state: ClassVar[Callable[[StateShape], DecodeState] | None] = None  # an empty state
+
+    @staticmethod
+    def decoding(cfg: Any) -> str:
+        """How a core with a state of its own decodes with options cfg (state.DECODINGS)."""
+        return CACHED
+
+    def state_bytes(self, shape: StateShape) -> int:
+        """The bytes of the state init_state makes for `shape`, by formula (no tensor made)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no decoding state of its own")
+
+    def step(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: DecodeState,
+        key_padding_mask: Tensor | None,
+        **extras: Tensor,
+    ) -> tuple[Tensor, DecodeState]:
+        """The outputs of t new tokens (b, h, t, d_v) against `state`, and the state after them
+        (decode.step has checked the inputs)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no decoding state of its own")
 
 
 BLOCK_MASKS_KEPT = 8  # per core: a few lengths and devices

@@ -25,21 +25,14 @@ from torch import Tensor
 
 from ..errors import OptionError
 from .base import AttentionCore, check_dropout, pattern_kernels
-from .decode import (
-    KVCache,
-    StateShape,
-    append,
-    fields_of,
-    kv_cache,
-    kv_cache_bytes,
-)
+from .decode import KVCache, StateShape, append, kv_cache, kv_cache_bytes
 from .inputs import check_kv_heads
 from .kernels.chunked import padded_length
 from .kernels.dense import dense_attention
 from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
 from .options import check_int
-from .spec import Capabilities, register_attention
+from .spec import PATTERN, Capabilities, register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,12 +71,7 @@ class BigBirdConfig:
         return caps
 
 
-@register_attention(
-    "bigbird",
-    config=BigBirdConfig,
-    caps=Capabilities(exact=False, fixed_pattern=True),
-    variants=({"kv_heads": 1},),
-)
+@register_attention("bigbird", config=BigBirdConfig, caps=PATTERN, variants=({"kv_heads": 1},))
 class BigBirdAttention(AttentionCore):
     """BigBird block-sparse attention: window, global and random blocks; O(n) memory."""
 
@@ -178,7 +166,7 @@ class BigBirdAttention(AttentionCore):
         one) and the random blocks of every block up to max_length: causal, they do not depend
         on the length; unseeded, this one draw serves the whole generation."""
         table = self.random_blocks(self.blocks_for(shape.max_length), shape.device)
-        return BigBirdState(**fields_of(kv_cache(shape)), table=table)
+        return kv_cache(shape, BigBirdState, table=table)
 
     def state_bytes(self, shape: StateShape) -> int:
         table = self.blocks_for(shape.max_length) * self.cfg.num_random_blocks * 8

@@ -1,8 +1,9 @@
 """Incremental decoding: a causal core's state, fed one or a few new tokens at a time.
 
-A core that decodes implements `init_state(shape) -> state` (a `StateShape`: batch, heads,
-head_dim, max_length, dtype, device, kv_heads, value_dim), `state_bytes(shape) -> int` (its
-formula) and `step(q, k, v, state, key_padding_mask=None, **extras) -> (out, state)`: q, k, v
+A core that decodes defines AttentionCore's decoding contract (base.py; its types in state.py):
+`init_state(shape) -> state` (a `StateShape`: batch, heads, head_dim, max_length, dtype, device,
+kv_heads, value_dim), `state_bytes(shape) -> int` (its formula) and
+`step(q, k, v, state, key_padding_mask=None, **extras) -> (out, state)`: q, k, v
 and the extras its input layout declares are the t new tokens, out their outputs; a step on an
 empty state is the prefill (the core's forward over the prompt, and the state built from it).
 What a backend's decoding is, readable without building it (`decoding_of`):
@@ -26,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -34,35 +35,34 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InputError, OptionError, ShapeError
-from .base import check_key_padding_mask, check_qkv
+from .base import AttentionCore, check_key_padding_mask, check_qkv
 from .kernels.dense import dense_attention
 from .kernels.masks import MaskMod
 from .kernels.sums.plain import compute_dtype
 from .kernels.sums.scan import SEGMENT_LENGTH
 from .spec import BackendSpec, backends_where
-
-CACHED, CACHED_HF, RECOMPUTE, NONE = "cached", "cached-hf", "recompute", "none"
-DECODINGS = (CACHED, CACHED_HF, RECOMPUTE, NONE)
-# What each kind means, in one line (tables and the report say it).
-DECODING_TEXT = {
-    CACHED: "own state, equal to the causal forward",
-    CACHED_HF: "own state, as transformers' cached generation",
-    RECOMPUTE: "recomputes the whole prefix every token",
-    NONE: "cannot decode (bidirectional only)",
-}
+from .state import (
+    CACHED,
+    CACHED_HF,
+    DECODING_TEXT,
+    DECODINGS,
+    NONE,
+    RECOMPUTE,
+    DecodeState,
+    StateShape,
+)
 
 
 def decoding_of(spec: BackendSpec, **options: Any) -> str:
     """How `spec` decodes with these options (one of DECODINGS), without building it: `none` when
     it cannot run causally, `recompute` when its class has no `init_state`, else what its class's
-    `decoding(cfg)` says (`cached` when it has none)."""
+    `decoding(cfg)` says (AttentionCore's: `cached`)."""
     caps = spec.caps_for(**options) if options else spec.caps  # no config built for defaults
     if not caps.causal:
         return NONE
-    if getattr(spec.cls, "init_state", None) is None:
+    if spec.cls.init_state is None:
         return RECOMPUTE
-    kind = getattr(spec.cls, "decoding", None)
-    return kind(spec.make_config(**options)) if kind is not None else CACHED
+    return spec.cls.decoding(spec.make_config(**options))
 
 
 def refusal(name: str) -> str:
@@ -72,80 +72,6 @@ def refusal(name: str) -> str:
         f"backend {name!r} cannot decode token by token: it is bidirectional only (every output "
         f"mixes later tokens); decode with a causal backend: {causal}"
     )
-
-
-@dataclass(frozen=True)
-class StateShape:
-    """What a state is made for: (batch, heads, head_dim) tokens, up to max_length positions;
-    keys and values on kv_heads heads (default: heads), values value_dim wide (default:
-    head_dim), as the core's input layout declares (inputs.py)."""
-
-    batch: int
-    heads: int
-    head_dim: int
-    max_length: int  # the most positions the state may consume (prompt and new tokens)
-    dtype: torch.dtype = torch.float32
-    device: torch.device | str = "cpu"
-    kv_heads: int | None = None
-    value_dim: int | None = None
-
-    @classmethod
-    def of(cls, q: Tensor, k: Tensor, v: Tensor, max_length: int) -> StateShape:
-        """The shape of a state for tokens like q (b, h, t, d), k (b, kv, t, d) and
-        v (b, kv, t, d_v)."""
-        b, h, _, d = q.shape
-        return cls(b, h, d, max_length, q.dtype, q.device, k.shape[1], v.shape[-1])
-
-    @property
-    def kv(self) -> int:
-        """Key/value heads."""
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
-    def dv(self) -> int:
-        """Value width."""
-        return self.head_dim if self.value_dim is None else self.value_dim
-
-    def tensor(self, *shape: int, dtype: torch.dtype | None = None) -> Tensor:
-        """A zeroed tensor of this dtype (or `dtype`) on this device."""
-        return torch.zeros(shape, dtype=dtype or self.dtype, device=self.device)
-
-    def itemsize(self, dtype: torch.dtype | None = None) -> int:
-        return torch.empty((), dtype=dtype or self.dtype).element_size()
-
-
-@dataclass(frozen=True, kw_only=True)
-class DecodeState:
-    """What every decoding state holds besides its tensors: its shape and the positions seen."""
-
-    shape: StateShape
-    length: int = 0  # positions consumed so far (prefill and steps)
-    # True for a state whose steps only append (a KV cache): an earlier state of it stays valid
-    appends_only: ClassVar[bool] = False
-
-    def tensors(self) -> list[Tensor]:
-        """Its tensors, those held in dicts (per extra input) included."""
-        found = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            items = value.values() if isinstance(value, dict) else (value,)
-            found += [t for t in items if isinstance(t, Tensor)]
-        return found
-
-    def nbytes(self) -> int:
-        """Bytes of its tensors (shapes only: the meta device gives the same number)."""
-        return sum(t.numel() * t.element_size() for t in self.tensors())
-
-    def truncated(self, n: int) -> DecodeState:
-        """The state as if only the first n positions had been consumed: drops trailing padding
-        a prefill was given (transformers pads a prompt to whole chunks). A state that cannot
-        forget positions refuses."""
-        if n == self.length:
-            return self
-        raise InputError(
-            f"a {type(self).__name__} cannot forget positions {n}..{self.length - 1} (its bounded "
-            "buffers overwrote what the earlier positions need); prefill without trailing padding"
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,14 +100,19 @@ class KVCache(DecodeState):
         return dataclasses.replace(self, length=n)
 
 
-def kv_cache(shape: StateShape) -> KVCache:
-    """An empty KV cache for max_length positions."""
+Cache = TypeVar("Cache", bound=KVCache)
+
+
+def kv_cache(shape: StateShape, cls: type[Cache] = KVCache, **more: Any) -> Cache:
+    """An empty KV cache for max_length positions; a state that extends it (`cls`) is made the
+    same way, with its `more` fields besides."""
     s = shape
-    return KVCache(
+    return cls(
         shape=s,
         k=s.tensor(s.batch, s.kv, s.max_length, s.head_dim),
         v=s.tensor(s.batch, s.kv, s.max_length, s.dv),
         real=s.tensor(s.batch, s.max_length, dtype=torch.bool),
+        **more,
     )
 
 
@@ -426,19 +357,12 @@ class RecomputeState(KVCache):
 
 
 def recompute_state(shape: StateShape) -> RecomputeState:
-    s, cache = shape, kv_cache(shape)
-    return RecomputeState(
-        **fields_of(cache), q=s.tensor(s.batch, s.heads, s.max_length, s.head_dim)
-    )
-
-
-def fields_of(state: DecodeState) -> dict[str, Any]:
-    """A state's fields by name: what a state that extends it is made from."""
-    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    s = shape
+    return kv_cache(s, RecomputeState, q=s.tensor(s.batch, s.heads, s.max_length, s.head_dim))
 
 
 def recompute_step(
-    core: torch.nn.Module,
+    core: AttentionCore,
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -469,7 +393,7 @@ def recompute_step(
 # ---- what callers use -------------------------------------------------------------------------
 
 
-def init_state(core: torch.nn.Module, shape: StateShape, *, recompute: bool = False) -> DecodeState:
+def init_state(core: AttentionCore, shape: StateShape, *, recompute: bool = False) -> DecodeState:
     """An empty state of `core` for `shape`: the core's own, or (no init_state, or
     recompute=True) the prefix kept to recompute the forward over every step.
 
@@ -481,12 +405,11 @@ def init_state(core: torch.nn.Module, shape: StateShape, *, recompute: bool = Fa
     n = shape.max_length
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise OptionError(f"max_length must be an int >= 1 (positions to hold), got {n!r}")
-    own = getattr(core, "init_state", None)
-    return (recompute_state if recompute or own is None else own)(shape)
+    return (recompute_state if recompute or core.init_state is None else core.init_state)(shape)
 
 
 def step(
-    core: torch.nn.Module,
+    core: AttentionCore,
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -533,7 +456,6 @@ __all__ = [
     "append",
     "causal_allowed",
     "decoding_of",
-    "fields_of",
     "init_state",
     "kv_cache",
     "kv_cache_bytes",

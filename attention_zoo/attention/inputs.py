@@ -111,13 +111,21 @@ class InputLayout:
         q = draw(batch, heads, length, head_dim)
         k = q if self.shared_qk else draw(batch, kv, length, head_dim)
         v = draw(batch, kv, length, head_dim * self.expand_v)
+        extras = self.sample_extras(q, requires_grad=requires_grad, generator=generator)
+        return Inputs(q, k, v, extras)
+
+    def sample_extras(
+        self, q: Tensor, *, requires_grad: bool = False, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        """Random extras beside queries q (b, h, n, d), of q's dtype and device, each a squashed
+        Gaussian leaf: for a caller that draws q, k, v its own way (the fidelity measure)."""
         extras = {}
         for extra in self.extras:
-            shape = (batch, heads, length, extra.width(head_dim))
-            raw = torch.randn(shape, dtype=dtype, device=device, generator=generator)
+            shape = (*q.shape[:-1], extra.width(q.shape[-1]))
+            raw = torch.randn(shape, dtype=q.dtype, device=q.device, generator=generator)
             value = extra.squash(raw if extra.per_key_channel else raw.squeeze(-1))
             extras[extra.name] = value.requires_grad_(requires_grad)
-        return Inputs(q, k, v, extras)
+        return extras
 
     def check(self, q: Tensor, k: Tensor, v: Tensor, extras: dict[str, Tensor]) -> None:
         """Raise ShapeError unless the tensors have this layout's heads, widths and extras."""

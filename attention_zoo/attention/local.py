@@ -14,14 +14,13 @@ a sequence no longer than one chunk gets full attention. Still exactly causal.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .base import AttentionCore, check_dropout, check_semantics, pattern_kernels
+from .base import AttentionCore, check_dropout, check_semantics, pattern_kernels, semantics_caps
 from .decode import (
     CACHED,
     CACHED_HF,
@@ -58,7 +57,7 @@ from .kernels.rounds.circular import (
 )
 from .kernels.rounds.lsh_fused import RoundsFlash
 from .options import check_chunking
-from .spec import Capabilities, register_attention
+from .spec import PATTERN, Capabilities, register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,19 +81,11 @@ class LocalConfig:
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """HF semantics: wrapped windows may hold a key twice, so no (n, n) mask describes them."""
-        if self.semantics == "hf":
-            return dataclasses.replace(caps, fixed_pattern=False)
-        return caps
+        return semantics_caps(caps, self.semantics, fixed_pattern=False)
 
 
 @register_attention(
-    "local",
-    config=LocalConfig,
-    caps=Capabilities(exact=False, fixed_pattern=True),
-    variants=(
-        {"kv_heads": 1},
-        {"semantics": "hf"},
-    ),
+    "local", config=LocalConfig, caps=PATTERN, variants=({"kv_heads": 1}, {"semantics": "hf"})
 )
 class LocalAttention(AttentionCore):
     """Chunked local attention: own chunk plus neighbour chunks; O(n * chunk) memory."""

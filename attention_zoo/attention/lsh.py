@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..errors import OptionError
 from ..rng import record_rng, replay_rng
-from .base import AttentionCore, check_dropout, check_semantics
+from .base import AttentionCore, check_dropout, check_semantics, semantics_caps
 from .decode import (
     CACHED,
     CACHED_HF,
@@ -32,7 +32,6 @@ from .decode import (
     KVCache,
     StateShape,
     append,
-    fields_of,
     kv_cache,
     kv_cache_bytes,
 )
@@ -107,9 +106,7 @@ class LSHConfig:
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """HF semantics: causal by position, but the buckets of later tokens move the windows."""
-        if self.semantics == "hf":
-            return dataclasses.replace(caps, exactly_causal=False)
-        return caps
+        return semantics_caps(caps, self.semantics, exactly_causal=False)
 
 
 @register_attention(
@@ -252,7 +249,7 @@ class LSHAttention(AttentionCore):
         r = self.cfg.num_hashes
         if self.cfg.semantics == "hf":
             buckets = s.tensor(s.batch, s.heads, r, s.max_length, dtype=torch.long)
-            return LSHCache(**fields_of(kv_cache(s)), buckets=buckets, hashed=False, nb=nb)
+            return kv_cache(s, LSHCache, buckets=buckets, hashed=False, nb=nb)
         rings = (s.batch, s.heads, r, total_buckets(nb) + 1, self.ring_size(), s.head_dim)
         return LSHRings(
             shape=s,

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore
-from .decode import KVCache, StateShape, append, fields_of, kv_cache, kv_cache_bytes
+from .decode import KVCache, StateShape, append, kv_cache, kv_cache_bytes
 from .inputs import check_kv_heads
 from .kernels.routing.gathered import gathered_attention
 from .kernels.routing.route import (
@@ -29,7 +29,7 @@ from .kernels.routing.route import (
 )
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
-from .spec import Capabilities, register_attention
+from .spec import ROUTED, register_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,12 +74,7 @@ def moba_route(
     return Route(blocks, used, block, offset)
 
 
-@register_attention(
-    "moba",
-    config=MoBAConfig,
-    caps=Capabilities(exact=False, non_causal=False),
-    variants=({"kv_heads": 1},),
-)
+@register_attention("moba", config=MoBAConfig, caps=ROUTED, variants=({"kv_heads": 1},))
 class MoBAAttention(AttentionCore):
     """MoBA: each query's top-k key blocks by mean key, its own always; causal."""
 
@@ -97,8 +92,9 @@ class MoBAAttention(AttentionCore):
     def init_state(self, shape: StateShape) -> MoBAState:
         s, nb = shape, self.blocks_for(shape.max_length)
         wide = score_dtype(s.dtype)
-        return MoBAState(
-            **fields_of(kv_cache(s)),
+        return kv_cache(
+            s,
+            MoBAState,
             means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
             has=s.tensor(s.batch, nb, dtype=torch.bool),
         )

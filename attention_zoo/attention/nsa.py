@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore
-from .decode import KVCache, StateShape, append, fields_of, kv_cache, kv_cache_bytes
+from .decode import KVCache, StateShape, append, kv_cache, kv_cache_bytes
 from .inputs import Extra, check_kv_heads, unit_sigmoid
 from .kernels.routing.compressed import compressed_attention, nsa_route, window_route
 from .kernels.routing.gathered import gathered_attention
@@ -25,7 +25,7 @@ from .kernels.routing.route import block_means, real_keys, score_dtype
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
 from .sliding_window import SlidingWindowAttention, SlidingWindowConfig
-from .spec import Capabilities, register_attention
+from .spec import ROUTED, register_attention
 
 GATES = ("g_cmp", "g_slc", "g_swa")  # the branches' gates, in (0, 1)
 
@@ -48,12 +48,7 @@ class NSAConfig:
         ROUTED_KERNELS.check_option("nsa", self.kernel)
 
 
-@register_attention(
-    "nsa",
-    config=NSAConfig,
-    caps=Capabilities(exact=False, non_causal=False),
-    variants=({"kv_heads": 1},),
-)
+@register_attention("nsa", config=NSAConfig, caps=ROUTED, variants=({"kv_heads": 1},))
 class NSAAttention(AttentionCore):
     """NSA: gated compressed, selected-block and sliding-window branches; causal."""
 
@@ -114,8 +109,9 @@ class NSAAttention(AttentionCore):
     def init_state(self, shape: StateShape) -> NSAState:
         s, nb = shape, self.blocks_for(shape.max_length)
         wide = score_dtype(s.dtype)
-        return NSAState(
-            **fields_of(kv_cache(s)),
+        return kv_cache(
+            s,
+            NSAState,
             means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
             values=s.tensor(s.batch, s.kv, nb, s.dv, dtype=wide),
             has=s.tensor(s.batch, nb, dtype=torch.bool),

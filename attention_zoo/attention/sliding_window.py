@@ -33,7 +33,7 @@ from .kernels.masks import MaskMod
 from .kernels.patterns.block_sparse import BlockLayout, block_sparse_attention
 from .kernels.patterns.local_fused import LocalFlash, chunk_windows
 from .options import check_int
-from .spec import Capabilities, register_attention
+from .spec import PATTERN, register_attention
 
 # Largest chunk of the band kernels: a window of w keys costs chunks of min(w, this) queries that
 # see ceil((w - 1) / chunk) chunks back, so smaller chunks waste fewer masked scores per query.
@@ -73,11 +73,8 @@ def sliding_window_mod(window: int, global_tokens: int, causal: bool) -> MaskMod
 @register_attention(
     "sliding-window",
     config=SlidingWindowConfig,
-    caps=Capabilities(exact=False, fixed_pattern=True),
-    variants=(
-        {"kv_heads": 1},
-        {"global_tokens": 3},
-    ),
+    caps=PATTERN,
+    variants=({"kv_heads": 1}, {"global_tokens": 3}),
 )
 class SlidingWindowAttention(AttentionCore):
     """Sliding-window attention (+ global tokens); O(n * window) memory, exactly causal."""

@@ -61,6 +61,11 @@ class Capabilities:
         return d
 
 
+# Capabilities a family shares, declared once (the recurrences' are recurrent.RECURRENT).
+PATTERN = Capabilities(exact=False, fixed_pattern=True)  # local, sliding-window, bigbird
+ROUTED = Capabilities(exact=False, non_causal=False)  # block selection by content: moba, nsa
+
+
 @dataclass(frozen=True)
 class RunTarget:
     """Where and how a caller wants a backend to run (device, dtype, causal): what

@@ -4,6 +4,7 @@ causal flag and options (no key padding mask: bench cases have none), for each i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,18 +107,9 @@ def measure_fidelity(case: BenchCase, memory_limit_bytes: int | None = None) -> 
     if case.mode in DECODE_MODES:  # the same mechanism as its forward, whose error it shares
         return Fidelity()
     reference, ref_options = dense_reference(get_backend(case.backend).layout(**case.options))
-    ref_case = BenchCase(
-        target="attention",
-        backend=reference,
-        options=ref_options,
-        seq_len=case.seq_len,
-        batch=case.batch,
-        num_heads=case.num_heads,
-        head_dim=case.head_dim,
-        causal=case.causal,
-        dtype=case.dtype,
-        device=case.device,
-        mode="forward",
+    # the case's core shapes, dtype, device and causal flag, through the reference's forward
+    ref_case = dataclasses.replace(
+        case, target="attention", backend=reference, options=ref_options, mode="forward"
     )
     try:
         needed = predict_case(ref_case).total_bytes + _output_bytes(case)
@@ -140,10 +132,12 @@ def _measure(case: BenchCase, reference: str, ref_options: dict[str, Any]) -> li
     rows = []
     for index, family in enumerate(FIDELITY_INPUTS):
         gen = torch.Generator().manual_seed(FIDELITY_SEED + index)
-        q, k, v = (t.to(device=device, dtype=dtype) for t in INPUTS[family](shape, gen))
-        k, v = (q if layout.shared_qk else k[:, :kv]), v[:, :kv]
+        q, k, v = INPUTS[family](shape, gen)
         # the backend's extra inputs (gates, decays): drawn as the bench draws them
-        extras = layout.sample(*shape, dtype=dtype, device=device, generator=gen).extras
+        extras = layout.sample_extras(q, generator=gen)
+        q, k, v = (t.to(device=device, dtype=dtype) for t in (q, k, v))
+        extras = {name: t.to(device=device, dtype=dtype) for name, t in extras.items()}
+        k, v = (q if layout.shared_qk else k[:, :kv]), v[:, :kv]
         outputs = []
         for name, options, extra in (
             (case.backend, case.options, extras),

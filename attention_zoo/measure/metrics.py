@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .units import format_bytes, format_gflop, format_number, format_seconds
 
@@ -56,6 +56,13 @@ class Metric(NamedTuple):
 
 
 _MIB = 2**20
+
+
+def _bytes(**spec: Any) -> MetricSpec:
+    """A byte count: stored in bytes, shown in MiB (formatted as bytes in text tables)."""
+    return MetricSpec(unit="bytes", fmt=format_bytes, shown_unit="MiB", scale=_MIB, **spec)
+
+
 _CATALOGUE = (
     MetricSpec(name="time_median", unit="s", group="time", deterministic=False,
                label="time (median)", fmt=format_seconds, column="time (median)",
@@ -72,39 +79,31 @@ _CATALOGUE = (
                label="cores other processes left free while it was timed"),
     MetricSpec(name="cpu_clock", unit="flag", group="time", deterministic=False,
                label="timed by the process's CPU time at one thread (1), not the wall clock"),
-    MetricSpec(name="resident_bytes", unit="bytes", group="memory", deterministic=True,
-               label="resident memory (parameters, buffers, inputs, optimizer state)",
-               fmt=format_bytes, shown_unit="MiB", scale=_MIB),
-    MetricSpec(name="peak_bytes", unit="bytes", group="memory", deterministic=False,
-               label="peak memory above resident (measured)", fmt=format_bytes,
-               column="peak (measured)", shown_unit="MiB", scale=_MIB, report=True),
-    MetricSpec(name="peak_total_bytes", unit="bytes", group="memory", deterministic=False,
-               label="peak memory including resident (measured)", fmt=format_bytes,
-               shown_unit="MiB", scale=_MIB),
-    MetricSpec(name="state_bytes", unit="bytes", group="memory", deterministic=True,
-               label="decoding state per sequence (prefill, decode)", fmt=format_bytes,
-               column="state", shown_unit="MiB", scale=_MIB, report=True),
-    MetricSpec(name="tracked_peak_bytes", unit="bytes", group="crosscheck", deterministic=True,
-               label="peak of live tensor storages (tracked)", fmt=format_bytes,
-               shown_unit="MiB", scale=_MIB, tolerance=0.01),
-    MetricSpec(name="rss_peak_bytes", unit="bytes", group="crosscheck", deterministic=False,
-               label="peak RSS growth", fmt=format_bytes, shown_unit="MiB", scale=_MIB),
-    MetricSpec(name="predicted_peak_bytes", unit="bytes", group="predict", deterministic=True,
-               label="peak memory above resident (predicted on meta)", fmt=format_bytes,
-               column="predicted", shown_unit="MiB", scale=_MIB, report=True, tolerance=0.01),
-    MetricSpec(name="predicted_resident_bytes", unit="bytes", group="predict", deterministic=True,
-               label="resident memory (predicted)", fmt=format_bytes, shown_unit="MiB",
-               scale=_MIB),
-    MetricSpec(name="predicted_total_bytes", unit="bytes", group="predict", deterministic=True,
-               label="peak memory including resident (predicted)", fmt=format_bytes,
-               shown_unit="MiB", scale=_MIB),
+    _bytes(name="resident_bytes", group="memory", deterministic=True,
+           label="resident memory (parameters, buffers, inputs, optimizer state)"),
+    _bytes(name="peak_bytes", group="memory", deterministic=False,
+           label="peak memory above resident (measured)", column="peak (measured)", report=True),
+    _bytes(name="peak_total_bytes", group="memory", deterministic=False,
+           label="peak memory including resident (measured)"),
+    _bytes(name="state_bytes", group="memory", deterministic=True,
+           label="decoding state per sequence (prefill, decode)", column="state", report=True),
+    _bytes(name="tracked_peak_bytes", group="crosscheck", deterministic=True,
+           label="peak of live tensor storages (tracked)", tolerance=0.01),
+    _bytes(name="rss_peak_bytes", group="crosscheck", deterministic=False,
+           label="peak RSS growth"),
+    _bytes(name="predicted_peak_bytes", group="predict", deterministic=True,
+           label="peak memory above resident (predicted on meta)", column="predicted", report=True,
+           tolerance=0.01),
+    _bytes(name="predicted_resident_bytes", group="predict", deterministic=True,
+           label="resident memory (predicted)"),
+    _bytes(name="predicted_total_bytes", group="predict", deterministic=True,
+           label="peak memory including resident (predicted)"),
     MetricSpec(name="parameters", unit="count", group="predict", deterministic=True,
                label="parameters (counted on the meta device)"),
     MetricSpec(name="block_parameters", unit="count", group="predict", deterministic=True,
                label="parameters of one attention block (fair comparison)"),
-    MetricSpec(name="state_bytes_per_sequence", unit="bytes", group="predict", deterministic=True,
-               label="decoding state of one sequence at the case's context (fair comparison)",
-               fmt=format_bytes, shown_unit="MiB", scale=_MIB),
+    _bytes(name="state_bytes_per_sequence", group="predict", deterministic=True,
+           label="decoding state of one sequence at the case's context (fair comparison)"),
     MetricSpec(name="flops_per_token", unit="flop", group="flops", deterministic=True,
                label="forward FLOPs per token of one block (fair comparison)",
                shown_unit="MFLOP", scale=1e6),

@@ -25,11 +25,9 @@ def fla_recurrence(
     """As chunk_delta (chunk_decay where beta is None) by fla's chunked kernels, or not `chunked`
     its fused recurrent ones (decoding; the gated delta one has no backward); the state in float32.
     The decay kernels keep their own 64-token chunks; fla's delta rule without a decay takes 16-bit
-    inputs only."""
+    inputs only. normalise_qk: the delta rule's (RecurrenceInputs refuses it without beta)."""
     options = {"scale": scale, "output_final_state": True}
     if beta is None:
-        if normalise_qk:
-            raise ValueError("q and k are L2-normalised in the delta rule's kernels only")
         o, state = _decay(q, k, v, log_decay, initial_state, options, chunked)
     else:
         options["use_qk_l2norm_in_kernel"] = normalise_qk

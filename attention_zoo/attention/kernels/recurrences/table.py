@@ -32,6 +32,10 @@ class RecurrenceInputs:
     scale: float
     normalise_qk: bool = False
 
+    def __post_init__(self) -> None:
+        if self.normalise_qk and self.beta is None:
+            raise ValueError("q and k are L2-normalised in the delta rule's kernels only")
+
 
 # (q, k, v, log_decay, beta, scale, chunk_length, initial_state) -> (out, final state)
 Recurrence = Callable[..., tuple[Tensor, Tensor]]
@@ -48,8 +52,6 @@ def run_recurrence(
     options = {"scale": x.scale, "chunk_length": chunk_length, "initial_state": initial_state}
     if x.beta is not None:
         return delta(x.q, x.k, x.v, x.beta, x.log_decay, normalise_qk=x.normalise_qk, **options)
-    if x.normalise_qk:
-        raise ValueError("q and k are L2-normalised in the delta rule's kernels only")
     return decay(x.q, x.k, x.v, x.log_decay, **options)
 
 
