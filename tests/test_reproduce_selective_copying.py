@@ -109,6 +109,9 @@ def test_smoke_reproduction_trains_stores_prints_and_reports_no_verdict(
     assert main(["report", "--store", store, "--out", str(tmp_path / "rep")]) == 0
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "# Selective copying (Mamba Table 1)" in report
-    assert "| H3 | H3 | S6 | 99.7 |" in report and "`gla`" in report
+    assert "| - | H3 | S6 | 99.7 | `gla`: " in report  # Table 1's row beside ours
+    assert "| H3 | H3 | S4 | 57.0 | `retention`: " in report
+    summary = report.split("## Summary")[1].split("\n## ")[0]
+    assert "claims by verdict" in summary and "undecided: " in summary  # counted with the others
     repro = get_reproduction("selective-copying")
     assert {line.verdict for line in repro.claims(None)} == {NOT_MEASURED}

@@ -76,7 +76,7 @@ class MambaSelectiveCopying(Reproduction):
             return [*blocks, Para(f"No rows for this section; run `{self.command}` to fill it.")]
         body = []
         for row in TABLE1:
-            cells = [row.model, row.arch, row.layer, f"{row.accuracy:g}"]
+            cells = [row.model, row.arch, row.layer, f"{row.accuracy:.1f}"]
             cells.append(f"`{row.backend}`: {row.mapping}" if row.backend else row.mapping)
             body.append(cells + [_cell(ctx, rows, row.backend, s) for s in sizes])
         ours = sorted({r["backend"] for r in rows} - {r.backend for r in TABLE1})
