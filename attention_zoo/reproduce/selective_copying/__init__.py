@@ -15,9 +15,9 @@ from ...store import ResultStore
 from ...sweep import SweepResult
 from ...tasks.suite import TaskPreset, load_task_preset
 from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
-from ..evidence import interval_of, per_seed
-from ..intervals import PERCENT
+from ..evidence import per_seed
 from ..training import report_rows, task_rows, train_presets
+from ..zoology.sweep import cell_text  # a cell of seeds: mean, interval, seed count
 from . import table1
 from .table1 import REFERENCE, SOURCE, TABLE1, TASK
 
@@ -95,19 +95,12 @@ class MambaSelectiveCopying(Reproduction):
 
 
 def _cell(ctx: Context, rows: list[dict[str, Any]], backend: str | None, size: str) -> str:
-    """'97.2 [95.0, 99.4] (3 seeds)' of `backend` at preset `size`, '-' without runs."""
+    """The mean accuracy of `backend` at preset `size` over seeds, with its interval; '-' without
+    runs."""
     if backend is None:
         return "-"
     seeds, refs = per_seed([r for r in rows if r["preset"] == size], backend=backend)
-    if not seeds:
-        return "-"
-    interval = interval_of(seeds)
-    if interval is None:
-        mean = 100 * sum(seeds.values()) / len(seeds)
-        text = f"{mean:.1f} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}, no interval)"
-    else:
-        text = f"{interval.scaled(100).text(within=PERCENT)} ({interval.n} seeds)"
-    return ctx.ledger.claims(text, " ".join(refs))
+    return ctx.ledger.claims(cell_text(seeds), " ".join(refs)) if seeds else "-"
 
 
 __all__ = ["MambaSelectiveCopying"]

@@ -20,18 +20,19 @@ from typing import Any
 
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, ClaimRow
 from ..evidence import (
+    ABOVE,
+    BELOW,
     FEW_SEEDS,
     MIN_SEEDS,
+    NOT_ABOVE,
     NOT_LEARNED,
     STRADDLES,
     GapVerdict,
     clears,
     exact_siblings,
-    gap_class,
     gap_of,
     interval_of,
     per_seed,
-    point_class,
     seeds_text,
 )
 from ..intervals import PERCENT
@@ -71,15 +72,17 @@ TABLE1 = (
 )  # fmt: skip
 SELECTIVE, FIXED = TABLE1[4], TABLE1[2]  # the rows we run: H3 with S6, H3 with S4
 BEST = TABLE1[-1]  # the table's best row: our reference stands in for it
-LEVEL_BAND = 5.0  # points: a gap whose interval lies within +-5 is "level"; wholly beyond, classed
-FLOOR = 90.0  # [%]: full attention's interval must clear it (the task learned at this scale)
+BAND = 5.0  # points: a gap is "above" when its interval lies wholly beyond +5 ("below": -5)
+FLOOR = 80.0  # [%]: full attention's interval must clear it (4 tokens in 5 copied: learned)
+NOT_BELOW = "not below"  # the one-sided class opposite BELOW: the interval lies at or above -band
 OURS_ONLY, REFERENCE_VERDICT = "ours only", "reference"
 GROUPED = "grouped with full (exact)"
 RULE = (
-    f"the paired gap over >= {MIN_SEEDS} seeds, its 95% interval classed level (inside "
-    f"+-{LEVEL_BAND:g} points), below or above (wholly outside), else undecided; judged only when "
-    f"full attention's interval clears {FLOOR:g}%; holds when the class is Table 1's (its gap "
-    "classed by the same band)"
+    f"one-sided, as the claim asks: the paired gap over >= {MIN_SEEDS} seeds, its 95% interval "
+    f"classed above (wholly beyond +{BAND:g} points) or not above (wholly at or below it), or "
+    f"below (wholly beyond -{BAND:g}) or not below; else undecided; judged only when full "
+    f"attention's interval clears {FLOOR:g}%; holds when the class is Table 1's (its gap classed "
+    "by the same band)"
 )
 
 
@@ -92,16 +95,25 @@ class Claim:
     row: Row
     versus: Row
     other: str  # our backend standing for `versus`
+    side: str  # ABOVE: is the gap beyond +band? BELOW: beyond -band?
 
 
 CLAIMS = (
     Claim("selection beats a fixed decay: S6 vs S4 in the H3 architecture", SELECTIVE, FIXED,
-          FIXED.backend or ""),
-    Claim("the selective layer solves the task: H3 with S6 vs the best row (Mamba; ours: full "
-          "attention)", SELECTIVE, BEST, REFERENCE),
-    Claim("a fixed decay falls short: H3 with S4 vs the best row (Mamba; ours: full attention)",
-          FIXED, BEST, REFERENCE),
+          FIXED.backend or "", ABOVE),
+    Claim("the selective layer solves the task: H3 with S6 not below the best row (Mamba; ours: "
+          "full attention)", SELECTIVE, BEST, REFERENCE, BELOW),
+    Claim("a fixed decay falls short: H3 with S4 below the best row (Mamba; ours: full "
+          "attention)", FIXED, BEST, REFERENCE, BELOW),
 )  # fmt: skip
+
+
+def side_class(low: float, high: float, side: str) -> str | None:
+    """The one-sided class of a gap's interval [low, high] (a point: low == high): ABOVE or
+    NOT_ABOVE for side ABOVE, BELOW or NOT_BELOW for side BELOW; None when it crosses the edge."""
+    if side == ABOVE:
+        return ABOVE if low > BAND else NOT_ABOVE if high <= BAND else None
+    return BELOW if high < -BAND else NOT_BELOW if low >= -BAND else None
 
 
 def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> list[ClaimRow]:
@@ -145,15 +157,15 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
         pub_gap = c.row.accuracy - c.versus.accuracy
         published = (
             f"{c.row.accuracy:.1f} vs {c.versus.accuracy:.1f} "
-            f"({pub_gap:+.1f}: {point_class(pub_gap, LEVEL_BAND)})"
+            f"({pub_gap:+.1f}: {side_class(pub_gap, pub_gap, c.side)})"
         )
         mine, other = accs.get(backend), accs.get(c.other)
         if not mine or not other:
             out.append(line(c.text, (backend, c.other), published, NOT_MEASURED, rule="-"))
             continue
-        judged = judge_pair(mine, other, reference)
+        judged = judge_pair(mine, other, reference, c.side)
         verdict = judged.reason or (
-            HOLDS if judged.cls == point_class(pub_gap, LEVEL_BAND) else FAILS
+            HOLDS if judged.cls == side_class(pub_gap, pub_gap, c.side) else FAILS
         )
         interval = "-" if judged.gap is None else judged.gap.text(sign=True)
         out.append(
@@ -187,16 +199,19 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
 
 
 def judge_pair(
-    mine: Mapping[int, float], other: Mapping[int, float], reference: Mapping[int, float]
+    mine: Mapping[int, float],
+    other: Mapping[int, float],
+    reference: Mapping[int, float],
+    side: str,
 ) -> GapVerdict:
-    """Class the gap mine - other once full attention (`reference`) clears FLOOR: the floor is
-    the reference's whoever the pair is (a pair of two weak mechanisms says nothing)."""
+    """Class the gap mine - other on `side` once full attention (`reference`) clears FLOOR: the
+    floor is the reference's whoever the pair is (a pair of two weak mechanisms says nothing)."""
     gap = gap_of(mine, other)
     if gap is None or interval_of(reference) is None:
         return GapVerdict(gap, None, FEW_SEEDS)
     if not clears(interval_of(reference), FLOOR):
         return GapVerdict(gap, None, NOT_LEARNED)
-    cls = gap_class(gap, LEVEL_BAND)
+    cls = side_class(gap.low, gap.high, side)
     return GapVerdict(gap, cls, "" if cls else STRADDLES)
 
 
