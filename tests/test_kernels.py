@@ -349,8 +349,8 @@ CUDA_AUTO = [
     ("linear", {}, True, "math"),
     ("linear", {}, False, "math"),
     ("performer", {}, True, "math"),
-    ("nystrom", {}, False, "compiled"),
-    ("linformer", {}, False, "math"),
+    ("nystrom", {}, False, "sdpa"),
+    ("linformer", {}, False, "sdpa"),
     ("moba", {}, True, "flex"),
     ("nsa", {}, True, "flex"),
 ]
