@@ -85,15 +85,17 @@ class LinformerAttention(AttentionCore):
         if key_padding_mask is not None:  # padded keys and values: zero before projecting
             keep = key_padding_mask[:, None, :, None].to(wide)
             k, v = k * keep, v * keep
-        # whole (k, max_length) projections: the kernel slices them and writes their gradients
-        # in place, with no (k, n) slice gradient copied into a zero (k, max_length) one
-        proj_k = self.proj_k.to(wide)
-        proj_v = None if self.proj_v is None else self.proj_v.to(wide)
         scale = q.shape[-1] ** -0.5
         if fused:
+            # whole (k, max_length) projections: the kernel slices them and writes their
+            # gradients in place, with no (k, n) slice gradient copied into a zero (k, max_length)
+            proj_k = self.proj_k.to(wide)
+            proj_v = None if self.proj_v is None else self.proj_v.to(wide)
             return ProjectedAttention.apply(q, k, v, proj_k, proj_v, scale).to(dtype)
-        keys = project(proj_k[:, :n], k)  # (b, h, k, d)
-        values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
+        # sliced before the cast: a 16-bit call copies (k, n) columns, not (k, max_length)
+        proj_k = self.proj_k[:, :n].to(wide)
+        proj_v = proj_k if self.proj_v is None else self.proj_v[:, :n].to(wide)
+        keys, values = project(proj_k, k), project(proj_v, v)  # (b, h, k, d)
         out = F.scaled_dot_product_attention(q, keys, values, dropout_p=self.dropout_p)
         return out.to(dtype)
 
