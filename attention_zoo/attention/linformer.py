@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from ..errors import InputError, OptionError
 from .base import AttentionCore, BlockWeights, check_dropout
 from .kernels.chunked import cpu_fused
-from .kernels.dispatch import KernelTable, materialised
+from .kernels.dispatch import Implementation, KernelTable, materialised
 from .kernels.low_rank.projected import ProjectedAttention, project
 from .kernels.sums.plain import compute_dtype
 from .options import check_int
@@ -32,7 +32,7 @@ class LinformerConfig:
     max_length: int = 4096  # longest sequence the projections cover
     share_kv: bool = True  # one projection for keys and values (the paper's key-value sharing)
     dropout: float = 0.0  # attention-probability dropout over the projected keys, training only
-    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, sdpa
 
     def __post_init__(self) -> None:
         check_int("proj_length", self.proj_length, minimum=1, backend="linformer")
@@ -52,7 +52,10 @@ def _projection(cfg: LinformerConfig) -> nn.Parameter:
 
 
 @register_attention(
-    "linformer", config=LinformerConfig, caps=Capabilities(causal=False, exact=False)
+    "linformer",
+    config=LinformerConfig,
+    caps=Capabilities(causal=False, exact=False),
+    variants=({"kernel": "sdpa"},),
 )
 class LinformerAttention(AttentionCore):
     """Low-rank attention over learned projections of keys and values; O(n * proj_length)."""
@@ -63,26 +66,36 @@ class LinformerAttention(AttentionCore):
         self.proj_v = None if cfg.share_kv else _projection(cfg)
 
     def _projected(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, fused: bool
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        fused: bool = False,
+        keep_dtype: bool = False,
     ) -> Tensor:
         """Keys and values projected along the sequence, then softmax attention over them:
-        PyTorch's fused CPU op with a segmented backward (fused), or SDPA with autograd."""
+        PyTorch's fused CPU op with a segmented backward (fused), or one SDPA call with autograd,
+        in the compute dtype or (keep_dtype) the input's."""
         n = q.shape[-2]
         self._check_length(n)
-        dtype, wide = q.dtype, compute_dtype(q.dtype)
+        dtype = q.dtype
+        wide = dtype if keep_dtype else compute_dtype(dtype)
         q, k, v = (t.to(wide) for t in (q, k, v))
         if key_padding_mask is not None:  # padded keys and values: zero before projecting
             keep = key_padding_mask[:, None, :, None].to(wide)
             k, v = k * keep, v * keep
-        # whole (k, max_length) projections: the kernel slices them and writes their gradients
-        # in place, with no (k, n) slice gradient copied into a zero (k, max_length) one
-        proj_k = self.proj_k.to(wide)
-        proj_v = None if self.proj_v is None else self.proj_v.to(wide)
         scale = q.shape[-1] ** -0.5
         if fused:
+            # whole (k, max_length) projections: the kernel slices them and writes their
+            # gradients in place, with no (k, n) slice gradient copied into a zero (k, max_length)
+            proj_k = self.proj_k.to(wide)
+            proj_v = None if self.proj_v is None else self.proj_v.to(wide)
             return ProjectedAttention.apply(q, k, v, proj_k, proj_v, scale).to(dtype)
-        keys = project(proj_k[:, :n], k)  # (b, h, k, d)
-        values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
+        # sliced before the cast: a 16-bit call copies (k, n) columns, not (k, max_length)
+        proj_k = self.proj_k[:, :n].to(wide)
+        proj_v = proj_k if self.proj_v is None else self.proj_v[:, :n].to(wide)
+        keys, values = project(proj_k, k), project(proj_v, v)  # (b, h, k, d)
         out = F.scaled_dot_product_attention(q, keys, values, dropout_p=self.dropout_p)
         return out.to(dtype)
 
@@ -137,7 +150,13 @@ KERNELS = KernelTable(
             lambda core, *args: core._projected(*args, fused=False),
             "projections and SDPA with autograd: a few launches",
         ),
+        Implementation(
+            name="sdpa",
+            summary="one projection product per map and one SDPA call in the input's dtype",
+            run=lambda core, *args: core._projected(*args, keep_dtype=True),
+            dropout=True,
+        ),
     ),
-    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("math",)},
+    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("sdpa", "math")},
 )
 LinformerAttention.kernels = KERNELS

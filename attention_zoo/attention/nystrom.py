@@ -39,7 +39,7 @@ class NystromConfig:
     conv_kernel: int = 0  # odd length of the depthwise residual conv on v over positions; 0: off
     heads: int | None = None  # heads of the conv (SelfAttention passes its own)
     dropout: float = 0.0  # dropout on each query's softmax over the landmarks, training only
-    kernel: str = "auto"  # auto (the pick rule), math, compiled (CUDA)
+    kernel: str = "auto"  # auto (the pick rule), math, sdpa, compiled (CUDA)
 
     def __post_init__(self) -> None:
         check_int("num_landmarks", self.num_landmarks, minimum=1, backend="nystrom")
@@ -56,7 +56,12 @@ class NystromConfig:
         KERNELS.check_option("nystrom", self.kernel)
 
 
-@register_attention("nystrom", config=NystromConfig, caps=Capabilities(causal=False, exact=False))
+@register_attention(
+    "nystrom",
+    config=NystromConfig,
+    caps=Capabilities(causal=False, exact=False),
+    variants=({"kernel": "sdpa"},),
+)
 class NystromAttention(AttentionCore):
     """Nystrom approximation of softmax attention with segment-mean landmarks; O(n) memory."""
 
@@ -73,12 +78,23 @@ class NystromAttention(AttentionCore):
             self.conv = nn.Conv2d(h, h, (width, 1), padding=(width // 2, 0), bias=False, groups=h)
 
     def _nystrom(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, compiled: bool
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        compiled: bool = False,
+        dtype: torch.dtype | None = None,
     ) -> Tensor:
-        """The plain computation, eagerly or compiled, and the conv on v."""
+        """The plain computation, eagerly or compiled, its n-long products in `dtype` (None: the
+        compute dtype), and the conv on v."""
         cfg = self.cfg
         args = (q, k, v, key_padding_mask, cfg.num_landmarks, cfg.pinv_iterations, self.dropout_p)
-        out = run_compiled(nystrom_attention, *args) if compiled else nystrom_attention(*args)
+        out = (
+            run_compiled(nystrom_attention, *args)
+            if compiled
+            else nystrom_attention(*args, dtype=dtype)
+        )
         if self.conv is not None:  # zero beyond the ends: as padding to whole segments would
             keep = 1 if key_padding_mask is None else key_padding_mask[:, None, :, None]
             out = out + self.conv(v.to(out.dtype) * keep)
@@ -148,6 +164,13 @@ KERNELS = KernelTable(
             "plain PyTorch: SDPA over the landmarks, iterative pseudo-inverse",
         ),
         Implementation(
+            name="sdpa",
+            summary="segment means and two SDPA calls in the input's dtype, the pseudo-inverse by "
+            "Newton-Schulz in float32",
+            run=lambda core, q, *args: core._nystrom(q, *args, dtype=q.dtype),
+            dropout=True,
+        ),
+        Implementation(
             name="compiled",
             summary="the plain computation compiled by torch.compile: a few fused launches",
             run=lambda core, *args: core._nystrom(*args, compiled=True),
@@ -157,6 +180,6 @@ KERNELS = KernelTable(
             environment=compile_reason,
         ),
     ),
-    {"cpu": ("math",), "meta": ("math",), "cuda": ("compiled", "math")},
+    {"cpu": ("math",), "meta": ("math",), "cuda": ("sdpa", "compiled", "math")},
 )
 NystromAttention.kernels = KERNELS

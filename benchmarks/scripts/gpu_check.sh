@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, one command: on a machine with CUDA and torch, from a checkout, with no network.
-# Runs the CUDA tests, the core and block grids (bf16, forward+backward, causal and bidirectional,
+# Runs fla's accuracy test (RMS ratios of its kernels' outputs and gradients against our float64
+# references, 4k and 16k, each case's numbers in fla-accuracy.jsonl beside the store, or in OUT),
+# the CUDA tests, the core and block grids (bf16, forward+backward, causal and bidirectional,
 # 1k-64k tokens), the asv CUDA benchmarks, and writes a report folder reports/gpu-<device>-<date>/
 # from the store it fills. Optional packages (fla-core; asv and what it needs) travel as wheels in
 # .whl/ (README, "On a GPU"): they are installed into a scratch folder, nothing else is touched.
@@ -13,7 +15,8 @@
 #   CAUSAL=sdpa,local BIDIRECTIONAL=sdpa,nystrom ...# other backends in the grids (DECODE: in
 #                                                   # the decoding step)
 #
-# The grids come first (what the targets are about), then the tests, asv and the report. Each
+# fla's accuracy comes first (short; it says whether auto may take fla), then the grids (what the
+# targets are about), then the tests, asv and the report. Each
 # step's time and exit status are printed at the end; a failed step does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -42,7 +45,7 @@ case "${GRID:-full}" in
     *) echo "GRID must be quick or full, not ${GRID}" >&2; exit 2 ;;
 esac
 
-steps_wanted=" ${STEPS:-attention block decode tests asv report} "
+steps_wanted=" ${STEPS:-accuracy attention block decode tests asv report} "
 declare -a steps=()
 step() {  # step NAME COMMAND...: run it (if STEPS names its kind), record its seconds and status
     local name=$1 start=$SECONDS status
@@ -66,6 +69,9 @@ bench() {  # bench TARGET CAUSAL BACKENDS: one grid, a step of its own
         --metrics time,memory,flops --budget 0.2 --repeats 5 --store "$store" \
         --run-id "$target-$kind" --no-progress "${options[@]}"
 }
+
+step accuracy env ZOO_ACCURACY_OUT="${OUT:-$(dirname "$store")}" "$PY" -m pytest -v -rA --tb=line \
+    -m gpu -p no:cacheprovider tests/test_fla_accuracy.py
 
 causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}
 bidirectional_backends=${BIDIRECTIONAL:-sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer}

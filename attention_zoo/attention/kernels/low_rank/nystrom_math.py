@@ -72,26 +72,29 @@ def nystrom_attention(
     landmarks: int,
     iterations: int,
     dropout: float,
+    dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """(b, h, n, d) x3 -> (b, h, n, d) in compute_dtype(q.dtype); dropout on each query's
-    softmax over the landmarks."""
+    """(b, h, n, d) x3 -> (b, h, n, d) in `dtype`: the dtype the n-long products (segment means,
+    both SDPA calls) run in, compute_dtype(q.dtype) if None; the landmark kernel and its
+    pseudo-inverse run in compute_dtype (float32 for 16-bit inputs) either way. Dropout on each
+    query's softmax over the landmarks."""
     n, d = q.shape[-2:]
     npad, real, counts, padded = segments(n, landmarks, q.device, key_padding_mask)
     wide = compute_dtype(q.dtype)
-    q, k, v = (t.to(wide) for t in (q, k, v))
-    if npad != n:
-        q, k, v = (F.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
-    q_land, k_land = (segment_means(t, real if padded else None, counts) for t in (q, k))
+    dtype = dtype or wide
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    # only the landmarks need whole segments: the SDPA calls read the unpadded rows
+    qp, kp = (F.pad(t, (0, 0, 0, npad - n)) if npad != n else t for t in (q, k))
+    q_land, k_land = (segment_means(t, real if padded else None, counts) for t in (qp, kp))
     filled = counts > 0  # a segment of padding only has no landmark
     scale = d**-0.5
     # softmax(Ql K^T) V: the landmark queries over the real keys
-    land_values = F.scaled_dot_product_attention(
-        q_land, k, v, attn_mask=real[:, None, None, :] if padded else None, scale=scale
-    )
-    kernel = landmark_kernel(q_land, k_land, filled, scale)
-    values = torch.matmul(iterative_pinv(kernel, iterations), land_values)
+    keys_mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+    land_values = F.scaled_dot_product_attention(q_land, k, v, attn_mask=keys_mask, scale=scale)
+    kernel = landmark_kernel(q_land.to(wide), k_land.to(wide), filled, scale)
+    values = torch.matmul(iterative_pinv(kernel, iterations), land_values.to(wide)).to(dtype)
     # softmax(Q Kl^T) (pinv ...): every query over the filled landmarks
-    out = F.scaled_dot_product_attention(
+    return F.scaled_dot_product_attention(
         q,
         k_land,
         values,
@@ -99,4 +102,3 @@ def nystrom_attention(
         dropout_p=dropout,
         scale=scale,
     )
-    return out[:, :, :n]
