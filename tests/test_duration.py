@@ -20,6 +20,7 @@ from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.predict import predict_flops
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK, TIMEOUT
+from attention_zoo.measure.timing import fixed_threads
 from attention_zoo.store import ResultStore, run_status
 
 CASE = BenchCase(target="attention", backend="sdpa", seq_len=128)
@@ -35,10 +36,15 @@ def test_the_rate_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatc
     assert list(json.loads(rate.cache_file().read_text())) == [first.key]
 
 
-def test_a_rate_timed_while_the_cores_were_busy_is_not_kept(tmp_path, monkeypatch):
+def test_a_rate_timed_by_the_wall_clock_while_the_cores_were_busy_is_not_kept(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(rate, "free_cores", lambda *_: 0.0)  # others held every core
-    assert "busy" in rate.case_rate(CASE).source and not rate.cache_file().exists()
+    with fixed_threads(2):  # timed by the wall clock: the load inflates it
+        assert "busy" in rate.case_rate(CASE).source and not rate.cache_file().exists()
+    with fixed_threads(1):  # timed by its own CPU time: kept
+        assert rate.case_rate(CASE).source == "measured now" and rate.cache_file().exists()
 
 
 def test_a_case_is_predicted_at_the_rate_of_its_own_step(tmp_path, monkeypatch):
@@ -46,7 +52,7 @@ def test_a_case_is_predicted_at_the_rate_of_its_own_step(tmp_path, monkeypatch):
     and a fused kernel that skips the masked half run at very different FLOP rates."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     probes = []
-    monkeypatch.setattr(rate, "_fastest_step", lambda case: probes.append(case) or 0.5)
+    monkeypatch.setattr(rate, "_fastest_step", lambda case, _: probes.append(case) or 0.5)
     n = rate.CALIBRATION_LENGTH
     for backend in ("full", "sdpa"):
         short = BenchCase(target="attention", backend=backend, seq_len=n)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from .cases import BenchCase, build_runnable
 from .env import device_name
 from .load import free_cores, read_cpu, too_few_free
 from .predict import predict_flops
-from .timing import synchronize
+from .timing import CPU_CLOCK, WALL, _time_once, synchronize
 from .units import significant
 
 CALIBRATION_LENGTH = 1024  # tokens of the timed probe: milliseconds for every backend
@@ -57,8 +56,9 @@ def probe_case(case: BenchCase) -> BenchCase:
 
 def case_rate(case: BenchCase) -> Rate:
     """The rate of `case`'s step at torch's current thread count: read from the cache, else its
-    probe timed now and written there (unless other processes kept the cores busy meanwhile,
-    which would keep a slow rate; a cache that cannot be written is skipped)."""
+    probe timed now and written there (one thread on a CPU: timed by its CPU time; more, by the
+    wall clock, not kept when other processes held the cores meanwhile, which would keep a slow
+    rate; a cache that cannot be written is skipped)."""
     probe = probe_case(case)
     key = (
         f"{probe.name()} [{probe.key()}]; {device_name(case.device)}; "
@@ -68,10 +68,13 @@ def case_rate(case: BenchCase) -> Rate:
     known = _read(path)
     if isinstance(known.get(key), (int, float)) and known[key] > 0:
         return Rate(float(known[key]), key, str(path))
+    # one thread on a CPU: its CPU time, what the step costs, which other processes cannot inflate
+    threads = torch.get_num_threads()
+    clock = CPU_CLOCK if torch.device(case.device).type == "cpu" and threads == 1 else WALL
     before = read_cpu()
-    rate = max(predict_flops(probe), 1) / _fastest_step(probe)
+    rate = max(predict_flops(probe), 1) / _fastest_step(probe, clock)
     free = free_cores(before, read_cpu())
-    if free is not None and too_few_free(free, torch.get_num_threads()):
+    if clock == WALL and free is not None and too_few_free(free, threads):
         return Rate(rate, key, "measured now on a busy machine (not cached)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,15 +94,10 @@ def _read(path: Path) -> dict[str, float]:
     return data if isinstance(data, dict) else {}
 
 
-def _fastest_step(case: BenchCase) -> float:
-    """Seconds of the fastest of CALIBRATION_CALLS steps of `case`, after one warm-up."""
+def _fastest_step(case: BenchCase, clock: str) -> float:
+    """Seconds of the fastest of CALIBRATION_CALLS steps of `case` by `clock`, after one
+    warm-up."""
     runnable = build_runnable(case)
-    best = float("inf")
-    for i in range(CALIBRATION_CALLS + 1):
-        synchronize(case.device)
-        start = time.perf_counter()
-        runnable.step()
-        synchronize(case.device)
-        if i:  # the first call warms up
-            best = min(best, time.perf_counter() - start)
-    return best
+    runnable.step()
+    synchronize(case.device)
+    return min(_time_once(runnable.step, case.device, clock) for _ in range(CALIBRATION_CALLS))
