@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensorMode  # its first instance imports dynamo
 from torch.library import _scoped_library
 
 from .cases import BenchCase, build_runnable
@@ -96,8 +97,6 @@ def predict_flops(case: BenchCase) -> int:
 
 def _fake_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, int]:
     """(peak above resident, resident bytes, FLOPs or 0) of one step on FakeTensors of `device`."""
-    from torch._subclasses.fake_tensor import FakeTensorMode  # imports torch._dynamo: seconds
-
     with FakeTensorMode(allow_non_fake_inputs=True):
         runnable = build_runnable(case, device=device)
         runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
