@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from attention_zoo.cli import main
 from attention_zoo.measure import duration, rate
 from attention_zoo.measure.cases import BenchCase
+from attention_zoo.measure.predict import predict_flops
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK, TIMEOUT
+from attention_zoo.measure.timing import fixed_threads
 from attention_zoo.store import ResultStore, run_status
 
 CASE = BenchCase(target="attention", backend="sdpa", seq_len=128)
@@ -25,17 +28,46 @@ CASE = BenchCase(target="attention", backend="sdpa", seq_len=128)
 
 def test_the_rate_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    first = rate.machine_rate("cpu", rate.torch.float32)
+    first = rate.case_rate(CASE)
     assert first.source == "measured now" and first.flops_per_s > 0
-    monkeypatch.setattr(rate, "_measure", lambda *_: pytest.fail("measured again"))
-    again = rate.machine_rate("cpu", rate.torch.float32)
+    monkeypatch.setattr(rate, "_fastest_step", lambda *_: pytest.fail("measured again"))
+    again = rate.case_rate(CASE)
     assert again.flops_per_s == first.flops_per_s and again.source == str(rate.cache_file())
     assert list(json.loads(rate.cache_file().read_text())) == [first.key]
 
 
+def test_a_rate_timed_by_the_wall_clock_while_the_cores_were_busy_is_not_kept(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(rate, "free_cores", lambda *_: 0.0)  # others held every core
+    with fixed_threads(2):  # timed by the wall clock: the load inflates it
+        assert "busy" in rate.case_rate(CASE).source and not rate.cache_file().exists()
+    with fixed_threads(1):  # timed by its own CPU time: kept
+        assert rate.case_rate(CASE).source == "measured now" and rate.cache_file().exists()
+
+
+def test_a_case_is_predicted_at_the_rate_of_its_own_step(tmp_path, monkeypatch):
+    """Each variant's step is timed (at most CALIBRATION_LENGTH tokens): a materialised softmax
+    and a fused kernel that skips the masked half run at very different FLOP rates."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    probes = []
+    monkeypatch.setattr(rate, "_fastest_step", lambda case, _: probes.append(case) or 0.5)
+    n = rate.CALIBRATION_LENGTH
+    for backend in ("full", "sdpa"):
+        short = BenchCase(target="attention", backend=backend, seq_len=n)
+        long = BenchCase(target="attention", backend=backend, seq_len=4 * n)
+        at = duration.expected_duration(
+            long, predict_flops(long), ("time",), warmup=1, min_repeats=1
+        )
+        assert probes[-1] == short  # the same case, shortened
+        assert at.step_s == pytest.approx(0.5 * predict_flops(long) / predict_flops(short))
+    assert [p.backend for p in probes] == ["full", "sdpa"]
+
+
 def _slow_machine(monkeypatch, flops_per_s: float) -> None:
     fixed = rate.Rate(flops_per_s, "test", "test")
-    monkeypatch.setattr(duration, "machine_rate", lambda *_: fixed)
+    monkeypatch.setattr(duration, "case_rate", lambda *_: fixed)
 
 
 def test_a_case_predicted_past_the_limit_is_not_run(monkeypatch):
@@ -54,6 +86,32 @@ def test_a_case_within_the_limit_runs(monkeypatch):
     _slow_machine(monkeypatch, 1e15)
     settings = MeasureSettings(metrics=("time",), time_limit_s=60, time_budget_s=0)
     assert measure_case(CASE, settings).status == OK
+
+
+def test_a_grid_predicted_past_the_limit_is_refused_in_one_line_and_nothing_stored(
+    tmp_path, capsys
+):
+    store = tmp_path / "s.sqlite"
+    code = main(["bench", "--backends", "sdpa", "--lengths", "1048576", "--store", str(store)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and not store.exists()
+    assert err[0].startswith("zoo bench: error: block:sdpa L=1048576")
+    assert "not run: predicted" in err[0] and "> --time-limit 300 s" in err[0]
+
+
+def test_refused_cases_leave_the_others_to_run_and_the_run_resumable(tmp_path, capsys):
+    store = tmp_path / "s.sqlite"
+    argv = ["bench", "--target", "attention", "--backends", "sdpa", "--lengths", "64,1048576"]
+    argv += ["--metrics", "time", "--budget", "0", "--repeats", "1", "--store", str(store)]
+    assert main([*argv, "--no-progress"]) == 0
+    refused = [x for x in capsys.readouterr().err.splitlines() if "not run: predicted" in x]
+    assert len(refused) == 1 and refused[0].startswith("zoo bench: attention:sdpa L=1048576")
+    with ResultStore(store, write=False) as s:
+        (run,) = s.runs()
+        assert run_status(run) == "finished"
+        assert [c["config"]["seq_len"] for c in s.cases(run["run_id"])] == [64]
+    assert main([*argv, "--no-progress", "--resume"]) == 0  # the same run: nothing left to do
+    assert "1 already stored (resumed)" in capsys.readouterr().out
 
 
 def test_timeout_stops_a_case_after_the_step_that_crosses_it(monkeypatch):

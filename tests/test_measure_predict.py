@@ -18,7 +18,7 @@ from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.blocks.residual import RESIDUALS
 from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.measure.memory import profiled_peak
-from attention_zoo.measure.predict import predict_case, stand_in_device
+from attention_zoo.measure.predict import predict_case, predict_flops, stand_in_device
 
 MiB = 2**20
 RUNNABLE = [name for name in BACKENDS.names() if not BACKENDS.get(name).unavailable_reason("cpu")]
@@ -171,3 +171,39 @@ def test_a_target_whose_kernels_cannot_be_traced_is_predicted_on_the_cpu(monkeyp
         want.flops,
     )
     assert got.method.startswith("fake:cpu standing in for cuda (no rule registered")
+
+
+@pytest.mark.parametrize("backend", RUNNABLE)
+@pytest.mark.parametrize("mode", ["forward+backward", "decode"])
+def test_flops_counted_on_meta_equal_the_prediction(backend: str, mode: str) -> None:
+    """The time prediction's FLOPs (meta device, no FakeTensorMode) are predict_case's."""
+    target = "attention" if mode == "decode" else "block"
+    case = BenchCase(
+        target=target, backend=backend, seq_len=256, mode=mode, new_tokens=4 * (mode == "decode")
+    )
+    if reason := case.unsupported():
+        pytest.skip(reason)
+    assert predict_flops(case) == predict_case(case).flops
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        BenchCase(
+            target="block", backend="sdpa", seq_len=256, mode="forward+backward", causal=False
+        ),
+        BenchCase(
+            target="block",
+            backend="sdpa",
+            seq_len=256,
+            mode="forward+backward",
+            options={"kv_heads": 2},
+        ),
+        BenchCase(target="model", backend="sdpa", seq_len=256, mode="train-step"),  # reversible
+    ],
+    ids=lambda c: c.name(),
+)
+def test_flops_counted_on_meta_follow_the_cpu_kernels(case: BenchCase) -> None:
+    """SDPA on meta would take the math path (a backward with one matmul fewer than the CPU's
+    fused kernel), also when a reversible layer recomputes it inside its backward."""
+    assert predict_flops(case) == predict_case(case).flops

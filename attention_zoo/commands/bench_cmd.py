@@ -21,7 +21,7 @@ from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
-from ..measure.preflight import check_cases
+from ..measure.preflight import check_cases, over_time
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
 from ..measure.timing import CLOCKS, CPU_CLOCK, WALL
@@ -72,8 +72,10 @@ EXAMPLE = """examples:
 Results go to --store (default: %(store)s), one row per metric, committed case by case.
 A case that fails is stored as 'error', an out-of-memory one as 'oom', one whose output breaks
 the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', one
-predicted past --time-limit (or stopped past --timeout) as 'timeout', and the sweep goes on;
-a named kernel that cannot run a case is refused before anything runs. A time whose repeats
+stopped past --timeout as 'timeout', and the sweep goes on. Refused before anything runs, one
+line each, nothing stored for them: a named kernel that cannot run a case, and a case predicted
+past --time-limit or --timeout (its FLOPs at its own rate here, timed once at 1024 tokens and
+cached); when every case is refused the command exits 2. A time whose repeats
 disagree, or taken while other processes kept the cores busy, is marked 'ok (unstable)' /
 'ok (busy)' and left out of time ratios. Ctrl-C stops within seconds, even inside one long
 operation; --resume then measures only the missing cases.
@@ -290,8 +292,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--time-limit",
         type=time_limit,
-        help="a case predicted to take longer (its FLOPs at this machine's attention rate, "
-        "measured once and cached) is stored as timeout and not run: seconds, or 'none' "
+        help="a case predicted to take longer (its FLOPs at its rate on this machine, timed "
+        "once at 1024 tokens and cached) is refused before the run, in one line, and not "
+        "stored: seconds, or 'none' "
         f"(default: the preset's, else {DEFAULT_TIME_LIMIT_S:g})",
     )
     m.add_argument("--isolate", action="store_true", help="run each case in its own subprocess")
@@ -410,6 +413,26 @@ def _cpu_timed(warning: str) -> str:
     )
 
 
+class _AllRefused(Exception):
+    """Every case of the grid was refused before the run (each said so in one line)."""
+
+
+def _without_refused(
+    cases: list[BenchCase], settings: MeasureSettings, *, local: bool
+) -> list[BenchCase]:
+    """The cases left to run once those predicted past the time limit are refused, one line
+    each on stderr, before the store is opened: when none is left, _AllRefused (exit 2, nothing
+    stored). The run holds only the cases left, so the same command with --resume continues it.
+    On Ray the cases run elsewhere, at a rate this machine cannot know: each worker refuses."""
+    refused = over_time(cases, settings) if local else {}
+    left = [c for c in cases if c.key() not in refused]
+    for line in refused.values():
+        print(f"zoo bench: {'error: ' if not left else ''}{line}", file=sys.stderr)
+    if not left:
+        raise _AllRefused
+    return left
+
+
 def run(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
     grid, preset = grid_from_args(args, devices_present=True)
@@ -426,6 +449,11 @@ def run(args: argparse.Namespace) -> int:
             print(c.name())
         print(f"{len(cases)} cases")
         return 0
+    try:
+        cases = _without_refused(cases, settings, local=args.executor == "local")
+    except _AllRefused:
+        executor.close()
+        return 2
     try:
         where = executor.describe()  # connects: a bad cluster address fails before the store
         store = open_store(args.store, write=True)

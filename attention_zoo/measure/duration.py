@@ -1,6 +1,6 @@
-"""How long a case is expected to run, from its FLOP count and this machine's rate (rate.py), and
-the step wrapper that reports progress inside a long case and stops one after the step that
-crosses its timeout."""
+"""How long a case is expected to run, from its FLOP count and its rate on this machine
+(rate.py), and the step wrapper that reports progress inside a long case and stops one after the
+step that crosses its timeout."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from .cases import BenchCase
-from .rate import Rate, machine_rate
+from .rate import CALIBRATION_LENGTH, Rate, case_rate
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +24,7 @@ class CaseTimedOut(Exception):
 
 @dataclass(frozen=True)
 class Expected:
-    """A case's predicted duration: its step's FLOPs at the machine's rate, times its steps."""
+    """A case's predicted duration: its step's FLOPs at its rate here, times its steps."""
 
     step_s: float
     steps: int
@@ -37,11 +35,11 @@ class Expected:
         return self.step_s * self.steps
 
     def describe(self) -> str:
-        """'6.2 h (5 steps of 1.2 h at 51.3 GFLOP/s, this machine's attention rate)'."""
+        """'6.2 h (5 steps of 1.2 h at 51.3 GFLOP/s, its rate timed here at 1024 tokens)'."""
         return (
             f"{format_duration(self.seconds)} ({self.steps} steps of "
-            f"{format_duration(self.step_s)} at {self.rate.describe()}, this machine's "
-            "attention rate)"
+            f"{format_duration(self.step_s)} at {self.rate.describe()}, its rate timed here at "
+            f"{CALIBRATION_LENGTH} tokens)"
         )
 
 
@@ -68,13 +66,24 @@ def expected_duration(
     case: BenchCase, flops: float, metrics: Sequence[str], *, warmup: int, min_repeats: int
 ) -> Expected:
     """The case's expected duration on this machine (its rate measured once, then cached)."""
-    rate = machine_rate(torch.device(case.device).type, _dtype(case))
+    rate = case_rate(case)
     steps = step_count(case, metrics, warmup=warmup, min_repeats=min_repeats)
     return Expected(rate.seconds(flops), steps, rate)
 
 
-def _dtype(case: BenchCase) -> torch.dtype:
-    return getattr(torch, case.dtype)
+def over_limit(
+    expected: Expected, time_limit_s: float | None, timeout_s: float | None
+) -> str | None:
+    """Why a case expected to take `expected` is not run (one line), or None within the limits:
+    past --time-limit, or past --timeout (it would be stopped anyway)."""
+    limits = [t for t in (time_limit_s, timeout_s) if t is not None]
+    if not limits or expected.seconds <= min(limits):
+        return None
+    flag = "--time-limit" if min(limits) == time_limit_s else "--timeout"
+    return (
+        f"not run: predicted {expected.describe()} > {flag} {min(limits):g} s; "
+        f"raise {flag} to run it"
+    )
 
 
 def past_timeout(start: float, timeout_s: float | None, done: str) -> str | None:

@@ -97,6 +97,12 @@ class FlopCounter(TorchDispatchMode):
         super().__init__()
         self.total = 0
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo, whose first call
+        # imports torch._dynamo (seconds); nothing compiles this counter, so it need not
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in _SHAPE_QUERIES:

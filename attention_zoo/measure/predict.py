@@ -7,6 +7,10 @@ or CUDA when CUDA is present), so the same kernels are chosen as in a real run (
 kernel, which never materialises the scores); otherwise CPU stands in for the target and the method
 says so.
 
+FLOPs alone (`predict_flops`: what a time prediction needs) are counted on the meta device instead,
+with SDPA taking the kernel the CPU would: the same count without FakeTensorMode, whose import
+(torch._dynamo) costs seconds, so a case refused by its predicted time is refused at once.
+
 Expected agreement with the measured number (profiler on CPU, allocator stats on CUDA): the
 prediction cannot see memory a kernel allocates internally (scratch buffers invisible on meta) and
 the tracker makes autograd accumulate gradients out of place; measured on CPU within ~5% or 2 MiB
@@ -15,14 +19,20 @@ the tracker makes autograd accumulate gradients out of place; measured on CPU wi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensorMode  # its first instance imports dynamo
+from torch.library import _scoped_library
 
 from .cases import BenchCase, build_runnable
 from .flops import count_flops
 from .tracker import StorageTracker
+
+_FLASH = 1  # torch._fused_sdp_choice's number for the flash kernel (SDPBackend.FLASH_ATTENTION)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +86,15 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     )
 
 
+def predict_flops(case: BenchCase) -> int:
+    """FLOPs of one step of `case`, as predict_case counts them (on the CPU's implementations),
+    counted on the meta device: nothing allocated and no FakeTensorMode to import."""
+    with _cpu_sdpa_on_meta():
+        runnable = build_runnable(case, device="meta")
+        runnable.step()  # as predict_case: a decoding state moves on one token
+        return count_flops(runnable.step)[1]
+
+
 def _fake_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, int]:
     """(peak above resident, resident bytes, FLOPs or 0) of one step on FakeTensors of `device`."""
     with FakeTensorMode(allow_non_fake_inputs=True):
@@ -84,3 +103,56 @@ def _fake_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, 
         with StorageTracker() as tracker:
             counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0
         return tracker.peak, runnable.resident_bytes(), counted
+
+
+@contextmanager
+def _cpu_sdpa_on_meta() -> Iterator[None]:
+    """While open, SDPA on meta tensors runs the kernel the CPU would pick for the same shapes:
+    on meta, torch always takes the math path, whose backward has one matmul fewer than the
+    CPU's fused kernel. Registered at the dispatcher, so recomputation inside a custom autograd
+    Function's backward (reversible layers) takes it too; removed on exit."""
+    with _scoped_library("aten", "IMPL") as lib:
+        lib.impl("scaled_dot_product_attention", _sdpa_as_on_cpu, "AutogradMeta")
+        yield
+
+
+def _sdpa_as_on_cpu(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """SDPA on meta tensors through the CPU's flash kernel where the CPU picks it, else math."""
+    args = (query, key, value, attn_mask, dropout_p, is_causal)
+    stand_ins = [_cpu_stand_in(t) for t in (query, key, value, attn_mask)]
+    choice = torch._fused_sdp_choice(
+        *stand_ins[:3],
+        attn_mask=stand_ins[3],
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
+    if choice != _FLASH or query.dim() != 4:
+        sdpa = torch.ops.aten.scaled_dot_product_attention.default
+        return sdpa.decompose(*args, scale=scale, enable_gqa=enable_gqa)
+    if enable_gqa and key.shape[-3] != query.shape[-3]:  # the CPU kernel gets repeated heads
+        groups = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(groups, -3), value.repeat_interleave(groups, -3)
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    return flash(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+
+def _cpu_stand_in(t: Tensor | None) -> Tensor | None:
+    """A CPU tensor with `t`'s shape, dtype and last stride over one row of storage: what the
+    kernel choice reads, allocated small."""
+    if t is None:
+        return None
+    row = torch.empty(t.shape[-1] if t.dim() else 1, dtype=t.dtype, device="cpu")
+    if t.dim() == 0:
+        return row[0]
+    return row.as_strided(t.shape, (0,) * (t.dim() - 1) + (t.stride(-1),))

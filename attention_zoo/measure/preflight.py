@@ -1,6 +1,6 @@
-"""What is known about a case before it runs: a named kernel that cannot compute it here, or a
-metric its implementation cannot be measured with. `zoo bench` refuses such a grid in one line
-before the store is opened, instead of storing an error row per case."""
+"""What is known about a case before it runs: a named kernel that cannot compute it here, a
+metric its implementation cannot be measured with, or a time predicted past the run's limit.
+`zoo bench` refuses such cases before the store is opened, instead of storing a row per case."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from ..attention.kernels.dispatch import AUTO, Call
 from ..attention.spec import BACKENDS
 from ..errors import UsageError, ZooError
 from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs
+from .duration import expected_duration, over_limit
+from .predict import predict_flops
+from .runner import MeasureSettings
+from .timing import fixed_threads
 
 # metric groups measured under torch dispatch modes (the storage tracker, the FLOP counter)
 DISPATCH_GROUPS = ("crosscheck", "predict", "flops")
@@ -67,6 +71,32 @@ def check_cases(cases: Iterable[BenchCase], metrics: Sequence[str]) -> None:
     count = sum(len(c) for c in refused.values())
     more = f" (and {count - 1} more case{'s' if count > 2 else ''})" if count > 1 else ""
     raise UsageError(f"{which[0].name()}: {reason}{more}; nothing was run or stored")
+
+
+def over_time(cases: Iterable[BenchCase], settings: MeasureSettings) -> dict[str, str]:
+    """The cases predicted past settings' time limit (or timeout) by key, each with the line that
+    refuses it: their FLOPs (counted on meta, nothing allocated) at their rate here, at the
+    run's thread count. A case whose prediction fails is left to the run, which reports it."""
+    if settings.time_limit_s is None and settings.timeout_s is None:
+        return {}
+    refused = {}
+    with fixed_threads(settings.threads):
+        for case in cases:
+            try:
+                if case.unsupported():
+                    continue  # the run stores it as n/a
+                expected = expected_duration(
+                    case,
+                    predict_flops(case),
+                    settings.metrics,
+                    warmup=settings.warmup,
+                    min_repeats=settings.min_repeats,
+                )
+            except Exception:  # the run reports what fails, as it always has
+                continue
+            if reason := over_limit(expected, settings.time_limit_s, settings.timeout_s):
+                refused[case.key()] = f"{case.name()}: {reason}"
+    return refused
 
 
 def _named_core(case: BenchCase) -> AttentionCore | None:

@@ -1,33 +1,37 @@
-"""This machine's attention FLOP rate, so a case's time can be predicted from its FLOP count before
-it runs: one SDPA forward timed once per device, dtype, thread count and torch version, and kept
-in the user's cache (`$XDG_CACHE_HOME/attention-zoo/rates.json`) for every later run."""
+"""A case's FLOP rate on this machine, so its time can be predicted from its FLOP count before it
+runs: its own step timed once at a short length (CALIBRATION_LENGTH tokens at most), per device,
+threads and torch version, and kept in the user's cache (`$XDG_CACHE_HOME/attention-zoo/
+rates.json`) for every later run. A variant's own step, because one machine-wide rate cannot
+serve every mechanism: a materialised softmax spends most of its time outside the matmuls its
+FLOPs count, and a fused causal kernel skips half of the product it is counted for."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.utils.flop_counter import sdpa_flop_count
 
+from .cases import BenchCase, build_runnable
 from .env import device_name
-from .timing import synchronize
+from .load import free_cores, read_cpu, too_few_free
+from .predict import predict_flops
+from .timing import CPU_CLOCK, WALL, _time_once, synchronize
 from .units import significant
 
-CALIBRATION_SHAPE = (1, 4, 1024, 64)  # (b, h, n, d): 4 * n * n * d * h, about 1 GFLOP
-CALIBRATION_CALLS = 5  # timed calls after one warm-up; the fastest is kept
+CALIBRATION_LENGTH = 1024  # tokens of the timed probe: milliseconds for every backend
+CALIBRATION_CALLS = 3  # timed calls after one warm-up; the fastest is kept
 
 
 @dataclass(frozen=True)
 class Rate:
-    """FLOPs per second this machine computes attention at, and where the number came from."""
+    """FLOPs per second a case's step computes at here, and where the number came from."""
 
     flops_per_s: float
-    key: str  # what it was measured for: device, dtype, threads, torch version
+    key: str  # what it was measured for: the probe case, device, threads, torch version
     source: str  # "measured now" or the cache file it was read from
 
     def seconds(self, flops: float) -> float:
@@ -44,18 +48,34 @@ def cache_file() -> Path:
     return Path(root) / "attention-zoo" / "rates.json"
 
 
-def machine_rate(device: str, dtype: torch.dtype) -> Rate:
-    """The rate for `device` and `dtype` at torch's current thread count: read from the cache,
-    else measured now and written there (a cache that cannot be written is skipped)."""
+def probe_case(case: BenchCase) -> BenchCase:
+    """The case whose step is timed for `case`'s rate: the same case at most
+    CALIBRATION_LENGTH tokens long."""
+    return dataclasses.replace(case, seq_len=min(case.seq_len, CALIBRATION_LENGTH))
+
+
+def case_rate(case: BenchCase) -> Rate:
+    """The rate of `case`'s step at torch's current thread count: read from the cache, else its
+    probe timed now and written there (one thread on a CPU: timed by its CPU time; more, by the
+    wall clock, not kept when other processes held the cores meanwhile, which would keep a slow
+    rate; a cache that cannot be written is skipped)."""
+    probe = probe_case(case)
     key = (
-        f"{device_name(device)}; {str(dtype).removeprefix('torch.')}; "
+        f"{probe.name()} [{probe.key()}]; {device_name(case.device)}; "
         f"threads={torch.get_num_threads()}; torch {torch.__version__}"
     )
     path = cache_file()
     known = _read(path)
     if isinstance(known.get(key), (int, float)) and known[key] > 0:
         return Rate(float(known[key]), key, str(path))
-    rate = _measure(device, dtype)
+    # one thread on a CPU: its CPU time, what the step costs, which other processes cannot inflate
+    threads = torch.get_num_threads()
+    clock = CPU_CLOCK if torch.device(case.device).type == "cpu" and threads == 1 else WALL
+    before = read_cpu()
+    rate = max(predict_flops(probe), 1) / _fastest_step(probe, clock)
+    free = free_cores(before, read_cpu())
+    if clock == WALL and free is not None and too_few_free(free, threads):
+        return Rate(rate, key, "measured now on a busy machine (not cached)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = path.with_suffix(f".{os.getpid()}.tmp")
@@ -74,17 +94,10 @@ def _read(path: Path) -> dict[str, float]:
     return data if isinstance(data, dict) else {}
 
 
-def _measure(device: str, dtype: torch.dtype) -> float:
-    """FLOPs per second of a bidirectional SDPA forward of CALIBRATION_SHAPE (its fastest call)."""
-    q, k, v = (torch.randn(CALIBRATION_SHAPE, device=device, dtype=dtype) for _ in range(3))
-    flops = sdpa_flop_count(q.shape, k.shape, v.shape)
-    best = float("inf")
-    with torch.no_grad():
-        for i in range(CALIBRATION_CALLS + 1):
-            synchronize(device)
-            start = time.perf_counter()
-            F.scaled_dot_product_attention(q, k, v)
-            synchronize(device)
-            if i:  # the first call warms up
-                best = min(best, time.perf_counter() - start)
-    return flops / best
+def _fastest_step(case: BenchCase, clock: str) -> float:
+    """Seconds of the fastest of CALIBRATION_CALLS steps of `case` by `clock`, after one
+    warm-up."""
+    runnable = build_runnable(case)
+    runnable.step()
+    synchronize(case.device)
+    return min(_time_once(runnable.step, case.device, clock) for _ in range(CALIBRATION_CALLS))

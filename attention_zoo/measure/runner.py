@@ -31,6 +31,7 @@ from .duration import (
     Expected,
     WatchedStep,
     expected_duration,
+    over_limit,
     past_timeout,
 )
 from .fair import fair_rows
@@ -276,8 +277,7 @@ class _Pending:
     def expect(self, settings: MeasureSettings, flops: float) -> str | None:
         """Predict the case's duration where a limit asks for it; why it is not run when the
         prediction is past the time limit (or past --timeout: it would be stopped anyway)."""
-        limits = [t for t in (settings.time_limit_s, settings.timeout_s) if t is not None]
-        if not limits:
+        if settings.time_limit_s is None and settings.timeout_s is None:
             return None
         self.expected = expected_duration(
             self.case,
@@ -286,13 +286,7 @@ class _Pending:
             warmup=settings.warmup,
             min_repeats=settings.min_repeats,
         )
-        if self.expected.seconds <= min(limits):
-            return None
-        flag = "--time-limit" if min(limits) == settings.time_limit_s else "--timeout"
-        return (
-            f"not run: predicted {self.expected.describe()} > {flag} "
-            f"{_seconds_text(min(limits))}; raise {flag} to run it"
-        )
+        return over_limit(self.expected, settings.time_limit_s, settings.timeout_s)
 
     def watched(self, step: Callable[[], None], settings: MeasureSettings) -> Callable[[], None]:
         """The case's step, watched for progress (an expected long case) and --timeout."""
@@ -304,10 +298,6 @@ class _Pending:
         return WatchedStep(
             step, self.case.name(), start=self.start, expected=long, timeout_s=settings.timeout_s
         )
-
-
-def _seconds_text(seconds: float) -> str:
-    return f"{seconds:g} s"
 
 
 def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
