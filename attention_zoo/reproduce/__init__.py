@@ -4,7 +4,7 @@ base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `R
 importing this package registers the built-in ones (the Reformer: reformer/).
 """
 
-from . import lra_listops, reformer, zoology  # noqa: F401  (registers the built-in ones)
+from . import lra_listops, niah, reformer, zoology  # noqa: F401  (registers the built-in ones)
 from .base import (
     GPU_SIZE,
     OWN_SETTINGS,
