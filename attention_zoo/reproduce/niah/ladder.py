@@ -41,20 +41,19 @@ SIZES = {
     "gpu": ("ladder-gpu-multikey", "ladder-gpu-multiquery"),
 }
 LEARNED = 50.0  # %: a mechanism's interval at the shortest length clears this before it is judged
-REFERENCE_FLOOR = 90.0  # %: full's interval at the longest length, before a fixed state is judged
 BAND = 10.0  # points: a fall is a gap (longest - shortest) whose interval lies wholly below -BAND
 BELOW, NOT_BELOW = "below", "not below"
 SPLIT = re.compile(r"n(\d+)-d(\d+)")  # the task's evaluation split labels: n<length>-d<depth %>
 NO_FALL = f"{UNDECIDED}: it did not learn the task at the shortest length"
-NO_REFERENCE = f"{UNDECIDED}: full attention did not retrieve at the longest length at this scale"
+NO_REFERENCE = f"{UNDECIDED}: full attention did not keep its accuracy here (its claim must hold)"
 STRADDLES = f"{UNDECIDED}: the gap's interval crosses -{BAND:g} points"
 RULE = (
     f"per mechanism, over >= {MIN_SEEDS} seeds: the paired gap of its accuracy at the longest "
     f"length minus the shortest (each the mean over depths), its 95% interval classed below "
     f"(wholly under -{BAND:g} points) or not below (wholly at or above -{BAND:g}), else undecided; "
     f"judged only when its own interval at the shortest length clears {LEARNED:g}% and, for a "
-    f"fixed state, full attention's at the longest length clears {REFERENCE_FLOOR:g}%; a growing "
-    "cache holds when not below, a fixed state when below"
+    "fixed state, when full attention keeps its accuracy here (its own claim holds: the contrast "
+    "the claim states); a growing cache holds when not below, a fixed state when below"
 )
 
 Accuracies = dict[str, dict[int, dict[int, float]]]  # backend -> length -> seed -> accuracy [%]
@@ -141,11 +140,11 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimR
     accs, refs = accuracies(rows, preset.name)
     lengths = preset.task.lengths
     short, long = lengths[0], lengths[-1]
-    reference = interval_of(accs.get(REFERENCE, {}).get(long, {}))
-    cleared = clears(reference, REFERENCE_FLOOR)
-    floor_text = (
-        f"learned: >= {LEARNED:g}% at L {short}; full >= {REFERENCE_FLOOR:g}% at L {long}: "
-        + ("-" if reference is None else "cleared" if cleared else "not cleared")
+    reference = accs.get(REFERENCE, {})
+    _, ref_cls, ref_why = fall(reference.get(short, {}), reference.get(long, {}))
+    cleared = not ref_why and ref_cls == NOT_BELOW
+    floor_text = f"learned: >= {LEARNED:g}% at L {short}; full keeps its accuracy: " + (
+        "-" if not reference else "yes" if cleared else "no"
     )
     backends = sorted(accs, key=lambda b: (b != REFERENCE, b)) or [REFERENCE]
     scale = scale_text(preset)
