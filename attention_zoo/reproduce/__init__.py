@@ -4,7 +4,13 @@ base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `R
 importing this package registers the built-in ones (the Reformer: reformer/).
 """
 
-from . import lra_listops, reformer, selective_copying, zoology  # noqa: F401  (registers the built-in ones)
+from . import (  # noqa: F401  (registers the built-in ones)
+    lra_listops,
+    niah,
+    reformer,
+    selective_copying,
+    zoology,
+)
 from .base import (
     GPU_SIZE,
     OWN_SETTINGS,

@@ -1,0 +1,86 @@
+"""Needle in a haystack as the context outgrows a fixed state (RULER's NIAH variants on a length
+ladder): softmax attention keeps its accuracy, recurrences of equal state fall (ladder.py), with
+one accuracy-vs-length plot per variant trained (plot.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...report.claims import ClaimRow
+from ...report.context import Context
+from ...report.document import Heading, Image, Para, Table
+from ...store import ResultStore
+from ...sweep import SweepResult
+from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
+from ..training import report_rows, task_rows, train_presets
+from .ladder import SIZES, SOURCES, claims, ladder_presets, scale_text, table
+from .plot import plot
+
+
+@register_reproduction
+class NeedleLadder(Reproduction):
+    """Retrieval accuracy against context length, per mechanism, on RULER's NIAH variants."""
+
+    name = "niah"
+    title = "Needle in a haystack: retrieval as the context outgrows a fixed state"
+    description = "NIAH accuracy vs length: softmax attention against fixed-state recurrences"
+    sources = SOURCES
+    sizes = tuple(SIZES)
+    plots = ("niah-*.png",)
+
+    def device(self, size: str) -> str:
+        return "cuda" if size == GPU_SIZE and torch.cuda.is_available() else "cpu"
+
+    def announce(self, size: str, device: str, store: str) -> list[str]:
+        lines = [f"reproducing {self.title}, size {size}, on {device} -> {store}"]
+        for preset in ladder_presets(size):
+            lines.append(
+                f"niah / preset {preset.name}: {preset.task.variant}, {preset.task.haystack} "
+                f"haystack; {scale_text(preset)}; backends {', '.join(preset.grid.backends)}; "
+                f"seeds {','.join(map(str, preset.grid.seeds))}"
+            )
+        return lines
+
+    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
+        train_presets(ladder_presets(size), store, options, reproduce=self.name, size=size)
+        return []
+
+    def claims(self, rows: Any) -> list[ClaimRow]:
+        tidy = task_rows(rows)
+        stored = {r["preset"] for r in tidy if r["task"] == "niah"}
+        out = []
+        for size in SIZES:
+            for preset in ladder_presets(size):
+                if preset.name in stored:
+                    out += claims(tidy, preset)
+        return out or [c for p in ladder_presets("cpu") for c in claims([], p)]
+
+    def report_sections(self, ctx: Context) -> list[Any]:
+        rows = report_rows(ctx.tasks)
+        blocks: list[Any] = [Heading(1, "Needle in a haystack ladder")]
+        for size in SIZES:
+            for preset in ladder_presets(size):
+                path = plot(rows, preset, ctx.out_dir / f"niah-{preset.name}.png")
+                if path is None:
+                    continue
+                ctx.plots.append(path)
+                task = preset.task
+                blocks.append(
+                    Image(
+                        path, f"NIAH {task.variant} accuracy against length, preset {preset.name}"
+                    )
+                )
+                headers, body = table(rows, preset)
+                caption = (
+                    "A cell: the mean accuracy over seeds (each the mean over the depth splits) "
+                    "and its 95% interval (Student's t, clipped to 0-100%). " + scale_text(preset)
+                )
+                blocks.append(Table(headers, body, caption=caption))
+        if len(blocks) == 1:
+            blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
+        return blocks
+
+
+__all__ = ["NeedleLadder"]

@@ -1,0 +1,247 @@
+"""The needle-in-a-haystack ladder's claims: softmax attention (a cache that grows with the context)
+keeps its retrieval accuracy as the length grows, while recurrences with a fixed state of the
+same size (same heads, same head width) fall. Sources: RULER (Hsieh et al. 2024) for the task,
+Jelassi et al. 2024 ("Repeat After Me") and Zoology (Arora et al. 2023) for the claim.
+
+Each mechanism is judged on its own ladder: the paired gap, seed by seed, between its accuracy
+at the longest and at the shortest length (each the mean over the depth splits of that length).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ...measure.fair import FairSetting, fair_numbers
+from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
+from ...tasks.suite import TaskPreset, load_task_preset
+from ..evidence import FEW_SEEDS, MIN_SEEDS, clears, gap_of, interval_of, seeds_text
+from ..intervals import PERCENT, Interval
+
+TASK = "niah"
+REFERENCE = "full"  # softmax attention: the reference every fixed-state claim needs to retrieve
+SOURCES = (
+    "RULER (Hsieh et al. 2024), NVIDIA/RULER scripts/data/synthetic/niah.py: the NIAH variants",
+    "Jelassi et al. 2024, 'Repeat After Me: Transformers are Better than State Space Models at "
+    "Copying', abstract",
+    "Zoology (Arora, Eyuboglu et al. 2023): recall needs a state that grows with the pairs",
+)
+PUBLISHED = (
+    '"transformer models dramatically outperform state space models at copying and retrieving '
+    'information from context"; GSSMs "are fundamentally limited by their fixed-size latent '
+    'state" (Jelassi et al. 2024)'
+)
+# The preset names `zoo reproduce niah --preset SIZE` trains (the niah suite), one per variant.
+SIZES = {
+    "smoke": ("ladder-smoke",),
+    "cpu": ("ladder-cpu",),
+    "gpu": ("ladder-gpu-multikey", "ladder-gpu-multiquery"),
+}
+LEARNED = 50.0  # %: a mechanism's interval at the shortest length clears this before it is judged
+BAND = 10.0  # points: a fall is a gap (longest - shortest) whose interval lies wholly below -BAND
+BELOW, NOT_BELOW = "below", "not below"
+SPLIT = re.compile(r"n(\d+)-d(\d+)")  # the task's evaluation split labels: n<length>-d<depth %>
+NO_FALL = f"{UNDECIDED}: it did not learn the task at the shortest length"
+NO_REFERENCE = f"{UNDECIDED}: full attention did not keep its accuracy here (its claim must hold)"
+STRADDLES = f"{UNDECIDED}: the gap's interval crosses -{BAND:g} points"
+RULE = (
+    f"per mechanism, over >= {MIN_SEEDS} seeds: the paired gap of its accuracy at the longest "
+    f"length minus the shortest (each the mean over depths), its 95% interval classed below "
+    f"(wholly under -{BAND:g} points) or not below (wholly at or above -{BAND:g}), else undecided; "
+    f"judged only when its own interval at the shortest length clears {LEARNED:g}% and, for a "
+    "fixed state, when full attention keeps its accuracy here (its own claim holds: the contrast "
+    "the claim states); a growing cache holds when not below, a fixed state when below"
+)
+
+Accuracies = dict[str, dict[int, dict[int, float]]]  # backend -> length -> seed -> accuracy [%]
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a mechanism keeps per layer and sequence at the shortest and the longest length."""
+
+    short_bytes: int | None
+    long_bytes: int | None
+
+    @property
+    def fixed(self) -> bool:
+        return self.short_bytes is not None and self.short_bytes == self.long_bytes
+
+
+def ladder_presets(size: str) -> list[TaskPreset]:
+    """The niah suite presets trained at `size`."""
+    return [load_task_preset(TASK, name) for name in SIZES[size]]
+
+
+def accuracies(rows: Iterable[Mapping[str, Any]], preset: str) -> tuple[Accuracies, dict]:
+    """backend -> length -> seed -> accuracy [%] (the mean over the length's depth splits), and
+    backend -> the stored cases ("run/case") read, from tidy rows of one preset."""
+    splits: dict[tuple[str, int, int], list[float]] = {}
+    refs: dict[str, list[str]] = {}
+    for r in rows:
+        if r["task"] != TASK or r["preset"] != preset or r["metric"] != "accuracy":
+            continue
+        match = SPLIT.fullmatch(str(r["eval"]))
+        if match is None or r["value"] is None:
+            continue
+        key = (r["backend"], int(match.group(1)), int(r["seed"]))
+        splits.setdefault(key, []).append(100 * float(r["value"]))
+        if r.get("ref"):
+            refs.setdefault(r["backend"], []).append(r["ref"])
+    out: Accuracies = {}
+    for (backend, length, seed), values in splits.items():
+        out.setdefault(backend, {}).setdefault(length, {})[seed] = sum(values) / len(values)
+    return out, {b: list(dict.fromkeys(v)) for b, v in refs.items()}
+
+
+def memory(preset: TaskPreset, backend: str) -> Memory:
+    """The decoding state of one attention layer of `backend` at the preset's shortest and longest
+    lengths, its heads and head width (computed on the meta device)."""
+    model = preset.model
+    heads = int(model["num_attention_heads"])
+    width = int(model.get("attention_head_size") or model["hidden_size"] // heads)
+    options = tuple(sorted(model.get("attn_options", {}).get(backend, {}).items()))
+    lengths = preset.task.lengths
+    return Memory(
+        *(_state_bytes(backend, options, heads, width, n) for n in (lengths[0], lengths[-1]))
+    )
+
+
+@cache
+def _state_bytes(
+    backend: str, options: tuple[tuple[str, Any], ...], heads: int, width: int, length: int
+) -> int | None:
+    setting = FairSetting(heads=heads, head_dim=width, context=length)
+    return fair_numbers(backend, dict(options), setting).state_bytes
+
+
+def fall(
+    short: Mapping[int, float], long: Mapping[int, float]
+) -> tuple[Interval | None, str | None, str]:
+    """(gap interval, BELOW / NOT_BELOW / None, why not) of long - short over common seeds, once
+    the shortest length's interval clears LEARNED."""
+    gap = gap_of(long, short)
+    if gap is None:
+        return None, None, FEW_SEEDS
+    if not clears(interval_of(short), LEARNED):
+        return gap, None, NO_FALL
+    if gap.high < -BAND:
+        return gap, BELOW, ""
+    if gap.low >= -BAND:
+        return gap, NOT_BELOW, ""
+    return gap, None, STRADDLES
+
+
+def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimRow]:
+    """One claim per mechanism trained on the preset's ladder (reference first)."""
+    accs, refs = accuracies(rows, preset.name)
+    lengths = preset.task.lengths
+    short, long = lengths[0], lengths[-1]
+    reference = accs.get(REFERENCE, {})
+    _, ref_cls, ref_why = fall(reference.get(short, {}), reference.get(long, {}))
+    cleared = not ref_why and ref_cls == NOT_BELOW
+    floor_text = f"learned: >= {LEARNED:g}% at L {short}; full keeps its accuracy: " + (
+        "-" if not reference else "yes" if cleared else "no"
+    )
+    backends = sorted(accs, key=lambda b: (b != REFERENCE, b)) or [REFERENCE]
+    scale = scale_text(preset)
+    out = []
+    for backend in backends:
+        per_length = accs.get(backend, {})
+        mem = memory(preset, backend)
+        gap, cls, why = fall(per_length.get(short, {}), per_length.get(long, {}))
+        if not per_length:
+            verdict = NOT_MEASURED
+        elif why:
+            verdict = why
+        elif mem.fixed and not cleared:
+            verdict = NO_REFERENCE
+        elif mem.fixed:
+            verdict = HOLDS if cls == BELOW else FAILS
+        else:
+            verdict = HOLDS if cls == NOT_BELOW else FAILS
+        out.append(
+            ClaimRow(
+                claim=claim_text(backend, mem),
+                setting=f"niah {preset.task.variant}, {preset.task.haystack} haystack, preset "
+                f"{preset.name}, backend {backend}",
+                scale=scale,
+                published=PUBLISHED,
+                ours=ladder_text(per_length),
+                interval="-"
+                if gap is None
+                else f"{gap.text(sign=True)}" + (f" ({cls})" if cls else ""),
+                floor=floor_text,
+                seeds=seeds_text(*per_length.values()) if per_length else "-",
+                rule=RULE if verdict != NOT_MEASURED else "-",
+                verdict=verdict,
+                rows_used=tuple(dict.fromkeys(refs.get(backend, []) + refs.get(REFERENCE, []))),
+            )
+        )
+    return out
+
+
+def claim_text(backend: str, mem: Memory) -> str:
+    """The claim a mechanism is judged on, with the state it keeps per layer and sequence."""
+    if mem.fixed:
+        return (
+            f"{backend}, a fixed state ({_bytes(mem.long_bytes)} per layer and sequence; every "
+            "recurrence here has the same heads and head width), falls as the length grows"
+        )
+    state = (
+        "-" if mem.long_bytes is None else f"{_bytes(mem.short_bytes)} -> {_bytes(mem.long_bytes)}"
+    )
+    return f"{backend}, a state that grows with the context ({state}), keeps its accuracy"
+
+
+def ladder_text(per_length: Mapping[int, Mapping[int, float]]) -> str:
+    """'L 16: 98.0; L 64: 31.5' (the mean over seeds, %), '-' when nothing is stored."""
+    if not per_length:
+        return "-"
+    return "; ".join(
+        f"L {n}: {sum(s.values()) / len(s):.1f}" for n, s in sorted(per_length.items())
+    )
+
+
+def scale_text(preset: TaskPreset) -> str:
+    """The size a claim was measured at, in one line."""
+    task, model, train = preset.task, preset.model, preset.train
+    heads = model["num_attention_heads"]
+    width = model.get("attention_head_size") or model["hidden_size"] // heads
+    return (
+        f"lengths {', '.join(map(str, task.lengths))} trained together; {task.num_needles} "
+        f"needles, {task.num_keys} keys, {task.num_values} values (chance "
+        f"{100 * task.chance_accuracy():.1f}%); depths {', '.join(f'{d:g}' for d in task.depths)}; "
+        f"{model['num_hidden_layers']} layers d {model['hidden_size']}, {heads} heads x {width}; "
+        f"<= {train.max_steps} steps x {train.batch_size}"
+    )
+
+
+def cell_text(seeds: Mapping[int, float]) -> str:
+    """'98.1 [96.0, 100.0]' (mean % and its clipped 95% interval), or the mean and the seeds."""
+    interval = interval_of(seeds)
+    if interval is None:
+        return f"{sum(seeds.values()) / len(seeds):.1f} ({len(seeds)} seed, no interval)"
+    return interval.text(within=PERCENT)
+
+
+def table(
+    rows: Iterable[Mapping[str, Any]], preset: TaskPreset
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the accuracy table beside the plot: a mechanism per row, a length per
+    column."""
+    accs, _ = accuracies(rows, preset.name)
+    lengths: Sequence[int] = preset.task.lengths
+    body = [
+        [f"`{b}`", "fixed" if memory(preset, b).fixed else "grows"]
+        + [cell_text(accs[b][n]) if accs[b].get(n) else "-" for n in lengths]
+        for b in sorted(accs, key=lambda b: (b != REFERENCE, b))
+    ]
+    return ["mechanism", "state", *(f"L {n}" for n in lengths)], body
+
+
+def _bytes(n: int | None) -> str:
+    return "-" if n is None else f"{n:,} bytes"

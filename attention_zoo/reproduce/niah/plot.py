@@ -1,0 +1,58 @@
+"""Accuracy against length on the needle-in-a-haystack ladder: one line per mechanism (the mean over
+seeds and depths, bars the 95% interval where there are enough seeds), chance marked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...tasks.suite import TaskPreset
+from ..evidence import interval_of
+from .ladder import REFERENCE, accuracies, memory
+
+
+def plot(rows: Iterable[Mapping[str, Any]], preset: TaskPreset, path: Path) -> Path | None:
+    """Write the preset's plot to `path`; None when no row of the preset is stored."""
+    accs, _ = accuracies(rows, preset.name)
+    if not accs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for backend in sorted(accs, key=lambda b: (b != REFERENCE, b)):
+        xs, ys, errs = [], [], []
+        for length, seeds in sorted(accs[backend].items()):
+            interval = interval_of(seeds)
+            mean = sum(seeds.values()) / len(seeds)
+            xs.append(length)
+            ys.append(mean)
+            errs.append(0.0 if interval is None else interval.high - mean)
+        fixed = memory(preset, backend).fixed
+        ax.errorbar(
+            xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if fixed else "-",
+            linewidth=2.5 if backend == REFERENCE else 1.2,
+            label=f"{backend} ({'fixed state' if fixed else 'growing cache'})",
+        )  # fmt: skip
+    chance = 100 * preset.task.chance_accuracy()
+    ax.axhline(chance, color="grey", linestyle=":", label=f"chance ({chance:.1f}%)")
+    lengths = list(preset.task.lengths)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("accuracy on the needles' values (%)")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=7, loc="lower left")
+    task = preset.task
+    ax.set_title(
+        f"NIAH {task.variant}, {task.haystack} haystack: accuracy vs length, preset {preset.name}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

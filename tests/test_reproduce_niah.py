@@ -1,0 +1,129 @@
+"""The niah reproduction: verdicts on planted ladders (a growing cache keeps its accuracy, a fixed
+state falls; undecided where the run cannot tell), the plot, and the smoke preset end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attention_zoo.report.claims import FAILS, HOLDS, NOT_MEASURED, verdict_class
+from attention_zoo.reproduce.evidence import FEW_SEEDS
+from attention_zoo.reproduce.niah import ladder
+from attention_zoo.reproduce.niah.plot import plot
+
+SEEDS = (0, 1, 2)
+PRESET = ladder.ladder_presets("cpu")[0]
+SHORT, LONG = PRESET.task.lengths[0], PRESET.task.lengths[-1]
+
+
+def _rows(accs: dict[str, dict[int, float]], seeds: tuple[int, ...] = SEEDS) -> list[dict]:
+    """Planted runs: backend -> length -> accuracy (a fraction) at every depth split, the seeds a
+    point apart."""
+    rows = []
+    for backend, by_length in accs.items():
+        for seed in seeds:
+            for length, acc in by_length.items():
+                for depth in PRESET.task.depths:
+                    rows.append({
+                        "task": "niah", "preset": PRESET.name, "backend": backend,
+                        "length": LONG, "seed": seed, "metric": "accuracy",
+                        "value": min(1.0, acc + 0.01 * (seed - 1)),
+                        "eval": f"n{length}-d{round(100 * depth)}", "ref": f"run/{backend}{seed}",
+                    })  # fmt: skip
+            rows.append({"task": "niah", "preset": PRESET.name, "backend": backend,
+                         "length": LONG, "seed": seed, "metric": "accuracy", "value": 0.5,
+                         "eval": "trained", "ref": f"run/{backend}{seed}"})  # fmt: skip
+    return rows
+
+
+def _ladder(short: float, long: float) -> dict[int, float]:
+    middle = PRESET.task.lengths[1:-1]
+    return {SHORT: short, **{n: (short + long) / 2 for n in middle}, LONG: long}
+
+
+def _verdicts(rows: list[dict]) -> dict[str, str]:
+    return {c.setting.split()[-1]: c.verdict for c in ladder.claims(rows, PRESET)}
+
+
+def test_the_recurrences_share_one_fixed_state_and_attention_grows() -> None:
+    fixed = {b: ladder.memory(PRESET, b) for b in ("gla", "gated-deltanet", "retention")}
+    assert all(m.fixed for m in fixed.values())
+    assert len({m.long_bytes for m in fixed.values()}) == 1  # same heads, same head width
+    full = ladder.memory(PRESET, "full")
+    assert not full.fixed and full.long_bytes > full.short_bytes
+
+
+def test_attention_that_keeps_and_recurrences_that_fall_hold() -> None:
+    rows = _rows({"full": _ladder(0.99, 0.97), "gla": _ladder(0.95, 0.30),
+                  "retention": _ladder(0.90, 0.88)})  # fmt: skip
+    verdicts = _verdicts(rows)
+    assert verdicts["full"] == HOLDS
+    assert verdicts["gla"] == HOLDS  # fell by 65 points
+    assert verdicts["retention"] == FAILS  # a fixed state that kept its accuracy
+    lines = {c.setting.split()[-1]: c for c in ladder.claims(rows, PRESET)}
+    assert "fixed state" in lines["gla"].claim and "grows" in lines["full"].claim
+    assert lines["gla"].interval.startswith("-65.0 [") and lines["gla"].seeds == "0,1,2"
+    assert lines["gla"].ours.startswith(f"L {SHORT}: 95.0")
+    assert "run/full0" in lines["gla"].rows_used  # the reference's floor was read too
+
+
+def test_attention_that_falls_does_not_hold() -> None:
+    verdicts = _verdicts(_rows({"full": _ladder(0.99, 0.40)}))
+    assert verdicts["full"] == FAILS
+
+
+def test_no_verdict_where_the_run_cannot_tell() -> None:
+    # full never retrieves at the longest length: a recurrence's fall says nothing
+    rows = _rows({"full": _ladder(0.99, 0.60), "gla": _ladder(0.95, 0.30)})
+    assert _verdicts(rows)["gla"] == ladder.NO_REFERENCE
+    # a recurrence at chance everywhere did not fall: it never learned
+    rows = _rows({"full": _ladder(0.99, 0.99), "linear": _ladder(0.02, 0.02)})
+    assert _verdicts(rows)["linear"] == ladder.NO_FALL
+    # seeds that disagree about a fall: the interval crosses the band's edge
+    rows = _rows({"full": _ladder(0.99, 0.99)})
+    for seed, drop in zip(SEEDS, (0.0, 0.3, 0.05)):
+        rows += _rows({"gla": _ladder(0.9, 0.9 - drop)}, seeds=(seed,))
+    assert _verdicts(rows)["gla"] == ladder.STRADDLES
+    # one seed: no interval
+    rows = _rows({"full": _ladder(0.99, 0.99), "gla": _ladder(0.9, 0.1)}, seeds=(0,))
+    assert {verdict_class(v) for v in _verdicts(rows).values()} == {"undecided"}
+    assert _verdicts(rows)["gla"] == FEW_SEEDS
+
+
+def test_nothing_stored_is_not_measured() -> None:
+    assert {c.verdict for c in ladder.claims([], PRESET)} == {NOT_MEASURED}
+
+
+@pytest.mark.slow  # matplotlib
+def test_plot_has_a_line_per_mechanism_and_chance(tmp_path: Path) -> None:
+    rows = _rows({"full": _ladder(0.99, 0.97), "gla": _ladder(0.95, 0.30)})
+    path = plot(rows, PRESET, tmp_path / "niah.png")
+    assert path is not None and path.stat().st_size > 1000
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    assert Image.open(path).size[0] > 500
+    plt.close("all")
+    assert plot([], PRESET, tmp_path / "none.png") is None
+    headers, body = ladder.table(rows, PRESET)
+    assert headers == ["mechanism", "state", *(f"L {n}" for n in PRESET.task.lengths)]
+    assert [r[:2] for r in body] == [["`full`", "grows"], ["`gla`", "fixed"]]
+
+
+@pytest.mark.slow  # trains the smoke preset: seconds on 2 cores
+def test_smoke_reproduction_trains_stores_and_says_undecided(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from attention_zoo.cli import main
+
+    argv = ["reproduce", "niah", "--preset", "smoke", "--store", str(tmp_path / "r.db")]
+    assert main([*argv, "--no-progress", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("reproduced")[1].split("rules:")[0]
+    assert "fewer than 3 seeds" in table
+    assert " holds " not in table and " does not hold here " not in table
+    assert "scales:" in out and "2 heads x 8" in out
+    assert "[1/2] full seed 0" in out
+    assert main([*argv, "--no-progress"]) == 0  # again: everything is found in the store
+    assert "[1/" not in capsys.readouterr().out
