@@ -1,10 +1,11 @@
 """Reproductions: one paper each, in its own folder, registered by name (`zoo reproduce --list`).
 
 base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `REPRODUCTIONS`);
-importing this package registers the built-in ones (the Reformer: reformer/).
+importing this package registers the built-in ones (the Reformer: reformer/; lra_listops/,
+zoology/, state_tracking/).
 """
 
-from . import lra_listops, reformer, zoology  # noqa: F401  (registers the built-in ones)
+from . import lra_listops, reformer, state_tracking, zoology  # noqa: F401  (registers the built-in ones)
 from .base import (
     GPU_SIZE,
     OWN_SETTINGS,
