@@ -35,4 +35,4 @@ def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     assert memory_ax.get_ylabel() == f"{memory.column} [{memory.display_unit}], log scale"
     assert list(time_ax.lines[0].get_ydata()) == pytest.approx([2.0, 8.0])  # ms
     assert list(memory_ax.lines[0].get_ydata()) == pytest.approx([3.0, 12.0])  # MiB
-    plots._pyplot().close(saved[0])
+    plots.pyplot().close(saved[0])

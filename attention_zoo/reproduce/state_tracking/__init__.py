@@ -13,6 +13,7 @@ import torch
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, Table
+from ...report.plots import pyplot, save_figure
 from ...store import ResultStore
 from ...sweep import SweepResult
 from ...tasks.suite import load_task_preset
@@ -110,12 +111,7 @@ def plot(rows: Iterable[Mapping[str, Any]], size: str, path: Path) -> Path | Non
     lines = {m.name: accuracies(rows, size, m, [k for k, _ in spans])[0] for m in MECHANISMS}
     if not any(lines.values()):
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = pyplot().subplots(figsize=(6.5, 3.6))
     xs = range(len(spans))
     for name, cells in lines.items():
         points = [(x, cells[k]) for x, (k, _) in zip(xs, spans) if cells.get(k)]
@@ -134,11 +130,8 @@ def plot(rows: Iterable[Mapping[str, Any]], size: str, path: Path) -> Path | Non
     ax.set_ylim(0, 105)
     ax.legend(fontsize=7, loc="lower left")
     ax.set_title(f"Parity past the training length, preset {size}", fontsize=10)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _names(size: str) -> set[str]:
