@@ -15,7 +15,7 @@ from attention_zoo.report import plots
 
 def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     saved = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: saved.append(fig) or path)
     ok = pd.DataFrame(
         {
             "variant": ["full", "full"],
