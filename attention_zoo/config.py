@@ -64,6 +64,9 @@ class ReformerConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02  # std of token embeddings and linear weights
     axial_norm_std: float = 0.02  # std of the axial factor tables (HF: 1.0; see module docstring)
+    # False: no position embedding, order only from causal attention (what a recurrence needs to
+    # run past its training length: no position it never trained on)
+    position_embeddings: bool = True
     axial_pos_embds: bool = True  # axial factor tables instead of one table per position
     axial_pos_shape: tuple[int, ...] = (64, 64)  # (n1, n2): product >= the longest sequence
     axial_pos_embds_dim: tuple[int, ...] = (64, 192)  # (d1, d2): sum = hidden_size
@@ -130,6 +133,11 @@ class ReformerConfig:
             raise ConfigError(
                 "HF's Reformer has only 'local' and 'lsh' attention; layers use "
                 + ", ".join(others)
+            )
+        if not self.position_embeddings:
+            raise ConfigError(
+                "HF's Reformer always adds position embeddings; this model has none "
+                "(position_embeddings=False)"
             )
         if self.residual != "reversible":
             raise ConfigError(
@@ -267,7 +275,11 @@ class ReformerConfig:
         self._validate_attention()
 
     def _validate_positions(self) -> None:
-        if not self.axial_pos_embds:
+        if not isinstance(self.position_embeddings, bool):
+            raise ConfigError(
+                f"position_embeddings must be true or false, got {self.position_embeddings!r}"
+            )
+        if not (self.position_embeddings and self.axial_pos_embds):
             return
         shape, dims = self.axial_pos_shape, self.axial_pos_embds_dim
         if len(shape) != len(dims) or not shape:

@@ -25,7 +25,12 @@ from .attention.spec import BACKENDS, BackendSpec, get_backend
 from .blocks.attention import SelfAttention
 from .blocks.feedforward import ChunkedFeedForward, chunked
 from .blocks.layer import PreNorm, ReformerLayer
-from .blocks.position import AxialPositionEmbedding, TablePositionEmbedding, check_length
+from .blocks.position import (
+    AxialPositionEmbedding,
+    NoPositionEmbedding,
+    TablePositionEmbedding,
+    check_length,
+)
 from .blocks.residual import RESIDUALS, StandardResidual
 from .config import ReformerConfig
 from .errors import ConfigError, InputError, OptionError, ShapeError, ZooError
@@ -107,8 +112,10 @@ class ReformerModel(nn.Module):
         self._device = device
         self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         dropout = config.hidden_dropout_prob
-        if config.axial_pos_embds:
-            self.positions: nn.Module = AxialPositionEmbedding(
+        if not config.position_embeddings:
+            self.positions: nn.Module = NoPositionEmbedding(config.hidden_size)
+        elif config.axial_pos_embds:
+            self.positions = AxialPositionEmbedding(
                 config.axial_pos_shape,
                 config.axial_pos_embds_dim,
                 init_std=config.axial_norm_std,

@@ -8,7 +8,14 @@ import time
 import pytest
 import torch
 
-from attention_zoo import ConfigError, OptionError, ReformerLM, ReformerModel, ShapeError
+from attention_zoo import (
+    ConfigError,
+    OptionError,
+    ReformerConfig,
+    ReformerLM,
+    ReformerModel,
+    ShapeError,
+)
 from attention_zoo.attention.spec import get_backend
 
 from .reformer_cases import MIXES, RESIDUAL_NAMES, need, tiny_config
@@ -107,6 +114,34 @@ def test_too_long_names_the_limit() -> None:
         ShapeError, match=re.escape("sequence length 33 is outside 1..max_position_embeddings=32")
     ):
         model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_without_position_embeddings_only_the_tokens_tell_positions_apart() -> None:
+    """position_embeddings=False: no position parameters, and bidirectional full attention, which
+    sees no order of its own, is then permutation-equivariant (with positions it is not)."""
+    ids, perm = torch.randint(0, 13, (2, 12)), torch.randperm(12)
+    none = ReformerModel(tiny_config(is_decoder=False, position_embeddings=False)).eval()
+    learned = ReformerModel(tiny_config(is_decoder=False)).eval()
+    assert not list(none.positions.parameters()) and list(learned.positions.parameters())
+    assert sum(p.numel() for p in learned.parameters()) - sum(
+        p.numel() for p in none.parameters()
+    ) == sum(p.numel() for p in learned.positions.parameters())
+    for model, equivariant in ((none, True), (learned, False)):
+        out = model(ids).last_hidden_state
+        permuted = model(ids[:, perm]).last_hidden_state
+        assert torch.allclose(permuted, out[:, perm], atol=1e-5) == equivariant
+
+
+def test_without_position_embeddings_the_axial_fields_are_not_read_nor_exported() -> None:
+    cfg = tiny_config(position_embeddings=False, axial_pos_embds_dim=(6, 11))  # sums to 17, not 16
+    assert ReformerLM(cfg)(torch.zeros(1, 32, dtype=torch.long)).logits.shape == (1, 32, 13)
+    with pytest.raises(ConfigError, match="position_embeddings must be true or false"):
+        tiny_config(position_embeddings="none")
+    with pytest.raises(ConfigError, match=r"always adds position embeddings.*position_embeddings"):
+        tiny_config(
+            attn_layers=["local"], residual="reversible", position_embeddings=False
+        ).hf_fields()
+    assert ReformerConfig.from_json(cfg.to_json()).position_embeddings is False
 
 
 def test_loss_is_next_token_cross_entropy_with_ignore_index() -> None:

@@ -15,7 +15,7 @@ from attention_zoo.report import plots
 
 def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     saved = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: saved.append(fig) or path)
     ok = pd.DataFrame(
         {
             "variant": ["full", "full"],
@@ -35,4 +35,4 @@ def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     assert memory_ax.get_ylabel() == f"{memory.column} [{memory.display_unit}], log scale"
     assert list(time_ax.lines[0].get_ydata()) == pytest.approx([2.0, 8.0])  # ms
     assert list(memory_ax.lines[0].get_ydata()) == pytest.approx([3.0, 12.0])  # MiB
-    plots._pyplot().close(saved[0])
+    plots.pyplot().close(saved[0])

@@ -3,7 +3,7 @@
 from .attention import SelfAttention
 from .feedforward import ChunkedFeedForward
 from .layer import PreNorm, ReformerLayer
-from .position import AxialPositionEmbedding, TablePositionEmbedding
+from .position import AxialPositionEmbedding, NoPositionEmbedding, TablePositionEmbedding
 from .residual import RESIDUALS, CheckpointResidual, ReversibleResidual, StandardResidual
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "AxialPositionEmbedding",
     "CheckpointResidual",
     "ChunkedFeedForward",
+    "NoPositionEmbedding",
     "PreNorm",
     "ReformerLayer",
     "ReversibleResidual",

@@ -1,4 +1,5 @@
-"""Learned position embeddings: a standard table, or axial factors (Kitaev et al. 2020; HF layout).
+"""Learned position embeddings: a standard table, or axial factors (Kitaev et al. 2020; HF layout);
+or none, for models that must run past the positions they trained on.
 
 Axial: n_max = n1 * n2 positions, width d = d1 + d2; position j gets concat(E1[j // n2], E2[j % n2])
 (the row-major (n1, n2) grid, flattened), so n1*d1 + n2*d2 parameters instead of n_max*d. Any length
@@ -47,6 +48,19 @@ class TablePositionEmbedding(nn.Module):
         if not (self.training and self.dropout > 0):
             return table
         return F.dropout(table.expand(batch, -1, -1), self.dropout, training=True)
+
+
+class NoPositionEmbedding(nn.Module):
+    """No position information: zeros, so the tokens alone enter the layers (no parameters)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.register_buffer("zero", torch.zeros(()), persistent=False)  # follows device, dtype
+
+    def forward(self, n: int, batch: int = 1, *, start: int = 0) -> Tensor:
+        """Zeros for positions start..start+n-1: (1, n, hidden), a broadcast view."""
+        return self.zero.expand(1, n, self.hidden_size)
 
 
 class AxialPositionEmbedding(nn.Module):

@@ -64,7 +64,8 @@ def axis_label(metric: str, label: str = "") -> str:
     return f"{label or spec.label} [{spec.display_unit}]"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, in the report's seaborn theme."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,13 +94,14 @@ def _legend_outside(fig: Any, ax: Any, title: str = "") -> None:
         )
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write `fig` to `path` (laid out, at the report's resolution) and close it."""
     fig.tight_layout()
     try:
         with writing(path):
             fig.savefig(path, dpi=DPI, bbox_inches="tight")
     finally:
-        _pyplot().close(fig)
+        pyplot().close(fig)
     return path
 
 
@@ -115,7 +117,7 @@ def scaling_plot(
     (pattern: squares, approximate: triangles); one legend for both panels."""
     import seaborn as sns
 
-    plt = _pyplot()
+    plt = pyplot()
     titles = metrics or {m: METRICS[m].column for m in SCALING_METRICS}
     panels = [(m, axis_label(m, title), METRICS[m].scale) for m, title in titles.items()]
     data = []
@@ -185,7 +187,7 @@ def scaling_plot(
     if shown is not None:
         _legend_outside(fig, shown, "variant (computes)")
     fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def pareto_plot(points: Any, front: list[bool], x: str, y: str, title: str, path: Path) -> Path:
@@ -194,7 +196,7 @@ def pareto_plot(points: Any, front: list[bool], x: str, y: str, title: str, path
     joined and circled."""
     import seaborn as sns
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     kinds = [backend_kind(str(b)) for b in points.get("backend", points["label"])]
     data = points.assign(computes=[kind_text(k) for k in kinds], **{"run": points["label"]})
@@ -207,14 +209,14 @@ def pareto_plot(points: Any, front: list[bool], x: str, y: str, title: str, path
     ax.scatter(front_pts[x], front_pts[y], s=160, facecolors="none", edgecolors="tab:red", zorder=3)
     ax.set(xscale="log", xlabel=f"{x} (log scale)", ylabel=y, title=title)
     _legend_outside(fig, ax)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def heatmaps(ours: Any, paper: Any, path: Path) -> Path:
     """Two train x eval accuracy matrices side by side (percent), ours and the paper's."""
     import seaborn as sns
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, (title, frame) in zip(axes, (("measured here", ours), ("published (paper)", paper))):
         sns.heatmap(
@@ -229,7 +231,7 @@ def heatmaps(ours: Any, paper: Any, path: Path) -> Path:
         )
         ax.set(title=f"accuracy [%], {title}", xlabel="evaluated with", ylabel="trained with")
         ax.tick_params(axis="x", labelrotation=30)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fidelity_plot(
@@ -239,7 +241,7 @@ def fidelity_plot(
     one marker per length; each length's Pareto front (lower time and error) joined in red."""
     import seaborn as sns
 
-    plt = _pyplot()
+    plt = pyplot()
     families = list(dict.fromkeys(points["inputs"]))
     fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False)
     for ax, inputs in zip(axes[0], families):
@@ -262,4 +264,4 @@ def fidelity_plot(
             ax.get_legend().remove()
     _legend_outside(fig, axes[0][0])
     fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -1,7 +1,8 @@
 """Reproductions: one paper each, in its own folder, registered by name (`zoo reproduce --list`).
 
 base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `REPRODUCTIONS`);
-importing this package registers the built-in ones (the Reformer: reformer/).
+importing this package registers the built-in ones (the Reformer: reformer/; lra_listops/,
+zoology/, state_tracking/).
 """
 
 from . import (  # noqa: F401  (registers the built-in ones)
@@ -9,6 +10,7 @@ from . import (  # noqa: F401  (registers the built-in ones)
     niah,
     reformer,
     selective_copying,
+    state_tracking,
     zoology,
 )
 from .base import (

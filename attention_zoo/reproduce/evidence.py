@@ -14,7 +14,8 @@ from typing import Any
 
 from ..attention.spec import BACKENDS
 from ..report.claims import UNDECIDED
-from .intervals import Interval, mean_interval, paired_gap
+from ..tasks.results import TRAINED
+from .intervals import PERCENT, Interval, mean_interval, paired_gap
 
 MIN_SEEDS = 3  # an accuracy claim reads at least this many seeds
 LEVEL, BELOW, ABOVE = "level", "below", "above"
@@ -28,12 +29,14 @@ STRADDLES = f"{UNDECIDED}: the gap's interval crosses an edge of the band"
 def per_seed(
     rows: Iterable[Mapping[str, Any]], **where: Any
 ) -> tuple[dict[int, float], tuple[str, ...]]:
-    """seed -> final accuracy ("accuracy" as trained) of the tidy rows matching `where` (column
-    -> value), and the stored cases ("run/case") it was read from."""
+    """seed -> final accuracy of the tidy rows matching `where` (column -> value; by default
+    eval "trained", the model as trained on the task's own evaluation set; a split's label
+    reads that split), and the stored cases ("run/case") it was read from."""
+    where = {"eval": TRAINED, **where}
     values: dict[int, float] = {}
     refs: list[str] = []
     for r in rows:
-        if r["metric"] != "accuracy" or r["eval"] != "trained" or r["value"] is None:
+        if r["metric"] != "accuracy" or r["value"] is None:
             continue
         if all(r[k] == v for k, v in where.items()):
             values[int(r["seed"])] = float(r["value"])
@@ -127,6 +130,16 @@ def exact_siblings(reference: str, backends: Iterable[str]) -> list[str]:
     )
 
 
+def cell_text(seeds: Mapping[int, float], scale: float = 100) -> str:
+    """'98.1% [96.0, 100.0] (3 seeds)' or, below MIN_SEEDS seeds, the mean and the seed count;
+    scale: the factor to percent (100 for fractions, 1 for values already in percent)."""
+    interval = interval_of(seeds)
+    if interval is None:
+        mean = scale * sum(seeds.values()) / len(seeds)
+        return f"{mean:.1f}% ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}, no interval)"
+    return f"{interval.scaled(scale).text(within=PERCENT)}% ({interval.n} seeds)"
+
+
 def seeds_text(*seed_sets: Mapping[int, float]) -> str:
     """'0,1,2' (the seeds every given mapping has), '-' for none."""
     common = set.intersection(*(set(s) for s in seed_sets)) if seed_sets else set()
@@ -143,6 +156,7 @@ __all__ = [
     "NOT_LEARNED",
     "STRADDLES",
     "GapVerdict",
+    "cell_text",
     "clears",
     "exact_siblings",
     "gap_class",

@@ -15,9 +15,11 @@ from ...store import ResultStore
 from ...sweep import SweepResult
 from ...tasks.suite import TaskPreset, load_task_preset
 from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
-from ..evidence import per_seed
+from ..evidence import (
+    cell_text,  # a cell of seeds: mean, interval, seed count
+    per_seed,
+)
 from ..training import report_rows, task_rows, train_presets
-from ..zoology.sweep import cell_text  # a cell of seeds: mean, interval, seed count
 from . import table1
 from .table1 import REFERENCE, SOURCE, TABLE1, TASK
 

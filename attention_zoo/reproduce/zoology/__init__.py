@@ -14,12 +14,12 @@ from ...report.document import Heading, Image, Para, Table
 from ...store import ResultStore
 from ...sweep import SweepResult
 from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
+from ..evidence import cell_text
 from ..training import report_rows, task_rows, train_presets
 from .sweep import (
     SOURCE,
     SWEEPS,
     accuracy_rows,
-    cell_text,
     claims,
     plot,
     stored_names,

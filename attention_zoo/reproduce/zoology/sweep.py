@@ -25,6 +25,7 @@ from ..evidence import (
     MIN_SEEDS,
     NOT_LEARNED,
     GapVerdict,
+    cell_text,
     clears,
     exact_siblings,
     gap_class,
@@ -144,15 +145,6 @@ def accuracy_rows(
                 for w in widths])
         for b, n in order
     ]  # fmt: skip
-
-
-def cell_text(seeds: Mapping[int, float]) -> str:
-    """'98.1% [96.0, 100.2] (3 seeds)' or, below MIN_SEEDS seeds, the mean and the seed count."""
-    interval = interval_of(seeds)
-    if interval is None:
-        mean = 100 * sum(seeds.values()) / len(seeds)
-        return f"{mean:.1f}% ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}, no interval)"
-    return f"{interval.scaled(100).text(within=PERCENT)}% ({interval.n} seeds)"
 
 
 def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> list[ClaimRow]:

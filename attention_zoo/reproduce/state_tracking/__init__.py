@@ -1,0 +1,141 @@
+"""Grazzi et al. 2025's parity claims (state tracking): gated-deltanet with and without negative
+eigenvalues, gla and linear attention, trained short and tested long, without position
+embeddings (presets.py); the claims (claims.py) and the accuracy per length range (table, plot)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...report.claims import ClaimRow
+from ...report.context import Context
+from ...report.document import Heading, Image, Para, Table
+from ...report.plots import pyplot, save_figure
+from ...store import ResultStore
+from ...sweep import SweepResult
+from ...tasks.suite import load_task_preset
+from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
+from ..evidence import cell_text, interval_of
+from ..training import report_rows, task_rows, train_presets
+from . import claims as parity
+from .claims import FLOOR, MECHANISMS, SOURCE, accuracies, ranges
+from .presets import TASK, base_name, negative_name, parity_presets, scale_text
+
+SIZES = ("smoke", "cpu", GPU_SIZE)
+
+
+@register_reproduction
+class StateTracking(Reproduction):
+    """Which linear recurrences learn parity and keep it past their training length."""
+
+    name = "state-tracking"
+    title = "State tracking: parity with negative eigenvalues (Grazzi et al. 2025)"
+    description = (
+        "parity trained short, tested long: gated-deltanet with and without negative "
+        "eigenvalues, gla, linear"
+    )
+    sources = (SOURCE,)
+    sizes = SIZES
+    plots = ("state-tracking-*.png",)
+
+    def device(self, size: str) -> str:
+        return "cuda" if size == GPU_SIZE and torch.cuda.is_available() else "cpu"
+
+    def announce(self, size: str, device: str, store: str) -> list[str]:
+        negative, base = parity_presets(size)
+        return [
+            f"reproducing {self.title}, size {size}, on {device} -> {store}",
+            f"{scale_text(base)}; backends {', '.join(base.grid.backends)} and "
+            f"{', '.join(negative.grid.backends)} with negative eigenvalues; seeds "
+            + ",".join(map(str, base.grid.seeds)),
+        ]
+
+    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
+        train_presets(parity_presets(size), store, options, reproduce=self.name, size=size)
+        return []
+
+    def claims(self, rows: Any) -> list[ClaimRow]:
+        tidy = task_rows(rows)
+        found = [z for z in SIZES if any(r["preset"] in _names(z) for r in tidy)] or ["cpu"]
+        return [
+            c for z in found for c in parity.claims(tidy, z, load_task_preset(TASK, base_name(z)))
+        ]
+
+    def report_sections(self, ctx: Context) -> list[Any]:
+        rows = report_rows(ctx.tasks)
+        blocks: list[Any] = [Heading(1, "State tracking: parity past the training length")]
+        for size in SIZES:
+            if not any(r["preset"] in _names(size) for r in rows):
+                continue
+            preset = load_task_preset(TASK, base_name(size))
+            spans = ranges(preset)
+            table = []
+            for m in MECHANISMS:
+                cells, used = accuracies(rows, size, m, [k for k, _ in spans])
+                if cells:
+                    table.append(
+                        [f"`{m.name}`"]
+                        + [
+                            ctx.ledger.claims(cell_text(cells[k], scale=1), " ".join(used))
+                            if k in cells
+                            else "-"
+                            for k, _ in spans
+                        ]
+                    )
+            path = plot(rows, size, ctx.out_dir / f"state-tracking-{size}.png")
+            if path is not None:
+                ctx.plots.append(path)
+                blocks.append(Image(path, f"Parity accuracy per length range, preset {size}"))
+            caption = (
+                f"Preset {size}: {scale_text(preset)}. A cell: the mean accuracy over the seeds "
+                f"it names and its 95% interval (Student's t, clipped to 0-100%), over the "
+                f"positions of the range; the first column is the training length. Chance 50%, "
+                f"the claims' floor {FLOOR:g}%."
+            )
+            headers = ["mechanism", *(f"positions {text}" for _, text in spans)]
+            blocks.append(Table(headers, table, caption=caption))
+        if len(blocks) == 1:
+            blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
+        return blocks
+
+
+def plot(rows: Iterable[Mapping[str, Any]], size: str, path: Path) -> Path | None:
+    """Accuracy against length range, a line per mechanism (the mean over seeds, bars the 95%
+    interval where there are enough seeds); chance and the floor marked."""
+    rows = list(rows)
+    preset = load_task_preset(TASK, base_name(size))
+    spans = ranges(preset)
+    lines = {m.name: accuracies(rows, size, m, [k for k, _ in spans])[0] for m in MECHANISMS}
+    if not any(lines.values()):
+        return None
+    fig, ax = pyplot().subplots(figsize=(6.5, 3.6))
+    xs = range(len(spans))
+    for name, cells in lines.items():
+        points = [(x, cells[k]) for x, (k, _) in zip(xs, spans) if cells.get(k)]
+        if not points:
+            continue
+        means = [sum(s.values()) / len(s) for _, s in points]
+        errs = [0.0 if (i := interval_of(s)) is None else i.high - m
+                for (_, s), m in zip(points, means)]  # fmt: skip
+        ax.errorbar([x for x, _ in points], means, yerr=errs, marker="o", capsize=3, label=name)
+    ax.axhline(50, color="grey", linestyle=":", label="chance")
+    ax.axhline(FLOOR, color="grey", linestyle="--", linewidth=0.8, label=f"floor {FLOOR:g}%")
+    ax.set_xticks(list(xs), [f"{text}{' (train)' if i == 0 else ''}" for i, (_, text) in
+                             enumerate(spans)])  # fmt: skip
+    ax.set_xlabel("scored positions")
+    ax.set_ylabel("parity accuracy [%] (mean over seeds)")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(f"Parity past the training length, preset {size}", fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, path)
+
+
+def _names(size: str) -> set[str]:
+    return {base_name(size), negative_name(size)}
+
+
+__all__ = ["StateTracking"]
