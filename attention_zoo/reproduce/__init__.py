@@ -1,8 +1,7 @@
 """Reproductions: one paper each, in its own folder, registered by name (`zoo reproduce --list`).
 
 base.py says what a reproduction is (`Reproduction`, `register_reproduction`, `REPRODUCTIONS`);
-importing this package registers the built-in ones (the Reformer: reformer/; lra_listops/,
-zoology/, state_tracking/).
+importing this package registers the built-in ones, a folder each.
 """
 
 from . import (  # noqa: F401  (registers the built-in ones)
