@@ -231,6 +231,7 @@ def test_the_fla_adapter_equals_the_quadratic_form(name, options, dtype):
 @pytest.mark.slow  # importing fla takes seconds
 def test_the_fla_adapter_equals_the_quadratic_form_with_fla_s_own_reference():
     """fla's plain reference (`fla.ops.linear_attn.naive`) in place of its kernel."""
+    pytest.importorskip("triton", reason="fla's package imports Triton")
     naive = pytest.importorskip("fla.ops.linear_attn.naive")
 
     def op(q, k, v, *, scale, normalize):

@@ -80,7 +80,7 @@ def check(task: NeedleTask, ids: list[int], labels: list[int]) -> dict:
 @pytest.mark.parametrize("haystack", ["noise", "essay", "needle"])
 def test_every_variant_and_haystack_follows_its_definition(variant: str, haystack: str) -> None:
     task = NeedleTask(**SMALL, lengths=(32, 48), variant=variant, haystack=haystack, num_needles=3)
-    batch = task.sample(300, torch.Generator().manual_seed(0))
+    batch = task.sample(10_000, torch.Generator().manual_seed(0))
     for ids, labels in zip(batch.input_ids.tolist(), batch.labels.tolist()):
         check(task, ids, labels)
     rows = zip(batch.input_ids.tolist()[:50], batch.labels.tolist()[:50])

@@ -18,6 +18,8 @@ from attention_zoo.attention.kernels.recurrences.fla import fla_recurrence
 from attention_zoo.attention.kernels.recurrences.reference import recurrence
 from attention_zoo.measure import tracked_peak
 
+from .test_recurrence_delta import _fla_naive
+
 fla_chunk_decay = partial(fla_recurrence, beta=None, chunked=True)
 fla_recurrent_decay = partial(fla_recurrence, beta=None, chunked=False)
 
@@ -162,7 +164,7 @@ def _fla_layout(*ts: Tensor) -> list[Tensor]:
 
 def test_reference_is_fla_retention() -> None:
     """naive_retention takes (b, h, n, d), scales by d^-0.5, decays head i by 1 - 2^(-5-i)."""
-    naive = pytest.importorskip("fla.ops.retention.naive")
+    naive = _fla_naive("retention")
     inputs = make_inputs("none", 50, dtype=torch.float32, h=4, dk=16, dv=16)
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     gamma = 1 - 2.0 ** (-5.0 - torch.arange(4, dtype=torch.float32))
@@ -173,7 +175,7 @@ def test_reference_is_fla_retention() -> None:
 
 
 def test_reference_is_fla_simple_gla() -> None:
-    naive = pytest.importorskip("fla.ops.simple_gla.naive")
+    naive = _fla_naive("simple_gla")
     inputs = make_inputs("scalar", 70, dtype=torch.float32)
     q, k, v, g, s0 = inputs.values()
     want = naive.naive_recurrent_simple_gla(
@@ -189,7 +191,7 @@ def test_reference_is_fla_simple_gla() -> None:
 
 def test_reference_is_fla_gla() -> None:
     """naive_recurrent_gla scales by dk^-0.5 and takes no scale."""
-    naive = pytest.importorskip("fla.ops.gla.naive")
+    naive = _fla_naive("gla")
     q, k, v, g, s0 = make_inputs("channel", 60, dtype=torch.float32).values()
     fla_o, fla_state = naive.naive_recurrent_gla(
         *_fla_layout(q, k, v, g), initial_state=s0, output_final_state=True
@@ -204,6 +206,7 @@ def test_reference_is_fla_gla() -> None:
 
 def _naive_fla_ops(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     """Replace fla's four kernels by its naive recurrences (same layout); record their calls."""
+    pytest.importorskip("triton", reason="fla's kernel modules import Triton")
     pytest.importorskip("fla.ops.gla.naive")
     import fla.ops.gla as gla
     import fla.ops.gla.naive as gla_naive
