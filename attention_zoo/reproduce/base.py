@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import torch
+
 from ..engine import RunPolicy
 from ..executors import Executor
 from ..measure.table import format_table
@@ -80,6 +82,7 @@ class Reproduction:
     description: str = ""  # one line for --list
     sources: tuple[str, ...] = ()  # where its published numbers come from
     sizes: tuple[str, ...] = SIZES  # the sizes it runs at (--preset smoke, --scale cpu|paper)
+    gpu_sizes: tuple[str, ...] = ()  # the sizes measured on CUDA when there is a GPU
     settings: tuple[str, ...] = (OWN_SETTINGS,)  # whose attention options it can train with
     plots: tuple[str, ...] = ()  # file patterns of the plots `report_sections` writes
 
@@ -88,8 +91,9 @@ class Reproduction:
         return f"zoo reproduce {self.name}"
 
     def device(self, size: str) -> str:
-        """Where `size` is measured (default: the CPU)."""
-        return "cpu"
+        """Where `size` is measured: CUDA for the sizes in `gpu_sizes` when there is a GPU, else
+        the CPU."""
+        return "cuda" if size in self.gpu_sizes and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         """The lines printed before anything runs."""

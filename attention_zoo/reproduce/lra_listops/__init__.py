@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ...report.claims import ClaimRow
 from ...store import ResultStore
 from ...sweep import SweepResult
@@ -25,14 +23,12 @@ class LRAListOps(Reproduction):
     """LRA's ListOps row: each mechanism's accuracy gap to full attention, beside LRA's."""
 
     name = "lra-listops"
+    gpu_sizes = GPU_SIZES
     title = "LRA ListOps (Table 1)"
     description = "ListOps accuracy of every bidirectional backend beside LRA's Table 1"
     sources = (SOURCE,)
     sizes = PRESETS
     settings = SETTINGS
-
-    def device(self, size: str) -> str:
-        return "cuda" if size in GPU_SIZES and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         preset = listops_preset(size)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, Table
@@ -24,14 +22,12 @@ class NeedleLadder(Reproduction):
     """Retrieval accuracy against context length, per mechanism, on RULER's NIAH variants."""
 
     name = "niah"
+    gpu_sizes = (GPU_SIZE,)
     title = "Needle in a haystack: retrieval as the context outgrows a fixed state"
     description = "NIAH accuracy vs length: softmax attention against fixed-state recurrences"
     sources = SOURCES
     sizes = tuple(SIZES)
     plots = ("niah-*.png",)
-
-    def device(self, size: str) -> str:
-        return "cuda" if size == GPU_SIZE and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         lines = [f"reproducing {self.title}, size {size}, on {device} -> {store}"]

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...store import ResultStore
@@ -27,6 +25,7 @@ class Reformer(Reproduction):
     """The Reformer's claims: memory of its features (a-e) and Table 2's pattern (f)."""
 
     name = "reformer"
+    gpu_sizes = ("paper",)
     title = "The Reformer's claims"
     description = (
         "memory of local+LSH attention, chunked FFN, reversible residuals, axial positions; "
@@ -34,11 +33,6 @@ class Reformer(Reproduction):
     )
     sources = (BLOG, TABLE2_CITATION)
     plots = ("table2-*.png",)
-
-    def device(self, size: str) -> str:
-        """The published settings on CUDA when there is one (predicted on the meta device
-        elsewhere); the scaled sizes on the CPU."""
-        return "cuda" if size == "paper" and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         lines = [f"reproducing the Reformer's claims, size {size}, on {device} -> {store}"]

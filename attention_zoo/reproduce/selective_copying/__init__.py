@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Para, Table
@@ -40,13 +38,11 @@ class MambaSelectiveCopying(Reproduction):
     """Table 1's ordering of selection (S6) over a fixed decay (S4), on our mapped backends."""
 
     name = "selective-copying"
+    gpu_sizes = (GPU_SIZE, "paper")
     title = "Mamba's selective copying (Table 1)"
     description = "selective copying: a data-dependent decay vs a fixed one, beside Table 1"
     sources = (SOURCE,)
     sizes = PRESETS
-
-    def device(self, size: str) -> str:
-        return "cuda" if size in (GPU_SIZE, "paper") and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         preset = load_task_preset(TASK, size)

@@ -8,8 +8,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, Table
@@ -32,6 +30,7 @@ class StateTracking(Reproduction):
     """Which linear recurrences learn parity and keep it past their training length."""
 
     name = "state-tracking"
+    gpu_sizes = (GPU_SIZE,)
     title = "State tracking: parity with negative eigenvalues (Grazzi et al. 2025)"
     description = (
         "parity trained short, tested long: gated-deltanet with and without negative "
@@ -40,9 +39,6 @@ class StateTracking(Reproduction):
     sources = (SOURCE,)
     sizes = SIZES
     plots = ("state-tracking-*.png",)
-
-    def device(self, size: str) -> str:
-        return "cuda" if size == GPU_SIZE and torch.cuda.is_available() else "cpu"
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         negative, base = parity_presets(size)

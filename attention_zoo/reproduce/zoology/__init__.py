@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import torch
-
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, Table
@@ -39,10 +37,7 @@ class Zoology(Reproduction):
     description = "MQAR accuracy against model width, causal backends, seeds and learning rates"
     sources = (SOURCE,)
     sizes = PRESETS
-
-    def device(self, size: str) -> str:
-        """The gpu and paper sizes on CUDA when there is one; the smaller sizes on the CPU."""
-        return "cuda" if size in (GPU_SIZE, "paper") and torch.cuda.is_available() else "cpu"
+    gpu_sizes = (GPU_SIZE, "paper")
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         sweep = SWEEPS[size]
