@@ -17,7 +17,6 @@ from attention_zoo.reproduce.evidence import (
     exact_siblings,
     gap_class,
     judge_gap,
-    judge_not_above,
 )
 from attention_zoo.reproduce.intervals import Interval, mean_interval, paired_gap, t_quantile
 
@@ -82,11 +81,11 @@ def test_judge_gap_asks_for_seeds_a_learned_reference_and_a_decisive_interval() 
 def test_not_above_is_one_sided() -> None:
     learned = {0: 98.0, 1: 99.5, 2: 98.5}
     close_below = {0: 96.5, 1: 99.0, 2: 98.0}  # gap about [-3, +1]: level or below, never above
-    assert judge_not_above(learned, close_below, floor=95, band=2).cls == NOT_ABOVE
+    assert judge_gap(learned, close_below, floor=95, band=2, side=ABOVE).cls == NOT_ABOVE
     assert judge_gap(learned, close_below, floor=95, band=2).reason == STRADDLES  # two-sided
-    assert judge_not_above({0: 95.0, 1: 96.0, 2: 95.5}, {0: 99.9, 1: 100.0, 2: 99.8},
-                           floor=90, band=2).cls == ABOVE  # fmt: skip
-    assert judge_not_above(learned, close_below, floor=99, band=2).reason == NOT_LEARNED
+    assert judge_gap({0: 95.0, 1: 96.0, 2: 95.5}, {0: 99.9, 1: 100.0, 2: 99.8},
+                           floor=90, band=2, side=ABOVE).cls == ABOVE  # fmt: skip
+    assert judge_gap(learned, close_below, floor=99, band=2, side=ABOVE).reason == NOT_LEARNED
 
 
 def test_exact_siblings_are_the_backends_that_compute_full_attention() -> None:

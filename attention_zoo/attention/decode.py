@@ -38,6 +38,7 @@ from ..errors import InputError, OptionError, ShapeError
 from .base import AttentionCore, check_key_padding_mask, check_qkv
 from .kernels.dense import dense_attention
 from .kernels.masks import MaskMod
+from .kernels.routing.route import block_means, score_dtype
 from .kernels.sums.plain import compute_dtype
 from .kernels.sums.scan import SEGMENT_LENGTH
 from .spec import BackendSpec, backends_where
@@ -131,6 +132,53 @@ def append(cache: KVCache, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
     cache.real[:, start : start + t] = True if key_padding_mask is None else key_padding_mask
     masked = cache.masked or key_padding_mask is not None
     return dataclasses.replace(cache, length=start + t, masked=masked)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlocksState(KVCache):
+    """A KV cache, the mean key of every complete block (b, kv, nb, d) in the score dtype, which
+    blocks hold a real key (b, nb), and where a core pools values too, their means (b, kv, nb,
+    d_v): the state of the cores that route queries to key blocks."""
+
+    means: Tensor
+    has: Tensor
+    pooled_values: Tensor | None = None
+
+
+def blocks_state(shape: StateShape, *, block: int, pool_values: bool = False) -> BlocksState:
+    """An empty BlocksState for max_length positions in blocks of `block` keys."""
+    s, nb, wide = shape, -(-shape.max_length // block), score_dtype(shape.dtype)
+    return kv_cache(
+        s,
+        BlocksState,
+        means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
+        has=s.tensor(s.batch, nb, dtype=torch.bool),
+        pooled_values=s.tensor(s.batch, s.kv, nb, s.dv, dtype=wide) if pool_values else None,
+    )
+
+
+def blocks_state_bytes(shape: StateShape, *, block: int, pool_values: bool = False) -> int:
+    """blocks_state's bytes by formula: the KV cache, and per block its pooled widths and a bool."""
+    s, nb = shape, -(-shape.max_length // block)
+    pooled = s.kv * (s.head_dim + (s.dv if pool_values else 0)) * s.itemsize(score_dtype(s.dtype))
+    return kv_cache_bytes(s) + s.batch * nb * (pooled + 1)
+
+
+def blocks_append(
+    state: BlocksState, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, *, block: int
+) -> BlocksState:
+    """append, then pool the blocks these tokens complete (a partial block waits)."""
+    start = state.length
+    state = append(state, k, v, key_padding_mask)
+    done, now = start // block, state.length // block
+    if now > done:
+        span, real = slice(done * block, now * block), state.real[:, done * block : now * block]
+        state.means[:, :, done:now], state.has[:, done:now] = block_means(
+            state.k[:, :, span], real, block
+        )
+        if state.pooled_values is not None:
+            state.pooled_values[:, :, done:now] = block_means(state.v[:, :, span], real, block)[0]
+    return state
 
 
 def causal_allowed(cache: KVCache, t: int) -> Tensor | None:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore
-from .decode import KVCache, StateShape, append, kv_cache, kv_cache_bytes
+from .decode import BlocksState, StateShape, blocks_append, blocks_state, blocks_state_bytes
 from .inputs import check_kv_heads
 from .kernels.routing.gathered import gathered_attention
 from .kernels.routing.route import (
@@ -24,7 +24,6 @@ from .kernels.routing.route import (
     Route,
     block_means,
     real_keys,
-    score_dtype,
     top_blocks,
 )
 from .kernels.routing.table import ROUTED_KERNELS, Attend
@@ -89,50 +88,23 @@ class MoBAAttention(AttentionCore):
 
     # ---- decoding: a KV cache and the mean key of every complete block
 
-    def init_state(self, shape: StateShape) -> MoBAState:
-        s, nb = shape, self.blocks_for(shape.max_length)
-        wide = score_dtype(s.dtype)
-        return kv_cache(
-            s,
-            MoBAState,
-            means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
-            has=s.tensor(s.batch, nb, dtype=torch.bool),
-        )
+    def init_state(self, shape: StateShape) -> BlocksState:
+        return blocks_state(shape, block=self.cfg.block_size)
 
     def state_bytes(self, shape: StateShape) -> int:
-        s, nb = shape, self.blocks_for(shape.max_length)
-        return kv_cache_bytes(s) + s.batch * nb * (s.kv * s.head_dim * s.itemsize(
-            score_dtype(s.dtype)) + 1)  # fmt: skip
-
-    def blocks_for(self, n: int) -> int:
-        return -(-n // self.cfg.block_size)
+        return blocks_state_bytes(shape, block=self.cfg.block_size)
 
     def step(
-        self, q: Tensor, k: Tensor, v: Tensor, state: MoBAState, key_padding_mask: Tensor | None
-    ) -> tuple[Tensor, MoBAState]:
+        self, q: Tensor, k: Tensor, v: Tensor, state: BlocksState, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor, BlocksState]:
         """New tokens route over the complete blocks' mean keys and read their blocks from the
         cache: a fixed number of keys at any length; the prefill is the forward."""
         start, c = state.length, self.cfg.block_size
-        state = append(state, k, v, key_padding_mask)
-        done, now = start // c, state.length // c  # blocks completed by these tokens
-        if now > done:
-            keys = state.k[:, :, done * c : now * c]
-            state.means[:, :, done:now], state.has[:, done:now] = block_means(
-                keys, state.real[:, done * c : now * c], c
-            )
+        state = blocks_append(state, k, v, key_padding_mask, block=c)
         if start == 0:
             return self.attend(q, k, v, key_padding_mask), state
         route = moba_route(q, state.means, state.has, block=c, top_k=self.cfg.top_k, offset=start)
         return gathered_attention(q, state.k, state.v, route, state.real), state
-
-
-@dataclass(frozen=True, kw_only=True)
-class MoBAState(KVCache):
-    """A KV cache, the mean key of every complete block (b, kv, nb, d) (float32 at least) and
-    which blocks hold a real key (b, nb)."""
-
-    means: Tensor
-    has: Tensor
 
 
 MoBAAttention.kernels = ROUTED_KERNELS

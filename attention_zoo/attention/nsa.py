@@ -17,11 +17,11 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore
-from .decode import KVCache, StateShape, append, kv_cache, kv_cache_bytes
+from .decode import BlocksState, StateShape, blocks_append, blocks_state, blocks_state_bytes
 from .inputs import Extra, check_kv_heads, unit_sigmoid
 from .kernels.routing.compressed import compressed_attention, nsa_route, window_route
 from .kernels.routing.gathered import gathered_attention
-from .kernels.routing.route import block_means, real_keys, score_dtype
+from .kernels.routing.route import block_means, real_keys
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
 from .sliding_window import SlidingWindowAttention, SlidingWindowConfig
@@ -106,54 +106,32 @@ class NSAAttention(AttentionCore):
 
     # ---- decoding: a KV cache and the pooled keys and values of every complete block
 
-    def init_state(self, shape: StateShape) -> NSAState:
-        s, nb = shape, self.blocks_for(shape.max_length)
-        wide = score_dtype(s.dtype)
-        return kv_cache(
-            s,
-            NSAState,
-            means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
-            values=s.tensor(s.batch, s.kv, nb, s.dv, dtype=wide),
-            has=s.tensor(s.batch, nb, dtype=torch.bool),
-        )
+    def init_state(self, shape: StateShape) -> BlocksState:
+        return blocks_state(shape, block=self.cfg.block_size, pool_values=True)
 
     def state_bytes(self, shape: StateShape) -> int:
-        s, nb = shape, self.blocks_for(shape.max_length)
-        pooled = s.kv * (s.head_dim + s.dv) * s.itemsize(score_dtype(s.dtype))
-        return kv_cache_bytes(s) + s.batch * nb * (pooled + 1)
-
-    def blocks_for(self, n: int) -> int:
-        return -(-n // self.cfg.block_size)
+        return blocks_state_bytes(shape, block=self.cfg.block_size, pool_values=True)
 
     def step(
         self,
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        state: NSAState,
+        state: BlocksState,
         key_padding_mask: Tensor | None,
         **gates: Tensor,
-    ) -> tuple[Tensor, NSAState]:
+    ) -> tuple[Tensor, BlocksState]:
         """New tokens against the pooled blocks completed so far, their selected blocks and their
         window, read from the cache; the prefill is the forward."""
         start, c = state.length, self.cfg.block_size
-        state = append(state, k, v, key_padding_mask)
-        done, now = start // c, state.length // c  # blocks completed by these tokens
-        if now > done:
-            real = state.real[:, done * c : now * c]
-            state.means[:, :, done:now], state.has[:, done:now] = block_means(
-                state.k[:, :, done * c : now * c], real, c
-            )
-            state.values[:, :, done:now] = block_means(state.v[:, :, done * c : now * c], real, c)[
-                0
-            ]
+        state = blocks_append(state, k, v, key_padding_mask, block=c)
         if start == 0:
             return self.attend(q, k, v, key_padding_mask, **gates), state
         b, h, t, _ = q.shape
         near = window_route(b, h, t, block=c, window=self.cfg.window, offset=start, device=q.device)
         o_swa = gathered_attention(q, state.k, state.v, near, state.real)
         out = self._mix(
-            gathered_attention, q, state.k, state.v, state.real, state.means, state.values,
+            gathered_attention, q, state.k, state.v, state.real, state.means, state.pooled_values,
             state.has, gates, o_swa, start,
         )  # fmt: skip
         return out, state
@@ -164,16 +142,6 @@ def window_seen(real: Tensor, window: int) -> Tensor:
     every kernel of the routes does)."""
     count = torch.nn.functional.pad(real.long().cumsum(-1), (window, 0))
     return (count[:, window:] > count[:, :-window])[:, None, :, None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class NSAState(KVCache):
-    """A KV cache, the pooled keys and values of every complete block (b, kv, nb, d) (float32 at
-    least) and which blocks hold a real key (b, nb)."""
-
-    means: Tensor
-    values: Tensor
-    has: Tensor
 
 
 NSAAttention.kernels = ROUTED_KERNELS

@@ -20,6 +20,7 @@ from .intervals import PERCENT, Interval, mean_interval, paired_gap
 MIN_SEEDS = 3  # an accuracy claim reads at least this many seeds
 LEVEL, BELOW, ABOVE = "level", "below", "above"
 NOT_ABOVE = "not above"  # a one-sided class: the gap's interval lies at or below +band
+NOT_BELOW = "not below"  # the one-sided class opposite BELOW: it lies at or above -band
 # Why a claim has no verdict (the summary counts each as undecided).
 NOT_LEARNED = f"{UNDECIDED}: the reference did not learn the task at this scale"
 FEW_SEEDS = f"{UNDECIDED}: fewer than {MIN_SEEDS} seeds"
@@ -43,6 +44,16 @@ def per_seed(
             if r.get("ref"):
                 refs.append(r["ref"])
     return values, tuple(dict.fromkeys(refs))
+
+
+def percent_by_backend(
+    rows: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, dict[int, float]], dict[str, tuple[str, ...]]]:
+    """Per backend in the tidy rows: seed -> final accuracy [%] (per_seed's defaults), and the
+    stored cases read."""
+    read = {b: per_seed(rows, backend=b) for b in sorted({r["backend"] for r in rows})}
+    accs = {b: {s: 100 * v for s, v in seeds.items()} for b, (seeds, _) in read.items()}
+    return accs, {b: refs for b, (_, refs) in read.items()}
 
 
 def interval_of(values: Mapping[int, float]) -> Interval | None:
@@ -85,38 +96,33 @@ class GapVerdict:
     reason: str  # "" when classed, else one of the undecided reasons
 
 
+def side_class(low: float, high: float, side: str, band: float) -> str | None:
+    """The one-sided class of an interval [low, high] (a point: low == high): ABOVE or NOT_ABOVE
+    for side ABOVE, BELOW or NOT_BELOW for side BELOW; None when it crosses the edge."""
+    if side == ABOVE:
+        return ABOVE if low > band else NOT_ABOVE if high <= band else None
+    return BELOW if high < -band else NOT_BELOW if low >= -band else None
+
+
 def judge_gap(
     reference: Mapping[int, float],
     other: Mapping[int, float],
     *,
     floor: float,
     band: float,
+    side: str | None = None,
+    learned: Mapping[int, float] | None = None,
 ) -> GapVerdict:
-    """Class the gap other - reference against +-band, once the reference clears `floor` over
-    at least MIN_SEEDS seeds shared with `other`."""
+    """Class the gap other - reference against +-band (two-sided), or on one side (side ABOVE
+    or BELOW: side_class), once `learned` (default: the reference) clears `floor` and the pair
+    shares at least MIN_SEEDS seeds."""
     gap = gap_of(other, reference)
-    if gap is None:
-        return GapVerdict(None, None, FEW_SEEDS)
-    if not clears(interval_of(reference), floor):
+    learned = reference if learned is None else learned
+    if gap is None or interval_of(learned) is None:
+        return GapVerdict(gap, None, FEW_SEEDS)
+    if not clears(interval_of(learned), floor):
         return GapVerdict(gap, None, NOT_LEARNED)
-    cls = gap_class(gap, band)
-    return GapVerdict(gap, cls, "" if cls else STRADDLES)
-
-
-def judge_not_above(
-    reference: Mapping[int, float],
-    other: Mapping[int, float],
-    *,
-    floor: float,
-    band: float,
-) -> GapVerdict:
-    """One-sided: ABOVE when the interval of other - reference lies wholly beyond +band,
-    NOT_ABOVE when wholly at or below +band, else undecided (floor and seeds as judge_gap)."""
-    judged = judge_gap(reference, other, floor=floor, band=band)
-    if judged.gap is None or judged.reason not in ("", STRADDLES):
-        return judged
-    gap = judged.gap
-    cls = ABOVE if gap.low > band else NOT_ABOVE if gap.high <= band else None
+    cls = gap_class(gap, band) if side is None else side_class(gap.low, gap.high, side, band)
     return GapVerdict(gap, cls, "" if cls else STRADDLES)
 
 
@@ -130,12 +136,36 @@ def exact_siblings(reference: str, backends: Iterable[str]) -> list[str]:
     )
 
 
+def seed_mean(seeds: Mapping[int, float]) -> float:
+    """The mean of one cell over its seeds."""
+    return sum(seeds.values()) / len(seeds)
+
+
+def error_bar(seeds: Mapping[int, float]) -> tuple[float, float]:
+    """A cell's mean over seeds and its interval's upper half-width (0 below MIN_SEEDS seeds)."""
+    mean = seed_mean(seeds)
+    interval = interval_of(seeds)
+    return mean, 0.0 if interval is None else interval.high - mean
+
+
+def means_text(mine: Mapping[int, float], other: Mapping[int, float], *, both: bool) -> str:
+    """'31.6 (+0.3)', or with both '31.6 vs 31.3 (+0.3)': mine's mean over seeds and its gap to
+    other's ('-' without seeds; the mean alone when other is empty or mine itself)."""
+    if not mine:
+        return "-"
+    a = seed_mean(mine)
+    if not other or mine is other:
+        return f"{a:.1f}"
+    b = seed_mean(other)
+    return f"{a:.1f} vs {b:.1f} ({a - b:+.1f})" if both else f"{a:.1f} ({a - b:+.1f})"
+
+
 def cell_text(seeds: Mapping[int, float], scale: float = 100) -> str:
     """'98.1% [96.0, 100.0] (3 seeds)' or, below MIN_SEEDS seeds, the mean and the seed count;
     scale: the factor to percent (100 for fractions, 1 for values already in percent)."""
     interval = interval_of(seeds)
     if interval is None:
-        mean = scale * sum(seeds.values()) / len(seeds)
+        mean = scale * seed_mean(seeds)
         return f"{mean:.1f}% ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}, no interval)"
     return f"{interval.scaled(scale).text(within=PERCENT)}% ({interval.n} seeds)"
 
@@ -153,18 +183,23 @@ __all__ = [
     "LEVEL",
     "MIN_SEEDS",
     "NOT_ABOVE",
+    "NOT_BELOW",
     "NOT_LEARNED",
     "STRADDLES",
     "GapVerdict",
     "cell_text",
     "clears",
+    "error_bar",
     "exact_siblings",
     "gap_class",
     "gap_of",
     "interval_of",
     "judge_gap",
-    "judge_not_above",
+    "means_text",
     "per_seed",
+    "percent_by_backend",
     "point_class",
+    "seed_mean",
     "seeds_text",
+    "side_class",
 ]

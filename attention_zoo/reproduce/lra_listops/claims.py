@@ -21,7 +21,8 @@ from ..evidence import (
     gap_of,
     interval_of,
     judge_gap,
-    per_seed,
+    means_text,
+    percent_by_backend,
     point_class,
     seeds_text,
 )
@@ -78,9 +79,8 @@ def claims(
     """One line per LRA model (its gap to the Transformer, LRA's beside ours), then our other
     backends; `setting` names whose attention options ran, `scale` the preset's size."""
     rows = [r for r in rows if r["task"] == TASK and r["preset"] == preset]
-    backends = sorted({r["backend"] for r in rows})
-    accs = {b: {s: 100 * v for s, v in per_seed(rows, backend=b)[0].items()} for b in backends}
-    refs = {b: per_seed(rows, backend=b)[1] for b in backends}
+    accs, refs = percent_by_backend(rows)
+    backends = sorted(accs)
     reference = accs.get(REFERENCE, {})
     base = baseline(rows)
     floor = None if base is None else base + MARGIN
@@ -105,7 +105,7 @@ def claims(
             setting=f"{where}, backend {backend}",
             scale=scale,
             published=published,
-            ours=_ours(mine, reference),
+            ours=means_text(mine, reference, both=False),
             floor=floor_text,
             seeds=seeds_text(mine, reference) if mine else "-",
             rule=kw.pop("rule", RULE),
@@ -160,16 +160,6 @@ def claims(
             )
         )
     return out
-
-
-def _ours(mine: Mapping[int, float], reference: Mapping[int, float]) -> str:
-    """'31.6 (+0.3)': the mean accuracy over seeds [%] and its gap to full attention."""
-    if not mine:
-        return "-"
-    mean = sum(mine.values()) / len(mine)
-    if not reference or mine is reference:
-        return f"{mean:.1f}"
-    return f"{mean:.1f} ({mean - sum(reference.values()) / len(reference):+.1f})"
 
 
 def _gap_text(mine: Mapping[int, float], reference: Mapping[int, float]) -> str:

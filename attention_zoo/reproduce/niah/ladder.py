@@ -18,8 +18,18 @@ from typing import Any
 from ...measure.fair import FairSetting, fair_numbers
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
 from ...tasks.suite import TaskPreset, load_task_preset
-from ..evidence import FEW_SEEDS, MIN_SEEDS, clears, gap_of, interval_of, seeds_text
-from ..intervals import PERCENT, Interval
+from .. import evidence
+from ..evidence import (
+    BELOW,
+    MIN_SEEDS,
+    NOT_BELOW,
+    NOT_LEARNED,
+    cell_text,
+    judge_gap,
+    seed_mean,
+    seeds_text,
+)
+from ..intervals import Interval
 
 TASK = "niah"
 REFERENCE = "full"  # softmax attention: the reference every fixed-state claim needs to retrieve
@@ -42,7 +52,6 @@ SIZES = {
 }
 LEARNED = 50.0  # %: a mechanism's interval at the shortest length clears this before it is judged
 BAND = 10.0  # points: a fall is a gap (longest - shortest) whose interval lies wholly below -BAND
-BELOW, NOT_BELOW = "below", "not below"
 SPLIT = re.compile(r"n(\d+)-d(\d+)")  # the task's evaluation split labels: n<length>-d<depth %>
 NO_FALL = f"{UNDECIDED}: it did not learn the task at the shortest length"
 NO_REFERENCE = f"{UNDECIDED}: full attention did not keep its accuracy here (its claim must hold)"
@@ -123,16 +132,9 @@ def fall(
 ) -> tuple[Interval | None, str | None, str]:
     """(gap interval, BELOW / NOT_BELOW / None, why not) of long - short over common seeds, once
     the shortest length's interval clears LEARNED."""
-    gap = gap_of(long, short)
-    if gap is None:
-        return None, None, FEW_SEEDS
-    if not clears(interval_of(short), LEARNED):
-        return gap, None, NO_FALL
-    if gap.high < -BAND:
-        return gap, BELOW, ""
-    if gap.low >= -BAND:
-        return gap, NOT_BELOW, ""
-    return gap, None, STRADDLES
+    judged = judge_gap(short, long, floor=LEARNED, band=BAND, side=BELOW)
+    why = {NOT_LEARNED: NO_FALL, evidence.STRADDLES: STRADDLES}.get(judged.reason, judged.reason)
+    return judged.gap, judged.cls, why
 
 
 def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimRow]:
@@ -201,9 +203,7 @@ def ladder_text(per_length: Mapping[int, Mapping[int, float]]) -> str:
     """'L 16: 98.0; L 64: 31.5' (the mean over seeds, %), '-' when nothing is stored."""
     if not per_length:
         return "-"
-    return "; ".join(
-        f"L {n}: {sum(s.values()) / len(s):.1f}" for n, s in sorted(per_length.items())
-    )
+    return "; ".join(f"L {n}: {seed_mean(s):.1f}" for n, s in sorted(per_length.items()))
 
 
 def scale_text(preset: TaskPreset) -> str:
@@ -220,14 +220,6 @@ def scale_text(preset: TaskPreset) -> str:
     )
 
 
-def cell_text(seeds: Mapping[int, float]) -> str:
-    """'98.1 [96.0, 100.0]' (mean % and its clipped 95% interval), or the mean and the seeds."""
-    interval = interval_of(seeds)
-    if interval is None:
-        return f"{sum(seeds.values()) / len(seeds):.1f} ({len(seeds)} seed, no interval)"
-    return interval.text(within=PERCENT)
-
-
 def table(
     rows: Iterable[Mapping[str, Any]], preset: TaskPreset
 ) -> tuple[list[str], list[list[str]]]:
@@ -237,7 +229,7 @@ def table(
     lengths: Sequence[int] = preset.task.lengths
     body = [
         [f"`{b}`", "fixed" if memory(preset, b).fixed else "grows"]
-        + [cell_text(accs[b][n]) if accs[b].get(n) else "-" for n in lengths]
+        + [cell_text(accs[b][n], scale=1) if accs[b].get(n) else "-" for n in lengths]
         for b in sorted(accs, key=lambda b: (b != REFERENCE, b))
     ]
     return ["mechanism", "state", *(f"L {n}" for n in lengths)], body

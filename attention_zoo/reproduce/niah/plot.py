@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ...tasks.suite import TaskPreset
-from ..evidence import interval_of
+from ..evidence import error_bar
 from .ladder import REFERENCE, accuracies, memory
 
 
@@ -26,11 +26,10 @@ def plot(rows: Iterable[Mapping[str, Any]], preset: TaskPreset, path: Path) -> P
     for backend in sorted(accs, key=lambda b: (b != REFERENCE, b)):
         xs, ys, errs = [], [], []
         for length, seeds in sorted(accs[backend].items()):
-            interval = interval_of(seeds)
-            mean = sum(seeds.values()) / len(seeds)
+            mean, err = error_bar(seeds)
             xs.append(length)
             ys.append(mean)
-            errs.append(0.0 if interval is None else interval.high - mean)
+            errs.append(err)
         fixed = memory(preset, backend).fixed
         ax.errorbar(
             xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if fixed else "-",

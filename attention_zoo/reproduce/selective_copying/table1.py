@@ -22,18 +22,17 @@ from ...report.claims import FAILS, HOLDS, NOT_MEASURED, ClaimRow
 from ..evidence import (
     ABOVE,
     BELOW,
-    FEW_SEEDS,
     MIN_SEEDS,
-    NOT_ABOVE,
-    NOT_LEARNED,
-    STRADDLES,
     GapVerdict,
     clears,
     exact_siblings,
     gap_of,
     interval_of,
-    per_seed,
+    judge_gap,
+    means_text,
+    percent_by_backend,
     seeds_text,
+    side_class,
 )
 from ..intervals import PERCENT
 
@@ -74,7 +73,6 @@ SELECTIVE, FIXED = TABLE1[4], TABLE1[2]  # the rows we run: H3 with S6, H3 with 
 BEST = TABLE1[-1]  # the table's best row: our reference stands in for it
 BAND = 5.0  # points: a gap is "above" when its interval lies wholly beyond +5 ("below": -5)
 FLOOR = 80.0  # [%]: full attention's interval must clear it (4 tokens in 5 copied: learned)
-NOT_BELOW = "not below"  # the one-sided class opposite BELOW: the interval lies at or above -band
 OURS_ONLY, REFERENCE_VERDICT = "ours only", "reference"
 GROUPED = "grouped with full (exact)"
 RULE = (
@@ -108,21 +106,12 @@ CLAIMS = (
 )  # fmt: skip
 
 
-def side_class(low: float, high: float, side: str) -> str | None:
-    """The one-sided class of a gap's interval [low, high] (a point: low == high): ABOVE or
-    NOT_ABOVE for side ABOVE, BELOW or NOT_BELOW for side BELOW; None when it crosses the edge."""
-    if side == ABOVE:
-        return ABOVE if low > BAND else NOT_ABOVE if high <= BAND else None
-    return BELOW if high < -BAND else NOT_BELOW if low >= -BAND else None
-
-
 def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> list[ClaimRow]:
     """Table 1's orderings judged on the stored runs of `preset`, then full attention (the
     reference) and our backends without a Table 1 row."""
     rows = [r for r in rows if r["task"] == TASK and r["preset"] == preset]
-    backends = sorted({r["backend"] for r in rows})
-    accs = {b: {s: 100 * v for s, v in per_seed(rows, backend=b)[0].items()} for b in backends}
-    refs = {b: per_seed(rows, backend=b)[1] for b in backends}
+    accs, refs = percent_by_backend(rows)
+    backends = sorted(accs)
     reference = accs.get(REFERENCE, {})
     ref_interval = interval_of(reference)
     cleared = (
@@ -142,7 +131,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
             setting=f"{where}, {pair[0]}" + (f" vs {pair[1]}" if pair[1] != pair[0] else ""),
             scale=scale,
             published=published,
-            ours=_ours(mine, other),
+            ours=means_text(mine, other, both=True),
             floor=floor_text,
             seeds=seeds_text(mine, other) if mine and other else "-",
             rule=kw.pop("rule", RULE),
@@ -157,7 +146,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
         pub_gap = c.row.accuracy - c.versus.accuracy
         published = (
             f"{c.row.accuracy:.1f} vs {c.versus.accuracy:.1f} "
-            f"({pub_gap:+.1f}: {side_class(pub_gap, pub_gap, c.side)})"
+            f"({pub_gap:+.1f}: {side_class(pub_gap, pub_gap, c.side, BAND)})"
         )
         mine, other = accs.get(backend), accs.get(c.other)
         if not mine or not other:
@@ -165,7 +154,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
             continue
         judged = judge_pair(mine, other, reference, c.side)
         verdict = judged.reason or (
-            HOLDS if judged.cls == side_class(pub_gap, pub_gap, c.side) else FAILS
+            HOLDS if judged.cls == side_class(pub_gap, pub_gap, c.side, BAND) else FAILS
         )
         interval = "-" if judged.gap is None else judged.gap.text(sign=True)
         out.append(
@@ -206,21 +195,4 @@ def judge_pair(
 ) -> GapVerdict:
     """Class the gap mine - other on `side` once full attention (`reference`) clears FLOOR: the
     floor is the reference's whoever the pair is (a pair of two weak mechanisms says nothing)."""
-    gap = gap_of(mine, other)
-    if gap is None or interval_of(reference) is None:
-        return GapVerdict(gap, None, FEW_SEEDS)
-    if not clears(interval_of(reference), FLOOR):
-        return GapVerdict(gap, None, NOT_LEARNED)
-    cls = side_class(gap.low, gap.high, side)
-    return GapVerdict(gap, cls, "" if cls else STRADDLES)
-
-
-def _ours(mine: Mapping[int, float], other: Mapping[int, float]) -> str:
-    """'97.1 vs 61.3 (+35.8)': the two mean accuracies over seeds [%] and their difference."""
-    if not mine:
-        return "-"
-    a = sum(mine.values()) / len(mine)
-    if not other or mine is other:
-        return f"{a:.1f}"
-    b = sum(other.values()) / len(other)
-    return f"{a:.1f} vs {b:.1f} ({a - b:+.1f})"
+    return judge_gap(other, mine, floor=FLOOR, band=BAND, side=side, learned=reference)

@@ -16,7 +16,7 @@ from ...store import ResultStore
 from ...sweep import SweepResult
 from ...tasks.suite import load_task_preset
 from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
-from ..evidence import cell_text, interval_of
+from ..evidence import cell_text, error_bar
 from ..training import report_rows, task_rows, train_presets
 from . import claims as parity
 from .claims import FLOOR, MECHANISMS, SOURCE, accuracies, ranges
@@ -113,9 +113,7 @@ def plot(rows: Iterable[Mapping[str, Any]], size: str, path: Path) -> Path | Non
         points = [(x, cells[k]) for x, (k, _) in zip(xs, spans) if cells.get(k)]
         if not points:
             continue
-        means = [sum(s.values()) / len(s) for _, s in points]
-        errs = [0.0 if (i := interval_of(s)) is None else i.high - m
-                for (_, s), m in zip(points, means)]  # fmt: skip
+        means, errs = zip(*(error_bar(s) for _, s in points))
         ax.errorbar([x for x, _ in points], means, yerr=errs, marker="o", capsize=3, label=name)
     ax.axhline(50, color="grey", linestyle=":", label="chance")
     ax.axhline(FLOOR, color="grey", linestyle="--", linewidth=0.8, label=f"floor {FLOOR:g}%")

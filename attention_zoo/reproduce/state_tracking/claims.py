@@ -25,6 +25,7 @@ from ..evidence import (
     interval_of,
     judge_gap,
     per_seed,
+    seed_mean,
     seeds_text,
 )
 from ..intervals import PERCENT, Interval
@@ -226,9 +227,7 @@ def claims(rows: Iterable[Mapping[str, Any]], size: str, preset: TaskPreset) -> 
 
 def _ours(cells: Cells, spans: list[tuple[str, str]]) -> str:
     """'1-39: 100.0; 40-79: 99.8; ...': the mean accuracy [%] over seeds per range."""
-    parts = [
-        f"{text}: {sum(cells[k].values()) / len(cells[k]):.1f}" for k, text in spans if cells.get(k)
-    ]
+    parts = [f"{text}: {seed_mean(cells[k]):.1f}" for k, text in spans if cells.get(k)]
     return "; ".join(parts) or "-"
 
 

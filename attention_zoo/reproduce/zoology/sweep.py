@@ -27,10 +27,11 @@ from ..evidence import (
     GapVerdict,
     cell_text,
     clears,
+    error_bar,
     exact_siblings,
     gap_class,
     interval_of,
-    judge_not_above,
+    judge_gap,
     seeds_text,
 )
 from ..intervals import PERCENT, Interval
@@ -237,7 +238,9 @@ def _ordering(
                 continue
             pct = {s: 100 * v for s, v in mine.items()}, {s: 100 * v for s, v in ref.items()}
             floor = 100 * target if (n, w) in solved else float("inf")
-            judged.append(((n, w), judge_not_above(pct[1], pct[0], floor=floor, band=ORDER_BAND)))
+            judged.append(
+                ((n, w), judge_gap(pct[1], pct[0], floor=floor, band=ORDER_BAND, side=ABOVE))
+            )
         used = tuple(
             dict.fromkeys(
                 r for (n, w), _ in judged for k in ((backend, n, w), (REFERENCE, n, w))
@@ -334,11 +337,10 @@ def plot(rows: Iterable[Mapping[str, Any]], preset: str, path: Path) -> Path | N
                 seeds = best.get((backend, seq_len, w))
                 if not seeds:
                     continue
-                interval = interval_of(seeds)
-                mean = sum(seeds.values()) / len(seeds)
+                mean, err = error_bar(seeds)
                 xs.append(w)
                 ys.append(mean)
-                errs.append(0.0 if interval is None else interval.high - mean)
+                errs.append(err)
             if xs:
                 ax.errorbar(
                     xs, ys, yerr=errs, marker="o", capsize=3, label=backend,

@@ -50,10 +50,10 @@ def chunk_decay(
     # short inputs get one chunk of the next power of two, not a padded full chunk
     c = min(chunk_length, 1 << (n - 1).bit_length())
     segments = _segments(n, c)
-    inputs = (q, k, v, log_decay, state)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
-        return _SegmentedDecay.apply(*inputs, scale, c, segments)
-    o, _, state = _forward(*inputs, scale, c, segments)
+    inputs = (q, k, v, log_decay)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, state)):
+        return _SegmentedDecay.apply(*inputs, state, scale, c, segments)
+    o, _, state = _forward(inputs, state, scale, c, segments)
     return o, state
 
 
@@ -77,21 +77,20 @@ def _segments(n: int, c: int) -> list[tuple[int, int]]:
 
 
 def _forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    log_decay: Tensor | None,
+    inputs: tuple[Tensor, Tensor, Tensor, Tensor | None],
     state: Tensor,
     scale: float,
     c: int,
     segments: list[tuple[int, int]],
 ) -> tuple[Tensor, list[Tensor], Tensor]:
-    """The segments in order: o in q's dtype, the state entering each segment, the final state."""
+    """The segments of (q, k, v, log_decay) in order: o in q's dtype, the state entering each
+    segment, the final state."""
+    q, _, v, _ = inputs
     o = q.new_empty(*q.shape[:-1], v.shape[-1])
     entering = []
     for start, stop in segments:
         entering.append(state)
-        part, state = _segment(*_narrow((q, k, v, log_decay), start, stop), state, scale, c)
+        part, state = _segment(*_narrow(inputs, start, stop), state, scale, c)
         o[:, :, start:stop] = part
     return o, entering, state
 
@@ -107,7 +106,7 @@ class _SegmentedDecay(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, log_decay, state, scale, c, segments):
-        o, entering, state = _forward(q, k, v, log_decay, state, scale, c, segments)
+        o, entering, state = _forward((q, k, v, log_decay), state, scale, c, segments)
         ctx.save_for_backward(q, k, v, log_decay, *entering)
         ctx.scale, ctx.c, ctx.segments = scale, c, segments
         return o, state
