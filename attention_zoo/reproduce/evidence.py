@@ -66,6 +66,13 @@ def gap_of(a: Mapping[int, float], b: Mapping[int, float]) -> Interval | None:
     return paired_gap(a, b) if len(set(a) & set(b)) >= MIN_SEEDS else None
 
 
+def gap_text(a: Mapping[int, float], b: Mapping[int, float], missing: str = "-") -> str:
+    """'+1.2 [-0.4, +2.8]': the paired gap a - b and its interval; `missing` below MIN_SEEDS
+    common seeds."""
+    gap = gap_of(a, b)
+    return missing if gap is None else gap.text(sign=True)
+
+
 def gap_class(gap: Interval, band: float) -> str | None:
     """LEVEL when the interval lies within +-band, BELOW/ABOVE when wholly beyond it, else None."""
     if -band <= gap.low and gap.high <= band:
@@ -102,6 +109,22 @@ def side_class(low: float, high: float, side: str, band: float) -> str | None:
     if side == ABOVE:
         return ABOVE if low > band else NOT_ABOVE if high <= band else None
     return BELOW if high < -band else NOT_BELOW if low >= -band else None
+
+
+def interval_text(seeds: Mapping[int, float]) -> str:
+    """'98.1 [96.0, 100.0]': the mean [%] and its 95% interval clipped to 0-100; '-' below
+    MIN_SEEDS seeds."""
+    interval = interval_of(seeds)
+    return "-" if interval is None else interval.text(within=PERCENT)
+
+
+def floor_state(reference: Mapping[int, float], floor: float) -> str:
+    """Whether the reference's interval clears `floor`: 'cleared', 'not cleared', or 'fewer than
+    MIN_SEEDS seeds' (a claim's floor column)."""
+    interval = interval_of(reference)
+    if interval is None:
+        return f"fewer than {MIN_SEEDS} seeds"
+    return "cleared" if clears(interval, floor) else "not cleared"
 
 
 def judge_gap(
@@ -191,9 +214,12 @@ __all__ = [
     "clears",
     "error_bar",
     "exact_siblings",
+    "floor_state",
     "gap_class",
     "gap_of",
+    "gap_text",
     "interval_of",
+    "interval_text",
     "judge_gap",
     "means_text",
     "per_seed",

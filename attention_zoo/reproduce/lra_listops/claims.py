@@ -16,17 +16,16 @@ from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
 from ..evidence import (
     FEW_SEEDS,
     MIN_SEEDS,
-    clears,
     exact_siblings,
-    gap_of,
-    interval_of,
+    floor_state,
+    gap_text,
+    interval_text,
     judge_gap,
     means_text,
     percent_by_backend,
     point_class,
     seeds_text,
 )
-from ..intervals import PERCENT
 
 TASK = "listops"
 REFERENCE = "full"
@@ -84,16 +83,9 @@ def claims(
     reference = accs.get(REFERENCE, {})
     base = baseline(rows)
     floor = None if base is None else base + MARGIN
-    ref_interval = interval_of(reference)
     floor_text = "-"
     if floor is not None:
-        cleared = (
-            f"fewer than {MIN_SEEDS} seeds"
-            if ref_interval is None
-            else "cleared"
-            if clears(ref_interval, floor)
-            else "not cleared"
-        )
+        cleared = floor_state(reference, floor)
         floor_text = f"full >= {floor:.1f} (root-operator rule {base:.1f} + {MARGIN:g}): {cleared}"
     where = f"listops, preset {preset}" + (f", {setting}" if setting else "")
 
@@ -126,12 +118,18 @@ def claims(
             out.append(line(claim, backend, pub_text, NOT_MEASURED, rule="-"))
             continue
         if backend == REFERENCE:
-            interval = "-" if ref_interval is None else ref_interval.text(within=PERCENT)
+            interval = interval_text(reference)
             out.append(line(claim, backend, pub_text, REFERENCE_VERDICT, interval=interval))
             continue
         if floor is None:
             out.append(
-                line(claim, backend, pub_text, NO_FLOOR, interval=_gap_text(mine, reference))
+                line(
+                    claim,
+                    backend,
+                    pub_text,
+                    NO_FLOOR,
+                    interval=gap_text(mine, reference, FEW_SEEDS),
+                )
             )
             continue
         judged = judge_gap(reference, mine, floor=floor, band=LEVEL_BAND)
@@ -155,13 +153,8 @@ def claims(
                 backend,
                 "-",
                 GROUPED if grouped else OURS_ONLY,
-                interval=_gap_text(accs[backend], reference),
+                interval=gap_text(accs[backend], reference, FEW_SEEDS),
                 rule="-",
             )
         )
     return out
-
-
-def _gap_text(mine: Mapping[int, float], reference: Mapping[int, float]) -> str:
-    gap = gap_of(mine, reference)
-    return FEW_SEEDS if gap is None else gap.text(sign=True)

@@ -24,17 +24,16 @@ from ..evidence import (
     BELOW,
     MIN_SEEDS,
     GapVerdict,
-    clears,
     exact_siblings,
-    gap_of,
-    interval_of,
+    floor_state,
+    gap_text,
+    interval_text,
     judge_gap,
     means_text,
     percent_by_backend,
     seeds_text,
     side_class,
 )
-from ..intervals import PERCENT
 
 TASK = "selective-copying"
 REFERENCE = "full"
@@ -113,12 +112,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
     accs, refs = percent_by_backend(rows)
     backends = sorted(accs)
     reference = accs.get(REFERENCE, {})
-    ref_interval = interval_of(reference)
-    cleared = (
-        f"fewer than {MIN_SEEDS} seeds" if ref_interval is None
-        else "cleared" if clears(ref_interval, FLOOR) else "not cleared"
-    )  # fmt: skip
-    floor_text = f"full >= {FLOOR:g}%: {cleared}" if reference else "-"
+    floor_text = f"full >= {FLOOR:g}%: {floor_state(reference, FLOOR)}" if reference else "-"
     where = f"selective copying, preset {preset}"
 
     def line(
@@ -164,7 +158,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
             )
         )  # fmt: skip
     if reference:
-        interval = "-" if ref_interval is None else ref_interval.text(within=PERCENT)
+        interval = interval_text(reference)
         out.append(
             line(
                 "softmax attention (no Table 1 row): the reference",
@@ -175,13 +169,12 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
     siblings = set(exact_siblings(REFERENCE, backends))
     for backend in sorted(set(backends) - mapped):
         grouped = backend in siblings
-        gap = gap_of(accs[backend], reference) if reference else None
         out.append(
             line(
                 "exact sibling of full attention: the same function, its gap is seed noise"
                 if grouped else "accuracy, gap to full attention; no Table 1 row",
                 (backend, REFERENCE), "-", GROUPED if grouped else OURS_ONLY,
-                interval="-" if gap is None else gap.text(sign=True), rule="-",
+                interval=gap_text(accs[backend], reference), rule="-",
             )
         )  # fmt: skip
     return out
