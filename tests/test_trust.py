@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from attention_zoo.measure import load, trust
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import MeasureSettings, measure_case, measure_group
 from attention_zoo.measure.status import INVALID, OK
-from attention_zoo.measure.timing import TimeStats
+from attention_zoo.measure.timing import CPU_CLOCK, WALL, TimeStats
 from attention_zoo.plugins import import_target
 from attention_zoo.store import ResultStore
 from attention_zoo.sweep import run_sweep
@@ -503,3 +504,22 @@ def test_a_time_set_aside_is_on_no_pareto_front() -> None:
     # the busy one is cheapest and the best: ranked, it would hide both trusted points
     front = _front_of_trusted(rows, cost=[0.1, 1.0, 0.2, 2.0], acc=[0.99, 0.8, 0.95, 0.9])
     assert front == [False, True, False, True]
+
+
+def test_an_attempt_is_long_by_the_clock_it_was_timed_with(monkeypatch) -> None:
+    # a group timed by the process's CPU time on a loaded machine: its wall time grows with the
+    # load, its CPU time does not, so it is still retried while unstable
+    class Waiting(ScriptedTimings):
+        def __call__(self, fns, **kw):
+            time.sleep(0.1)  # wall time passes, CPU time does not
+            return super().__call__(fns, **kw)
+
+    monkeypatch.setattr(trust, "free_cores", lambda before, after: None)
+    fns = {"a": lambda: None, "b": lambda: None}
+    for clock, attempts in ((WALL, 1), (CPU_CLOCK, 1 + trust.RETIMES)):
+        fake = Waiting({"a": [0.5] * 3, "b": [0.02] * 3})
+        monkeypatch.setattr(trust, "time_interleaved", fake)
+        timed = trust.time_until_stable(
+            fns, device="cpu", warmup=0, repeats=5, budget_s=0.01, max_repeats=5, clock=clock
+        )
+        assert timed["a"].attempts == attempts

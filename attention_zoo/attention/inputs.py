@@ -34,6 +34,20 @@ def double_sigmoid(x: Tensor) -> Tensor:
     return 2 * torch.sigmoid(x)
 
 
+def gaussian(
+    shape: tuple[int, ...],
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Standard normal values; on the meta device only the shape (a meta randn runs PyTorch's
+    Python reference checks, whose first call imports sympy: a second spent on nothing)."""
+    if torch.device(device).type == "meta":
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.randn(shape, dtype=dtype, device=device, generator=generator)
+
+
 @dataclass(frozen=True)
 class Extra:
     """A per-token, per-head input besides q, k, v: a linear map of the hidden states through
@@ -104,7 +118,7 @@ class InputLayout:
         in its stable range)."""
 
         def draw(*shape: int) -> Tensor:
-            t = torch.randn(shape, dtype=dtype, device=device, generator=generator)
+            t = gaussian(shape, dtype=dtype, device=device, generator=generator)
             return t.requires_grad_(requires_grad)
 
         kv = self.kv_heads_for(heads)
@@ -122,7 +136,7 @@ class InputLayout:
         extras = {}
         for extra in self.extras:
             shape = (*q.shape[:-1], extra.width(q.shape[-1]))
-            raw = torch.randn(shape, dtype=q.dtype, device=q.device, generator=generator)
+            raw = gaussian(shape, dtype=q.dtype, device=q.device, generator=generator)
             value = extra.squash(raw if extra.per_key_channel else raw.squeeze(-1))
             extras[extra.name] = value.requires_grad_(requires_grad)
         return extras

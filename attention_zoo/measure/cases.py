@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import decode
-from ..attention.inputs import Inputs
+from ..attention.inputs import Inputs, gaussian
 from ..attention.spec import RunTarget, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..config import ReformerConfig
@@ -394,7 +394,7 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
                 device=device.type,
                 **case.options,
             )
-    x = torch.randn(case.batch, case.seq_len, case.hidden, device=device, dtype=dtype)
+    x = gaussian((case.batch, case.seq_len, case.hidden), device=device, dtype=dtype)
     params = list(block.parameters())
     optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
 

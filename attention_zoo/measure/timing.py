@@ -65,6 +65,11 @@ WALL, CPU_CLOCK = "wall", "cpu"  # what a CPU repeat is timed by
 CLOCKS = (WALL, CPU_CLOCK)
 
 
+def clock_reader(clock: str) -> Callable[[], float]:
+    """The seconds counter a CPU timing by `clock` reads: the process's CPU time or the wall."""
+    return time.process_time if clock == CPU_CLOCK else time.perf_counter
+
+
 def _time_once(fn: Callable[[], Any], device: str, clock: str = WALL) -> float:
     if torch.device(device).type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -74,7 +79,7 @@ def _time_once(fn: Callable[[], Any], device: str, clock: str = WALL) -> float:
         end.record()
         torch.cuda.synchronize(device)
         return start.elapsed_time(end) / 1e3
-    now = time.process_time if clock == CPU_CLOCK else time.perf_counter
+    now = clock_reader(clock)
     t0 = now()
     fn()
     return now() - t0
