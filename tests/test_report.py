@@ -66,7 +66,7 @@ def test_headline_cells_hold_stored_numbers_ratios_and_statuses(built):
     # the time table: L, `variant` · kernel · computes, median ± IQR, ratio, note
     rows = {(r[0], _name(r[1])): r for r in _table(text, FORWARD, "L | variant")}
     # the memory table: L, variant, peak, ratio
-    memory = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant | peak")}
+    memory = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant | peak (measured) [MiB]")}
     # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms, IQR 1/20 of it; the planted rows store no
     # implementation: the cell names none
     assert rows[("1024", "`full`")][1:4] == ["`full` · exact", "1.05 ± 0.0524", "2.00x"]
@@ -255,12 +255,12 @@ def test_task_tables_average_over_seeds_at_one_length_and_say_so(tmp_path):
     ]
     tables = [b for b in blocks if isinstance(b, Table)]
     assert [t.rows for t in tables] == [
-        [["`full`", "85.0%", "`0,1`"]],
-        [["`full`", "20.0%", "`0,1`"]],
+        [["`full` (seeds `0,1`)", "85.0%"]],
+        [["`full` (seeds `0,1`)", "20.0%"]],
     ]
     assert [t.caption for t in tables] == [
-        "Mean over the seeds in the last column, at length 64.",
-        "Mean over the seeds in the last column, at length 128.",
+        "Mean over the seeds each row names, at length 64.",
+        "Mean over the seeds each row names, at length 128.",
     ]
 
 
@@ -340,7 +340,7 @@ def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(
         table = _table(text, "### ", header)
         return {(r[0], _name(r[1]).split("(")[0].strip("` ")): r for r in table}
 
-    times, memory = by_mechanism("L | variant"), by_mechanism("L | variant | peak")
+    times, memory = by_mechanism("L | variant"), by_mechanism("L | variant | peak (measured) [MiB]")
     for n in ("1024", "2048"):
         assert times[(n, "lsh")][3] == "0.250x" and memory[(n, "lsh")][3] == "0.250x"
         assert times[(n, "local")][3] == "0.750x" and memory[(n, "local")][3] == "0.750x"
