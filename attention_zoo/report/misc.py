@@ -78,10 +78,11 @@ def provenance(ctx: Context) -> list[Any]:
             )
 
         state = busy.get(r["run_id"])
-        machine = (
-            f"`{r['torch_version']}` · `{r['device_name']}` · "
-            f"{run_number('threads', 'count')} threads · {run_number('cpu_count', 'count')} cores"
+        threads, cores = (
+            f"{run_number(name, 'count')} {word}{'' if r.get(name) == 1 else 's'}"
+            for name, word in (("threads", "thread"), ("cpu_count", "core"))
         )
+        machine = f"`{r['torch_version']}` · `{r['device_name']}` · {threads} · {cores}"
         rows.append(
             [
                 f"`{r['run_id']}`",
