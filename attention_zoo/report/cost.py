@@ -197,7 +197,7 @@ def variant_cell(row: Any) -> str:
 
 
 def time_cell(ctx: Context, row: Any) -> str:
-    """The median time with its marks and its interquartile range, in one cell: 1.05 ± 0.0524
+    """The median time with its marks and its interquartile range in one cell, `median ± IQR`
     (a case without a time: its status)."""
     median = ctx.metric(row, TIME, mark_time=True)
     if TIME not in row["metrics"] or "time_iqr" not in row["metrics"]:
@@ -206,12 +206,12 @@ def time_cell(ctx: Context, row: Any) -> str:
 
 
 def with_unit(ctx: Context, row: Any, metric: str) -> str:
-    """A stored value with its display unit: 6.36 ms."""
+    """A stored value with its display unit, as the catalogue shows it."""
     return f"{ctx.metric(row, metric)} {METRICS[metric].display_unit}"
 
 
 def named_value(ctx: Context, row: Any, metric: str) -> str:
-    """A variant with its value: `sdpa` 6.36 ms."""
+    """A variant with its value and unit in one cell (the best-of-class tables)."""
     return f"`{row['variant']}` {with_unit(ctx, row, metric)}"
 
 

@@ -140,7 +140,7 @@ def _td(cell: str) -> str:
     return f'<td class="num">{_inline(cell)}</td>' if numeric else f"<td>{_inline(cell)}</td>"
 
 
-# a number with its unit or marks, or a median with its spread ("1.05† ± 0.0524")
+# a number with its unit or marks, or a median with its spread ("median† ± IQR")
 _NUMERIC = re.compile(r"^[-\d.,]+(x|%)?[†‡]*( ± [-\d.,]+)?$")
 _STYLE = """
 *{box-sizing:border-box}
