@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,8 @@ def narrow_tables(
     rest = len(headers) - key
     if rest <= MAX_COLUMNS - key:
         return [Table(headers, rows, caption)]
-    size = -(-rest // -(-rest // (MAX_COLUMNS - key)))  # rest in as few even parts as fit
+    parts = math.ceil(rest / (MAX_COLUMNS - key))  # as few as fit, as even as they can be
+    size = math.ceil(rest / parts)
     tables: list[Table] = []
     for start in range(key, len(headers), size):
         columns = [*range(key), *range(start, min(start + size, len(headers)))]
