@@ -178,13 +178,41 @@ def _set_aside_runs(store: ResultStore) -> str:
     return runs["full"]
 
 
-def make_store(path: Path, *, busy: bool = False) -> Path:
+COUNTED_BATCH = 2  # the setting of _counted_run's cases
+
+
+def _counted_run(store: ResultStore) -> None:
+    """`sdpa` and `lsh` on LAWS at batch COUNTED_BATCH, with every other metric the report
+    tabulates: FLOPs (so a FLOP rate), the predicted peak, a decoding state, the fair-comparison
+    numbers and lsh's approx_error."""
+    run = store.start_run(kind="bench", device="cpu")
+    for backend in ("sdpa", "lsh"):
+        options, a, p, m = LAWS[backend]
+        for n in LENGTHS:
+            t = a * n**p
+            rows = [("time_median", t, "s"), ("time_iqr", t / 20, "s"),
+                    ("peak_bytes", m * n, "bytes"), ("predicted_peak_bytes", m * n, "bytes"),
+                    ("state_bytes", 64.0 * n, "bytes"), ("flops", 4e3 * n * n, "flop"),
+                    ("block_parameters", 65536.0, "count"),
+                    ("state_bytes_per_sequence", 64.0 * n, "bytes"),
+                    ("flops_per_token", 4e3 * n, "flop")]  # fmt: skip
+            if backend == "lsh":
+                rows += [(name, e, "ratio") for name, e in LSH_ERRORS.items()]
+            case = block_case(backend, n, options=options, batch=COUNTED_BATCH)
+            store.add_rows(run, None, case.to_dict(), rows)
+    store.finish_run(run)
+
+
+def make_store(path: Path, *, busy: bool = False, counted: bool = False) -> Path:
     """The synthetic store at `path`, every run idle on 2 cores whatever this machine's load is
     (module-scoped fixtures build it before the tests' idle CPU counters are patched in); busy:
-    with times set aside (_set_aside_runs), one run's load at start far above its cores."""
+    with times set aside (_set_aside_runs), one run's load at start far above its cores;
+    counted: with a setting of every reported metric (_counted_run)."""
     with ResultStore(path) as store:
         _bench_run(store)
         busy_run = _set_aside_runs(store) if busy else None
+        if counted:
+            _counted_run(store)
         _task_runs(store)
         _variant_runs(store)
         store._db.execute("UPDATE runs SET load_start = 0.0, load_end = 0.0, cpu_count = 2")

@@ -45,6 +45,11 @@ def _table(text: str, heading: str, header: str) -> list[list[str]]:
     return rows
 
 
+def _name(cell: str) -> str:
+    """The variant of a `variant` · kernel · computes cell."""
+    return cell.split(" · ")[0]
+
+
 REFORMER = get_reproduction("reformer")
 FORWARD = "### `block, forward, causal, batch=1, heads=4, head_dim=64, hidden=256, float32"
 
@@ -58,28 +63,33 @@ def built(tmp_path_factory):
 @pytest.mark.slow
 def test_headline_cells_hold_stored_numbers_ratios_and_statuses(built):
     _, text = built
-    rows = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant")}
-    # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms, IQR 1/20 of it
-    assert rows[("1024", "`full`")][2:7] == ["exact", "-", "1.05", "0.0524", "2.00x"]  # "-":
-    # the planted rows store no implementation
-    assert rows[("1024", "`lsh`")][2] == "approximate"  # from the backend's capabilities
+    # the time table: L, `variant` · kernel · computes, median ± IQR, ratio, note
+    rows = {(r[0], _name(r[1])): r for r in _table(text, FORWARD, "L | variant")}
+    # the memory table: L, variant, peak, ratio
+    memory = {(r[0], r[1]): r for r in _table(text, FORWARD, "L | variant | peak (measured) [MiB]")}
+    # full at L=1024: 1e-9 * 1024**2 s = 1.05 ms, IQR 1/20 of it; the planted rows store no
+    # implementation: the cell names none
+    assert rows[("1024", "`full`")][1:4] == ["`full` · exact", "1.05 ± 0.0524", "2.00x"]
+    assert rows[("1024", "`lsh`")][1] == "`lsh` · approximate"  # the backend's capabilities
     # set aside: shown with their marks, in no ratio; memory is never set aside
     at = str(SET_ASIDE_LENGTH)
-    assert rows[(at, "`full`")][4:9] == ["1,000†", "50.0", "-", "0.00000954", "1.00x"]
-    assert rows[(at, "`sdpa`")][4:7] == ["1,000‡", "1,000", "-"]
-    assert rows[("4096", "`full`")][4:9] == ["OOM", "OOM", "-", "OOM", "-"]
+    assert rows[(at, "`full`")][2:4] == ["1,000† ± 50.0", "-"]
+    assert memory[(at, "`full`")][2:4] == ["0.00000954", "1.00x"]
+    assert rows[(at, "`sdpa`")][2:4] == ["1,000‡ ± 1,000", "-"]
+    assert rows[("4096", "`full`")][2:4] == ["OOM", "-"]
+    assert memory[("4096", "`full`")][2:4] == ["OOM", "-"]
     # a case without numbers says why in its note, as zoo bench does
     assert rows[("4096", "`full`")][-1] == "`OOM: predicted 30 GiB > 20 GiB`"
-    assert rows[("256", "`sdpa`")][6] == "1.00x"
+    assert rows[("256", "`sdpa`")][3] == "1.00x"
     # lsh with num_hashes=1 (the default) is plain `lsh`: one label per configuration
     assert ("1024", "`lsh`") in rows and not any("num_hashes=1" in k[1] for k in rows)
-    # fastest and leanest per class: exact (time, its value), not exact (time, value), ...
+    # fastest and leanest per class, each with its value: exact, not exact
     fastest = {r[0]: r[1:] for r in _table(text, FORWARD, "L | fastest exact")}
-    assert fastest["4096"][:4] == ["`sdpa`", "6.36", "`lsh`", "4.10"]
+    assert fastest["4096"][:2] == ["`sdpa` 6.36 ms", "`lsh` 4.10 ms"]
     # the busy run's lsh read every core free around its own timing: kept, and the fastest
     # there; full (timed in the same busy run without a reading) and the unstable sdpa are not
-    assert fastest[at][:4] == ["-", "-", "`lsh`", "0.512"]
-    assert rows[(at, "`lsh`")][4:7] == ["0.512", "0.0256", "-"]  # no ratio to a time set aside
+    assert fastest[at][:2] == ["-", "`lsh` 0.512 ms"]
+    assert rows[(at, "`lsh`")][2:4] == ["0.512 ± 0.0256", "-"]  # no ratio to a time set aside
     assert "2 of 19 times set aside (1 taken while the machine was busy, †; 1 unstable" in text
 
 
@@ -113,7 +123,7 @@ def test_accuracy_cost_table2_and_block_variants(built):
         r[0]: r[1:]
         for r in _table(text.split("## Task results")[1], "preset `tiny`", "train \\ eval")
     }
-    assert table2["`shared-qk`"][:2] == ["95.0%", "47.5%"]  # mean over two seeds
+    assert table2["`shared-qk` (seeds `0,1`)"][:2] == ["95.0%", "47.5%"]  # mean over two seeds
     published = {
         r[0]: r[1:] for r in _table(text.split("## Table 2")[1], "### published", "train \\ eval")
     }
@@ -131,10 +141,12 @@ def test_missing_provenance_claims_and_the_same_content_in_html(built):
     missing = _table(text, "## Cases without numbers", "case")
     assert missing[0][1] == "exact" and missing[0][4:] == ["OOM", "`predicted 30 GiB > 20 GiB`"]
     provenance = _table(text, "## Provenance", "run")
-    assert any(r[8] == "40.00" and r[10] == "yes" for r in provenance)
+    # run, kind, started, git commit, machine, load start → end, busy
+    assert any(r[5] == "40.00 → 0.00" and r[6] == "yes" for r in provenance)
+    assert all(r[4].endswith(" · 2 cores") for r in provenance)
     assert "## Claims" in text
     html = files.html.read_text()
-    assert '<td class="num">1,000†</td>' in html and "data:image/png;base64," in html
+    assert '<td class="num">1,000† ± 50.0</td>' in html and "data:image/png;base64," in html
     assert files.csv.read_text().count("\n") > 20
 
 
@@ -172,7 +184,7 @@ def test_one_row_per_configuration_latest_run_and_every_parameter_shown(tmp_path
     headline = text.split("## Scaling")[0]
     rows = _table(headline, FORWARD, "L | variant")
     # the latest run, not the mean (the † of a busy machine aside)
-    assert [[*r[:2], r[4].rstrip("†")] for r in rows] == [["1024", "`lsh`", "250"]]
+    assert [[r[0], _name(r[1]), r[2].rstrip("†")] for r in rows] == [["1024", "`lsh`", "250"]]
     assert "the latest stored run of it" in text
     # cases differing only in causal, batch or dtype are separate settings, named as such
     assert "### `block, forward, non-causal, batch=1" in headline
@@ -243,12 +255,12 @@ def test_task_tables_average_over_seeds_at_one_length_and_say_so(tmp_path):
     ]
     tables = [b for b in blocks if isinstance(b, Table)]
     assert [t.rows for t in tables] == [
-        [["`full`", "85.0%", "`0,1`"]],
-        [["`full`", "20.0%", "`0,1`"]],
+        [["`full` (seeds `0,1`)", "85.0%"]],
+        [["`full` (seeds `0,1`)", "20.0%"]],
     ]
     assert [t.caption for t in tables] == [
-        "Mean over the seeds in the last column, at length 64.",
-        "Mean over the seeds in the last column, at length 128.",
+        "Mean over the seeds each row names, at length 64.",
+        "Mean over the seeds each row names, at length 128.",
     ]
 
 
@@ -323,12 +335,17 @@ def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(
                              reference="hf")  # fmt: skip
     text = files.markdown.read_text()
     assert "`hf`'s module of the same mechanism (e.g. `hf:lsh` for `lsh`)" in text
-    rows = {(r[0], r[1].split("(")[0].strip("` ")): r for r in _table(text, "### ", "L | variant")}
+
+    def by_mechanism(header):
+        table = _table(text, "### ", header)
+        return {(r[0], _name(r[1]).split("(")[0].strip("` ")): r for r in table}
+
+    times, memory = by_mechanism("L | variant"), by_mechanism("L | variant | peak (measured) [MiB]")
     for n in ("1024", "2048"):
-        assert rows[(n, "lsh")][6] == "0.250x" and rows[(n, "lsh")][8] == "0.250x"
-        assert rows[(n, "local")][6] == "0.750x" and rows[(n, "local")][8] == "0.750x"
-        assert rows[(n, "hf:lsh")][6] == "1.00x"
-        assert rows[(n, "hf:lsh")][2] == "approximate"  # a peer computes what it mirrors
+        assert times[(n, "lsh")][3] == "0.250x" and memory[(n, "lsh")][3] == "0.250x"
+        assert times[(n, "local")][3] == "0.750x" and memory[(n, "local")][3] == "0.750x"
+        assert times[(n, "hf:lsh")][3] == "1.00x"
+        assert times[(n, "hf:lsh")][1].endswith(" · approximate")  # a peer computes what it mirrors
     assert "no ratios" not in text.split("## Scaling")[0]
 
 

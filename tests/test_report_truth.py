@@ -44,10 +44,13 @@ GRID = ["--target", "attention", "--lengths", "16,32", "--metrics", "time,memory
 
 def _summary_rows(folder: Path) -> dict[str, list[str]]:
     """The Summary table's rows by length: [setting, L, fastest exact, fastest not exact, ...]."""
-    text = (folder / "summary.md").read_text()
-    lines = [line for line in text.splitlines() if line.startswith("|")]
-    start = next(i for i, line in enumerate(lines) if line.startswith("| setting |"))
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[start + 2 :]]
+    lines = (folder / "summary.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| setting | L |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
     return {r[1]: r for r in rows}
 
 

@@ -123,7 +123,7 @@ def test_an_imported_task_and_reproduction_are_in_the_report(
     _run(capsys, "report", "--store", "zoo.sqlite", "--out", "report", "--import", MODULE)
     text = (plugin / "report" / "report.md").read_text()
     matrix = text.split("### `throwaway-task` / preset `tiny`, L 8: loss")[1].split("\n#")[0]
-    assert "| `full` | 0.0500 | `0` |" in matrix and "| `lsh` | 0.500 | `0` |" in matrix
+    assert "| `full` (seeds `0`) | 0.0500 |" in matrix and "| `lsh` (seeds `0`) | 0.500 |" in matrix
     claims = text.split("### The throwaway paper's claims")[1].split("\n#")[0]
     assert "**Verdict rule**: holds: ours >= 90%." in claims  # stated once, above its table
     assert "| x. it learns | preset tiny | 90% | 95% | holds |" in claims

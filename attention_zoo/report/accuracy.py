@@ -10,7 +10,7 @@ from ..tasks.base import tabulation_of
 from .analysis import join_tasks_costs, pareto_front
 from .context import Context, empty_section, trusted
 from .cost import header
-from .document import Heading, Image, Para, Table
+from .document import Heading, Image, Para, Table, narrow_tables
 from .ledger import FORMATS
 from .plots import axis_label, pareto_plot
 
@@ -187,20 +187,19 @@ def task_tables(ctx: Context) -> list[Any]:
         kind = unit if unit in FORMATS else tabulation.metric  # how the ledger prints a cell
         rows = []
         for t in trains:
-            line = [f"`{t}`"]
+            seeds = sorted({int(c["seed"]) for k, v in cells.items() if k[0] == t for _, c, _ in v})
+            line = [f"`{t}` (seeds `{','.join(map(str, seeds))}`)"]
             for e in evals:
                 line.append(
                     ctx.ledger.derive(kind, "mean", cells[(t, e)])[1] if (t, e) in cells else "-"
                 )
-            seeds = sorted({int(c["seed"]) for k, v in cells.items() if k[0] == t for _, c, _ in v})
-            line.append(f"`{','.join(map(str, seeds))}`")
             rows.append(line)
         blocks += [
             Heading(2, f"`{task}` / preset `{preset}`, L {length}: {tabulation.metric}"),
-            Table(
-                ["train \\ eval", *[f"`{e}`" for e in evals], "seeds"],
+            *narrow_tables(
+                ["train \\ eval", *[f"`{e}`" for e in evals]],
                 rows,
-                caption=f"Mean over the seeds in the last column, at length {length}.",
+                caption=f"Mean over the seeds each row names, at length {length}.",
             ),
         ]
     return blocks

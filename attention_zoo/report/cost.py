@@ -9,7 +9,6 @@ from typing import Any
 from ..measure.labels import (
     APPROX_CLASS,
     EXACT_CLASS,
-    KERNEL_HEADER,
     UNKNOWN_KIND,
     kind_class,
     kind_text,
@@ -32,7 +31,7 @@ from ..measure.throughput import (
 )
 from .analysis import MIN_FIT_LENGTHS, crossover
 from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, time_marks, trusted
-from .document import Heading, Image, Para, Table
+from .document import Heading, Image, Para, Table, narrow_tables
 from .plots import caption, scaling_plot
 
 QUICK = "zoo bench --preset quick"
@@ -186,8 +185,39 @@ COMPUTES_RULE = (
     "recurrence over a constant-size state, checked against its token-by-token form) or "
     "`approximate`. Fastest and leanest are named per class: exact, and not exact (pattern, "
     "recurrent or approximate). "
-    "**kernel** is the implementation that ran (`zoo list` lists each backend's)."
+    "The **kernel** is the implementation that ran (`zoo list` lists each backend's)."
 )
+
+
+def variant_cell(row: Any) -> str:
+    """The variant with the kernel that ran (when stored) and what it computes, in one cell:
+    `lsh` · cpu-fused · approximate."""
+    parts = [f"`{row['variant']}`", row["kernel"], computes(row)]
+    return " · ".join(p for p in parts if p and p != "-")
+
+
+def time_cell(ctx: Context, row: Any) -> str:
+    """The median time with its marks and its interquartile range in one cell, `median ± IQR`
+    (a case without a time: its status)."""
+    median = ctx.metric(row, TIME, mark_time=True)
+    if TIME not in row["metrics"] or "time_iqr" not in row["metrics"]:
+        return median
+    return f"{median} ± {ctx.metric(row, 'time_iqr', TIME)}"  # the IQR in the median's unit
+
+
+def with_unit(ctx: Context, row: Any, metric: str) -> str:
+    """A stored value with its display unit, as the catalogue shows it."""
+    return f"{ctx.metric(row, metric)} {METRICS[metric].display_unit}"
+
+
+def named_value(ctx: Context, row: Any, metric: str) -> str:
+    """A variant with its value and unit in one cell (the best-of-class tables)."""
+    return f"`{row['variant']}` {with_unit(ctx, row, metric)}"
+
+
+def _in_memory_table(metric: str) -> bool:
+    """Whether an extra metric is memory (measured or predicted), shown with the peak."""
+    return METRICS[metric].group in ("memory", "predict")
 
 
 def headline(ctx: Context) -> list[Any]:
@@ -203,10 +233,14 @@ def headline(ctx: Context) -> list[Any]:
     blocks: list[Any] = [
         Heading(1, "Headline"),
         Para(
-            f"Per setting and length: the fastest and the leanest variant of each class, then "
-            f"every variant's median time (with its interquartile range) and peak memory, each "
-            f"also as a ratio to {to} at the same setting and length (ratio = variant / reference; "
-            f"smaller is better). {BUSY_MARK} marks a time measured while the machine was busy, "
+            "Per setting and length: the fastest and the leanest variant of each class with its "
+            "value, then a table for each question. **Time**: every variant (with the kernel that "
+            "ran and what it computes: `variant` · kernel · computes) and its median time ± the "
+            f"interquartile range, also as a ratio to {to} at the same setting and length (ratio "
+            "= variant / reference; smaller is better). **Memory**: its peak memory, as a ratio "
+            "too, beside the memory it keeps or was predicted to use. **Counted**, where "
+            f"measured: its FLOPs and approx_error. {BUSY_MARK} marks a time measured while the "
+            "machine was busy, "
             f"{UNSTABLE_MARK} one whose repeats disagreed. {COMPUTES_RULE} {column_legend()}"
             + (f" {rate_legend()}" if has_rates(ctx.bench) else "")
             + (f" {DECODE_MEMORY_RULE}" if any(memory_of(p) != MEMORY for _, p in groups) else "")
@@ -214,83 +248,105 @@ def headline(ctx: Context) -> list[Any]:
     ]
     if aside := ctx.set_aside():
         blocks.append(Para(aside))
-    time_header = header(TIME)
     for setting, part in groups:
         blocks.append(Heading(2, f"`{setting}`"))
-        ok = part[part["status"] == OK]
-        memory = memory_of(part)
-        memory_header = header(memory)
-        best_rows = []
-        for _, at_n in ok.groupby("seq_len", sort=True):
-            fast, lean = best(at_n, TIME), best(at_n, memory)
-            cells = [ctx.config(at_n.iloc[0], "seq_len")]
-            for found, metric in ((fast, TIME), (lean, memory)):
-                for cls in (EXACT_CLASS, APPROX_CLASS):
-                    row = found[cls]
-                    cells += (
-                        [f"`{row['variant']}`", ctx.metric(row, metric)]
-                        if row is not None
-                        else ["-", "-"]
-                    )
-            best_rows.append(cells)
-        if best_rows:
-            blocks.append(
-                Table(
-                    [
-                        "L",
-                        f"fastest {EXACT_CLASS}",
-                        time_header,
-                        f"fastest {APPROX_CLASS}",
-                        time_header,
-                        f"leanest {EXACT_CLASS}",
-                        memory_header,
-                        f"leanest {APPROX_CLASS}",
-                        memory_header,
-                    ],
-                    best_rows,
-                )
-            )
+        if best_table := _best_table(ctx, part):
+            blocks.append(best_table)
         if not has_reference(part, ref):
             blocks.append(Para(f"No `{ref}` case in this setting: no ratios."))
-        rows = []
-        extra = [m for m in extra_metrics() if m != memory and any(m in x for x in part["metrics"])]
-        rates = has_rates(part)
-        for _, row in part.sort_values(["seq_len", "variant"]).iterrows():
-            r = reference_row(part, row["seq_len"], ref, row["backend"])
-            rows.append(
-                [
-                    ctx.config(row, "seq_len"),
-                    f"`{row['variant']}`",
-                    computes(row),
-                    row["kernel"],
-                    ctx.metric(row, TIME, mark_time=True),
-                    ctx.metric(row, "time_iqr", TIME),  # in the median's unit
-                    ratio_cell(ctx, row, r, TIME),
-                    ctx.metric(row, memory),
-                    ratio_cell(ctx, row, r, memory),
-                    *([ctx.metric(row, MEMORY)] if memory != MEMORY else []),
-                    *(ctx.metric(row, m) for m in extra),
-                    *(rate_cells(ctx, row) if rates else ()),
-                    note(row),
-                ]
-            )
-        headers = [
-            "L",
-            "variant",
-            "computes",
-            KERNEL_HEADER,
-            time_header,
-            header(TIME, METRICS["time_iqr"].column),  # shown in the median's unit
-            ratio_header("time", ref),
-            memory_header,
-            ratio_header(memory_word(memory), ref),
-            *([header(MEMORY, PEAK_PER_STEP)] if memory != MEMORY else []),
-            *(header(m) for m in extra),
-            *((RATE_HEADER, SHARE_HEADER) if rates else ()),
-            "note",
-        ]
-        blocks.append(Table(headers, rows))
+        blocks += _cost_tables(ctx, part)
     return blocks
+
+
+def _best_table(ctx: Context, part: Any) -> Table | None:
+    """Per length: the fastest and the leanest variant of each class, each with its value."""
+    memory = memory_of(part)
+    rows = []
+    for _, at_n in part[part["status"] == OK].groupby("seq_len", sort=True):
+        cells = [ctx.config(at_n.iloc[0], "seq_len")]
+        for metric in (TIME, memory):
+            found = best(at_n, metric)
+            cells += [
+                "-" if found[cls] is None else named_value(ctx, found[cls], metric)
+                for cls in (EXACT_CLASS, APPROX_CLASS)
+            ]
+        rows.append(cells)
+    if not rows:
+        return None
+    kept = "" if memory == MEMORY else f" ({memory_word(memory)})"
+    headers = [
+        "L",
+        f"fastest {EXACT_CLASS}",
+        f"fastest {APPROX_CLASS}",
+        f"leanest {EXACT_CLASS}{kept}",
+        f"leanest {APPROX_CLASS}{kept}",
+    ]
+    return Table(headers, rows)
+
+
+def _cost_tables(ctx: Context, part: Any) -> list[Table]:
+    """One setting's variants in a time, a memory and (where measured) a counted table."""
+    ref, memory = ctx.reference, memory_of(part)
+    ordered = [row for _, row in part.sort_values(["seq_len", "variant"]).iterrows()]
+    refs = [reference_row(part, row["seq_len"], ref, row["backend"]) for row in ordered]
+    extra = [m for m in extra_metrics() if m != memory and any(m in x for x in part["metrics"])]
+    kept = [MEMORY] if memory != MEMORY else []  # a decode setting's peak per token
+    kept += [m for m in extra if _in_memory_table(m)]
+    counted = [m for m in extra if not _in_memory_table(m)]
+    rates = has_rates(part)
+    spread = f"{METRICS[TIME].column} ± {METRICS['time_iqr'].column}"
+    time_rows = [
+        [
+            ctx.config(row, "seq_len"),
+            variant_cell(row),
+            time_cell(ctx, row),
+            ratio_cell(ctx, row, r, TIME),
+            *(rate_cells(ctx, row) if rates else ()),
+            note(row),
+        ]
+        for row, r in zip(ordered, refs)
+    ]
+    time_headers = [
+        "L",
+        "variant",
+        header(TIME, spread),
+        ratio_header("time", ref),
+        *((RATE_HEADER, SHARE_HEADER) if rates else ()),
+        "note",
+    ]
+    memory_rows = [
+        [
+            ctx.config(row, "seq_len"),
+            f"`{row['variant']}`",
+            ctx.metric(row, memory),
+            ratio_cell(ctx, row, r, memory),
+            *(ctx.metric(row, m) for m in kept),
+        ]
+        for row, r in zip(ordered, refs)
+    ]
+    memory_headers = [
+        "L",
+        "variant",
+        header(memory),
+        ratio_header(memory_word(memory), ref),
+        *(header(m, PEAK_PER_STEP if m == MEMORY else "") for m in kept),
+    ]
+    tables = [
+        Table(time_headers, time_rows, caption="**Time**"),
+        Table(memory_headers, memory_rows, caption="**Memory**"),
+    ]
+    if counted:
+        rows = [
+            [
+                ctx.config(row, "seq_len"),
+                f"`{row['variant']}`",
+                *(ctx.metric(row, m) for m in counted),
+            ]
+            for row in ordered
+        ]
+        headers = ["L", "variant", *(header(m) for m in counted)]
+        tables.append(Table(headers, rows, caption="**Counted**"))
+    return tables
 
 
 NOT_ENOUGH = "not enough lengths"  # a fit or crossover with fewer than MIN_FIT_LENGTHS lengths
@@ -341,11 +397,10 @@ def scaling(ctx: Context) -> list[Any]:
         )
         kept = "decoding state" if memory != MEMORY else "peak memory"
         for metric, name in ((TIME, "time"), (memory, kept)):
-            table = _crossovers(ctx, ok, metric)
-            if table is not None:
+            if tables := _crossovers(ctx, ok, metric):
                 blocks += [
                     Para(f"Crossovers in {name}: from which length the row beats the column."),
-                    table,
+                    *tables,
                 ]
     return blocks
 
@@ -391,10 +446,10 @@ def crossover_text(ctx: Context, a: dict[int, Any], b: dict[int, Any], metric: s
     return "from L ≈ " + ctx.ledger.derive("length", "crossover", inputs, n_a=len(common))[1]
 
 
-def _crossovers(ctx: Context, ok: Any, metric: str) -> Table | None:
+def _crossovers(ctx: Context, ok: Any, metric: str) -> list[Table]:
     found = {v: s for v, s in series(ok, metric).items() if len(s) >= MIN_FIT_LENGTHS}
     if len(found) < 2:
-        return None
+        return []
     names = sorted(found)
     rows = []
     for a in names:
@@ -402,4 +457,4 @@ def _crossovers(ctx: Context, ok: Any, metric: str) -> Table | None:
         for b in names:
             cells.append("" if a == b else crossover_text(ctx, found[a], found[b], metric))
         rows.append(cells)
-    return Table(["variant \\ beats", *[f"`{b}`" for b in names]], rows)
+    return narrow_tables(["variant \\ beats", *[f"`{b}`" for b in names]], rows)

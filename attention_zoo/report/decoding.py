@@ -10,11 +10,20 @@ from typing import Any
 from ..attention.decode import DECODING_TEXT, RECOMPUTE, decoding_of
 from ..attention.spec import BACKENDS
 from ..measure.labels import APPROX_CLASS, EXACT_CLASS
-from ..measure.metrics import METRICS
 from ..measure.status import OK
 from .analysis import MIN_FIT_LENGTHS
 from .context import TIME, Context, empty_section, trusted
-from .cost import MEMORY, NOT_ENOUGH, best, computes, fit_inputs, header, note
+from .cost import (
+    MEMORY,
+    NOT_ENOUGH,
+    best,
+    computes,
+    fit_inputs,
+    header,
+    named_value,
+    note,
+    variant_cell,
+)
 from .document import Heading, Image, Para, Table
 from .plots import scaling_plot
 
@@ -62,7 +71,9 @@ def section(ctx: Context) -> list[Any]:
             "context, a window or running sums do not; a KV cache is allocated for L + "
             "new_tokens positions at once). **decodes** says how: with its own state, or "
             "recomputing the whole prefix every token (a core without a state of its own, or "
-            "`--decoders recompute` for comparison). Exponents: time per token ∝ L^exponent over "
+            "`--decoders recompute` for comparison; a case without numbers says why after it); "
+            "the variant cell adds the kernel that ran, when stored, and what it computes. "
+            "Exponents: time per token ∝ L^exponent over "
             "every measured length, and over all but the shortest (where per-token overheads "
             f"weigh most); both need `{MIN_FIT_LENGTHS}` lengths or more. Times set aside "
             "(busy or unstable) are shown, never fitted or divided."
@@ -105,26 +116,22 @@ def _table(ctx: Context, part: Any, prefills: Any) -> Table:
         rows.append(
             [
                 ctx.config(row, "seq_len"),
-                f"`{row['variant']}`",
-                computes(row),
-                decoding_text(row),
+                variant_cell(row),
+                "; ".join(t for t in (decoding_text(row), note(row)) if t),
                 ctx.metric(row, TIME, mark_time=True),
-                ctx.metric(row, STATE),
                 ctx.metric(prefill, TIME, mark_time=True) if prefill is not None else "-",
+                ctx.metric(row, STATE),
                 ctx.metric(row, MEMORY),
-                note(row),
             ]
         )
     headers = [
         "L",
         "variant",
-        "computes",
         "decodes",
         header(TIME, "time per token"),
-        header(STATE),
         header(TIME, "prefill"),
+        header(STATE),
         header(MEMORY, "peak per token"),
-        "note",
     ]
     return Table(headers, rows)
 
@@ -208,8 +215,7 @@ def cheapest(ctx: Context) -> list[Any]:
                 if row is None:
                     cells.append("none ranked")
                     continue
-                unit = METRICS[metric].display_unit
-                cells.append(f"`{row['variant']}` {ctx.metric(row, metric)} {unit}")
+                cells.append(named_value(ctx, row, metric))
             rows.append(cells)
         if rows:
             blocks.append(

@@ -1,13 +1,14 @@
 """The report as a list of blocks, rendered twice: Markdown (PNG files beside it) and one
 self-contained HTML file (PNG embedded as base64, inline CSS, no external URL). Same blocks, same
 text, so the two files say the same thing. The HTML reads on a 400 px screen: tables scroll
-inside their own box, images shrink.
+inside their own box, images shrink. No table is wider than MAX_COLUMNS: a reader reads it whole.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +27,48 @@ class Para:
     text: str
 
 
+MAX_COLUMNS = 7  # the widest table a reader takes in at a glance
+
+
 @dataclass(frozen=True)
 class Table:
+    """At most MAX_COLUMNS columns: merge cells that belong together, or split the table where
+    its parts answer different questions (a matrix of any width: narrow_tables)."""
+
     headers: list[str]
     rows: list[list[str]]
     caption: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.headers) > MAX_COLUMNS:
+            raise ValueError(
+                f"a report table has at most {MAX_COLUMNS} columns, not {len(self.headers)}: "
+                f"{self.headers}"
+            )
+
+
+def narrow_tables(
+    headers: list[str], rows: list[list[str]], *, key: int = 1, caption: str = ""
+) -> list[Table]:
+    """A matrix (one column per variant, width, size...) as tables of at most MAX_COLUMNS
+    columns, each repeating the first `key` columns that name a row; the caption above the first.
+    The other columns are shared out evenly, in order."""
+    rest = len(headers) - key
+    if rest <= MAX_COLUMNS - key:
+        return [Table(headers, rows, caption)]
+    parts = math.ceil(rest / (MAX_COLUMNS - key))  # as few as fit, as even as they can be
+    size = math.ceil(rest / parts)
+    tables: list[Table] = []
+    for start in range(key, len(headers), size):
+        columns = [*range(key), *range(start, min(start + size, len(headers)))]
+        tables.append(
+            Table(
+                [headers[c] for c in columns],
+                [[row[c] for c in columns] for row in rows],
+                caption if not tables else "",
+            )
+        )
+    return tables
 
 
 @dataclass(frozen=True)
@@ -104,7 +142,8 @@ def _td(cell: str) -> str:
     return f'<td class="num">{_inline(cell)}</td>' if numeric else f"<td>{_inline(cell)}</td>"
 
 
-_NUMERIC = re.compile(r"^[-\d.,]+(x|%|†)?$")
+# a number with its unit or marks, or a median with its spread ("median† ± IQR")
+_NUMERIC = re.compile(r"^[-\d.,]+(x|%)?[†‡]*( ± [-\d.,]+)?$")
 _STYLE = """
 *{box-sizing:border-box}
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:1em auto;padding:0 .8em;color:#222;

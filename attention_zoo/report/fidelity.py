@@ -44,9 +44,9 @@ def fidelity_cost(ctx: Context) -> list[Any]:
             "uniform attention, whose output is an average of many values and so small: "
             "relative errors above one are common) and `peaked` (each query matches the few "
             "keys of its group, scattered over the sequence: sharp attention). Per setting and "
-            "length, "
-            "**front** marks the Pareto front (no other variant both faster and more faithful "
-            f"on that input family). {BUSY_MARK} marks a time measured while the machine was busy, "
+            "length, **(front)** after an approx_error marks the Pareto front (no other variant "
+            "both faster and more faithful on that input family). "
+            f"{BUSY_MARK} marks a time measured while the machine was busy, "
             f"{UNSTABLE_MARK} one whose repeats disagreed: neither is on a front."
         ),
     ]
@@ -66,11 +66,11 @@ def fidelity_cost(ctx: Context) -> list[Any]:
             cells = [ctx.config(row, "seq_len"), f"`{row['variant']}`", computes(row)]
             cells.append(ctx.metric(row, TIME, mark_time=True))
             for error in ERRORS:
-                cells += [ctx.metric(row, error), "front" if fronts[error].get(i) else ""]
+                on = " (front)" if fronts[error].get(i) else ""
+                cells.append(ctx.metric(row, error) + on)
             rows.append(cells)
         headers = ["L", "variant", "computes", header(TIME)]
-        for inputs in FIDELITY_INPUTS:
-            headers += [f"approx_error ({inputs})", f"Pareto ({inputs})"]
+        headers += [f"approx_error ({inputs})" for inputs in FIDELITY_INPUTS]
         blocks.append(Table(headers, rows))
     return blocks
 

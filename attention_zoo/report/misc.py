@@ -78,6 +78,11 @@ def provenance(ctx: Context) -> list[Any]:
             )
 
         state = busy.get(r["run_id"])
+        threads, cores = (
+            f"{run_number(name, 'count')} {word}{'' if r.get(name) == 1 else 's'}"
+            for name, word in (("threads", "thread"), ("cpu_count", "core"))
+        )
+        machine = f"`{r['torch_version']}` · `{r['device_name']}` · {threads} · {cores}"
         rows.append(
             [
                 f"`{r['run_id']}`",
@@ -85,12 +90,8 @@ def provenance(ctx: Context) -> list[Any]:
                 f"`{_date(r['started_at'])}`",
                 f"`{r['git_commit']}`"
                 + (" (dirty)" if str(r["git_commit"]).endswith("+dirty") else ""),
-                f"`{r['torch_version']}`",
-                f"`{r['device_name']}`",
-                run_number("threads", "count"),
-                run_number("cpu_count", "count"),
-                run_number("load_start", "load"),
-                run_number("load_end", "load"),
+                machine,
+                f"{run_number('load_start', 'load')} → {run_number('load_end', 'load')}",
                 "unknown" if state is None else ("yes" if state else "no"),
             ]
         )
@@ -108,7 +109,8 @@ def provenance(ctx: Context) -> list[Any]:
             "repeats that still disagreed after the case's group was timed again (IQR above "
             f"`{UNSTABLE_IQR:.0%}` of the median, or the fastest repeat below "
             f"`{UNSTABLE_MIN:.0%}` of it). A run is busy below when any of its shown cases was. "
-            "Memory and FLOPs do not depend on load."
+            "Memory and FLOPs do not depend on load. A run's **machine**: its torch, device, "
+            "threads and the machine's cores; its **load** at its start and its end."
         ),
     ]
     if ctx.earlier_runs:
@@ -121,19 +123,7 @@ def provenance(ctx: Context) -> list[Any]:
     if rows:
         blocks.append(
             Table(
-                [
-                    "run",
-                    "kind",
-                    "started",
-                    "git commit",
-                    "torch",
-                    "device",
-                    "threads",
-                    "cores",
-                    "load at start",
-                    "load at end",
-                    "busy",
-                ],
+                ["run", "kind", "started", "git commit", "machine", "load start → end", "busy"],
                 rows,
             )
         )

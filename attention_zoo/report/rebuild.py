@@ -18,7 +18,8 @@ from ..errors import UsageError
 
 ROWS, RUNS, META = "rows.csv", "runs.json", "report.json"
 PROVENANCE = "## Provenance"
-# report.md's provenance columns -> the runs table's fields
+# an older report.md's provenance columns -> the runs table's fields (a folder written since has
+# runs.json, and its provenance table merges these cells)
 COLUMNS = {
     "run": "run_id",
     "kind": "kind",

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..measure.labels import APPROX_CLASS, EXACT_CLASS, UNKNOWN_KIND, kind_class
-from ..measure.metrics import METRICS, approx_error_name
+from ..measure.metrics import approx_error_name
 from ..measure.status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
 from ..store import run_status
 from .claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimsSource, claim_verdicts
@@ -23,6 +23,7 @@ from .cost import (
     crossover_text,
     has_reference,
     memory_of,
+    named_value,
     ratio_cell,
     reference_row,
     series,
@@ -60,6 +61,7 @@ def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ())
     if groups:
         table, wins = _table(ctx, groups)
         blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
+        blocks.append(_crossovers(ctx, groups))
         if text := _reference_unbeaten(ctx, groups):
             blocks.append(Para(text))
         blocks += cheapest(ctx)  # generation: the cheapest token per context length
@@ -176,8 +178,7 @@ def _cell(ctx: Context, part: Any, at_n: Any, row: Any, metric: str, cls: str) -
         return "none ranked" if present else "none measured"
     ratio = ratio_cell(ctx, row, reference_row(part, row["seq_len"], ctx.reference, row["backend"]),
                        metric)  # fmt: skip
-    absolute = f"{ctx.metric(row, metric)} {METRICS[metric].display_unit}"
-    text = f"`{row['variant']}` " + (ratio if ratio != "-" else absolute)
+    text = f"`{row['variant']}` {ratio}" if ratio != "-" else named_value(ctx, row, metric)
     if row["computes"] == "recurrent":  # judged against its own recurrence, not full attention
         text += ", recurrent"
     elif row["computes"] != "full" and _has_error(part):
@@ -252,10 +253,8 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         ok = part[part["status"] == OK]
         first = True
         for n, at_n in ok.groupby("seq_len", sort=True):
-            name = f"`{names[setting]}`" + (
-                "" if _has_error(part) else " (approx_error not measured)"
-            )
-            cells = [name if first else "", ctx.config(at_n.iloc[0], "seq_len")]
+            name = _setting_cell(names[setting], part) if first else ""
+            cells = [name, ctx.config(at_n.iloc[0], "seq_len")]
             for word, metric in (("fastest", TIME), ("leanest", memory_of(part))):
                 found = best(at_n, metric)
                 for cls in (EXACT_CLASS, APPROX_CLASS):
@@ -264,8 +263,6 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
                     )
                     if found[cls] is not None:
                         wins.setdefault(f"{word} {cls}", []).append((found[cls], metric))
-            crossings = [_crossing(ctx, ok, TIME), _crossing(ctx, ok, memory_of(part))]
-            cells += crossings if first else ["", ""]
             rows.append(cells)
             first = False
     by = _memory_words({memory_of(part) for _, part in groups})
@@ -276,8 +273,6 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         f"fastest {APPROX_CLASS}",
         f"leanest {EXACT_CLASS}{by}",
         f"leanest {APPROX_CLASS}{by}",
-        "time crossover",
-        f"memory crossover{by}",
     ]
     caption = (
         "Per setting (the parameters that differ between settings) and length: the variant with "
@@ -285,11 +280,29 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         "setting's decoding state, what it keeps between tokens), with its ratio to "
         f"`{ctx.reference}` (not ranked: the named variants' times were set aside, and any of "
         "them might be the fastest; none ranked: no variant of that class has a number there; "
-        "none measured: no variant of that class at that length); a crossover is where the "
-        "not-exact variant best at the longest length ranking both classes gets below the exact "
-        "one best there."
+        "none measured: no variant of that class at that length)."
     )
     return Table(headers, rows, caption=caption), wins
+
+
+def _setting_cell(name: str, part: Any) -> str:
+    return f"`{name}`" + ("" if _has_error(part) else " (approx_error not measured)")
+
+
+def _crossovers(ctx: Context, groups: list[tuple[str, Any]]) -> Table:
+    """Per setting: where the best not-exact variant gets below the best exact one."""
+    names = short_settings([s for s, _ in groups])
+    rows = []
+    for setting, part in groups:
+        ok = part[part["status"] == OK]
+        crossings = [_crossing(ctx, ok, metric) for metric in (TIME, memory_of(part))]
+        rows.append([f"`{names[setting]}`", *crossings])
+    by = _memory_words({memory_of(part) for _, part in groups})
+    caption = (
+        "Per setting: from which length the not-exact variant best at the longest length ranking "
+        "both classes gets below the exact one best there, in time and in memory."
+    )
+    return Table(["setting", "time crossover", f"memory crossover{by}"], rows, caption=caption)
 
 
 def _memory_words(metrics: set[str]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...report.claims import ClaimRow
 from ...report.context import Context
-from ...report.document import Heading, Image, Para, Table
+from ...report.document import Heading, Image, Para, narrow_tables
 from ...store import ResultStore
 from ...sweep import SweepResult
 from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
@@ -73,7 +73,7 @@ class NeedleLadder(Reproduction):
                     "A cell: the mean accuracy over seeds (each the mean over the depth splits) "
                     "and its 95% interval (Student's t, clipped to 0-100%). " + scale_text(preset)
                 )
-                blocks.append(Table(headers, body, caption=caption))
+                blocks += narrow_tables(headers, body, key=2, caption=caption)
         if len(blocks) == 1:
             blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
         return blocks

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...report.claims import ClaimRow
 from ...report.context import Context
-from ...report.document import Heading, Para, Table
+from ...report.document import Heading, Para, narrow_tables
 from ...store import ResultStore
 from ...sweep import SweepResult
 from ...tasks.suite import TaskPreset, load_task_preset
@@ -89,7 +89,7 @@ class MambaSelectiveCopying(Reproduction):
             + ". The mapping is by the inner layer and approximate (see each row)."
         )
         headers = ["Model", "Arch.", "Layer", "Acc. [%]", "our backend", *sizes]
-        return [*blocks, Table(headers, body, caption=caption)]
+        return [*blocks, *narrow_tables(headers, body, key=5, caption=caption)]
 
 
 def _cell(ctx: Context, rows: list[dict[str, Any]], backend: str | None, size: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...report.claims import ClaimRow
 from ...report.context import Context
-from ...report.document import Heading, Image, Para, Table
+from ...report.document import Heading, Image, Para, narrow_tables
 from ...report.plots import pyplot, save_figure
 from ...store import ResultStore
 from ...sweep import SweepResult
@@ -92,7 +92,7 @@ class StateTracking(Reproduction):
                 f"the claims' floor {FLOOR:g}%."
             )
             headers = ["mechanism", *(f"positions {text}" for _, text in spans)]
-            blocks.append(Table(headers, table, caption=caption))
+            blocks += narrow_tables(headers, table, caption=caption)
         if len(blocks) == 1:
             blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
         return blocks

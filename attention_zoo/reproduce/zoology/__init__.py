@@ -8,7 +8,7 @@ from typing import Any
 
 from ...report.claims import ClaimRow
 from ...report.context import Context
-from ...report.document import Heading, Image, Para, Table
+from ...report.document import Heading, Image, Para, narrow_tables
 from ...store import ResultStore
 from ...sweep import SweepResult
 from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
@@ -91,7 +91,7 @@ class Zoology(Reproduction):
                 f"learning rates {rates}."
             )
             headers = ["mechanism", "L", *map(width_label, sweep.widths)]
-            blocks.append(Table(headers, table, caption=caption))
+            blocks += narrow_tables(headers, table, key=2, caption=caption)
         if len(blocks) == 1:
             blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
         return blocks
