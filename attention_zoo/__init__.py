@@ -1,5 +1,8 @@
 """attention-zoo: interchangeable attention backends in one Reformer skeleton, measured honestly."""
 
+import importlib
+from typing import Any
+
 from .attention import (
     AttentionCore,
     BackendSpec,
@@ -28,10 +31,20 @@ from .model import (
     ReformerOutput,
 )
 from .registry import Registry
-from .reproduce import REPRODUCTIONS  # registers every built-in reproduction before any plugin
 from .store import ResultStore, StoreError
-from .tasks import TASKS  # importing the package registers every built-in before any plugin
 from .version import __version__
+
+# The task and reproduction registries load on first use (`attention_zoo.TASKS`, or importing
+# their packages, which registers every built-in first): a command that needs neither, such as a
+# refused `zoo bench`, does not pay for the report and training code they import.
+_LAZY = {"REPRODUCTIONS": ".reproduce", "TASKS": ".tasks"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "REPRODUCTIONS",

@@ -35,6 +35,9 @@ from .registry import Registry, pluggable_registries
 
 ENTRY_POINT_GROUP = "attention_zoo.plugins"
 ENV_VAR = "ZOO_IMPORT"
+# The packages whose import registers the built-ins of every pluggable registry (the attention
+# cores come with attention_zoo itself; tasks and reproductions load on first use).
+BUILT_IN_PACKAGES = ("attention_zoo.tasks", "attention_zoo.reproduce")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +133,8 @@ def _load(
 ) -> list[PluginFailure]:
     if target in PLUGINS:
         return []
-    # importing the package registered every built-in first (attention_zoo/__init__.py)
+    for package in BUILT_IN_PACKAGES:  # every built-in registered before any plugin adds to it
+        importlib.import_module(package)
     registries = pluggable_registries()
     before = [dict(_items(r)) for r in registries]
     try:
