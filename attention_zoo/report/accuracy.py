@@ -8,7 +8,7 @@ from typing import Any
 from ..measure.metrics import METRICS, metric_spec
 from ..tasks.base import tabulation_of
 from .analysis import join_tasks_costs, pareto_front
-from .context import Context, empty_section, trusted
+from .context import Context, empty_section, opening, trusted
 from .cost import header
 from .document import Heading, Image, Para, Table, narrow_tables
 from .ledger import FORMATS
@@ -40,16 +40,16 @@ def accuracy_cost(ctx: Context) -> list[Any]:
     if ctx.tasks.empty:
         return empty_section("Accuracy x cost", TASK_COMMAND)
     tasks = ctx.tasks.assign(task_row=range(len(ctx.tasks)))
-    blocks: list[Any] = [
-        Heading(1, "Accuracy x cost"),
-        Para(
+    blocks = opening(
+        "Accuracy x cost",
+        (
             "Each trained model's final accuracy (as trained) and steps to the target accuracy, "
             "beside the measured median time and peak memory of one training step of the same "
             "model configuration at the task's length and batch (bench target `model`, mode "
             "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
             "is marked; a time set aside (busy †, unstable ‡) is on no front."
         ),
-    ]
+    )
     bench = ctx.bench
     if bench.empty:  # a store of task runs only: no cost row to join
         return [*blocks, Para(NO_COST)]
@@ -164,16 +164,16 @@ def task_tables(ctx: Context) -> list[Any]:
     title = "Task results"
     if ctx.tasks.empty:
         return empty_section(title, TASK_COMMAND)
-    blocks: list[Any] = [
-        Heading(1, title),
-        Para(
+    blocks = opening(
+        title,
+        (
             "Each task's stored runs as the task tabulates them: rows are the attention a model "
             "was trained with, columns the attention it was evaluated with (weights unchanged; "
             "`trained` = as trained, `full` = shared-QK full attention). One table per task, "
             "preset and length; a cell is the mean over the seeds its row names, at that length "
             "only."
         ),
-    ]
+    )
     for (task, preset, length), part in ctx.tasks.groupby(["task", "preset", "length"], sort=True):
         tabulation = tabulation_of(task)
         cells = {

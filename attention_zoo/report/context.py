@@ -99,5 +99,10 @@ def flag(row: Any, name: str) -> bool:
     return value is not None and value == value and bool(value)
 
 
+def opening(title: str, *paras: str | None) -> list[Any]:
+    """A section's heading and its opening paragraphs (None: a paragraph it has not here)."""
+    return [Heading(1, title), *(Para(p) for p in paras if p)]
+
+
 def empty_section(title: str, command: str) -> list[Any]:
-    return [Heading(1, title), Para(f"No rows for this section; run `{command}` to fill it.")]
+    return opening(title, f"No rows for this section; run `{command}` to fill it.")

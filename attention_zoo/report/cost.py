@@ -30,7 +30,16 @@ from ..measure.throughput import (
     case_throughput,
 )
 from .analysis import MIN_FIT_LENGTHS, crossover
-from .context import BUSY_MARK, TIME, UNSTABLE_MARK, Context, empty_section, time_marks, trusted
+from .context import (
+    BUSY_MARK,
+    TIME,
+    UNSTABLE_MARK,
+    Context,
+    empty_section,
+    opening,
+    time_marks,
+    trusted,
+)
 from .document import Heading, Image, Para, Table, narrow_tables
 from .plots import caption, scaling_plot
 
@@ -230,9 +239,9 @@ def headline(ctx: Context) -> list[Any]:
         if ref in families()
         else f"`{ref}`"
     )
-    blocks: list[Any] = [
-        Heading(1, "Headline"),
-        Para(
+    blocks = opening(
+        "Headline",
+        (
             "Per setting and length: the fastest and the leanest variant of each class with its "
             "value, then a table for each question. **Time**: every variant (with the kernel that "
             "ran and what it computes: `variant` · kernel · computes) and its median time ± the "
@@ -245,9 +254,8 @@ def headline(ctx: Context) -> list[Any]:
             + (f" {rate_legend()}" if has_rates(ctx.bench) else "")
             + (f" {DECODE_MEMORY_RULE}" if any(memory_of(p) != MEMORY for _, p in groups) else "")
         ),
-    ]
-    if aside := ctx.set_aside():
-        blocks.append(Para(aside))
+        ctx.set_aside(),
+    )
     for setting, part in groups:
         blocks.append(Heading(2, f"`{setting}`"))
         if best_table := _best_table(ctx, part):
@@ -356,9 +364,9 @@ def scaling(ctx: Context) -> list[Any]:
     groups = settings(ctx)
     if not groups:
         return empty_section("Scaling", QUICK)
-    blocks: list[Any] = [
-        Heading(1, "Scaling"),
-        Para(
+    blocks = opening(
+        "Scaling",
+        (
             "Median time and peak memory against length, log-log (bars: the interquartile range "
             "of the time; solid lines exact variants, dashed ones not exact). The exponent is the "
             "slope of a least-squares line through the log-log points (time ∝ L^exponent), with "
@@ -369,9 +377,8 @@ def scaling(ctx: Context) -> list[Any]:
             f"{NOT_ENOUGH}. Times set aside (busy or unstable) are plotted but never fitted or "
             "crossed."
         ),
-    ]
-    if aside := ctx.set_aside():
-        blocks.append(Para(aside))
+        ctx.set_aside(),
+    )
     for index, (setting, part) in enumerate(groups):
         blocks.append(Heading(2, f"`{setting}`"))
         ok = part[part["status"] == OK]

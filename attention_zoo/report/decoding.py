@@ -12,7 +12,7 @@ from ..attention.spec import BACKENDS
 from ..measure.labels import APPROX_CLASS, EXACT_CLASS
 from ..measure.status import OK
 from .analysis import MIN_FIT_LENGTHS
-from .context import TIME, Context, empty_section, trusted
+from .context import TIME, Context, empty_section, opening, trusted
 from .cost import (
     MEMORY,
     NOT_ENOUGH,
@@ -24,7 +24,7 @@ from .cost import (
     note,
     variant_cell,
 )
-from .document import Heading, Image, Para, Table
+from .document import Heading, Image, Table
 from .plots import scaling_plot
 
 TITLE = "Decoding"
@@ -60,9 +60,9 @@ def section(ctx: Context) -> list[Any]:
     decoded = _mode(ctx, "decode")
     if decoded.empty:
         return empty_section(TITLE, COMMAND)
-    blocks: list[Any] = [
-        Heading(1, TITLE),
-        Para(
+    blocks = opening(
+        TITLE,
+        (
             "What a generated token costs, per attention core (`zoo bench --modes "
             "prefill,decode`): the prompt of L tokens goes into the core's decoding state "
             "(**prefill**, timed apart), then tokens are decoded one at a time against it; "
@@ -78,9 +78,8 @@ def section(ctx: Context) -> list[Any]:
             f"weigh most); both need `{MIN_FIT_LENGTHS}` lengths or more. Times set aside "
             "(busy or unstable) are shown, never fitted or divided."
         ),
-    ]
-    if aside := ctx.set_aside():
-        blocks.append(Para(aside))
+        ctx.set_aside(),
+    )
     prefills = _mode(ctx, "prefill")
     for index, (setting, part) in enumerate(decoded.groupby("setting", sort=True)):
         blocks.append(Heading(2, f"`{setting}`"))

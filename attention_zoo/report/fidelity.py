@@ -8,9 +8,9 @@ from typing import Any
 from ..measure.fidelity import NOT_MEASURED
 from ..measure.metrics import FIDELITY_INPUTS, METRICS, approx_error_name
 from .analysis import pareto_front
-from .context import BUSY_MARK, UNSTABLE_MARK, Context, trusted
+from .context import BUSY_MARK, UNSTABLE_MARK, Context, opening, trusted
 from .cost import TIME, computes, header, settings
-from .document import Heading, Image, Para, Table
+from .document import Heading, Image, Table
 from .plots import caption, fidelity_plot
 
 TITLE = "Fidelity x cost"
@@ -33,10 +33,10 @@ def fidelity_cost(ctx: Context) -> list[Any]:
         why = (
             "; ".join(reasons) if reasons else f"no approximate backend was measured (`{COMMAND}`)"
         )
-        return [Heading(1, TITLE), Para(f"approx_error not measured: {why}.")]
-    blocks: list[Any] = [
-        Heading(1, TITLE),
-        Para(
+        return opening(TITLE, f"approx_error not measured: {why}.")
+    blocks = opening(
+        TITLE,
+        (
             "approx_error is the relative Frobenius error ||out - out_ref|| / ||out_ref|| of an "
             "approximate backend's attention core against the dense reference (`full`; "
             "`shared-qk` for shared-QK cores) on the same seeded q, k, v, at the case's shapes, "
@@ -49,7 +49,7 @@ def fidelity_cost(ctx: Context) -> list[Any]:
             f"{BUSY_MARK} marks a time measured while the machine was busy, "
             f"{UNSTABLE_MARK} one whose repeats disagreed: neither is on a front."
         ),
-    ]
+    )
     for index, (setting, part) in enumerate(settings(ctx)):
         part = part[part.index.isin(measured.index)]
         if part.empty:
