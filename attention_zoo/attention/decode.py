@@ -172,7 +172,8 @@ def blocks_append(
     state = append(state, k, v, key_padding_mask)
     done, now = start // block, state.length // block
     if now > done:
-        span, real = slice(done * block, now * block), state.real[:, done * block : now * block]
+        span = slice(done * block, now * block)
+        real = state.real[:, span]
         state.means[:, :, done:now], state.has[:, done:now] = block_means(
             state.k[:, :, span], real, block
         )

@@ -159,10 +159,11 @@ def time_until_stable(
     kept_spread = float("inf")
     todo = dict(fns)
     attempt = 0
+    # an attempt's length by the clock it is timed with: load does not make a CPU-time one long
+    now = clock_reader(clock if torch.device(device).type == "cpu" else WALL)
     while todo:
         attempt += 1
         before = read_cpu() if clock == WALL else None
-        now = clock_reader(clock if torch.device(device).type == "cpu" else WALL)
         start = now()
         stats = time_interleaved(
             todo,
@@ -176,7 +177,7 @@ def time_until_stable(
             min_wall_s=MIN_WINDOW_S if before is not None and budget_s > 0 else 0.0,
             clock=clock,
         )
-        elapsed = now() - start  # by the timing's own clock: load does not make it "too long"
+        elapsed = now() - start
         free = free_cores(before, read_cpu()) if before is not None else None
         live = {key: s for key, s in stats.items() if not dropped(key)}
         spread = max((s.iqr / s.median for s in live.values() if s.median > 0), default=0.0)

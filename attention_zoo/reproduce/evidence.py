@@ -140,10 +140,10 @@ def judge_gap(
     or BELOW: side_class), once `learned` (default: the reference) clears `floor` and the pair
     shares at least MIN_SEEDS seeds."""
     gap = gap_of(other, reference)
-    learned = reference if learned is None else learned
-    if gap is None or interval_of(learned) is None:
+    learned_interval = interval_of(reference if learned is None else learned)
+    if gap is None or learned_interval is None:
         return GapVerdict(gap, None, FEW_SEEDS)
-    if not clears(interval_of(learned), floor):
+    if not clears(learned_interval, floor):
         return GapVerdict(gap, None, NOT_LEARNED)
     cls = gap_class(gap, band) if side is None else side_class(gap.low, gap.high, side, band)
     return GapVerdict(gap, cls, "" if cls else STRADDLES)
