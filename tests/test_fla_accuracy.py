@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from attention_zoo import build_attention, get_backend
-from attention_zoo.attention.kernels.dispatch import Call
+from attention_zoo.attention.dispatch import Call
 from attention_zoo.attention.kernels.recurrences.decay import chunk_decay
 from attention_zoo.attention.kernels.recurrences.delta import chunk_delta
 from attention_zoo.attention.kernels.sums.fla import fla_sums

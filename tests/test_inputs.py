@@ -10,8 +10,8 @@ import torch
 
 from attention_zoo import SelfAttention, build_attention
 from attention_zoo.attention import decode
+from attention_zoo.attention.dispatch import Call
 from attention_zoo.attention.inputs import Extra, InputLayout, expand_kv
-from attention_zoo.attention.kernels.dispatch import Call
 from attention_zoo.attention.kernels.recurrences.table import RECURRENCE_KERNELS
 from attention_zoo.attention.spec import get_backend
 from attention_zoo.cli import main

@@ -10,10 +10,10 @@ from torch._dynamo.utils import counters
 from torch.nn.attention.flex_attention import flex_attention
 
 from attention_zoo import build_attention, list_backends
-from attention_zoo.attention.kernels import dispatch
+from attention_zoo.attention import dispatch
+from attention_zoo.attention.dispatch import Call
 from attention_zoo.attention.kernels.compiled import run_compiled
 from attention_zoo.attention.kernels.dense import dense_attention
-from attention_zoo.attention.kernels.dispatch import Call
 from attention_zoo.attention.kernels.flex import (
     TILE,
     chunk_window_tiles,

@@ -12,10 +12,10 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
+from .dispatch import AUTO, Call, Check, Implementation, KernelTable, materialised
 from .inputs import Extra, InputLayout, default_layout
 from .kernels.chunked import cpu_fused
 from .kernels.dense import allowed_mask
-from .kernels.dispatch import AUTO, Call, Check, Implementation, KernelTable, materialised
 from .kernels.flex import TileMasks, tile_masks
 
 # the mask values and pattern type live with the kernels; cores and plugins import them here
@@ -117,7 +117,7 @@ class BlockWeights:
 
 class AttentionCore(nn.Module):
     """Base class of the attention cores: validates input, then runs the implementation the pick
-    rule chooses (`kernels`, see kernels/dispatch.py).
+    rule chooses (`kernels`, see dispatch.py).
 
     A built-in core declares its implementations in `kernels` and leaves `attend` to them. A core
     with its own `attend` (a plugin) keeps the default table: its attend, and FlexAttention under
@@ -196,7 +196,7 @@ class AttentionCore(nn.Module):
         return self.pick(Call.of(q, q.shape[-1], self.dropout_p, masked, group))
 
     def pick(self, call: Call) -> Implementation:
-        """The implementation that computes `call`: the one rule (kernels/dispatch.py), decided
+        """The implementation that computes `call`: the one rule (dispatch.py), decided
         once per kind of call."""
         if not torch.compiler.is_compiling() and call in self._picks:
             return self._picks[call]

@@ -19,9 +19,9 @@ from torch import Tensor, nn
 from ..errors import ShapeError
 from .base import AttentionCore
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
+from .dispatch import Implementation, KernelTable, materialised
 from .inputs import check_kv_heads
 from .kernels.dense import dense_attention
-from .kernels.dispatch import Implementation, KernelTable, materialised
 from .options import check_int
 from .spec import Capabilities, register_attention
 

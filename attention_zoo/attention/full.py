@@ -10,9 +10,9 @@ from torch import Tensor
 
 from .base import AttentionCore, check_dropout
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step
+from .dispatch import KernelTable, materialised
 from .inputs import check_kv_heads
 from .kernels.dense import dense_attention
-from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
 
 

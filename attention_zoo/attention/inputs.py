@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import ConfigError, OptionError, ShapeError
-from .kernels.dispatch import expand_kv as expand_kv  # re-exported: part of the contract
+from .dispatch import expand_kv as expand_kv  # re-exported: part of the contract
 
 Squash = Callable[[Tensor], Tensor]
 

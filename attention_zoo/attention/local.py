@@ -36,10 +36,10 @@ from .decode import (
     window_state_bytes,
     window_step,
 )
+from .dispatch import Call
 from .inputs import check_kv_heads
 from .kernels.chunked import math_attention, padded_length
 from .kernels.dense import dense_attention
-from .kernels.dispatch import Call
 from .kernels.flex import chunk_window_tiles
 from .kernels.masks import MaskMod, mask_value
 from .kernels.patterns.local_fused import (

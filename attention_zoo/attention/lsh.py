@@ -35,10 +35,10 @@ from .decode import (
     kv_cache,
     kv_cache_bytes,
 )
+from .dispatch import Call, Implementation, KernelTable, materialised
 from .kernels.chunked import cpu_fused, padded_length
 from .kernels.compiled import maybe_compiled
 from .kernels.dense import dense_attention, unit_keys
-from .kernels.dispatch import Call, Implementation, KernelTable, materialised
 from .kernels.flex import (
     BlockMask,
     chunk_window_tiles,

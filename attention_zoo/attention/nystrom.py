@@ -15,8 +15,8 @@ from torch.nn import functional as F
 
 from ..errors import OptionError
 from .base import AttentionCore, BlockWeights, check_dropout
+from .dispatch import Call, Implementation, KernelTable, compile_reason, materialised
 from .kernels.compiled import run_compiled
-from .kernels.dispatch import Call, Implementation, KernelTable, compile_reason, materialised
 from .kernels.low_rank.nystrom_math import (
     iterative_pinv,
     landmark_kernel,

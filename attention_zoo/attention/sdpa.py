@@ -13,8 +13,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .base import AttentionCore, check_dropout
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
+from .dispatch import Call, Check, Implementation, KernelTable
 from .inputs import check_kv_heads
-from .kernels.dispatch import Call, Check, Implementation, KernelTable
 from .spec import Capabilities, register_attention
 
 BACKENDS = {

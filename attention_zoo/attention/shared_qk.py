@@ -13,8 +13,8 @@ from torch import Tensor
 
 from .base import AttentionCore, check_dropout, mask_value, self_mask_value
 from .decode import KVCache, append, causal_allowed, kv_cache, kv_cache_bytes
+from .dispatch import KernelTable, materialised
 from .kernels.dense import dense_attention, unit_keys
-from .kernels.dispatch import KernelTable, materialised
 from .spec import Capabilities, register_attention
 
 

@@ -20,8 +20,8 @@ from torch import Tensor
 from ..errors import OptionError
 from .base import AttentionCore
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step
+from .dispatch import Implementation, KernelTable, materialised
 from .inputs import check_kv_heads
-from .kernels.dispatch import Implementation, KernelTable, materialised
 from .kernels.sigmoid import key_counts, paper_bias, sigmoid_reference, tiled_sigmoid
 from .kernels.sums.plain import compute_dtype
 from .spec import Capabilities, register_attention

@@ -14,8 +14,8 @@ from torch._guards import detect_fake_mode
 from ..declarative import check_keys, check_types, field_names
 from ..errors import OptionError, UnavailableError, ZooError
 from ..registry import Registry, origin_of
+from .dispatch import Call
 from .inputs import InputLayout, default_layout
-from .kernels.dispatch import Call
 
 ALL_DTYPES = frozenset({"float32", "float64", "bfloat16", "float16"})
 ALL_DEVICES = frozenset({"cpu", "cuda", "meta"})

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .base import AttentionCore, check_dropout
-from .kernels.dispatch import Implementation, KernelTable
+from .dispatch import Implementation, KernelTable
 from .kernels.masks import mask_value, real_keys_mask
 from .spec import Capabilities, register_attention
 

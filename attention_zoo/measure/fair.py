@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..attention import decode
-from ..attention.kernels.dispatch import AUTO
+from ..attention.dispatch import AUTO
 from ..attention.spec import BackendSpec, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..errors import ZooError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..attention.base import AttentionCore
-from ..attention.kernels.dispatch import Call
+from ..attention.dispatch import Call
 from .cases import DTYPES, BenchCase
 
 

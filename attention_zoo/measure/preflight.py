@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..attention.base import AttentionCore
-from ..attention.kernels.dispatch import AUTO, Call
+from ..attention.dispatch import AUTO, Call
 from ..attention.spec import BACKENDS
 from ..errors import UsageError, ZooError
 from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs

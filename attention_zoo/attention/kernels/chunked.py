@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .dispatch import Check, Implementation, Run
+from ..dispatch import Check, Implementation, Run
 
 # (window offset, out=None) -> additive float mask broadcastable to (B, H, c, c)
 MaskFn = Callable[..., Tensor]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .dispatch import expand_kv
+from ..dispatch import expand_kv
 from .masks import mask_value, real_keys_mask, self_mask_value
 
 

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
+from ..dispatch import Call, compile_reason
 from .compiled import maybe_compiled
-from .dispatch import Call, compile_reason
 from .masks import MaskMod
 
 try:  # FlexAttention with AuxRequest (its log-sum-exp request): recent torch only

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 from torch.autograd import Function
 
-from .dispatch import expand_kv
+from ..dispatch import expand_kv
 from .sums.plain import compute_dtype
 
 KEY_BLOCK = 128  # keys per tile

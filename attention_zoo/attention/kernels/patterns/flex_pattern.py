@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..dispatch import Call, Implementation
+from ...dispatch import Call, Implementation
 from ..flex import flex_dtype, flex_environment, run_flex
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..dispatch import Call, Implementation, KernelTable, compile_reason, package_reason
+from ...dispatch import Call, Implementation, KernelTable, compile_reason, package_reason
 from .decay import chunk_decay
 from .delta import chunk_delta
 from .fla import fla_recurrence

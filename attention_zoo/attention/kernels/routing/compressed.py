@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..dispatch import expand_kv
+from ...dispatch import expand_kv
 from ..masks import mask_value
 from .route import ROUTE_BYTES, Route, top_blocks
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ...dispatch import expand_kv
 from ..dense import dense_attention
-from ..dispatch import expand_kv
 from .route import Route, token_mask
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..dispatch import Implementation, KernelTable
+from ...dispatch import Implementation, KernelTable
 from ..flex import flex_dtype, flex_environment
 from .flex_routed import routed_flex
 from .gathered import gathered_attention

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..dispatch import (
+from ...dispatch import (
     Call,
     Implementation,
     KernelTable,

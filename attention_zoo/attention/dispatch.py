@@ -20,7 +20,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 from torch.utils._triton import has_triton
 
-from ...errors import OptionError, UnavailableError
+from ..errors import OptionError, UnavailableError
 
 AUTO = "auto"
 FLOAT_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16, torch.float16})
