@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store import ResultStore
-from ..tasks.driver import train_preset
+from ..tasks.driver import TaskRequest, train_task
 from ..tasks.results import decode_metric, tidy_rows
 from ..tasks.suite import TaskPreset
 from .base import RunOptions
@@ -20,11 +20,16 @@ def train_presets(
     (the same rule: a run the store holds is not trained again unless forced); `meta` is
     recorded with each run beside options.meta."""
     for preset in presets:
-        train_preset(
-            preset,
-            store,
+        request = TaskRequest(
+            run_spec=preset.task.name,
+            preset=preset.name,
             device=options.device,
             threads=options.threads,
+        )
+        train_task(
+            request,
+            store,
+            preset=preset,
             executor=options.executor,
             policy=options.task_policy,
             progress=options.progress,

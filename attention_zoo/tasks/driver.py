@@ -203,6 +203,7 @@ def train_task(
     request: TaskRequest,
     store: ResultStore | str | Path | None,
     *,
+    preset: TaskPreset | None = None,
     executor: Executor | None = None,
     policy: RunPolicy | None = None,
     progress: bool = True,
@@ -215,13 +216,22 @@ def train_task(
 
     store: an open store, or a path (None: the default) opened for writing once the suite,
     preset and grid are known to be good, so bad input leaves no store behind.
+    preset: one built in code (a reproduction's sweep point), trained in place of the suite's.
     """
-    preset = load_task_preset(request.run_spec, request.preset)
+    if preset is None:
+        preset = load_task_preset(request.run_spec, request.preset)
     if request.max_steps:
         preset = dataclasses.replace(
             preset, train=dataclasses.replace(preset.train, max_steps=request.max_steps)
         )
-    runs, skipped = _plan(preset, request)
+    runs, skipped = plan_runs(
+        preset,
+        backends=request.backends,
+        seeds=request.seeds,
+        train_hashes=request.train_hashes,
+        eval_hashes=request.eval_hashes,
+        device=request.device,
+    )
     with (
         nullcontext(store)
         if isinstance(store, ResultStore)
@@ -239,49 +249,6 @@ def train_task(
             say,
             meta,
         )
-
-
-def train_preset(
-    preset: TaskPreset,
-    store: ResultStore,
-    *,
-    device: str = "cpu",
-    threads: int | None = None,
-    executor: Executor | None = None,
-    policy: RunPolicy | None = None,
-    progress: bool = True,
-    say: Say = print_line,
-    meta: dict[str, Any] | None = None,
-) -> TaskPreset:
-    """train_task for a preset built in code (a reproduction's sweep point) rather than read
-    from a suite: its whole grid, the same engine, rule and messages."""
-    request = TaskRequest(
-        run_spec=preset.task.name, preset=preset.name, device=device, threads=threads
-    )
-    runs, skipped = _plan(preset, request)
-    return _train(
-        preset,
-        runs,
-        skipped,
-        request,
-        store,
-        executor or LocalExecutor(),
-        policy,
-        progress,
-        say,
-        meta,
-    )
-
-
-def _plan(preset: TaskPreset, request: TaskRequest) -> tuple[list[RunSpec], list[Skipped]]:
-    return plan_runs(
-        preset,
-        backends=request.backends,
-        seeds=request.seeds,
-        train_hashes=request.train_hashes,
-        eval_hashes=request.eval_hashes,
-        device=request.device,
-    )
 
 
 def _train(
