@@ -1,6 +1,6 @@
 """The numbers a fair comparison holds fixed: parameters per block, decoding state bytes per
 sequence and forward FLOPs per token, computed (never measured) for any backend at a setting, on
-the meta device and FakeTensors, so they cost no memory and no hardware."""
+the meta device, so they cost no memory and no hardware."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..errors import ZooError
 from .cases import DTYPES, BenchCase
 from .metrics import Metric, metric_row
 from .peers import is_peer
-from .predict import predict_case
+from .predict import predict_flops
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +73,7 @@ def fair_numbers(backend: str, options: dict[str, Any], setting: FairSetting) ->
         causal=causal,
         dtype=setting.dtype,
     )
-    flops = predict_case(case, "cpu").flops
+    flops = predict_flops(case)
     return FairNumbers(
         params=params,
         state_bytes=_state_bytes(backend, options, setting),
