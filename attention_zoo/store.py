@@ -231,9 +231,7 @@ class ResultStore:
         self.upgraded: str | None = None
         create = create and write
         if self.path.is_dir():
-            raise StoreError(
-                f"--store {self.path} is a folder; give a file such as {self.path / 'zoo.sqlite'}"
-            )
+            raise _folder_given(self.path, "--store")
         exists = self.path.exists() and self.path.stat().st_size > 0
         if not exists and not create:
             empty = " (the file is empty)" if self.path.exists() else ""
@@ -731,15 +729,29 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
+def _folder_given(path: Path, flag: str) -> StoreError:
+    return StoreError(f"{flag} {path} is a folder; give a file such as {path / 'zoo.sqlite'}")
+
+
+def check_store_path(path: str | Path | None, *, write: bool, flag: str = "--store") -> Path:
+    """The store's path, refused at once where no store can be (a folder, or a file to write in a
+    folder that does not exist), without opening or creating anything: a command checks it
+    before its slow planning."""
+    where = Path(DEFAULT_STORE if path is None else path)
+    if where.is_dir():
+        raise _folder_given(where, flag)
+    if write and path is not None:
+        require_folder(where.parent, f"{flag} {path}")
+    return where
+
+
 def open_store(path: str | Path | None, *, write: bool, flag: str = "--store") -> ResultStore:
     """The results store a command reads or writes, with every check and message in one place:
     None is DEFAULT_STORE (its folder created when writing); a given path to write must be in
     an existing folder (a mistyped folder is an error, not a new folder) and writable, checked
     before anything is measured or trained; a store to read must exist. flag: the option that
     gave the path, as messages name it."""
-    where = Path(DEFAULT_STORE if path is None else path)
-    if write and path is not None and not where.is_dir():
-        require_folder(where.parent, f"{flag} {path}")
+    where = check_store_path(path, write=write, flag=flag)
     store = ResultStore(where, create=write, write=write)
     if write:
         try:

@@ -28,7 +28,7 @@ from ..measure.timing import CLOCKS, CPU_CLOCK, WALL
 from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
-from ..store import DEFAULT_STORE, open_store
+from ..store import DEFAULT_STORE, check_store_path, open_store
 from ..sweep import AUTO, BenchPlan, SweepGrid, run_sweep
 from .parsers import add_command
 from .recording import recorded_command
@@ -435,6 +435,7 @@ def _without_refused(
 
 def run(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
+    check_store_path(args.store, write=True)  # a bad path refused before the grid is planned
     grid, preset = grid_from_args(args, devices_present=True)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
