@@ -60,6 +60,7 @@ def child_reading(script: str, *argv: str, env: dict[str, str] | None = None) ->
 
 
 # Never called in this process: its thresholds would stay for every later test.
+@pytest.mark.slow
 @pytest.mark.skipif(not glibc_at_least(2, 33), reason="needs glibc >= 2.33 (mallinfo2)")
 def test_steady_allocator_serves_large_blocks_from_the_heap() -> None:
     assert child_reading(ALIVE, "unmapped") >= 20 << 20  # the control: the block was mmapped
@@ -79,6 +80,7 @@ THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 THP_MODE = m.group(1) if THP.exists() and (m := re.search(r"\[(\w+)\]", THP.read_text())) else ""
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not glibc_at_least(2, 35) or THP_MODE != "madvise",
     reason="needs glibc >= 2.35 (glibc.malloc.hugetlb) and transparent huge pages on madvise",

@@ -202,6 +202,7 @@ def test_fixed_patterns_equal_a_dense_masked_softmax(spec, padded):
             torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_forward_runs_on_meta_device(spec):
     for causal in _modes(spec):

@@ -72,6 +72,7 @@ def test_sdpa_beats_naive_full_at_2k() -> None:
 QUICK = {case.key() for case in baseline.quick_cases()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key",
     [

@@ -37,6 +37,7 @@ def _this_process_alone() -> tuple[int, int]:
     return round(time.process_time() * 100), round(time.perf_counter() * 100 * 2)
 
 
+@pytest.mark.slow
 def test_a_fast_case_on_an_idle_machine_is_judged_by_its_own_reading(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -59,6 +60,7 @@ def test_a_fast_case_on_an_idle_machine_is_judged_by_its_own_reading(
     assert "busy" not in comparison_table(group_cases(rows), reference=None)
 
 
+@pytest.mark.slow
 def test_a_timing_without_a_budget_keeps_the_repeats_asked_for() -> None:
     exact = dataclasses.replace(QUICK, time_budget_s=0.0, min_repeats=3)
     result = measure_case(FAST, exact)

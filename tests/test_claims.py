@@ -194,6 +194,7 @@ def test_smoke_reproduction_end_to_end_resumes_after_an_interruption(
     assert "The Reformer's claims, reproduced" in out and "rules:" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_every_case_of_every_size_builds(size: str) -> None:
     """Built on the meta device as CUDA would run it: a size measured only on a GPU (paper) fails

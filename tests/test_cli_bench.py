@@ -77,6 +77,7 @@ def test_bench_from_flags_prints_table_and_stores(
     assert code == 0 and "bench" in runs
 
 
+@pytest.mark.slow
 def test_bench_resume_measures_nothing_new(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -208,6 +209,7 @@ def test_quick_preset_prints_comparison_of_every_backend(
     assert f"time x {DEFAULT_REFERENCE}" in out
 
 
+@pytest.mark.slow
 def test_memory_rows_of_an_option_axis_are_told_apart(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(
         capsys,

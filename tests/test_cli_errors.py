@@ -370,6 +370,7 @@ def test_results_csv_exports_every_run_by_default(
 FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_bench_keeps_finished_cases_and_marks_the_run(
     workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -401,6 +402,7 @@ def test_ctrl_c_in_bench_keeps_finished_cases_and_marks_the_run(
         assert run_status(run) == "finished" and run["n_cases"] == 2
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_task_keeps_finished_runs_and_marks_the_run(
     workdir: tuple[Path, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -480,6 +482,7 @@ def test_ctrl_c_while_a_task_run_is_closed_marks_it_interrupted(
         assert run_status(run) == "interrupted" and run["n_cases"] == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_a_bench_run_is_closed_marks_it_interrupted(
     workdir: tuple[Path, dict],
     capsys: pytest.CaptureFixture[str],

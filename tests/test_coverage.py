@@ -99,6 +99,7 @@ def test_every_task_has_a_declarative_suite() -> None:
         assert find_suite(name).is_file()
 
 
+@pytest.mark.slow
 def test_report_shows_every_backend_of_the_store(tmp_path: Path) -> None:
     pytest.importorskip("pandas")
     from attention_zoo.report.builder import build_report

@@ -67,6 +67,7 @@ def _summary_and_headline(s):
     return tables, heads
 
 
+@pytest.mark.slow
 def test_the_summary_ranks_decoding_by_state_and_agrees_with_smallest_state(store):
     s, _ = store
     tables, _ = _summary_and_headline(s)

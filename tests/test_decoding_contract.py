@@ -113,6 +113,7 @@ def test_hf_decoding_runs_finite_and_keeps_the_prefill(spec):
 STATEFUL = [s for s in _decoders((decode.CACHED, decode.CACHED_HF))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", STATEFUL, ids=[s.id for s in STATEFUL])
 def test_state_bytes_match_the_formula_and_the_meta_device(spec):
     """The state's bytes equal its backend's formula after prefill and steps, and the meta device

@@ -283,6 +283,7 @@ def test_examples_are_found() -> None:
     assert all(b.text.strip() for b in BLOCKS)
 
 
+@pytest.mark.slow
 def test_every_command_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every documented shell command (and every `run:` step of the workflow files) is accepted
     by the parser of what it calls, with files, extras, presets and names that exist."""

@@ -70,6 +70,7 @@ def _slow_machine(monkeypatch, flops_per_s: float) -> None:
     monkeypatch.setattr(duration, "case_rate", lambda *_: fixed)
 
 
+@pytest.mark.slow
 def test_a_case_predicted_past_the_limit_is_not_run(monkeypatch):
     _slow_machine(monkeypatch, 1e6)  # a million FLOPs a second: any case takes hours
     built = []
@@ -82,6 +83,7 @@ def test_a_case_predicted_past_the_limit_is_not_run(monkeypatch):
     assert result.value("flops") > 0  # what was known before the run is kept
 
 
+@pytest.mark.slow
 def test_a_case_within_the_limit_runs(monkeypatch):
     _slow_machine(monkeypatch, 1e15)
     settings = MeasureSettings(metrics=("time",), time_limit_s=60, time_budget_s=0)
@@ -99,6 +101,7 @@ def test_a_grid_predicted_past_the_limit_is_refused_in_one_line_and_nothing_stor
     assert "not run: predicted" in err[0] and "> --time-limit 300 s" in err[0]
 
 
+@pytest.mark.slow
 def test_refused_cases_leave_the_others_to_run_and_the_run_resumable(tmp_path, capsys):
     store = tmp_path / "s.sqlite"
     argv = ["bench", "--target", "attention", "--backends", "sdpa", "--lengths", "64,1048576"]
@@ -114,6 +117,7 @@ def test_refused_cases_leave_the_others_to_run_and_the_run_resumable(tmp_path, c
     assert "1 already stored (resumed)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_timeout_stops_a_case_after_the_step_that_crosses_it(monkeypatch):
     _slow_machine(monkeypatch, 1e15)  # predicted instant: only the clock stops it
     settings = MeasureSettings(

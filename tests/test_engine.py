@@ -63,6 +63,7 @@ def _runs(kind: str) -> list[tuple[str, int]]:
         return [(r["run_id"], r["n_cases"]) for r in store.runs(kind=kind)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_resume_run_id_and_force_mean_the_same_on_bench_and_task(
     workdir: Path, capsys: pytest.CaptureFixture[str], command: str
@@ -88,6 +89,7 @@ def test_resume_run_id_and_force_mean_the_same_on_bench_and_task(
     assert len(_runs(kind)) == 2
 
 
+@pytest.mark.slow
 def test_without_flags_a_training_is_reused_and_a_measurement_is_taken_anew(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -107,6 +109,7 @@ def test_help_states_the_one_rule(capsys: pytest.CaptureFixture[str]) -> None:
         assert first_words in text and "--force runs every job again" in text
 
 
+@pytest.mark.slow
 def test_a_failed_case_is_run_again_on_resume_a_finished_one_is_not(tmp_path: Path) -> None:
     cases = [
         BenchCase(target="attention", backend="full", seq_len=n, num_heads=1, head_dim=8)
@@ -160,6 +163,7 @@ def test_a_bad_store_gives_one_message_from_every_command(
     ) in line
 
 
+@pytest.mark.slow
 def test_train_task_is_the_function_behind_zoo_task(workdir: Path) -> None:
     """What `zoo task` runs, callable with an open store (as `zoo reproduce` needs it)."""
     request = TaskRequest(
@@ -175,6 +179,7 @@ def test_train_task_is_the_function_behind_zoo_task(workdir: Path) -> None:
     assert len(_runs("task")) == 2
 
 
+@pytest.mark.slow
 def test_run_id_of_another_kind_of_run_is_refused(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -109,6 +109,7 @@ def test_unreachable_address_fails_fast(address: str) -> None:
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.slow
 def test_bad_address_fails_the_command_fast_before_the_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -171,6 +172,7 @@ class _FakeRay:
         return ref.outcome
 
 
+@pytest.mark.slow
 def test_every_executor_gets_the_same_measuring_job(tmp_path: Path, monkeypatch) -> None:
     """The local executor and RayExecutor's real submission get measure_one with the sweep's
     settings: the Ray worker measures exactly as the local process does (warm-up, repeats,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from attention_zoo.cli import main
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.fair import FairSetting, fair_numbers
@@ -19,6 +21,7 @@ def _case(backend: str, **options) -> BenchCase:
     return BenchCase(target="attention", backend=backend, seq_len=128, options=options)
 
 
+@pytest.mark.slow
 def test_a_case_stores_its_fair_numbers_at_its_own_setting():
     case = _case("sdpa", kv_heads=1)
     result = measure_case(case, MeasureSettings(metrics=("predict", "flops")))
@@ -31,6 +34,7 @@ def test_a_case_stores_its_fair_numbers_at_its_own_setting():
     ]
 
 
+@pytest.mark.slow
 def test_a_case_refused_by_its_predicted_time_stores_no_fair_numbers():
     settings = MeasureSettings(metrics=("predict", "flops", "time"), time_limit_s=1e-9)
     result = measure_case(_case("sdpa"), settings)
@@ -38,6 +42,7 @@ def test_a_case_refused_by_its_predicted_time_stores_no_fair_numbers():
     assert not {r.metric for r in result.rows} & set(FAIR)
 
 
+@pytest.mark.slow
 def test_zoo_report_equal_keeps_the_variants_at_the_references_state(tmp_path: Path):
     store, out = tmp_path / "s.sqlite", tmp_path / "report"
     bench = ["bench", "--target", "attention", "--backends", "sdpa,full,retention"]

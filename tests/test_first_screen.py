@@ -38,6 +38,7 @@ TIMES = {
 }
 
 
+@pytest.mark.slow
 def test_the_cpu_clock_times_one_thread_and_reads_no_load():
     with pytest.raises(ConfigError, match="needs threads = 1"):
         MeasureSettings(clock="cpu", threads=2)
@@ -74,6 +75,7 @@ def _blocks(store, reproductions=()):
     return summary(ctx, store.to_dataframe(), reproductions)
 
 
+@pytest.mark.slow
 def test_a_busy_run_timed_by_cpu_time_names_winners_and_a_crossover(busy_store):
     blocks = _blocks(busy_store)
     table = next(b for b in blocks if isinstance(b, Table))
@@ -93,6 +95,7 @@ def test_a_busy_run_timed_by_cpu_time_names_winners_and_a_crossover(busy_store):
     assert "Set aside" not in text  # nothing busy: the load does not inflate CPU time
 
 
+@pytest.mark.slow
 def test_the_reference_beating_every_approximation_is_said_plainly(busy_store):
     (said,) = [
         b.text for b in _blocks(busy_store) if isinstance(b, Para) and "is faster than" in b.text
@@ -102,6 +105,7 @@ def test_the_reference_beating_every_approximation_is_said_plainly(busy_store):
     assert "`forward` (" not in said  # local gets below sdpa there
 
 
+@pytest.mark.slow
 def test_claims_are_counted_only_when_a_reproduction_measured_something(busy_store):
     everything = [get_reproduction(name) for name in REPRODUCTIONS.names()]
     paras = [b.text for b in _blocks(busy_store, everything) if isinstance(b, Para)]

@@ -13,6 +13,7 @@ from attention_zoo.model import IGNORE_INDEX
 from attention_zoo.tasks.forgetting_mqar import ForgettingMQARTask
 
 
+@pytest.mark.slow
 def test_every_answer_is_the_latest_binding() -> None:
     task = ForgettingMQARTask(
         seq_len=48, vocab_size=64, num_kv_pairs=4, num_updates=2, random_non_queries=True

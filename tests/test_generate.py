@@ -54,6 +54,7 @@ def _lm(layers: tuple[str, ...], residual: str) -> ReformerLM:
     return ReformerLM(config).double().eval()
 
 
+@pytest.mark.slow
 def test_generating_with_the_cache_equals_recomputing_greedily():
     lm = _lm(MIXES[0], "reversible")
     ids = torch.randint(1, 13, (2, 9), generator=torch.Generator().manual_seed(1))
@@ -103,6 +104,7 @@ def _same_as_hf(hf, ours, ids, new: int, *, seed: int = 7, **kw) -> None:
         assert torch.equal(got, want), f"use_cache={cache} {kw}: {got.tolist()} != {want.tolist()}"
 
 
+@pytest.mark.slow
 def test_generating_equals_transformers_for_local_attention():
     """A batch of two (HF's cached local attention keeps rows apart), greedy and sampled: with the
     draws seeded by `seed` as by torch.manual_seed before HF's."""

@@ -24,11 +24,10 @@ from .hf_parity import (
     hf_semantics_missing,
 )
 
+# its Reformer classes load on first use, in the tests, not while the tests are collected
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed: the HF parity tests need it"
 )
-HFConfig = transformers.ReformerConfig
-HFLM = transformers.ReformerModelWithLMHead
 
 
 @pytest.fixture(autouse=True)
@@ -53,9 +52,11 @@ def _quiet_from_hf(source, **kw) -> ReformerLM:
         return ReformerLM.from_hf(source, **kw)
 
 
-def _hf_model(**overrides) -> HFLM:
+def _hf_model(**overrides) -> transformers.ReformerModelWithLMHead:
     torch.manual_seed(0)
-    return HFLM(HFConfig(**{**BASE, "attn_layers": ["local", "lsh"], **overrides}))
+    return transformers.ReformerModelWithLMHead(
+        transformers.ReformerConfig(**{**BASE, "attn_layers": ["local", "lsh"], **overrides})
+    )
 
 
 def _assert_same_state(a: dict, b: dict) -> None:
@@ -144,7 +145,7 @@ def test_mismatched_weights_are_refused() -> None:
 
 def test_encoder_from_hf_reformer_model() -> None:
     torch.manual_seed(0)
-    cfg = HFConfig(**{**BASE, "attn_layers": ["local"]})
+    cfg = transformers.ReformerConfig(**{**BASE, "attn_layers": ["local"]})
     hf = transformers.ReformerModel(cfg).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HFConversionWarning)
@@ -169,7 +170,7 @@ def test_encoder_from_the_state_dict_of_a_model_with_lm_head() -> None:
 
 def test_every_hf_config_field_is_honoured_or_kept() -> None:
     _need_option("dropout", "local")  # HF's default local attention dropout is 0.05
-    data = HFConfig().to_dict()
+    data = transformers.ReformerConfig().to_dict()
     with pytest.warns(HFConversionWarning, match="kept for to_hf") as caught:
         cfg = ReformerConfig.from_hf(data)
     named = str(caught[-1].message)
@@ -201,7 +202,9 @@ def test_hf_defaults_are_made_explicit() -> None:
 
 
 def test_from_hf_reads_a_config_json_path(tmp_path) -> None:
-    HFConfig(**BASE, attn_layers=["lsh"], num_buckets=[2, 4]).save_pretrained(tmp_path)
+    transformers.ReformerConfig(**BASE, attn_layers=["lsh"], num_buckets=[2, 4]).save_pretrained(
+        tmp_path
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HFConversionWarning)
         by_folder = ReformerConfig.from_hf(tmp_path)
@@ -249,7 +252,7 @@ def test_rejected_fields_say_why(change: dict, pattern: str) -> None:
 @pytest.mark.parametrize(("max_positions", "chunk"), [(32, 4), (4096, 64), (524_288, 64), (96, 8)])
 def test_auto_buckets_equal_hf_rule(max_positions: int, chunk: int) -> None:
     """HF sizes num_buckets=None at its first batch; at max_position_embeddings it is ours."""
-    cfg = HFConfig(
+    cfg = transformers.ReformerConfig(
         attn_layers=["lsh"], lsh_attn_chunk_length=chunk, max_position_embeddings=max_positions
     )
     attention = transformers.models.reformer.modeling_reformer.LSHSelfAttention(cfg)

@@ -4,8 +4,10 @@ lengths that fit one chunk, are whole chunks or not, with and without a left-pad
 
 from __future__ import annotations
 
+import functools
+import importlib
 import itertools
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -15,9 +17,15 @@ from attention_zoo.attention.kernels.rounds.circular import CircularPlan, consec
 from attention_zoo.attention.kernels.rounds.lsh_hashing import auto_buckets
 from attention_zoo.attention.kernels.rounds.rows import undo_perm
 
-reformer = pytest.importorskip(
-    "transformers.models.reformer.modeling_reformer", reason="transformers is not installed"
-)
+pytest.importorskip("transformers", reason="transformers is not installed")
+
+
+@functools.cache
+def reformer() -> ModuleType:
+    """transformers' Reformer modelling module, imported when a test first needs it (not while
+    the tests are collected: it takes seconds)."""
+    return importlib.import_module("transformers.models.reformer.modeling_reformer")
+
 
 B, H, D, C = 2, 2, 8, 8  # batch, heads, head size, chunk
 
@@ -81,17 +89,21 @@ def _run_both(module, core, project, n, dtype, masked):
 
 def _compare_lsh(dtype, kernel, causal, n, hashes, buckets, masked, before, after, seed):
     torch.manual_seed(0)
-    module = reformer.LSHSelfAttention(
-        _config(
-            is_decoder=causal,
-            num_hashes=hashes,
-            num_buckets=list(buckets) if isinstance(buckets, tuple) else buckets,
-            hash_seed=seed,
-            lsh_attn_chunk_length=C,
-            lsh_num_chunks_before=before,
-            lsh_num_chunks_after=after,
+    module = (
+        reformer()
+        .LSHSelfAttention(
+            _config(
+                is_decoder=causal,
+                num_hashes=hashes,
+                num_buckets=list(buckets) if isinstance(buckets, tuple) else buckets,
+                hash_seed=seed,
+                lsh_attn_chunk_length=C,
+                lsh_num_chunks_before=before,
+                lsh_num_chunks_after=after,
+            )
         )
-    ).to(dtype)
+        .to(dtype)
+    )
     ours = build_attention(
         "lsh",
         causal=causal,
@@ -167,6 +179,7 @@ def test_lsh_equals_hf_in_float32(kernel):
     assert alone_seen > 0  # the cases hold queries that see only themselves
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["cpu-fused", "math"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_lsh_equals_hf_in_16_bits(kernel, dtype):
@@ -205,7 +218,7 @@ def test_windows_and_self_copies_are_hfs_look_adjacent(rounds):
     for before, after in WINDOWS:
         plan = _plan(perm, before, after)
         chunks = perm.reshape(1, 2, -1, C)
-        hf = reformer.LSHSelfAttention._look_adjacent(None, chunks, before, after)
+        hf = reformer().LSHSelfAttention._look_adjacent(None, chunks, before, after)
         assert torch.equal(plan.window_positions(), hf.reshape(2, -1, hf.shape[-1]))
         q_pos = perm.reshape(2, -1, C, 1)
         copies = (plan.window_positions().unsqueeze(2) == q_pos).sum(-1)  # per slot
@@ -217,6 +230,7 @@ def test_windows_and_self_copies_are_hfs_look_adjacent(rounds):
 WRAPPING = [(2, 2), (3, 0), (4, 1)]  # windows of more chunks than a round has (two)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["auto", "math"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_lsh_equals_hf_when_windows_wrap_around_more_than_once(kernel, dtype):
@@ -236,14 +250,18 @@ def test_lsh_equals_hf_when_windows_wrap_around_more_than_once(kernel, dtype):
 
 def _compare_local(dtype, kernel, causal, n, masked, before, after):
     torch.manual_seed(0)
-    module = reformer.LocalSelfAttention(
-        _config(
-            is_decoder=causal,
-            local_attn_chunk_length=C,
-            local_num_chunks_before=before,
-            local_num_chunks_after=after,
+    module = (
+        reformer()
+        .LocalSelfAttention(
+            _config(
+                is_decoder=causal,
+                local_attn_chunk_length=C,
+                local_num_chunks_before=before,
+                local_num_chunks_after=after,
+            )
         )
-    ).to(dtype)
+        .to(dtype)
+    )
     ours = build_attention(
         "local",
         causal=causal,

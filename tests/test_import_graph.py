@@ -5,6 +5,7 @@ never at `import attention_zoo`), which in turn are never imported at module lev
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,10 @@ def imports_of(module: str, path: Path) -> Iterator[Import]:
     yield from walk(ast.parse(path.read_text(), str(path)), False)
 
 
-IMPORTS = [i for m, p in MODULES.items() for i in imports_of(m, p)]
+@functools.cache
+def all_imports() -> list[Import]:
+    """Every import of the package, read once, when a test first asks (not while collecting)."""
+    return [i for m, p in MODULES.items() for i in imports_of(m, p)]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -125,7 +129,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def module_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for i in IMPORTS:
+    for i in all_imports():
         if not i.in_function and i.target in MODULES and i.target != i.module:
             graph[i.module].add(i.target)
     return graph
@@ -153,7 +157,7 @@ def test_no_import_cycles_between_packages() -> None:
 
 def test_functions_import_only_optional_dependencies() -> None:
     found: dict[str, set[str]] = {}
-    for i in IMPORTS:
+    for i in all_imports():
         if i.in_function and i.target.split(".")[0] not in OPTIONAL:
             found.setdefault(i.module, set()).add(i.target)
     moved = {m: PENDING[m] - found.get(m, set()) for m in PENDING}
@@ -166,7 +170,7 @@ def test_functions_import_only_optional_dependencies() -> None:
 def test_optional_dependencies_are_never_imported_at_module_level() -> None:
     top = [
         f"{i.module}:{i.line} {i.target}"
-        for i in IMPORTS
+        for i in all_imports()
         if not i.in_function and i.target.split(".")[0] in OPTIONAL
     ]
     assert top == []
@@ -179,6 +183,6 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     assert "attention_zoo.hf_reformer" in graph["attention_zoo.config"]
     assert "attention_zoo.attention.full" in graph["attention_zoo.attention"]
     assert "attention_zoo.declarative" in graph["attention_zoo.tasks.suite"]
-    assert any(i.target == "importlib.resources.abc" for i in IMPORTS if not i.in_function)
-    assert any(i.in_function and i.target == "transformers" for i in IMPORTS)
+    assert any(i.target == "importlib.resources.abc" for i in all_imports() if not i.in_function)
+    assert any(i.in_function and i.target == "transformers" for i in all_imports())
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

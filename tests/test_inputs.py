@@ -114,6 +114,7 @@ def test_a_block_with_shared_kv_heads_projects_fewer_keys_and_decodes():
     assert 4 * (state.nbytes() - real) == plain.double().init_state(2, 11).nbytes() - real
 
 
+@pytest.mark.slow
 def test_fair_numbers_follow_the_layout():
     """One KV head of four: a quarter of the KV cache and fewer parameters; a recurrence's state
     does not grow with the context."""
@@ -130,6 +131,7 @@ def test_fair_numbers_follow_the_layout():
     assert fair_numbers("nystrom", {}, setting).state_bytes is None  # bidirectional only
 
 
+@pytest.mark.slow
 def test_zoo_list_shows_the_fair_numbers(capsys):
     assert main(["list", "--json", "--device", "cpu", "--context", "2048"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}

@@ -88,6 +88,7 @@ PATTERNS = [
 PATTERN_IDS = [f"{n}-{'-'.join(f'{k}{v}' for k, v in o.items())}" for n, o in PATTERNS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("name", "options"), slow_after_first(PATTERNS, PATTERN_IDS))
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
@@ -583,6 +584,7 @@ def test_fla_on_cuda_stays_near_the_quadratic_form(name, options):
         assert error < 3e-2, f"{name}: bfloat16 relative error {error:.3g}"
 
 
+@pytest.mark.slow
 def test_the_implementation_that_ran_is_stored_and_shown(tmp_path):
     """Each case's facts name the implementation its cores ran; the bench and results tables show
     it in their kernel column."""

@@ -52,6 +52,7 @@ def test_independent_parser_on_a_known_expression() -> None:
     assert evaluate("[MED 1 2 [SM 9 9 ] 5 ]") == (3, 3, 4)  # median of 1 2 8 5 = 3.5 -> 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fields",
     [

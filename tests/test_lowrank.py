@@ -201,6 +201,7 @@ def _flops(fn, x: torch.Tensor) -> int:
     return counter.get_total_flops()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "options", "most"),
     [("nystrom", {}, 0.85), ("linformer", {"max_length": 2048}, 0.7)],

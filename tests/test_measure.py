@@ -100,6 +100,7 @@ def test_tracked_peak_counts_frees() -> None:
     assert peak.peak_bytes == M * M * 4 and peak.net_bytes == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not rss_supported(), reason="needs /proc/self/clear_refs (Linux)")
 def test_rss_peak_sees_a_large_allocation() -> None:
     size = 64 * 2**20
@@ -108,6 +109,7 @@ def test_rss_peak_sees_a_large_allocation() -> None:
     assert 0.9 * size <= rss.peak_bytes <= 1.5 * size
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not rss_supported(), reason="needs /proc/self/clear_refs (Linux)")
 def test_rss_peak_is_not_hidden_by_earlier_garbage_freed_while_it_runs() -> None:
     import gc

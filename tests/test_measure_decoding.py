@@ -51,6 +51,7 @@ def test_a_generation_case_says_what_would_work(changes, words):
         _decode("sdpa", **changes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sdpa", "local", "linear", "lsh"])
 def test_decode_cases_store_time_per_token_and_state_bytes(backend):
     """One token per timed call, its output checked ((b, h, 1, d)); the state's bytes per
@@ -76,6 +77,7 @@ def test_a_decode_case_keeps_decoding_at_its_context():
         assert lengths == [97, 98, 99, 100, 97, 98, 99, 100, 97, 98]
 
 
+@pytest.mark.slow
 def test_prefill_and_recompute_cases_and_a_refusal():
     prefill = measure_case(_decode("linear", "prefill"), FAST)
     assert prefill.status == "ok" and prefill.value("state_bytes") > 0
@@ -110,6 +112,7 @@ def test_the_grid_measures_cores_causally_and_recomputes_only_decoding():
         SweepGrid(target="model", modes=("decode",))
 
 
+@pytest.mark.slow
 def test_zoo_bench_measures_generation(tmp_path, capsys):
     store = tmp_path / "s.sqlite"
     code = main(
@@ -136,6 +139,7 @@ def _targets_script():
     return module
 
 
+@pytest.mark.slow
 def test_the_targets_script_judges_a_run_and_never_a_busy_one(tmp_path, capsys):
     """On known laws: the flat ones pass, sdpa's exponent 1.00 passes, recomputing at 16384 is
     1638x; a performer and a sliding window not measured, and a busy run, decide nothing."""

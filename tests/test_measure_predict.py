@@ -38,6 +38,7 @@ def assert_agrees(case: BenchCase) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", RUNNABLE)
 @pytest.mark.parametrize(
     "target,mode",
@@ -113,6 +114,7 @@ def fitted_exponent(backend: str, lengths: list[int]) -> float:
 LENGTHS = [4096, 8192, 16384, 32768]
 
 
+@pytest.mark.slow
 def test_full_attention_memory_grows_quadratically() -> None:
     assert fitted_exponent("full", LENGTHS) == pytest.approx(2.0, abs=0.05)
 
@@ -173,6 +175,7 @@ def test_a_target_whose_kernels_cannot_be_traced_is_predicted_on_the_cpu(monkeyp
     assert got.method.startswith("fake:cpu standing in for cuda (no rule registered")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", RUNNABLE)
 @pytest.mark.parametrize("mode", ["forward+backward", "decode"])
 def test_flops_counted_on_meta_equal_the_prediction(backend: str, mode: str) -> None:
@@ -186,6 +189,7 @@ def test_flops_counted_on_meta_equal_the_prediction(backend: str, mode: str) -> 
     assert predict_flops(case) == predict_case(case).flops
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
     [

@@ -76,6 +76,7 @@ def check(task: NeedleTask, ids: list[int], labels: list[int]) -> dict:
     return p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["single", "multikey", "multivalue", "multiquery"])
 @pytest.mark.parametrize("haystack", ["noise", "essay", "needle"])
 def test_every_variant_and_haystack_follows_its_definition(variant: str, haystack: str) -> None:
@@ -87,6 +88,7 @@ def test_every_variant_and_haystack_follows_its_definition(variant: str, haystac
     assert {parse(ids, labels)["length"] for ids, labels in rows} == {32, 48}  # both rungs
 
 
+@pytest.mark.slow
 def test_ten_thousand_single_needles_are_recoverable_at_their_depth() -> None:
     task = NeedleTask(**SMALL, lengths=(48,), haystack="essay", depth=0.5)
     batch = task.sample(10_000, torch.Generator().manual_seed(1))

@@ -111,6 +111,7 @@ def test_peer_option_errors_name_what_it_takes() -> None:
         SweepGrid(backends=("hf:local",), options={"hf:local": {"num_hashes": 2}}).cases()
 
 
+@pytest.mark.slow
 def test_a_missing_package_is_a_skipped_row_never_a_crash(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(PeerSpec, "version", lambda self: None)
     cases = SweepGrid(
@@ -136,11 +137,13 @@ def test_a_missing_package_is_a_skipped_row_never_a_crash(monkeypatch, tmp_path)
     assert lucid.status == "skipped" and "pip install reformer-pytorch" in lucid.error
 
 
+@pytest.mark.slow
 def test_peers_run_at_target_block_only() -> None:
     result = measure_case(case("hf:local").replace(target="attention"), QUICK)
     assert result.status == "skipped" and "target 'block' only" in result.error
 
 
+@pytest.mark.slow
 @needs_lucid
 def test_lucid_length_limit_is_a_skip_reason() -> None:
     result = measure_case(case("lucid:lsh", seq_len=96), QUICK)

@@ -75,6 +75,7 @@ def test_lucid_peer_runs_in_the_runner_or_says_how_to_install(peer: str) -> None
             assert {r.metric for r in result.rows} >= {"time_median", "peak_bytes"}
 
 
+@pytest.mark.slow
 def test_a_missing_lucid_package_is_a_skipped_row(monkeypatch) -> None:
     monkeypatch.setattr(PeerSpec, "version", lambda self: None)
     result = measure_case(_case("lucid:performer", False), QUICK)
@@ -82,6 +83,7 @@ def test_a_missing_lucid_package_is_a_skipped_row(monkeypatch) -> None:
     assert result.error == "performer-pytorch is not installed (pip install performer-pytorch)"
 
 
+@pytest.mark.slow
 def test_sliding_peer_takes_no_global_tokens() -> None:
     case = _case("lucid:sliding-window", True).replace(options={"global_tokens": 2})
     result = measure_case(case, QUICK)

@@ -115,6 +115,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow
 def test_an_imported_module_is_listed_benchmarked_and_reported(
     plugin_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,6 +150,7 @@ def test_an_imported_module_is_listed_benchmarked_and_reported(
     assert "mine" in Path("report/report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_plugin_file_path_and_zoo_import_work_too(
     plugin_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -158,6 +160,7 @@ def test_a_plugin_file_path_and_zoo_import_work_too(
     assert child_environment()["ZOO_IMPORT"] == path  # an isolated worker loads it again
 
 
+@pytest.mark.slow
 def test_zoo_import_environment_variable(
     plugin_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,6 +199,7 @@ def _install(site: Path, dist: str, entry_points: str, modules: dict[str, str]) 
         (site / f"{name}.py").write_text(source)
 
 
+@pytest.mark.slow
 def test_an_installed_entry_point_is_loaded_by_every_command(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -215,6 +219,7 @@ def test_an_installed_entry_point_is_loaded_by_every_command(
     assert code == 0 and "1 cases" in out
 
 
+@pytest.mark.slow
 def test_a_broken_plugin_is_one_warning_and_the_rest_works(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

@@ -52,6 +52,7 @@ def test_every_span_of_the_readme_names_one_of_its_commands() -> None:
     assert any(s.pytest for s in spans) and all(s.command in text for s in spans)
 
 
+@pytest.mark.slow
 def test_the_spans_get_what_the_commands_measure_and_nothing_else_changes(
     tmp_path: Path, idle: None
 ) -> None:
@@ -66,6 +67,7 @@ def test_the_spans_get_what_the_commands_measure_and_nothing_else_changes(
     assert after == before.replace("an hour", sleep).replace("1 passed in 9 s", tests)
 
 
+@pytest.mark.slow
 def test_a_failing_test_command_writes_nothing(tmp_path: Path, idle: None) -> None:
     (tmp_path / "test_tiny.py").write_text(TINY_TESTS + "\n\ndef test_bad():\n    assert False\n")
     readme = _readme(tmp_path, f"{sys.executable} -m pytest -q -p no:cacheprovider test_tiny.py")

@@ -136,6 +136,7 @@ def test_chunk_length_is_a_power_of_two() -> None:
         chunk_decay(**make_inputs("scalar", 8), scale=1.0, chunk_length=48)
 
 
+@pytest.mark.slow
 def test_backward_holds_no_state_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forward and backward stay far below one n x dk x dv tensor: chunk states live per segment."""
     monkeypatch.setattr(decay, "SEGMENT_LENGTH", 128)
@@ -242,6 +243,7 @@ def _naive_fla_ops(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("fn", [fla_chunk_decay, fla_recurrent_decay])
 def test_fla_adapters_convert_the_layout(kind: str, fn, monkeypatch: pytest.MonkeyPatch) -> None:

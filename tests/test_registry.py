@@ -148,6 +148,7 @@ def test_register_rejects_non_module_and_non_dataclass():
     assert "bad" not in BACKENDS
 
 
+@pytest.mark.slow
 def test_cli_list_table_and_json(capsys):
     assert zoo_main(["list", "--device", "cpu"]) == 0
     table = capsys.readouterr().out

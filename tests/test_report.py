@@ -320,6 +320,7 @@ def test_claims_section_renders_each_reproductions_claims(tmp_path):
     assert "No rows for any claim yet: `given` (Given claims: run `zoo reproduce given`)" in text
 
 
+@pytest.mark.slow
 def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(tmp_path):
     """`--reference hf`: lsh rows divide by hf:lsh, local rows by hf:local (as `zoo bench
     --reference hf` does), each at its own length."""
@@ -349,6 +350,7 @@ def test_a_peer_family_as_reference_divides_each_variant_by_its_mechanisms_peer(
     assert "no ratios" not in text.split("## Scaling")[0]
 
 
+@pytest.mark.slow
 def test_a_new_section_is_a_function_and_its_entry_in_sections(tmp_path, monkeypatch):
     """Adding a report section touches its module and builder.SECTIONS: it is printed in place,
     in the markdown and the HTML, from the Context every section reads."""

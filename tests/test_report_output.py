@@ -134,6 +134,7 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], code: int, *words: str) 
     assert all(w in err for w in words), err
 
 
+@pytest.mark.slow
 def test_a_folder_zoo_report_did_not_write_is_refused_untouched(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -152,6 +153,7 @@ def test_a_folder_zoo_report_did_not_write_is_refused_untouched(
     assert zoo_main(["report", "--store", str(store), "--out", str(empty)]) == 0  # nothing to lose
 
 
+@pytest.mark.slow
 def test_report_folders_and_files_keep_the_users_umask(tmp_path: Path) -> None:
     """Before: a freshly published folder was 0700 (a temporary folder's mode)."""
     store, out = _tiny_store(tmp_path / "s.sqlite"), tmp_path / "report"
@@ -181,6 +183,7 @@ def test_the_current_folder_is_refused_leaving_nothing_behind(
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_a_second_writer_to_one_folder_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -195,6 +198,7 @@ def test_a_second_writer_to_one_folder_is_refused(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "s.sqlite"]  # lock removed
 
 
+@pytest.mark.slow
 def test_index_edits_only_its_marked_section(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -225,6 +229,7 @@ def test_an_index_an_older_zoo_report_wrote_whole_is_regenerated(tmp_path: Path)
     assert text.startswith(f"{HEADER}\n{BEGIN}\n") and "--out ...`" not in text
 
 
+@pytest.mark.slow
 def test_the_index_records_commands_quoted_relative_and_with_their_imports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -253,6 +258,7 @@ def test_the_index_records_commands_quoted_relative_and_with_their_imports(
     assert shlex.split(report)[3] == "my results/zoo.sqlite"  # a shell takes it back whole
 
 
+@pytest.mark.slow
 def test_a_store_outside_the_folder_a_command_ran_in_is_recorded_by_its_file_name(tmp_path):
     """A published report shows no machine's folders: a store elsewhere is its file name, one
     under the folder its path from there; an older run's recorded command is made so when a

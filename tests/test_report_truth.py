@@ -101,6 +101,7 @@ def _store_with_busy_reference(path: Path, *, reference_free: float) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_set_aside_reference_leaves_its_class_without_a_fastest(tmp_path: Path) -> None:
     """Before: with every sdpa time set aside as busy, `full` (3x slower) was named fastest."""
     store = _store_with_busy_reference(tmp_path / "s.sqlite", reference_free=0.2)

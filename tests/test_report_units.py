@@ -13,6 +13,7 @@ from attention_zoo.measure.metrics import METRICS
 from attention_zoo.report import plots
 
 
+@pytest.mark.slow
 def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     saved = []
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: saved.append(fig) or path)

@@ -46,6 +46,7 @@ def _verdicts(rows: list[dict]) -> dict[str, str]:
     return {c.setting.split()[-1]: c.verdict for c in ladder.claims(rows, PRESET)}
 
 
+@pytest.mark.slow
 def test_the_recurrences_share_one_fixed_state_and_attention_grows() -> None:
     fixed = {b: ladder.memory(PRESET, b) for b in ("gla", "gated-deltanet", "retention")}
     assert all(m.fixed for m in fixed.values())

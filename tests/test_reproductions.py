@@ -147,6 +147,7 @@ target_accuracy = 0.9
 """
 
 
+@pytest.mark.slow
 def test_zoo_reproduce_runs_an_imported_reproduction_s_task_and_prints_its_claims(
     plugin: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

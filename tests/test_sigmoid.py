@@ -84,6 +84,7 @@ def test_padding_keys_change_nothing(causal, kernel):
     torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_tiled_memory_grows_linearly_in_the_length():
     """Forward and backward: doubling n at most doubles the peak (a map of n x n would quadruple
     it), which at n = 2048 stays far below one (b, h, n, n) map of the dense reference."""
@@ -104,6 +105,7 @@ def test_tiled_memory_grows_linearly_in_the_length():
     assert long < b * h * 2048**2 * 4 / 4, f"peak {long} bytes, one n x n map {4 * 2048**2 * 4}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["forward", "forward+backward"])
 def test_predictions_are_the_measured_numbers_over_many_tiles(mode):
     """On meta tensors the kernel runs one tile per query chunk (each allocates what any other

@@ -58,6 +58,7 @@ def test_groups_have_their_orders_and_the_task_uses_the_lexicographic_elements()
     assert group_elements("A5")[0] == tuple(range(5))  # the identity first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group, kind, n", [("S5", "S", 5), ("A5", "A", 5), ("S3", "S", 3)])
 def test_every_label_is_the_composed_permutation_of_its_prefix(
     group: str, kind: str, n: int

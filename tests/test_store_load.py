@@ -122,6 +122,7 @@ def test_machine_load_is_the_busy_share_of_the_cpu_counters(monkeypatch):
     assert load.machine_load(sample_s=0) == load.Load(2.0, load.SAMPLED)
 
 
+@pytest.mark.slow
 @pytest.mark.real_load
 def test_machine_load_sees_another_process_spinning():
     if load._cpu_times() is None:
@@ -153,6 +154,7 @@ def test_zoo_bench_warns_on_a_busy_machine(tmp_path, monkeypatch, capsys):
         assert s.runs()[0]["load_start"] == 9.0  # the sample it warned about is the one stored
 
 
+@pytest.mark.slow
 def test_zoo_bench_samples_the_load_once_at_each_end_of_its_run(tmp_path, monkeypatch, capsys):
     taken = []
 

@@ -58,6 +58,7 @@ def test_reading_a_v1_store_leaves_its_bytes_unchanged(
     assert _state(path) == before
 
 
+@pytest.mark.slow
 def test_zoo_report_of_a_v1_store_leaves_its_bytes_unchanged(tmp_path: Path) -> None:
     path = _v1_bench_store(tmp_path / "old.sqlite")
     before = _state(path)
@@ -133,6 +134,7 @@ def test_writing_to_a_v1_store_upgrades_it_with_a_notice_and_a_backup(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.sqlite", "old.v1-backup.sqlite"]
 
 
+@pytest.mark.slow
 def test_a_store_of_a_newer_version_is_refused_naming_its_version(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -45,6 +45,7 @@ def _all_at_once(path: Path) -> list[str]:
     return outcomes
 
 
+@pytest.mark.slow
 def test_twenty_processes_create_one_new_store_at_once(tmp_path: Path) -> None:
     path = tmp_path / "new" / "zoo.sqlite"
     assert _all_at_once(path) == ["ok"] * PROCESSES
@@ -55,6 +56,7 @@ def test_twenty_processes_create_one_new_store_at_once(tmp_path: Path) -> None:
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
+@pytest.mark.slow
 def test_twenty_processes_upgrade_one_old_store_at_once(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     _v1_store(path)

@@ -178,6 +178,7 @@ def test_failing_and_oom_cases_are_recorded_and_sweep_goes_on(
     assert result.counts() == {"ok": 2, "error": 1, "oom": 1}
 
 
+@pytest.mark.slow
 def test_prediction_guard_marks_oversized_case_oom_without_running(tmp_path: Path) -> None:
     big = BenchCase(
         target="attention", backend="full", seq_len=65536, mode="forward"
@@ -268,6 +269,7 @@ def test_killed_sweep_resumes_only_missing_cases(tmp_path: Path) -> None:
     assert len(pairs) == 12 and len(set(pairs)) == 12  # 6 cases x 2 metrics, none twice, none lost
 
 
+@pytest.mark.slow
 def test_resume_of_complete_run_measures_nothing(tmp_path: Path) -> None:
     cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
     with ResultStore(tmp_path / "zoo.sqlite") as store:

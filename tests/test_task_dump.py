@@ -18,6 +18,7 @@ def _dump(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_task_dumps_json_lines_reproducibly(
     name: str, capsys: pytest.CaptureFixture[str]

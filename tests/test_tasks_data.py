@@ -148,6 +148,7 @@ def test_training_stream_never_yields_an_evaluation_sequence() -> None:
     assert data.dropped > 0  # the stream did draw evaluation sequences, and replaced them
 
 
+@pytest.mark.slow
 def test_listops_masks_its_padding() -> None:
     from attention_zoo.tasks.listops import TOKEN_ID, ListOpsTask
 

@@ -193,6 +193,7 @@ def test_results_derives_rate_rows_in_csv_and_json(
     assert RATE_HEADER in table and "50.5%" in table
 
 
+@pytest.mark.slow
 def test_the_report_shows_rate_and_share_traced_to_the_store(tmp_path: Path) -> None:
     pytest.importorskip("pandas")
     from attention_zoo.report import cost

@@ -206,6 +206,7 @@ def _marks(result, device: str = "cpu") -> list:
     return trust.timing_marks(metrics, threads=1, device=device)
 
 
+@pytest.mark.slow
 def test_an_unstable_time_is_measured_again_then_marked(plugin: Path) -> None:
     result = measure_case(_case("zigzag"), _timed(budget_s=0.05, repeats=6))
     assert (result.status, result.error) == (OK, None)  # the marks follow from the stored rows
@@ -217,6 +218,7 @@ def test_an_unstable_time_is_measured_again_then_marked(plugin: Path) -> None:
     assert mark.reason.startswith(f"unstable after {1 + trust.RETIMES} timings: IQR")
 
 
+@pytest.mark.slow
 def test_a_steady_time_on_an_idle_machine_carries_no_mark(plugin: Path) -> None:
     result = measure_case(_case("steady"), _timed(budget_s=0.4))
     assert (result.status, result.error) == (OK, None)
@@ -264,6 +266,7 @@ def test_a_group_timed_again_is_timed_whole_and_kept_from_one_attempt(monkeypatc
     assert {t.attempts for t in timed.values()} == {1 + trust.RETIMES}
 
 
+@pytest.mark.slow
 def test_a_group_that_settles_on_its_second_timing_is_not_marked(plugin: Path, monkeypatch) -> None:
     fake = ScriptedTimings({0: [0.02, 0.02], 1: [0.6, 0.05]})
     monkeypatch.setattr(trust, "time_interleaved", fake)
@@ -291,6 +294,7 @@ def test_no_retry_on_a_busy_machine_or_after_a_long_attempt(monkeypatch) -> None
     assert _until_stable(fake, monkeypatch, budget_s=0.0)["a"].attempts == 1
 
 
+@pytest.mark.slow
 def test_a_case_timed_while_the_cores_were_busy_is_marked_and_warned_about(
     plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
@@ -445,6 +449,7 @@ def test_the_table_divides_no_time_set_aside_and_notes_each_kind_once() -> None:
     assert "zoo results --format csv" in notes[3]
 
 
+@pytest.mark.slow
 def test_an_exact_check_tries_the_next_dtype_and_the_case_s_own(plugin: Path) -> None:
     # no float64 kernel: checked in float32 (right there), then in float16, the case's (wrong)
     result = measure_case(_case("picky-exact", dtype="float16"), FAST)
@@ -506,6 +511,7 @@ def test_a_time_set_aside_is_on_no_pareto_front() -> None:
     assert front == [False, True, False, True]
 
 
+@pytest.mark.slow
 def test_an_attempt_is_long_by_the_clock_it_was_timed_with(monkeypatch) -> None:
     # a group timed by the process's CPU time on a loaded machine: its wall time grows with the
     # load, its CPU time does not, so it is still retried while unstable
