@@ -383,6 +383,7 @@ def test_folded_blocks_run_on_meta_device(spec):
     assert out.device.type == "meta" and out.shape == (2, 4099, 32)
 
 
+@pytest.mark.long
 @pytest.mark.slow  # compiling takes seconds per backend
 @pytest.mark.parametrize("spec", FOLDING, ids=[s.id for s in FOLDING])
 def test_folded_blocks_compile_to_one_graph(spec):

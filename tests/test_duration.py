@@ -179,6 +179,7 @@ def _interrupt_when(argv: list[str], marker: str, stream: str) -> tuple[int, flo
     return proc.returncode, took, "".join(seen) + pipe.read()
 
 
+@pytest.mark.long
 @pytest.mark.slow  # a fresh interpreter with torch, a few seconds
 def test_ctrl_c_ends_a_process_stuck_in_one_long_operation():
     code, took, out = _interrupt_when([sys.executable, "-c", STUCK], "inside", "stdout")
@@ -186,6 +187,7 @@ def test_ctrl_c_ends_a_process_stuck_in_one_long_operation():
     assert "the operation finished" not in out
 
 
+@pytest.mark.long
 @pytest.mark.slow  # zoo bench in a fresh interpreter until its case is inside one long operation
 def test_ctrl_c_inside_a_long_case_leaves_the_run_interrupted_and_resumable(tmp_path):
     store = tmp_path / "s.sqlite"

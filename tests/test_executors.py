@@ -306,6 +306,7 @@ def _always_die(case: BenchCase, settings: MeasureSettings) -> CaseResult:
     os._exit(1)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_worker_killed_mid_case_is_retried_then_recorded(ray_runtime, tmp_path: Path) -> None:
     cases = SweepGrid(target="attention", backends=("full",), seq_lens=(64, 128)).cases()
@@ -386,6 +387,7 @@ def test_driver_killed_mid_sweep_resumes_to_the_uninterrupted_rows(
     assert set(resumed) == set(uninterrupted)  # none lost
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_task_smoke_preset_on_ray_gives_the_local_runs_and_statuses(
     ray_runtime, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -342,6 +342,7 @@ def run_gate(clone: Path, *args: str) -> subprocess.CompletedProcess:
 LOCAL_FORWARD = gate.core_time_regex(["local"]).replace(r"(\+backward)?", "")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_each_side_sees_its_own_commits_code_only(clone: Path, tmp_path: Path) -> None:
     """A backend planted on head only: head's environment has it, the base's does not, although

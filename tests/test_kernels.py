@@ -527,6 +527,7 @@ def test_lsh_block_lists_cover_every_window_of_the_sorted_rounds(causal, length,
 # ---- compiled Flex on the CPU (forward): block sparsity for real, no recompiles -----------------
 
 
+@pytest.mark.long
 @pytest.mark.slow  # each compile takes ~10 s on 2 cores
 def test_compiled_flex_on_the_cpu_equals_the_dense_pattern_and_compiles_once():
     n = 600
@@ -618,6 +619,7 @@ def test_the_implementation_that_ran_is_stored_and_shown(tmp_path):
     assert any(" math " in line and " linear(kernel=math) " in line for line in table)
 
 
+@pytest.mark.long
 @pytest.mark.slow  # compiling the forward and backward takes ~20 s on 2 cores
 def test_compiled_nystrom_equals_its_plain_formula():
     """The CUDA implementation is the plain function through torch.compile: the same function,

@@ -186,6 +186,7 @@ def test_bigbird_random_blocks_are_a_hash_of_the_seed_the_same_everywhere():
     assert counts[1:].max() <= 12  # spread over the candidates, not piled on a few
 
 
+@pytest.mark.long
 @pytest.mark.slow  # compiling takes ~3-6 s
 def test_bigbird_compiles_to_one_graph_with_its_default_seed():
     q, k, v = (torch.randn(1, 2, 150, 16) for _ in range(3))
