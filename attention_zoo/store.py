@@ -776,6 +776,7 @@ __all__ = [
     "Row",
     "StoreError",
     "case_key",
+    "check_store_path",
     "facts_of",
     "open_store",
     "run_status",

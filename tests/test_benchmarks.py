@@ -3,9 +3,9 @@ bytes) against the committed baseline file.
 
 Ratios, never absolute times: the machine may be shared (measured: a second busy process changes
 absolute CPU times by up to 7x), so each comparison times both sides round-robin in the same run.
-Baselines: one representative case per backend runs in the quick pass, the rest are slow; after an
-intended change, python benchmarks/scripts/update_baselines.py (it compares time first) rewrites the
-file: review and commit the diff.
+Baselines: one representative case per backend runs in the README's test command (`slow`), the rest
+in CI's long pass; after an intended change, python benchmarks/scripts/update_baselines.py (it
+compares time first) rewrites the file: review and commit the diff.
 """
 
 from __future__ import annotations

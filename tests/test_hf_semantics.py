@@ -5,7 +5,6 @@ lengths that fit one chunk, are whole chunks or not, with and without a left-pad
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 from types import ModuleType, SimpleNamespace
 
@@ -24,7 +23,7 @@ pytest.importorskip("transformers", reason="transformers is not installed")
 def reformer() -> ModuleType:
     """transformers' Reformer modelling module, imported when a test first needs it (not while
     the tests are collected: it takes seconds)."""
-    return importlib.import_module("transformers.models.reformer.modeling_reformer")
+    return pytest.importorskip("transformers.models.reformer.modeling_reformer")
 
 
 B, H, D, C = 2, 2, 8, 8  # batch, heads, head size, chunk

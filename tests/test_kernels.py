@@ -88,7 +88,6 @@ PATTERNS = [
 PATTERN_IDS = [f"{n}-{'-'.join(f'{k}{v}' for k, v in o.items())}" for n, o in PATTERNS]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("name", "options"), slow_after_first(PATTERNS, PATTERN_IDS))
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])

@@ -3,7 +3,7 @@
 Layout: one module per backend (full, sdpa, xformers, shared_qk, local, lsh, sliding_window,
 bigbird, linear, performer, nystrom, linformer, retention, gla, deltanet, gated_deltanet, sigmoid,
 differential, moba, nsa: its option dataclass and its registered core; the recurrences share
-recurrent.py);
+recurrent.py); `dispatch.py` is the one rule that picks an implementation;
 `kernels/` holds what they compute with (dense math, chunked windows and their fused kernels and
 backward, LSH hashing, plan and fused Function, gathered key blocks, materialised references, the
 kernelised prefix sums, the chunked recurrences).

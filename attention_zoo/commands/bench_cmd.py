@@ -435,7 +435,6 @@ def _without_refused(
 
 def run(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
-    check_store_path(args.store, write=True)  # a bad path refused before the grid is planned
     grid, preset = grid_from_args(args, devices_present=True)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
@@ -451,10 +450,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(cases)} cases")
         return 0
     try:
+        check_store_path(args.store, write=True)  # refused before the cases' time predictions
         cases = _without_refused(cases, settings, local=args.executor == "local")
     except _AllRefused:
         executor.close()
         return 2
+    except BaseException:
+        executor.close()
+        raise
     try:
         where = executor.describe()  # connects: a bad cluster address fails before the store
         store = open_store(args.store, write=True)

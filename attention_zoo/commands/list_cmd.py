@@ -93,11 +93,12 @@ def _others(what: str, registry: Registry) -> str:
 
 
 def _fair(backend: str, setting: FairSetting) -> dict[str, Any] | None:
-    """The backend's fair-comparison numbers with its defaults (None where it cannot be built on
-    the meta device, e.g. CUDA-only kernels, or needs options it has no default for)."""
+    """The backend's fair-comparison numbers with its defaults (None where it cannot be built or
+    counted on the meta device, e.g. CUDA-only kernels or an operator with no meta kernel, or needs
+    options it has no default for)."""
     try:
         numbers = fair_numbers(backend, {}, setting)
-    except (ZooError, TypeError):
+    except (ZooError, TypeError, NotImplementedError):
         return None
     return {**numbers.to_dict(), "setting": dataclasses.asdict(setting)}
 

@@ -109,7 +109,7 @@ def fair_rows(case: BenchCase, metrics: tuple[str, ...] | list[str]) -> list[Met
 def _plain(spec: BackendSpec, options: dict[str, Any]) -> dict[str, Any]:
     """The options with the plain PyTorch implementation ("math") where the backend has one and
     none is named: the mechanism's matmuls, counted in a few large ops rather than a fused
-    kernel's many small ones (a segment loop costs seconds on FakeTensors)."""
+    kernel's many small ones (a segment loop costs seconds even on the meta device)."""
     table = getattr(spec.cls, "kernels", None)
     named = options.get("kernel", AUTO) != AUTO
     if named or table is None or "math" not in table.by_name or "kernel" not in spec.defaults():
