@@ -445,6 +445,7 @@ def run(args: argparse.Namespace) -> int:
     executor = executor_from_args(args)
     reference = args.reference or (preset.reference if preset else None) or DEFAULT_REFERENCE
     if args.dry_run:
+        executor.close()
         for c in cases:
             print(c.name())
         print(f"{len(cases)} cases")
@@ -452,15 +453,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_store_path(args.store, write=True)  # refused before the cases' time predictions
         cases = _without_refused(cases, settings, local=args.executor == "local")
+        where = executor.describe()  # connects: a bad cluster address fails before the store
+        store = open_store(args.store, write=True)
     except _AllRefused:
         executor.close()
         return 2
-    except BaseException:
-        executor.close()
-        raise
-    try:
-        where = executor.describe()  # connects: a bad cluster address fails before the store
-        store = open_store(args.store, write=True)
     except BaseException:
         executor.close()
         raise
