@@ -46,7 +46,7 @@ from .kernels.flex import (
     flex_environment,
     structural_block_mask,
 )
-from .kernels.masks import mask_value, self_mask_value
+from .kernels.masks import mask_value, real_positions, self_mask_value
 from .kernels.rounds.circular import (
     HF_KEY_EPS,
     CircularPlan,
@@ -200,7 +200,7 @@ class LSHAttention(AttentionCore):
                 causal=self.causal,
                 groups=groups,
                 perm=perm,
-                key_real=real_keys(n, npad, key_padding_mask, q.device).expand(b, npad),
+                key_real=real_positions(n, npad, key_padding_mask, q.device).expand(b, npad),
                 scale=1.0,
                 key_eps=d * HF_KEY_EPS,
                 self_partial=True,
@@ -436,7 +436,7 @@ def lsh_buckets(
     else:
         parts = [hash_rounds(qk.detach(), rot[:, :, s:e], nb) for s, e in groups]
         buckets = torch.cat(parts, dim=2)
-    real = real_keys(n, length, key_padding_mask, qk.device)[:, None, None]
+    real = real_positions(n, length, key_padding_mask, qk.device)[:, None, None]
     return torch.where(real, buckets, total_buckets(nb))
 
 
@@ -468,15 +468,6 @@ def hashed_flex(
 
 
 HF_ROUNDS_PER_PASS = 2  # at L = 4096, 4 hashes: peak 0.24x HF's instead of 0.37x (all at once)
-
-
-def real_keys(n: int, length: int, key_padding_mask: Tensor | None, device) -> Tensor:
-    """(b | 1, length) bool: positions below n that the key_padding_mask (if any) calls real."""
-    real = (torch.arange(length, device=device) < n)[None]
-    if key_padding_mask is not None:
-        padded = torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)
-        real = real & padded
-    return real
 
 
 @dataclass(frozen=True, kw_only=True)
