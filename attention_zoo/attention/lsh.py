@@ -36,7 +36,7 @@ from .decode import (
     kv_cache_bytes,
 )
 from .dispatch import Call, Implementation, KernelTable, materialised
-from .kernels.chunked import cpu_fused, padded_length
+from .kernels.chunked import cpu_fused, padded_length, padded_qkv
 from .kernels.compiled import maybe_compiled
 from .kernels.dense import dense_attention, unit_keys
 from .kernels.flex import (
@@ -184,10 +184,8 @@ class LSHAttention(AttentionCore):
                 q, keys, v, allowed, scale=1.0, penalise_self=True, dropout=dropout
             )
         npad = padded_length(n, c)
-        if npad != n:  # pad to whole chunks; padding hashes to the extra bucket and sorts last
-            shared = k is q
-            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
-            k = q if shared else k
+        # whole chunks: padding hashes to the extra bucket and sorts last
+        q, k, v = padded_qkv(q, k, v, npad)
         with torch.no_grad():
             perm, sorted_buckets = sort_by_bucket(self._hash(k, n, key_padding_mask))
         per_pass = cfg.rounds_per_pass or (HF_ROUNDS_PER_PASS if hf else None)
@@ -400,10 +398,8 @@ class LSHAttention(AttentionCore):
         cfg, causal = self.cfg, self.causal
         c = cfg.chunk_length
         npad = padded_length(n, c)
-        if npad != n:  # pad to whole chunks; padding hashes to the extra bucket and sorts last
-            shared = k is q
-            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
-            k = q if shared else k
+        # whole chunks: padding hashes to the extra bucket and sorts last
+        q, k, v = padded_qkv(q, k, v, npad)
         nb, rot = self._rotations_for(k, n, key_padding_mask)  # drawn here: RNG state replays
         after = 0 if causal else cfg.num_chunks_after
         length = cfg.num_hashes * npad
