@@ -10,11 +10,14 @@ from attention_zoo.reproduce.evidence import (
     ABOVE,
     BELOW,
     FEW_SEEDS,
+    GROUPED,
     LEVEL,
     NOT_ABOVE,
     NOT_LEARNED,
+    OURS_ONLY,
     STRADDLES,
     exact_siblings,
+    extra_backends,
     gap_class,
     judge_gap,
 )
@@ -93,3 +96,14 @@ def test_exact_siblings_are_the_backends_that_compute_full_attention() -> None:
         "sdpa",
         "shared-qk",
     ]
+
+
+def test_extra_backends_group_exact_siblings_and_show_the_others_gap() -> None:
+    accs = {b: {0: 50.0, 1: 52.0, 2: 54.0} for b in ("full", "sdpa", "linear", "performer")}
+    accs["linear"] = {0: 40.0, 1: 41.0}  # two seeds: no interval
+    extras = extra_backends(accs, "full", ["performer"], "LRA", missing=FEW_SEEDS)
+    assert [(e.backend, e.verdict, e.interval) for e in extras] == [
+        ("linear", OURS_ONLY, FEW_SEEDS),
+        ("sdpa", GROUPED, "+0.0 [+0.0, +0.0]"),
+    ]
+    assert extras[0].claim.endswith("no LRA row")

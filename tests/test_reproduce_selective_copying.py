@@ -9,7 +9,14 @@ import pytest
 
 from attention_zoo.report.claims import FAILS, HOLDS, NOT_MEASURED, verdict_class
 from attention_zoo.reproduce import get_reproduction
-from attention_zoo.reproduce.evidence import FEW_SEEDS, NOT_LEARNED, STRADDLES
+from attention_zoo.reproduce.evidence import (
+    FEW_SEEDS,
+    GROUPED,
+    NOT_LEARNED,
+    OURS_ONLY,
+    REFERENCE_VERDICT,
+    STRADDLES,
+)
 from attention_zoo.reproduce.selective_copying import table1
 from attention_zoo.tasks.suite import load_task_preset
 
@@ -58,9 +65,9 @@ def test_the_published_ordering_holds_when_ours_has_it() -> None:
     assert lines["gla vs retention"].interval.startswith("+36.0 [") and "(above)" in (
         lines["gla vs retention"].interval
     )
-    assert lines["full"].verdict == table1.REFERENCE_VERDICT
-    assert lines["linear vs full"].verdict == table1.OURS_ONLY
-    assert lines["sdpa vs full"].verdict == table1.GROUPED
+    assert lines["full"].verdict == REFERENCE_VERDICT
+    assert lines["linear vs full"].verdict == OURS_ONLY
+    assert lines["sdpa vs full"].verdict == GROUPED
     assert lines["gla vs retention"].seeds == "0,1,2"
     assert lines["gla vs retention"].rows_used == tuple(
         f"run/{b}{s}" for b in ("gla", "retention") for s in SEEDS

@@ -10,7 +10,7 @@ import pytest
 from attention_zoo.blocks.attention import SelfAttention
 from attention_zoo.report.claims import verdict_class
 from attention_zoo.reproduce import get_reproduction
-from attention_zoo.reproduce.evidence import NOT_LEARNED
+from attention_zoo.reproduce.evidence import GROUPED, NOT_LEARNED, REFERENCE_VERDICT
 from attention_zoo.reproduce.lra_listops import claims as lra
 from attention_zoo.reproduce.lra_listops import settings as lra_settings
 from attention_zoo.reproduce.zoology import sweep as zoology
@@ -54,7 +54,7 @@ def test_lra_everyone_at_the_shallow_rule_is_undecided_for_every_claim() -> None
         "undecided: the reference did not learn the task at this scale"
     }
     assert all(line.floor.endswith("not cleared") and "38.0" in line.floor for line in judged)
-    assert _verdicts(lines)["sdpa"] == lra.GROUPED  # an exact sibling: never compared
+    assert _verdicts(lines)["sdpa"] == GROUPED  # an exact sibling: never compared
 
 
 def test_lra_a_clear_gap_gets_its_verdict_and_a_straddling_one_does_not() -> None:
@@ -97,7 +97,7 @@ def test_stored_lra_settings_runs_at_the_shallow_rule_are_undecided_and_named(
         store.finish_run(run_id)
         frame = store.to_dataframe()
     lines = get_reproduction("lra-listops").claims(frame)
-    judged = [line for line in lines if line.verdict != lra.REFERENCE_VERDICT]
+    judged = [line for line in lines if line.verdict != REFERENCE_VERDICT]
     assert len(judged) == len(lra.PUBLISHED) - 1
     assert {line.verdict for line in judged} == {NOT_LEARNED}
     assert all("LRA's attention settings" in line.setting for line in lines)
@@ -194,7 +194,7 @@ def test_zoology_clear_gaps_get_verdicts_and_exact_siblings_are_grouped() -> Non
     solves = [line for line in zoology.claims(_mqar(accs), "cpu", 0.95) if "solves" in line.claim]
     assert [line.verdict for line in solves] == ["holds"]
     assert lines["local"].verdict == "holds" and lines["local"].ours == "L 64 d 64: below"
-    assert lines["sdpa"].verdict == zoology.GROUPED
+    assert lines["sdpa"].verdict == GROUPED
     assert lines["lsh-2"].verdict == "does not hold here"  # above attention beyond the band
     assert "ours" in lines["local"].claim and lines["local"].published == "-"
 

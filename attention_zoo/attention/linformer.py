@@ -14,13 +14,13 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..errors import InputError, OptionError
+from ..errors import InputError
 from .base import AttentionCore, BlockWeights, check_dropout
 from .dispatch import Implementation, KernelTable, materialised
 from .kernels.chunked import cpu_fused
 from .kernels.low_rank.projected import ProjectedAttention, project
 from .kernels.sums.plain import compute_dtype
-from .options import check_int
+from .options import check_flag, check_int
 from .spec import Capabilities, register_attention
 
 
@@ -37,10 +37,7 @@ class LinformerConfig:
     def __post_init__(self) -> None:
         check_int("proj_length", self.proj_length, minimum=1, backend="linformer")
         check_int("max_length", self.max_length, minimum=1, backend="linformer")
-        if not isinstance(self.share_kv, bool):
-            raise OptionError(
-                f"linformer option share_kv must be True or False, got {self.share_kv!r}"
-            )
+        check_flag("linformer", "share_kv", self.share_kv)
         check_dropout("linformer", self.dropout)
         KERNELS.check_option("linformer", self.kernel)
 

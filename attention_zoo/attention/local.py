@@ -38,10 +38,10 @@ from .decode import (
 )
 from .dispatch import Call
 from .inputs import check_kv_heads
-from .kernels.chunked import math_attention, padded_length
+from .kernels.chunked import math_attention, padded_length, padded_qkv
 from .kernels.dense import dense_attention
 from .kernels.flex import chunk_window_tiles
-from .kernels.masks import MaskMod, mask_value
+from .kernels.masks import MaskMod, mask_value, real_positions
 from .kernels.patterns.local_fused import (
     LocalFlash,
     chunk_windows,
@@ -160,11 +160,8 @@ class LocalAttention(AttentionCore):
         b, h, n, d = q.shape
         cfg = self.cfg
         npad = padded_length(n, cfg.chunk_length)
-        if npad != n:
-            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
-        real = torch.arange(npad, device=q.device) < n
-        if key_padding_mask is not None:
-            real = real & torch.nn.functional.pad(key_padding_mask, (0, npad - n), value=False)
+        q, k, v = padded_qkv(q, k, v, npad)
+        real = real_positions(n, npad, key_padding_mask, q.device)
         plan = CircularPlan(
             chunk=cfg.chunk_length,
             before=cfg.num_chunks_before,

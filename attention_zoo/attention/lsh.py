@@ -36,7 +36,7 @@ from .decode import (
     kv_cache_bytes,
 )
 from .dispatch import Call, Implementation, KernelTable, materialised
-from .kernels.chunked import cpu_fused, padded_length
+from .kernels.chunked import cpu_fused, padded_length, padded_qkv
 from .kernels.compiled import maybe_compiled
 from .kernels.dense import dense_attention, unit_keys
 from .kernels.flex import (
@@ -46,7 +46,7 @@ from .kernels.flex import (
     flex_environment,
     structural_block_mask,
 )
-from .kernels.masks import mask_value, self_mask_value
+from .kernels.masks import mask_value, real_positions, self_mask_value
 from .kernels.rounds.circular import (
     HF_KEY_EPS,
     CircularPlan,
@@ -184,10 +184,8 @@ class LSHAttention(AttentionCore):
                 q, keys, v, allowed, scale=1.0, penalise_self=True, dropout=dropout
             )
         npad = padded_length(n, c)
-        if npad != n:  # pad to whole chunks; padding hashes to the extra bucket and sorts last
-            shared = k is q
-            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
-            k = q if shared else k
+        # whole chunks: padding hashes to the extra bucket and sorts last
+        q, k, v = padded_qkv(q, k, v, npad)
         with torch.no_grad():
             perm, sorted_buckets = sort_by_bucket(self._hash(k, n, key_padding_mask))
         per_pass = cfg.rounds_per_pass or (HF_ROUNDS_PER_PASS if hf else None)
@@ -200,7 +198,7 @@ class LSHAttention(AttentionCore):
                 causal=self.causal,
                 groups=groups,
                 perm=perm,
-                key_real=real_keys(n, npad, key_padding_mask, q.device).expand(b, npad),
+                key_real=real_positions(n, npad, key_padding_mask, q.device).expand(b, npad),
                 scale=1.0,
                 key_eps=d * HF_KEY_EPS,
                 self_partial=True,
@@ -400,10 +398,8 @@ class LSHAttention(AttentionCore):
         cfg, causal = self.cfg, self.causal
         c = cfg.chunk_length
         npad = padded_length(n, c)
-        if npad != n:  # pad to whole chunks; padding hashes to the extra bucket and sorts last
-            shared = k is q
-            q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, npad - n)) for t in (q, k, v))
-            k = q if shared else k
+        # whole chunks: padding hashes to the extra bucket and sorts last
+        q, k, v = padded_qkv(q, k, v, npad)
         nb, rot = self._rotations_for(k, n, key_padding_mask)  # drawn here: RNG state replays
         after = 0 if causal else cfg.num_chunks_after
         length = cfg.num_hashes * npad
@@ -436,7 +432,7 @@ def lsh_buckets(
     else:
         parts = [hash_rounds(qk.detach(), rot[:, :, s:e], nb) for s, e in groups]
         buckets = torch.cat(parts, dim=2)
-    real = real_keys(n, length, key_padding_mask, qk.device)[:, None, None]
+    real = real_positions(n, length, key_padding_mask, qk.device)[:, None, None]
     return torch.where(real, buckets, total_buckets(nb))
 
 
@@ -468,15 +464,6 @@ def hashed_flex(
 
 
 HF_ROUNDS_PER_PASS = 2  # at L = 4096, 4 hashes: peak 0.24x HF's instead of 0.37x (all at once)
-
-
-def real_keys(n: int, length: int, key_padding_mask: Tensor | None, device) -> Tensor:
-    """(b | 1, length) bool: positions below n that the key_padding_mask (if any) calls real."""
-    real = (torch.arange(length, device=device) < n)[None]
-    if key_padding_mask is not None:
-        padded = torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)
-        real = real & padded
-    return real
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import OptionError
 from .base import AttentionCore
 from .decode import StateShape, SumsState, sums_add, sums_state, sums_state_bytes, sums_step
 from .kernels.sums.plain import FAVOR, KernelSums, compute_dtype
 from .kernels.sums.scan import _Features
 from .kernels.sums.table import SUMS_KERNELS
-from .options import check_int
+from .options import check_flag, check_int
 from .spec import Capabilities, register_attention
 
 
@@ -44,8 +43,7 @@ class PerformerConfig:
         SUMS_KERNELS.check_option("performer", self.kernel)
         if self.seed is not None:
             check_int("seed", self.seed, minimum=0, backend="performer")
-        if not isinstance(self.redraw, bool):
-            raise OptionError(f"performer option redraw must be True or False, got {self.redraw!r}")
+        check_flag("performer", "redraw", self.redraw)
 
     def capabilities(self, caps: Capabilities) -> Capabilities:
         """Redrawn features make two training forwards differ."""

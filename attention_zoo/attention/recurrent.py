@@ -12,14 +12,13 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import OptionError
 from .base import AttentionCore
 from .decode import DecodeState, StateShape
 from .inputs import Extra, InputLayout, default_layout, double_sigmoid, unit_sigmoid
 from .kernels.recurrences.reference import recurrence
 from .kernels.recurrences.table import RECURRENCE_KERNELS, RECURRENCES, RecurrenceInputs
 from .kernels.sums.plain import compute_dtype
-from .options import check_int
+from .options import check_flag, check_int
 from .spec import Capabilities, register_attention
 
 # Causal only (a recurrence reads the past), judged against its own token-by-token form.
@@ -180,12 +179,6 @@ def register_delta_rule(
     return register_attention(
         config.backend, config=config, caps=RECURRENT, variants=({"negative_eigenvalues": True},)
     )
-
-
-def check_flag(backend: str, name: str, value: object) -> None:
-    """Raise OptionError unless value is True or False."""
-    if not isinstance(value, bool):
-        raise OptionError(f"{backend} option {name} must be True or False, got {value!r}")
 
 
 __all__ = ["RECURRENT", "RecurrenceConfig", "RecurrentCore", "RecurrentState", "log_decay"]

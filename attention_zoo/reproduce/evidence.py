@@ -25,6 +25,11 @@ NOT_BELOW = "not below"  # the one-sided class opposite BELOW: it lies at or abo
 NOT_LEARNED = f"{UNDECIDED}: the reference did not learn the task at this scale"
 FEW_SEEDS = f"{UNDECIDED}: fewer than {MIN_SEEDS} seeds"
 STRADDLES = f"{UNDECIDED}: the gap's interval crosses an edge of the band"
+# Verdicts of rows that judge no published claim.
+REFERENCE_VERDICT = "reference"  # the reference's own row
+OURS_ONLY = "ours only"  # a backend the paper has no row for: its gap shown, not judged
+GROUPED = "grouped with full (exact)"  # an exact sibling of the reference: not compared
+SIBLING_CLAIM = "exact sibling of full attention: the same function, its gap is seed noise"
 
 
 def per_seed(
@@ -159,6 +164,37 @@ def exact_siblings(reference: str, backends: Iterable[str]) -> list[str]:
     )
 
 
+@dataclass(frozen=True)
+class ExtraBackend:
+    """A backend trained beside a paper's rows with no row of its own: its claim line's parts."""
+
+    backend: str
+    claim: str
+    verdict: str  # GROUPED (an exact sibling of the reference) or OURS_ONLY
+    interval: str  # its paired gap to the reference
+
+
+def extra_backends(
+    accs: Mapping[str, Mapping[int, float]],
+    reference: str,
+    mapped: Iterable[str],
+    paper: str,
+    missing: str = "-",
+) -> list[ExtraBackend]:
+    """The backends of `accs` (backend -> seed -> accuracy) other than the reference and those
+    the paper's rows name (`mapped`), by name: exact siblings of the reference grouped with it,
+    the others ours only; each with its gap to the reference (`missing` below MIN_SEEDS seeds)."""
+    siblings = set(exact_siblings(reference, accs))
+    ref = accs.get(reference, {})
+    out = []
+    for backend in sorted(set(accs) - set(mapped) - {reference}):
+        grouped = backend in siblings
+        claim = SIBLING_CLAIM if grouped else f"accuracy, gap to full attention; no {paper} row"
+        verdict = GROUPED if grouped else OURS_ONLY
+        out.append(ExtraBackend(backend, claim, verdict, gap_text(accs[backend], ref, missing)))
+    return out
+
+
 def seed_mean(seeds: Mapping[int, float]) -> float:
     """The mean of one cell over its seeds."""
     return sum(seeds.values()) / len(seeds)
@@ -203,17 +239,23 @@ __all__ = [
     "ABOVE",
     "BELOW",
     "FEW_SEEDS",
+    "GROUPED",
     "LEVEL",
     "MIN_SEEDS",
     "NOT_ABOVE",
     "NOT_BELOW",
     "NOT_LEARNED",
+    "OURS_ONLY",
+    "REFERENCE_VERDICT",
+    "SIBLING_CLAIM",
     "STRADDLES",
+    "ExtraBackend",
     "GapVerdict",
     "cell_text",
     "clears",
     "error_bar",
     "exact_siblings",
+    "extra_backends",
     "floor_state",
     "gap_class",
     "gap_of",

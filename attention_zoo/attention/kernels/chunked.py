@@ -34,6 +34,16 @@ def padded_length(n: int, chunk: int) -> int:
     return max(1, -(-n // chunk)) * chunk
 
 
+def padded_qkv(q: Tensor, k: Tensor, v: Tensor, length: int) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v (b, h, n, d) zero-padded to `length` positions; shared QK (k is q) stays shared."""
+    n = q.shape[2]
+    if length == n:
+        return q, k, v
+    shared = k is q
+    q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, length - n)) for t in (q, k, v))
+    return q, q if shared else k, v
+
+
 # PyTorch's fused CPU attention ops (forward and backward); a constant of the installed torch
 _CPU_OPS_EXIST = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") and hasattr(
     torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"

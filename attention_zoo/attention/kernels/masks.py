@@ -23,6 +23,17 @@ def self_mask_value(dtype: torch.dtype) -> float:
     return _SELF_VALUE.get(dtype, -1e5)
 
 
+def real_positions(
+    n: int, length: int, key_padding_mask: Tensor | None, device: torch.device | str
+) -> Tensor:
+    """(b | 1, length) bool: the real positions of n tokens padded to `length`, less those the
+    key_padding_mask (b, n) calls padding."""
+    real = (torch.arange(length, device=device) < n)[None]
+    if key_padding_mask is not None:
+        real = real & torch.nn.functional.pad(key_padding_mask, (0, length - n), value=False)
+    return real
+
+
 def real_keys_mask(key_padding_mask: Tensor) -> Tensor:
     """(b, n) bool, True = real token -> (b, 1, 1, n): the keys a query may see, for every head
     and query."""

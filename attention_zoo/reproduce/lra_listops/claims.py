@@ -16,7 +16,8 @@ from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
 from ..evidence import (
     FEW_SEEDS,
     MIN_SEEDS,
-    exact_siblings,
+    REFERENCE_VERDICT,
+    extra_backends,
     floor_state,
     gap_text,
     interval_text,
@@ -29,8 +30,6 @@ from ..evidence import (
 
 TASK = "listops"
 REFERENCE = "full"
-# rows without a verdict of their own
-REFERENCE_VERDICT, OURS_ONLY, GROUPED = "reference", "ours only", "grouped with full (exact)"
 SOURCE = "Long Range Arena (Tay et al. 2021), Table 1, ListOps accuracy [%]"
 # LRA's model -> its accuracy [%]
 PUBLISHED = {
@@ -79,7 +78,6 @@ def claims(
     backends; `setting` names whose attention options ran, `scale` the preset's size."""
     rows = [r for r in rows if r["task"] == TASK and r["preset"] == preset]
     accs, refs = percent_by_backend(rows)
-    backends = sorted(accs)
     reference = accs.get(REFERENCE, {})
     base = baseline(rows)
     floor = None if base is None else base + MARGIN
@@ -140,21 +138,9 @@ def claims(
         if judged.cls:
             interval += f" ({judged.cls})"
         out.append(line(claim, backend, pub_text, verdict, interval=interval))
-    siblings = set(exact_siblings(REFERENCE, backends))
-    for backend in sorted(set(backends) - set(OURS.values())):
-        if not accs.get(backend):
-            continue
-        grouped = backend in siblings
+    measured = {b: seeds for b, seeds in accs.items() if seeds}
+    for extra in extra_backends(measured, REFERENCE, OURS.values(), "LRA", FEW_SEEDS):
         out.append(
-            line(
-                "exact sibling of full attention: the same function, its gap is seed noise"
-                if grouped
-                else "accuracy, gap to full attention; no LRA row",
-                backend,
-                "-",
-                GROUPED if grouped else OURS_ONLY,
-                interval=gap_text(accs[backend], reference, FEW_SEEDS),
-                rule="-",
-            )
+            line(extra.claim, extra.backend, "-", extra.verdict, interval=extra.interval, rule="-")
         )
     return out

@@ -23,10 +23,10 @@ from ..evidence import (
     ABOVE,
     BELOW,
     MIN_SEEDS,
+    REFERENCE_VERDICT,
     GapVerdict,
-    exact_siblings,
+    extra_backends,
     floor_state,
-    gap_text,
     interval_text,
     judge_gap,
     means_text,
@@ -72,8 +72,6 @@ SELECTIVE, FIXED = TABLE1[4], TABLE1[2]  # the rows we run: H3 with S6, H3 with 
 BEST = TABLE1[-1]  # the table's best row: our reference stands in for it
 BAND = 5.0  # points: a gap is "above" when its interval lies wholly beyond +5 ("below": -5)
 FLOOR = 80.0  # [%]: full attention's interval must clear it (4 tokens in 5 copied: learned)
-OURS_ONLY, REFERENCE_VERDICT = "ours only", "reference"
-GROUPED = "grouped with full (exact)"
 RULE = (
     f"one-sided, as the claim asks: the paired gap over >= {MIN_SEEDS} seeds, its 95% interval "
     f"classed above (wholly beyond +{BAND:g} points) or not above (wholly at or below it), or "
@@ -110,7 +108,6 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
     reference) and our backends without a Table 1 row."""
     rows = [r for r in rows if r["task"] == TASK and r["preset"] == preset]
     accs, refs = percent_by_backend(rows)
-    backends = sorted(accs)
     reference = accs.get(REFERENCE, {})
     floor_text = f"full >= {FLOOR:g}%: {floor_state(reference, FLOOR)}" if reference else "-"
     where = f"selective copying, preset {preset}"
@@ -165,18 +162,10 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, scale: str = "-") -> 
                 (REFERENCE, REFERENCE), "-", REFERENCE_VERDICT, interval=interval, rule="-",
             )
         )  # fmt: skip
-    mapped = {REFERENCE} | {r.backend for r in TABLE1 if r.backend}
-    siblings = set(exact_siblings(REFERENCE, backends))
-    for backend in sorted(set(backends) - mapped):
-        grouped = backend in siblings
-        out.append(
-            line(
-                "exact sibling of full attention: the same function, its gap is seed noise"
-                if grouped else "accuracy, gap to full attention; no Table 1 row",
-                (backend, REFERENCE), "-", GROUPED if grouped else OURS_ONLY,
-                interval=gap_text(accs[backend], reference), rule="-",
-            )
-        )  # fmt: skip
+    mapped = {r.backend for r in TABLE1 if r.backend}
+    for extra in extra_backends(accs, REFERENCE, mapped, "Table 1"):
+        pair = (extra.backend, REFERENCE)
+        out.append(line(extra.claim, pair, "-", extra.verdict, interval=extra.interval, rule="-"))
     return out
 
 

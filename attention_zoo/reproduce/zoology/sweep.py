@@ -22,8 +22,10 @@ from ...tasks.suite import TaskPreset, load_task_preset
 from ..evidence import (
     ABOVE,
     FEW_SEEDS,
+    GROUPED,
     MIN_SEEDS,
     NOT_LEARNED,
+    SIBLING_CLAIM,
     GapVerdict,
     cell_text,
     clears,
@@ -46,7 +48,6 @@ PUBLISHED = {
     "learning_rates": (1e-4, 4.6416e-4, 2.1544e-3, 1e-2),  # np.logspace(-4, -2, 4)
 }
 ORDER_BAND = 2.0  # points: a mechanism "above" attention when its gap's interval lies beyond +2
-GROUPED = "grouped with full (exact)"  # an exact sibling: not compared
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +262,7 @@ def _ordering(
         out.append(
             ClaimRow(
                 claim=(
-                    "exact sibling of full attention: the same function, its gap is seed noise"
+                    SIBLING_CLAIM
                     if backend in siblings
                     else f"full attention is at least as accurate as {backend} (ours: Figure 2 "
                     "compares attention with gated convolutions and recurrences, not this)"

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
-from ..masks import mask_value
+from ..masks import mask_value, real_positions
 from ..sums.plain import compute_dtype
 
 
@@ -31,9 +31,7 @@ def segments(
     """(padded length, real (b | 1, npad) bool, real tokens per segment (b | 1, L), whether
     any position is padding): the sequence cut into num_landmarks segments."""
     npad = padded_length(n, landmarks)
-    real = (torch.arange(npad, device=device) < n)[None]  # (b | 1, npad)
-    if key_padding_mask is not None:
-        real = real & F.pad(key_padding_mask, (0, npad - n), value=False)
+    real = real_positions(n, npad, key_padding_mask, device)
     counts = real.view(-1, landmarks, npad // landmarks).sum(-1)
     return npad, real, counts, key_padding_mask is not None or npad != n
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from ..masks import MaskMod, mask_value
+from ..masks import MaskMod, mask_value, real_positions
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class _Blocks:
     def __init__(
         self, layout: BlockLayout, mod: MaskMod, real: Tensor, shape: tuple[int, ...]
     ) -> None:
-        self.layout, self.mod, self.real = layout, mod, real  # real: (npad,) or (b, npad)
+        self.layout, self.mod, self.real = layout, mod, real  # real: (b | 1, npad)
         self.b, self.h, self.npad, self.d = shape
         self.c = layout.block
         self.slots = layout.blocks.shape[1]
@@ -224,9 +224,7 @@ def block_sparse_attention(
         layout = dataclasses.replace(layout, block=n)
     c = layout.block
     pad = nb * c - n
-    real = torch.arange(nb * c, device=q.device) < n  # (npad,)
-    if key_padding_mask is not None:
-        real = real & F.pad(key_padding_mask, (0, pad), value=False)  # (b, npad)
+    real = real_positions(n, nb * c, key_padding_mask, q.device)  # (b | 1, npad)
     if fused:
         padded = [(F.pad(t, (0, 0, 0, pad)) if pad else t).contiguous() for t in (q, k, v)]
         geo = _Blocks(layout, mod, real, (b, h, nb * c, d))

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from ..chunked import Windows, flash_window_forward, padded_length
-from ..masks import mask_value
+from ..masks import mask_value, real_positions
 from .window_grad import window_backward
 
 
@@ -73,9 +73,7 @@ def local_masks(
     """Masks for a (b * npad) flat sequence of real length n per row."""
     c = win.chunk
     npad = win.length // b
-    real = torch.arange(npad, device=device) < n  # (npad,)
-    if key_padding_mask is not None:
-        real = real & pad_to(key_padding_mask, npad)
+    real = real_positions(n, npad, key_padding_mask, device)  # (b | 1, npad)
     # which keys exist, with the missing chunks before and after: (b | 1, front + npad + back)
     keys = torch.nn.functional.pad(real.expand(b, npad), (win.front, win.back), value=False)
     allowed = torch.ones((c, win.width), dtype=torch.bool, device=device)
@@ -83,11 +81,6 @@ def local_masks(
         t = torch.arange(c, device=device)
         allowed = (torch.arange(win.width, device=device)[None, :] - win.front - t[:, None]) <= 0
     return LocalMasks(keys, allowed, c, dtype)
-
-
-def pad_to(key_padding_mask: Tensor, npad: int) -> Tensor:
-    n = key_padding_mask.shape[1]
-    return torch.nn.functional.pad(key_padding_mask, (0, npad - n), value=False)
 
 
 def flat(x: Tensor, npad: int) -> Tensor:

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
+from ..segments import segments, sliced
 from ..sums.plain import compute_dtype
 
 # Tokens per segment: the chunks' scores, decays and states exist one segment at a time (the
@@ -49,11 +50,11 @@ def chunk_decay(
         return _step(q, k, v, log_decay, state, scale)
     # short inputs get one chunk of the next power of two, not a padded full chunk
     c = min(chunk_length, 1 << (n - 1).bit_length())
-    segments = _segments(n, c)
+    bounds = segments(n, c, SEGMENT_LENGTH)
     inputs = (q, k, v, log_decay)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, state)):
-        return _SegmentedDecay.apply(*inputs, state, scale, c, segments)
-    o, _, state = _forward(inputs, state, scale, c, segments)
+        return _SegmentedDecay.apply(*inputs, state, scale, c, bounds)
+    o, _, state = _forward(inputs, state, scale, c, bounds)
     return o, state
 
 
@@ -70,33 +71,23 @@ def _step(
     return torch.matmul(q * scale, state).to(dtype), state
 
 
-def _segments(n: int, c: int) -> list[tuple[int, int]]:
-    """Static (start, stop) token ranges of whole chunks (the last may end mid-chunk)."""
-    seg = c * max(1, SEGMENT_LENGTH // c)
-    return [(s, min(s + seg, n)) for s in range(0, max(n, 1), seg)]
-
-
 def _forward(
     inputs: tuple[Tensor, Tensor, Tensor, Tensor | None],
     state: Tensor,
     scale: float,
     c: int,
-    segments: list[tuple[int, int]],
+    bounds: list[tuple[int, int]],
 ) -> tuple[Tensor, list[Tensor], Tensor]:
     """The segments of (q, k, v, log_decay) in order: o in q's dtype, the state entering each
     segment, the final state."""
     q, _, v, _ = inputs
     o = q.new_empty(*q.shape[:-1], v.shape[-1])
     entering = []
-    for start, stop in segments:
+    for start, stop in bounds:
         entering.append(state)
-        part, state = _segment(*_narrow(inputs, start, stop), state, scale, c)
+        part, state = _segment(*sliced(inputs, start, stop), state, scale, c)
         o[:, :, start:stop] = part
     return o, entering, state
-
-
-def _narrow(ts: tuple[Tensor | None, ...], start: int, stop: int) -> list[Tensor | None]:
-    return [None if t is None else t[:, :, start:stop] for t in ts]
 
 
 class _SegmentedDecay(torch.autograd.Function):
@@ -105,10 +96,10 @@ class _SegmentedDecay(torch.autograd.Function):
     whole-sequence buffers: no chunk-sized intermediate outlives its segment, no graph is built."""
 
     @staticmethod
-    def forward(ctx, q, k, v, log_decay, state, scale, c, segments):
-        o, entering, state = _forward((q, k, v, log_decay), state, scale, c, segments)
+    def forward(ctx, q, k, v, log_decay, state, scale, c, bounds):
+        o, entering, state = _forward((q, k, v, log_decay), state, scale, c, bounds)
         ctx.save_for_backward(q, k, v, log_decay, *entering)
-        ctx.scale, ctx.c, ctx.segments = scale, c, segments
+        ctx.scale, ctx.c, ctx.bounds = scale, c, bounds
         return o, state
 
     @staticmethod
@@ -117,9 +108,9 @@ class _SegmentedDecay(torch.autograd.Function):
         inputs = (q, k, v, log_decay)
         needs = ctx.needs_input_grad
         grads = [torch.empty_like(t) if need else None for t, need in zip(inputs, needs)]
-        for (start, stop), state in zip(reversed(ctx.segments), reversed(entering)):
+        for (start, stop), state in zip(reversed(ctx.bounds), reversed(entering)):
             *parts, dstate = _segment_grads(
-                *_narrow((*inputs, do), start, stop), state, dstate, ctx.scale, ctx.c, needs[3]
+                *sliced((*inputs, do), start, stop), state, dstate, ctx.scale, ctx.c, needs[3]
             )
             for grad, part in zip(grads, parts):
                 if grad is not None:

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
+from ..segments import segments, sliced
 from ..sums.plain import compute_dtype
 from .reference import l2_normalised
 
@@ -45,15 +46,15 @@ def chunk_delta(
     state = (
         k.new_zeros(b, h, dk, v.shape[-1], dtype=wide) if initial_state is None else initial_state
     )
-    segment = chunk_length * max(1, SEGMENT_LENGTH // chunk_length)
     setup = (scale, chunk_length, normalise_qk)
     if n == 1:
         return delta_step(
             q, k, v, beta, log_decay, scale=scale, state=state, normalise_qk=normalise_qk
         )
-    if n <= segment:
+    bounds = segments(n, chunk_length, SEGMENT_LENGTH)
+    if len(bounds) == 1:
         return _segment(q, k, v, beta, log_decay, state, *setup)
-    return _Segments.apply(q, k, v, beta, log_decay, state, setup, segment)
+    return _Segments.apply(q, k, v, beta, log_decay, state, setup, bounds)
 
 
 def delta_step(
@@ -86,14 +87,13 @@ class _Segments(torch.autograd.Function):
     autograd, from the state saved at its start, last segment first."""
 
     @staticmethod
-    def forward(ctx, q, k, v, beta, log_decay, state, setup, segment):
+    def forward(ctx, q, k, v, beta, log_decay, state, setup, bounds):
         n = q.shape[-2]
-        bounds = [(s, min(s + segment, n)) for s in range(0, n, segment)]
         out = v.new_empty(*v.shape[:2], n, v.shape[-1], dtype=q.dtype)
         starts = []
         for s, e in bounds:
             starts.append(state)
-            inputs = _sliced((q, k, v, beta, log_decay), s, e)
+            inputs = sliced((q, k, v, beta, log_decay), s, e)
             out[:, :, s:e], state = _segment(*inputs, state, *setup)
         ctx.save_for_backward(q, k, v, beta, log_decay, *starts)
         ctx.bounds, ctx.setup = bounds, setup
@@ -108,7 +108,7 @@ class _Segments(torch.autograd.Function):
             with torch.enable_grad():
                 leaves = [
                     None if t is None else t.detach().requires_grad_()
-                    for t in (*_sliced(inputs, s, e), start)
+                    for t in (*sliced(inputs, s, e), start)
                 ]
                 o, state = _segment(*leaves, *ctx.setup)
                 found = torch.autograd.grad(
@@ -122,10 +122,6 @@ class _Segments(torch.autograd.Function):
                     g[:, :, s:e] = next(found)
             grad_state = next(found)
         return (*grads, grad_state, None, None)
-
-
-def _sliced(ts: tuple[Tensor | None, ...], s: int, e: int) -> list[Tensor | None]:
-    return [None if t is None else t[:, :, s:e] for t in ts]
 
 
 def _segment(

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
+from ..segments import segments
 from .plain import FAVOR, KernelSums, chunked_causal, compute_dtype, ones_column, pointwise
 
 # Positions per segment: features, chunk scores and chunk states exist one segment at a time,
@@ -87,12 +88,6 @@ def _pointwise_vjp(kind: str, phi: Tensor, dphi: Tensor) -> Tensor:
     return dphi.mul_(slope)
 
 
-def _segments(n: int, chunk: int) -> list[tuple[int, int]]:
-    """Static (start, stop) ranges of whole chunks, computed from shapes only."""
-    seg = chunk * max(1, SEGMENT_LENGTH // chunk)
-    return [(s, min(s + seg, n)) for s in range(0, n, seg)]
-
-
 def _chunked(ts: tuple[Tensor, ...], c: int) -> tuple[Tensor, ...]:
     """(b, h, L, *) -> (b, h, L'/c, c, *), zero-padded to whole chunks (zero rows add nothing)."""
     n = ts[0].shape[-2]
@@ -148,18 +143,18 @@ class _KernelScan(torch.autograd.Function):
         wide = compute_dtype(q.dtype)
         feats = _Features(kind, proj, scale, mask, wide)
         c = min(chunk, n)
-        segments = _segments(n, c)
+        bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
         out = torch.empty(b, h, n, d, dtype=wide, device=q.device)
         den = torch.empty(b, h, n, 1, dtype=wide, device=q.device)
         state = torch.zeros(b, h, m, d + 1, dtype=wide, device=q.device)  # [S, z]
         if not causal:
-            for s, e in segments:
+            for s, e in bounds:
                 phi_k = feats.key(k[:, :, s:e], s, e)
                 state.add_(
                     torch.matmul(phi_k.transpose(-1, -2), ones_column(v[:, :, s:e].to(wide)))
                 )
-        for s, e in segments:
+        for s, e in bounds:
             phi_q = feats.query(q[:, :, s:e])
             if causal:
                 phi_k = feats.key(k[:, :, s:e], s, e)
@@ -180,7 +175,7 @@ class _KernelScan(torch.autograd.Function):
         b, h, n, d = v.shape
         wide = out.dtype
         feats = _Features(kind, proj, scale, mask, wide)
-        segments = _segments(n, c)
+        bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
 
@@ -192,7 +187,7 @@ class _KernelScan(torch.autograd.Function):
 
         # queries: a forward sweep (causal) or the saved totals
         state = torch.zeros(b, h, d + 1, m, dtype=wide, device=q.device)  # sum v'_j phi(k_j)^T
-        for s, e in segments:
+        for s, e in bounds:
             qs = q[:, :, s:e]
             phi_q, gx = feats.query(qs), grad_out(s, e)
             if causal:
@@ -205,10 +200,10 @@ class _KernelScan(torch.autograd.Function):
         # keys and values: a reverse sweep (causal) or sums over all queries
         back = torch.zeros(b, h, d + 1, m, dtype=wide, device=q.device)  # sum G_i phi(q_i)^T
         if not causal:
-            for s, e in segments:
+            for s, e in bounds:
                 gx_t = grad_out(s, e).transpose(-1, -2)
                 back.add_(torch.matmul(gx_t, feats.query(q[:, :, s:e])))
-        for s, e in reversed(segments):
+        for s, e in reversed(bounds):
             ks = k[:, :, s:e]
             phi_k = feats.key(ks, s, e)
             vx = ones_column(v[:, :, s:e].to(wide))
