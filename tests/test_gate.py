@@ -400,7 +400,6 @@ def local_quick_case() -> tuple[baseline.BenchCase, dict]:
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.alone
 def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> None:
     case, entry = local_quick_case()
     commit_change(clone, "planted memory", plants.hungrier(entry["tracked_peak_bytes"] // 5))
@@ -413,7 +412,6 @@ def test_gate_fails_a_planted_memory_increase_naming_the_case(clone: Path) -> No
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.alone
 def test_gate_says_a_memory_increase_is_already_in_base(clone: Path) -> None:
     """The increase landed in the base commit: head, an unrelated commit on top, passes and the
     gate names the base as where the baseline difference already is."""
