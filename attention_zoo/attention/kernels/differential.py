@@ -43,6 +43,8 @@ def fused_differential(
         real = real_keys_mask(key_padding_mask)
         mask = torch.zeros(real.shape, dtype=q.dtype, device=q.device)
         mask.masked_fill_(~real, mask_value(q.dtype))
+    # the fused kernel reads rows as dense vectors
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return DifferentialFlash.apply(q, k, v, lam.to(q.dtype), mask, causal, out_scale)
 
 
