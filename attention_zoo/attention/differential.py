@@ -40,7 +40,7 @@ class DifferentialConfig:
     layer: int = 1  # the layer's depth, from 1: sets lambda_init (see `lambda_init`)
     lambda_dim: int = 32  # width of the learned vectors lambda is made of (the paper: a half head)
     kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
-    kernel: str = "auto"  # auto (the pick rule), sdpa, math
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, sdpa, math
 
     def __post_init__(self) -> None:
         check_int("layer", self.layer, minimum=1, backend="differential")
