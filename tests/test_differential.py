@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from attention_zoo import build_attention
 from attention_zoo.attention.differential import lambda_init
+from attention_zoo.attention.kernels import differential as kernels
 from attention_zoo.attention.kernels.differential import fused_differential
 from attention_zoo.errors import OptionError, ShapeError
 from attention_zoo.measure.memory import profiled_peak
@@ -19,6 +20,13 @@ from attention_zoo.measure.memory import profiled_peak
 from .contract import gappy_padding, grouped_qkv, with_grads
 
 KERNELS = ["cpu-fused", "sdpa", "math"]
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """The backward's tiles an eighth of the tests' lengths (2 rows at the least): several on
+    and below the diagonal, and a short last one."""
+    monkeypatch.setattr(kernels, "TILE_MIN", 2)
 
 
 def _pair(kernel, causal, kv, dtype, **options):
@@ -51,6 +59,7 @@ def _paper(q, k, v, core, allowed=None):
     return F.rms_norm(diff, (q.shape[-1],), eps=1e-5) * (1 - core.lambda_init)
 
 
+@pytest.mark.usefixtures("small_tiles")
 @pytest.mark.parametrize("kernel", ["cpu-fused", "sdpa"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
@@ -77,12 +86,13 @@ def test_kernel_equals_the_dense_reference(kernel, causal, padded, kv, dtype, to
         torch.testing.assert_close(got, want, atol=tol, rtol=tol)
 
 
+@pytest.mark.usefixtures("small_tiles")
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
 @pytest.mark.parametrize("kv", [2, 1], ids=["mha", "mqa"])
 def test_fused_backward_passes_gradcheck(causal, padded, kv):
-    """The half-width backward (the first map's output recovered, the second's scaled by -lambda)
-    against finite differences, lambda included, in float64."""
+    """The tiled backward (the first map's output recovered, the second's gradient scaled by
+    -lambda) against finite differences, lambda included, in float64."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
     k, v = (

@@ -3,15 +3,17 @@ RMSNorm in one autograd Function that keeps the output, the second map's output 
 log-sum-exps for its backward, and nothing the size of the keys.
 
 The forward runs PyTorch's fused CPU kernel once per map, keys with the other half zeroed (q . [k1,
-0] = q1 . k1: the kernel wants one width for q, k and v). The backward runs it on half-width views
-with no copies: per map and per half of the value width, since the kernel's backward is linear in
-(gradient, output) pairs given the map's log-sum-exp, the two halves' calls add up to the map's
-gradient (as chunked.flash_backward_offset's partials do). Half-width calls give half-width q and k
-gradients, where zero-padded keys would give full-width ones, and the first map's output is
-recovered from the norm's output and the second map's, a half at a time, so it is never saved.
+0] = q1 . k1: the kernel wants one width for q, k and v). The backward runs it on square tiles of
+(query rows, key rows), at and below the diagonal when causal: given a map's whole output and
+log-sum-exp, a tile's call returns exactly its share of the map's gradient (as
+chunked.flash_backward_offset's partials do), so only a tile's zero-padded keys and gradients
+exist at a time, added into q's, k's and v's. The first map's output is recovered from the norm's
+output and the second map's, a tile of rows at a time, so it is never saved.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -21,6 +23,8 @@ from .masks import mask_value, real_keys_mask
 from .sums.plain import compute_dtype
 
 NORM_EPS = 1e-5  # the per-head RMSNorm's, as the paper's code
+TILES = 8  # the backward's query (and key) tiles per sequence
+TILE_MIN = 256  # rows of a tile at the least: shorter ones cost more in calls than they save
 
 _flash_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
@@ -50,7 +54,7 @@ def fused_differential(
 
 class DifferentialFlash(Function):
     """Saves q, k, v, lambda, the output, the second map's output, the row scales and the two
-    log-sum-exps; see the module docstring for the backward."""
+    log-sum-exps; see the module docstring for the tiled backward."""
 
     @staticmethod
     def forward(ctx, q, k, v, lam, mask, causal, out_scale):  # type: ignore[override]
@@ -69,56 +73,60 @@ class DifferentialFlash(Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         q, k, v, lam, mask, out, second, rstd, lse1, lse2 = ctx.saved_tensors
-        d, s = q.shape[-1], ctx.out_scale
+        d, s, n = q.shape[-1], ctx.out_scale, q.shape[2]
         half = d // 2
-        call = dict(attn_mask=mask, scale=half**-0.5)
         rstd = rstd.to(q.dtype)
-        # the norm's backward, dx = rstd (s g - out (g . out) / (s d)), a half of the width at a
-        # time so that each half is freed once both maps' calls have read it
+        # the norm's backward, dx = rstd (s g - out (g . out) / (s d)), laid out as the kernel
+        # reads gradients
         across = -rstd * torch.linalg.vecdot(grad, out).unsqueeze(-1) / (s * d)
-        halves = (slice(0, half), slice(half, d))
-        dx = [
-            torch.mul(out[..., w], across, out=_heads_inside(out, half)).addcmul_(
-                grad[..., w], rstd * s
-            )
-            for w in halves
-        ]
-        dlam = -sum(torch.linalg.vecdot(g, second[..., w]).sum() for g, w in zip(dx, halves))
-        q1, q2, k1, k2 = (t[..., w] for t in (q, k) for w in halves)
-
-        # the first map: its output, out / (rstd s) + lam second, recovered a half at a time
-        parts = [
-            _flash_bwd(g, q1, k1, v[..., w], _first_output(out, second, lam, rstd * s, w),
-                       lse1, 0.0, ctx.causal, **call)
-            for g, w in zip(dx, halves)
-        ]  # fmt: skip
-        (dq1, dk1, dv_a), (dq1_b, dk1_b, dv_b) = parts
-        dq1, dk1 = dq1.add_(dq1_b), dk1.add_(dk1_b)
-        del parts, dq1_b, dk1_b
-        # the second map, its gradient taken for dx and then scaled by -lam (the call is linear)
-        dv = (dv_a, dv_b)
-        del dv_a, dv_b
-        dq2 = dk2 = None
-        for i, w in enumerate(halves):
-            gq, gk, gv = _flash_bwd(
-                dx[i], q2, k2, v[..., w], second[..., w], lse2, 0.0, ctx.causal, **call
-            )
-            dx[i] = None  # both maps have read this half
-            dv[i].addcmul_(gv, lam, value=-1)
-            dq2, dk2 = (gq, gk) if dq2 is None else (dq2.add_(gq), dk2.add_(gk))
-            del gq, gk, gv
-        # each result as soon as its halves are joined, the halves freed
-        dq = torch.cat((dq1, dq2.mul_(-lam)), -1)
-        del dq1, dq2
-        dk = torch.cat((dk1, dk2.mul_(-lam)), -1)
-        del dk1, dk2
-        return dq, dk, torch.cat(dv, -1), dlam, None, None, None
+        dx = torch.mul(out, across, out=_heads_inside(out, d)).addcmul_(grad, rstd * s)
+        dlam = -torch.linalg.vecdot(dx, second).sum()
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        first = torch.arange(d, device=q.device) < half
+        maps = ((first, lse1, slice(0, half)), (~first, lse2, slice(half, d)))
+        for m, (keys_half, lse, w) in enumerate(maps):
+            for rows, key_tiles in _tiles(n, _tile_rows(n), ctx.causal):
+                if m == 0:  # the first map's output, recovered from the norm's and the second's
+                    o = (out[:, :, rows] / (rstd[:, :, rows] * s)).addcmul_(second[:, :, rows], lam)
+                else:
+                    o = second[:, :, rows]
+                for cols, causal in key_tiles:
+                    keys_mask = None if mask is None else mask[..., cols]
+                    gq, gk, gv = _flash_bwd(
+                        dx[:, :, rows], q[:, :, rows], k[:, :, cols] * keys_half, v[:, :, cols],
+                        o, lse[:, :, rows], 0.0, causal, attn_mask=keys_mask, scale=half**-0.5,
+                    )  # fmt: skip
+                    # padded keys: q's gradient is 0 outside the map's half, k's there is not
+                    # its own
+                    dq[:, :, rows, w] += gq[..., w]
+                    dk[:, :, cols, w] += gk[..., w]
+                    if m == 0:
+                        dv[:, :, cols] += gv
+                    else:
+                        dv[:, :, cols].addcmul_(gv, lam, value=-1)
+                    del gq, gk, gv
+                del o
+        dq[..., half:] *= -lam  # the second map's gradient, taken for dx, scaled by -lam
+        dk[..., half:] *= -lam
+        return dq, dk, dv, dlam, None, None, None
 
 
-def _first_output(out: Tensor, second: Tensor, lam: Tensor, row_scale: Tensor, w: slice) -> Tensor:
-    """Columns w of the first map's output, from the norm's output and the second map's: the
-    difference is out / row_scale, and the first map's output the difference + lam second."""
-    return (out[..., w] / row_scale).addcmul_(second[..., w], lam)
+def _tile_rows(n: int) -> int:
+    """Rows of the backward's square tiles: an eighth of the sequence (at least TILE_MIN), so
+    a tile's gradients and inputs stay a small share of the full tensors."""
+    return max(TILE_MIN, -(-n // TILES))
+
+
+def _tiles(n: int, rows: int, causal: bool) -> Iterator[tuple[slice, list[tuple[slice, bool]]]]:
+    """Each tile of query rows with its tiles of key rows and whether a call on them is causal:
+    causal, only those at or below the diagonal, the diagonal one causal (the kernel aligns a
+    square tile's first query and key)."""
+    for qs in range(0, n, rows):
+        keys = range(0, qs + rows if causal else n, rows)
+        yield (
+            slice(qs, min(qs + rows, n)),
+            [(slice(ks, min(ks + rows, n)), causal and ks == qs) for ks in keys],
+        )
 
 
 def _heads_inside(x: Tensor, width: int) -> Tensor:
