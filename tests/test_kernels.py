@@ -335,6 +335,7 @@ CPU_AUTO = {
     "linear": "scan",
     "performer": "scan",
     "nystrom": "math",
+    "differential": "cpu-fused",
     "linformer": "cpu-fused",
     "moba": "tiled",
     "nsa": "tiled",

@@ -9,6 +9,7 @@ import torch
 
 from attention_zoo import build_attention, get_backend
 from attention_zoo.attention.kernels.flex import TILE
+from attention_zoo.attention.kernels.routing import tiled
 from attention_zoo.attention.kernels.routing.compressed import window_route
 from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask, routed_flex
 from attention_zoo.attention.kernels.routing.gathered import gathered_attention
@@ -18,6 +19,7 @@ from attention_zoo.attention.kernels.routing.tiled import tiled_attention
 from attention_zoo.attention.moba import moba_route
 from attention_zoo.attention.nsa import GATES
 from attention_zoo.errors import OptionError
+from attention_zoo.measure.memory import profiled_peak
 
 from .contract import with_grads
 
@@ -250,6 +252,26 @@ def test_implementations_agree_with_gradients(name, kv, padded):
         torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
         for got, want in zip(grads, ref_grads):
             torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.slow  # a profiled forward+backward at 4096 tokens: ~1 s
+def test_tiled_backward_holds_the_output_gradients_and_one_segment():
+    """moba's forward+backward at (1, 4, 4096, 64): the output, dq, dk and dv (4 units) and at
+    most one segment's scratch; no copies of the output or the incoming gradient, and no int64
+    plan arrays of the pairs' size kept for the backward."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 4096, 64, generator=g, requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, 4, 4096, 64, generator=g)
+    core = build_attention("moba", causal=True, device="cpu")
+    assert core.kernel_for(q, None, k).name == "tiled"
+
+    def step():
+        core(q, k, v).backward(grad)
+        q.grad = k.grad = v.grad = None
+
+    step()
+    peak = profiled_peak(step)[1].peak_bytes
+    assert peak <= 4 * q.numel() * q.element_size() + tiled.SCRATCH_BYTES, peak
 
 
 def test_nsa_declares_its_gates_as_inputs():

@@ -21,11 +21,11 @@ from .base import AttentionCore
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
 from .dispatch import Implementation, KernelTable, materialised
 from .inputs import check_kv_heads
+from .kernels.chunked import cpu_fused
 from .kernels.dense import dense_attention
+from .kernels.differential import NORM_EPS, fused_differential
 from .options import check_int
 from .spec import Capabilities, register_attention
-
-NORM_EPS = 1e-5  # the per-head RMSNorm's, as the paper's code
 
 
 def lambda_init(layer: int) -> float:
@@ -40,7 +40,7 @@ class DifferentialConfig:
     layer: int = 1  # the layer's depth, from 1: sets lambda_init (see `lambda_init`)
     lambda_dim: int = 32  # width of the learned vectors lambda is made of (the paper: a half head)
     kv_heads: int | None = None  # shared KV heads (GQA; 1: MQA); None: one per query head
-    kernel: str = "auto"  # auto (the pick rule), sdpa, math
+    kernel: str = "auto"  # auto (the pick rule), cpu-fused, sdpa, math
 
     def __post_init__(self) -> None:
         check_int("layer", self.layer, minimum=1, backend="differential")
@@ -100,6 +100,13 @@ class DifferentialAttention(AttentionCore):
 
         return self.combine(softmax(k * first), softmax(k * ~first))
 
+    def _fused(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        _half(q)
+        lam = self.lam()
+        return fused_differential(
+            q, k, v, lam, key_padding_mask, causal=self.causal, out_scale=1 - self.lambda_init
+        )
+
     def _math(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         half = _half(q)
         allowed = self.allowed(q, key_padding_mask)
@@ -139,6 +146,12 @@ def _half(q: Tensor) -> int:
 
 KERNELS = KernelTable(
     (
+        cpu_fused(
+            DifferentialAttention._fused,
+            "both maps, the difference and the norm in one autograd Function on the fused CPU "
+            "kernel (saves the outputs and log-sum-exps only)",
+            grouped=True,
+        ),
         Implementation(
             name="sdpa",
             summary="two calls of PyTorch's SDPA, one per map (fused kernels, keys half zeroed)",
@@ -147,6 +160,10 @@ KERNELS = KernelTable(
         ),
         materialised(DifferentialAttention._math, "two materialised softmax maps", grouped=True),
     ),
-    {device: ("sdpa", "math") for device in ("cpu", "cuda", "meta")},
+    {
+        "cpu": ("cpu-fused", "sdpa", "math"),
+        "meta": ("cpu-fused", "sdpa", "math"),
+        "cuda": ("sdpa", "math"),
+    },
 )
 DifferentialAttention.kernels = KERNELS

@@ -56,9 +56,12 @@ def _cpu_ops_reason(device: str) -> str | None:
     return None
 
 
-def cpu_fused(run: Run, summary: str, checks: tuple[Check, ...] = ()) -> Implementation:
+def cpu_fused(
+    run: Run, summary: str, checks: tuple[Check, ...] = (), *, grouped: bool = False
+) -> Implementation:
     """An implementation on PyTorch's fused CPU attention op (`_scaled_dot_product_flash_attention
-    _for_cpu` and its backward): CPU, traced on meta, no attention dropout."""
+    _for_cpu` and its backward): CPU, traced on meta, no attention dropout. `grouped`: it takes
+    fewer key/value heads than query heads (the op does)."""
     return Implementation(
         name="cpu-fused",
         summary=summary,
@@ -66,6 +69,7 @@ def cpu_fused(run: Run, summary: str, checks: tuple[Check, ...] = ()) -> Impleme
         devices=frozenset({"cpu", "meta"}),
         environment=_cpu_ops_reason,
         checks=checks,
+        grouped=grouped,
     )
 
 

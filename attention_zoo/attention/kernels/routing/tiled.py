@@ -7,8 +7,9 @@ A block is read once per tile (not once per query), so keys are gathered about p
 times instead of pairs times. Tiles per (batch, head) are at most pairs / TILE + blocks + 1 (each
 block's last tile may be partial): a count from the shapes, so the shapes never depend on the
 routing. Tiles run a segment at a time: the forward takes each pair's log-sum-exp in one pass, then
-the outputs normalised by each query's in a second; it saves q, k, v, the output and the
-log-sum-exp only, and the backward recomputes each segment's probabilities.
+the outputs normalised by each query's in a second; it saves q, k, v, the output, the
+log-sum-exp and one int32 query position per tile slot, and the backward recomputes each
+segment's rows, key positions and probabilities.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
 
 TILE = 64  # queries per tile: one product of (TILE x d) by (d x block)
-SCRATCH_BYTES = 16 << 20
-FAR = (
-    1 << 62
-)  # a position after every query  # a segment of tiles' scores, probabilities and gathered blocks
+SCRATCH_BYTES = 16 << 20  # a segment of tiles' scores, probabilities and gathered blocks
+FAR = 1 << 62  # a position after every query
 
 
 def _plan(route: Route, nb: int) -> tuple[Tensor, Tensor]:
@@ -57,29 +56,42 @@ def _plan(route: Route, nb: int) -> tuple[Tensor, Tensor]:
 class _Tiles:
     """One call's tiles: which queries and which key block each holds, gathered a segment at a
     time from flat (b h t, d) queries and (b kv nb, c d) blocks (views where the layout allows;
-    an empty tile slot reads a real row, masked)."""
+    an empty tile slot reads a real row, masked). Kept for the backward, so it holds one small
+    integer per tile slot (the query's position) and derives the rows and key positions of a
+    segment when it is read."""
 
-    def __init__(self, route: Route, real: Tensor, q: Tensor, k: Tensor) -> None:
+    def __init__(
+        self, route: Route, real: Tensor, q: Tensor, k: Tensor, pairs: Tensor, reads: Tensor
+    ) -> None:
+        """pairs (b, h, T, TILE), reads (b, h, T): `_plan`'s."""
         b, h, self.t, _ = q.shape
         kv, length = k.shape[1], k.shape[2]
-        self.c, self.slots, self.route = route.block, route.blocks.shape[-1], route
-        self.nb = -(-length // self.c)
-        self.pairs, self.reads = _plan(route, self.nb)  # (b, h, T, TILE), (b, h, T)
-        self.used = self.pairs < self.t * self.slots
-        self.query = torch.where(self.used, self.pairs // self.slots, 0)
+        self.c, self.slots, self.offset = route.block, route.blocks.shape[-1], route.offset
+        self.nb, self.reads = -(-length // self.c), reads
+        used = pairs < self.t * self.slots
+        # (b, h, T, TILE): the query position each slot holds, -1 for an empty slot (it then
+        # sees no key); int32, since it is kept for the backward
+        self.query_pos = torch.where(used, route.offset + pairs // self.slots, -1).int()
         bi = torch.arange(b, device=q.device)[:, None, None]
         hi = torch.arange(h, device=q.device)[None, :, None]
-        self.query_rows = ((bi * h + hi) * self.t)[..., None] + self.query
-        real_block = self.reads.clamp(max=self.nb - 1)
-        self.block_rows = (bi * kv + hi // (h // kv)) * self.nb + real_block
-        key_pos = self.reads[..., None] * self.c + torch.arange(self.c, device=q.device)
-        real = F.pad(real, (0, (self.nb + 1) * self.c - length))[bi[..., None], key_pos]
-        # one comparison masks each pair's keys: a padding key sits after every query, an empty
-        # slot's query before every key
-        self.key_pos = torch.where(real, key_pos, FAR)  # (b, h, T, c)
-        self.query_pos = torch.where(self.used, route.offset + self.query, -1)  # (b, h, T, TILE)
+        self.first_row = ((bi * h + hi) * self.t)[..., None]  # (b, h, 1, 1): row of query 0
+        self.block_rows = (bi * kv + hi // (h // kv)) * self.nb + self.reads.clamp(max=self.nb - 1)
+        self.real = F.pad(real, (0, (self.nb + 1) * self.c - length))  # (b, (nb + 1) c)
         self.window = route.window
         self.shape, self.length = (b, h, kv), length
+
+    def query_rows(self, s: int, e: int) -> Tensor:
+        """(b, h, e - s, TILE) the flat row of each slot's query in tiles s:e (an empty slot:
+        query 0's)."""
+        return self.first_row + (self.query_pos[:, :, s:e].long() - self.offset).clamp_(min=0)
+
+    def key_pos(self, s: int, e: int) -> Tensor:
+        """(b, h, e - s, c) the position of each key tiles s:e read, FAR for a padding key: one
+        comparison then masks each pair's keys (a padding key sits after every query, an empty
+        slot's query before every key)."""
+        pos = self.reads[:, :, s:e, None] * self.c + torch.arange(self.c, device=self.real.device)
+        bi = torch.arange(pos.shape[0], device=pos.device)[:, None, None, None]
+        return torch.where(self.real[bi, pos], pos, FAR)
 
     def segments(self, width: int) -> list[tuple[int, int]]:
         b, h, _ = self.shape
@@ -87,29 +99,31 @@ class _Tiles:
         n, step = self.reads.shape[-1], max(1, SCRATCH_BYTES // per_tile)
         return [(s, min(s + step, n)) for s in range(0, n, step)]
 
-    def rows(self, flat: Tensor, rows: Tensor, s: int, e: int, per_row: int) -> Tensor:
-        picked = flat.index_select(0, rows[:, :, s:e].reshape(-1))
-        return picked.view(*rows.shape[:2], e - s, -1, per_row)
+    def rows(self, flat: Tensor, rows: Tensor, per_row: int) -> Tensor:
+        """The rows of flat picked by rows (b, h, tiles, ...): (b, h, tiles, -1, per_row)."""
+        picked = flat.index_select(0, rows.reshape(-1))
+        return picked.view(*rows.shape[:3], -1, per_row)
 
     def scores(self, q_flat: Tensor, k_flat: Tensor, s: int, e: int, scale: float):
-        """Tiles s:e: their queries (b, h, e - s, TILE, d), keys (.., c, d) and masked scores
-        (.., TILE, c), and which pairs see which keys."""
+        """Tiles s:e: their query rows (b, h, e - s, TILE), queries (.., TILE, d), keys (.., c,
+        d) and masked scores (.., TILE, c)."""
         d = q_flat.shape[-1]
-        queries = self.rows(q_flat, self.query_rows, s, e, d)
-        keys = self.rows(k_flat, self.block_rows, s, e, d)
-        key_pos, query_pos = self.key_pos[:, :, s:e, None, :], self.query_pos[:, :, s:e, :, None]
+        rows = self.query_rows(s, e)
+        queries = self.rows(q_flat, rows, d)
+        keys = self.rows(k_flat, self.block_rows[:, :, s:e], d)
+        key_pos, query_pos = self.key_pos(s, e)[..., None, :], self.query_pos[:, :, s:e, :, None]
         hidden = key_pos > query_pos
         if self.window is not None:
             hidden = hidden | (key_pos <= query_pos - self.window)
-        scores = torch.matmul(queries, keys.transpose(-1, -2)) * scale
-        return queries, keys, scores.masked_fill_(hidden, mask_value(scores.dtype))
+        scores = torch.matmul(queries, keys.transpose(-1, -2)).mul_(scale)
+        return rows, queries, keys, scores.masked_fill_(hidden, mask_value(scores.dtype))
 
 
 class TiledRouted(Function):
     """softmax over the routed keys by key-block tiles; see the module docstring."""
 
     @staticmethod
-    def forward(ctx, q, k, v, tiles, scale):  # type: ignore[override]
+    def forward(ctx, q, k, v, tiles, pairs, scale):  # type: ignore[override]
         wide = score_dtype(q.dtype)
         b, h, t, d = q.shape
         dv = v.shape[-1]
@@ -119,46 +133,49 @@ class TiledRouted(Function):
         pair_lse = q.new_full((b, h, t * tiles.slots + 1), mask_value(wide), dtype=wide)
         spare = t * tiles.slots
         for s, e in segments:  # each pair's log-sum-exp over its block
-            lse = torch.logsumexp(tiles.scores(q_flat, k_flat, s, e, scale)[2], dim=-1)
-            pair_lse.scatter_(-1, tiles.pairs[:, :, s:e].flatten(2), lse.flatten(2))
+            lse = torch.logsumexp(tiles.scores(q_flat, k_flat, s, e, scale)[3], dim=-1)
+            pair_lse.scatter_(-1, pairs[:, :, s:e].flatten(2), lse.flatten(2))
         pair_lse = pair_lse[..., :spare].view(b, h, t, tiles.slots)
         seen = pair_lse.amax(-1) > mask_value(wide) / 2  # some key allowed
+        # a query that sees no key gets lse 0: its scores, all the mask value, then give
+        # probabilities of exactly 0, so its output and its share of every gradient are 0
         lse = torch.where(seen, torch.logsumexp(pair_lse, dim=-1), 0.0)
+        del pair_lse, seen
         lse_flat = lse.reshape(-1)
         out = q.new_zeros(b * h * t, dv, dtype=wide)
         for s, e in segments:  # outputs normalised by each query's log-sum-exp
-            _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
-            rows = tiles.query_rows[:, :, s:e]
-            p = torch.exp(scores - lse_flat[rows][..., None])
-            values = tiles.rows(v_flat, tiles.block_rows, s, e, dv)
+            rows, _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
+            p = scores.sub_(lse_flat[rows][..., None]).exp_()
+            values = tiles.rows(v_flat, tiles.block_rows[:, :, s:e], dv)
             out.index_add_(0, rows.reshape(-1), torch.matmul(p, values).reshape(-1, dv))
-        out = out.view(b, h, t, dv) * seen[..., None]
-        ctx.save_for_backward(q, k, v, out, lse, seen)
+            del p, values
+        out = out.view(b, h, t, dv)
+        ctx.save_for_backward(q, k, v, out, lse)
         ctx.tiles, ctx.scale = tiles, scale
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        q, k, v, out, lse, seen = ctx.saved_tensors
+        q, k, v, out, lse = ctx.saved_tensors
         tiles, scale = ctx.tiles, ctx.scale
         wide = lse.dtype
         b, h, t, d = q.shape
         dv = v.shape[-1]
-        g = g.to(wide) * seen[..., None]
+        g = g.to(wide)
         q_flat, g_flat = q.to(wide).reshape(b * h * t, d), g.reshape(b * h * t, dv)
         k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
-        lse_flat, delta = lse.reshape(-1), (g * out).sum(-1).reshape(-1)
+        lse_flat, delta = lse.reshape(-1), torch.linalg.vecdot(g, out).reshape(-1)
         grad_q = torch.zeros_like(q_flat)
         grad_k, grad_v = torch.zeros_like(k_flat), torch.zeros_like(v_flat)
         for s, e in tiles.segments(max(d, dv)):
-            queries, keys, scores = tiles.scores(q_flat, k_flat, s, e, scale)
-            rows = tiles.query_rows[:, :, s:e]
-            p = torch.exp(scores - lse_flat[rows][..., None])  # (b, h, e - s, TILE, c)
-            values = tiles.rows(v_flat, tiles.block_rows, s, e, dv)
-            grads = tiles.rows(g_flat, tiles.query_rows, s, e, dv)
-            ds = p * (torch.matmul(grads, values.transpose(-1, -2)) - delta[rows][..., None])
-            ds = ds * scale
-            blocks = tiles.block_rows[:, :, s:e].reshape(-1)
+            rows, queries, keys, scores = tiles.scores(q_flat, k_flat, s, e, scale)
+            p = scores.sub_(lse_flat[rows][..., None]).exp_()  # (b, h, e - s, TILE, c)
+            block_rows = tiles.block_rows[:, :, s:e]
+            values = tiles.rows(v_flat, block_rows, dv)
+            grads = tiles.rows(g_flat, rows, dv)
+            ds = torch.matmul(grads, values.transpose(-1, -2))
+            ds = ds.sub_(delta[rows][..., None]).mul_(p).mul_(scale)
+            blocks = block_rows.reshape(-1)
             grad_q.index_add_(0, rows.reshape(-1), torch.matmul(ds, keys).reshape(-1, d))
             grad_k.index_add_(
                 0, blocks, torch.matmul(ds.transpose(-1, -2), queries).reshape(blocks.numel(), -1)
@@ -166,12 +183,14 @@ class TiledRouted(Function):
             grad_v.index_add_(
                 0, blocks, torch.matmul(p.transpose(-1, -2), grads).reshape(blocks.numel(), -1)
             )
+            del queries, keys, p, values, grads, ds  # before the next segment's are made
         grad_q = grad_q.view(b, h, t, d).to(q.dtype)
-        return grad_q, from_blocks(grad_k, k), from_blocks(grad_v, v), None, None
+        return grad_q, from_blocks(grad_k, k), from_blocks(grad_v, v), None, None, None
 
 
 def tiled_attention(q: Tensor, k: Tensor, v: Tensor, route: Route, real: Tensor) -> Tensor:
     """q (b, h, t, d) at the route's positions, keys and values (b, kv, L, d) at 0..L-1, real
     (b, L) -> (b, h, t, d_v): softmax(q k^T / sqrt(d)) v over the routed keys."""
-    tiles = _Tiles(route, real, q, k)
-    return TiledRouted.apply(q, k, v, tiles, q.shape[-1] ** -0.5)
+    pairs, reads = _plan(route, -(-k.shape[2] // route.block))
+    tiles = _Tiles(route, real, q, k, pairs, reads)
+    return TiledRouted.apply(q, k, v, tiles, pairs, q.shape[-1] ** -0.5)
