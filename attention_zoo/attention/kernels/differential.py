@@ -79,7 +79,7 @@ class DifferentialFlash(Function):
         # the norm's backward, dx = rstd (s g - out (g . out) / (s d)), laid out as the kernel
         # reads gradients
         across = -rstd * torch.linalg.vecdot(grad, out).unsqueeze(-1) / (s * d)
-        dx = torch.mul(out, across, out=_heads_inside(out, d)).addcmul_(grad, rstd * s)
+        dx = _heads_inside(out, d).copy_(out).mul_(across).addcmul_(grad, rstd * s)
         dlam = -torch.linalg.vecdot(dx, second).sum()
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         first = torch.arange(d, device=q.device) < half
