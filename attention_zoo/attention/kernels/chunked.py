@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..dispatch import Check, Implementation, Run
+from .exp import exp_, logsumexp
 
 # (window offset, out=None) -> additive float mask broadcastable to (B, H, c, c)
 MaskFn = Callable[..., Tensor]
@@ -247,8 +248,8 @@ def math_attention(
         ],
         dim=-1,
     )  # (B, H, c, n_offsets * c)
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    probs = torch.exp(scores - lse)
+    lse = logsumexp(scores, dim=-1, keepdim=True)
+    probs = exp_(scores - lse)
     if dropout:
         probs = torch.nn.functional.dropout(probs, dropout)
     c = win.chunk

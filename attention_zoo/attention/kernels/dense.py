@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from ..dispatch import expand_kv
+from .exp import logsumexp
 from .masks import mask_value, real_keys_mask, self_mask_value
 
 
@@ -57,9 +58,8 @@ def dense_attention(
         n = scores.shape[-1]
         eye = torch.eye(n, dtype=torch.bool, device=scores.device)
         scores = scores.masked_fill(eye, self_mask_value(scores.dtype))
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    probs = torch.exp(scores - lse)
+    probs = torch.softmax(scores, dim=-1)
     if dropout:
         probs = torch.nn.functional.dropout(probs, dropout)
     out = torch.matmul(probs, v)
-    return (out, lse.squeeze(-1)) if return_lse else out
+    return (out, logsumexp(scores)) if return_lse else out

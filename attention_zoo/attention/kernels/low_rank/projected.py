@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from ..exp import exp_
+
 _flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 # Scratch one segment may hold: its score blocks (forward and backward) or its rearranged keys
@@ -139,7 +141,7 @@ def _backward_segment(
     dq, dkeys, dvalues = grads
     q_s, g_s = q[:, :, s:e], g[:, :, s:e]
     probs = torch.matmul(q_s, keys.transpose(-1, -2)).mul_(scale)
-    probs.sub_(lse[:, :, s:e, None]).exp_()
+    exp_(probs.sub_(lse[:, :, s:e, None]))
     dprobs = torch.matmul(g_s, values.transpose(-1, -2))
     # dS = P * (dP - rowsum(P * dP))
     dscores = dprobs.sub_((probs * dprobs).sum(-1, keepdim=True)).mul_(probs)

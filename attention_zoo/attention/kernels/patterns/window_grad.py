@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..chunked import Windows
+from ..exp import exp_
 
 # Per-segment scratch the backward aims for: its score blocks, windows and partial gradients.
 SEGMENT_SCRATCH_BYTES = 6 << 20
@@ -127,7 +128,7 @@ def window_backward(
         # probabilities from the saved log-sum-exp
         p = torch.bmm(qs, kw.transpose(1, 2), out=p_buf).view(count, h, c, w)
         p.mul_(scale).add_(window_mask(first, count))
-        p = p.sub_(lse[first : first + count].unsqueeze(-1)).exp_().view(rows, c, w)
+        p = exp_(p.sub_(lse[first : first + count].unsqueeze(-1))).view(rows, c, w)
         vw = _key_windows_into(v_buf, v, first, count, win)
         dp = torch.bmm(gs, vw.transpose(1, 2), out=dp_buf)
         _add_windows(dv, torch.bmm(p.transpose(1, 2), gs, out=vw), first, count, win)

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
+from ..exp import exp_
 from ..segments import segments, sliced
 from ..sums.plain import compute_dtype
 
@@ -274,7 +275,7 @@ def _scalar_weights(g: Tensor) -> Tensor:
     c = g.shape[-2]
     ones = torch.ones(c, c, dtype=torch.bool, device=g.device)
     spans = torch.where(ones.tril(-1), g, 0).cumsum(-2)  # [i, j]: g over (j, i]
-    return torch.where(ones.tril(), spans, float("-inf")).exp_()
+    return exp_(torch.where(ones.tril(), spans, float("-inf")))
 
 
 def _channel_within(

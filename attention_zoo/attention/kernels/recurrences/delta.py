@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
+from ..exp import exp_
 from ..segments import segments, sliced
 from ..sums.plain import compute_dtype
 from .reference import l2_normalised
@@ -226,7 +227,7 @@ def _exp_decay(log_decay: Tensor) -> Tensor:
     """exp of log decays (<= 0), zero below the square root of the smallest normal number: their
     products with O(1) numbers would be subnormal, where CPU arithmetic is many times slower."""
     floor = math.log(torch.finfo(log_decay.dtype).tiny) / 2
-    return log_decay.masked_fill(log_decay < floor, -torch.inf).exp_()
+    return exp_(log_decay.masked_fill(log_decay < floor, -torch.inf))
 
 
 def _chunk_starts(p: _Chunks, state: Tensor) -> tuple[Tensor, Tensor]:

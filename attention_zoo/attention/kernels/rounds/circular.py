@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..exp import exp_, logsumexp
 from ..masks import mask_value, self_mask_value
 from .rows import SlotPass, SlotPlan, undo_perm
 
@@ -236,8 +237,8 @@ def circular_math(
     scores = scores.masked_fill(~ok, mask_value(q.dtype))
     if plan.self_partial:
         scores = scores.masked_fill(k_pos.unsqueeze(2) == q_pos, self_mask_value(q.dtype))
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    probs = torch.exp(scores - lse)
+    lse = logsumexp(scores, dim=-1, keepdim=True)
+    probs = exp_(scores - lse)
     if dropout:
         probs = torch.nn.functional.dropout(probs, dropout)
     out = torch.matmul(probs, vw).reshape(b, h, rounds * npad, d)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
+from ..exp import exp_, logsumexp
 from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
 
@@ -65,8 +66,8 @@ def _probs(
     scores = torch.matmul(keys, q.unsqueeze(-1)).squeeze(-1) * scale
     scores = scores.masked_fill(~ok, mask_value(scores.dtype))
     if lse is None:
-        lse = torch.logsumexp(scores, dim=-1)
-    return torch.exp(scores - lse[..., None]) * ok.any(-1, keepdim=True), lse
+        lse = logsumexp(scores, dim=-1)
+    return exp_(scores - lse[..., None]) * ok.any(-1, keepdim=True), lse
 
 
 class GatheredRouted(Function):

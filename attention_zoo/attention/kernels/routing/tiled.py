@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
+from ..exp import exp_, logsumexp
 from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
 
@@ -133,19 +134,19 @@ class TiledRouted(Function):
         pair_lse = q.new_full((b, h, t * tiles.slots + 1), mask_value(wide), dtype=wide)
         spare = t * tiles.slots
         for s, e in segments:  # each pair's log-sum-exp over its block
-            lse = torch.logsumexp(tiles.scores(q_flat, k_flat, s, e, scale)[3], dim=-1)
+            lse = logsumexp(tiles.scores(q_flat, k_flat, s, e, scale)[3], dim=-1)
             pair_lse.scatter_(-1, pairs[:, :, s:e].flatten(2), lse.flatten(2))
         pair_lse = pair_lse[..., :spare].view(b, h, t, tiles.slots)
         seen = pair_lse.amax(-1) > mask_value(wide) / 2  # some key allowed
         # a query that sees no key gets lse 0: its scores, all the mask value, then give
         # probabilities of exactly 0, so its output and its share of every gradient are 0
-        lse = torch.where(seen, torch.logsumexp(pair_lse, dim=-1), 0.0)
+        lse = torch.where(seen, logsumexp(pair_lse, dim=-1), 0.0)
         del pair_lse, seen
         lse_flat = lse.reshape(-1)
         out = q.new_zeros(b * h * t, dv, dtype=wide)
         for s, e in segments:  # outputs normalised by each query's log-sum-exp
             rows, _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
-            p = scores.sub_(lse_flat[rows][..., None]).exp_()
+            p = exp_(scores.sub_(lse_flat[rows][..., None]))
             values = tiles.rows(v_flat, tiles.block_rows[:, :, s:e], dv)
             out.index_add_(0, rows.reshape(-1), torch.matmul(p, values).reshape(-1, dv))
             del p, values
@@ -169,7 +170,7 @@ class TiledRouted(Function):
         grad_k, grad_v = torch.zeros_like(k_flat), torch.zeros_like(v_flat)
         for s, e in tiles.segments(max(d, dv)):
             rows, queries, keys, scores = tiles.scores(q_flat, k_flat, s, e, scale)
-            p = scores.sub_(lse_flat[rows][..., None]).exp_()  # (b, h, e - s, TILE, c)
+            p = exp_(scores.sub_(lse_flat[rows][..., None]))  # (b, h, e - s, TILE, c)
             block_rows = tiles.block_rows[:, :, s:e]
             values = tiles.rows(v_flat, block_rows, dv)
             grads = tiles.rows(g_flat, rows, dv)

@@ -10,6 +10,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..exp import exp
+
 # 16-bit inputs sum their states in float32: the d x d states add up n terms.
 _WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
@@ -57,12 +59,12 @@ class KernelSums:
         proj = self.proj.to(wide)
         half_w = proj.square().sum(-1) / 2
         logits = torch.matmul(q * self.scale, proj.T) + half_w
-        phi_q = torch.exp(logits - logits.amax(-1, keepdim=True).detach())
+        phi_q = exp(logits - logits.amax(-1, keepdim=True).detach())
         ks = k * self.scale
         logits = torch.matmul(ks, proj.T) - ks.square().sum(-1, keepdim=True) / 2 - half_w
         if keep is not None:
             logits = logits.masked_fill(~keep, float("-inf"))
-        return phi_q, torch.exp(logits)
+        return phi_q, exp(logits)
 
     def ratio(self, y: Tensor) -> Tensor:
         """out from y = [numerator, denominator] (b, h, n, d + 1)."""

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
+from ..exp import exp_
 from ..segments import segments
 from .plain import FAVOR, KernelSums, chunked_causal, compute_dtype, ones_column, pointwise
 
@@ -49,7 +50,7 @@ class _Features:
             # a per-query factor (its exp(-|q|^2/2), its max) cancels in out_i's ratio; the max
             # is a constant for the gradient
             logits = torch.matmul(q * self.scale, self.proj.T).add_(self.half_w)
-            return logits.sub_(logits.amax(-1, keepdim=True)).exp_()
+            return exp_(logits.sub_(logits.amax(-1, keepdim=True)))
         return pointwise(self.kind, q)
 
     def key(self, k: Tensor, start: int, stop: int) -> Tensor:
@@ -63,7 +64,7 @@ class _Features:
             logits.sub_(ks.square().sum(-1, keepdim=True) / 2).sub_(self.half_w)
             if keep is not None:
                 logits.masked_fill_(~keep, float("-inf"))
-            return logits.exp_()
+            return exp_(logits)
         phi = pointwise(self.kind, k)
         return phi if keep is None else phi.mul_(keep)
 
