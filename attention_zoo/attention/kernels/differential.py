@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .masks import mask_value, real_keys_mask
+from .masks import additive_mask, real_keys_mask
 from .sums.plain import compute_dtype
 
 NORM_EPS = 1e-5  # the per-head RMSNorm's, as the paper's code
@@ -44,9 +44,7 @@ def fused_differential(
     split in halves: q (b, h, n, d), k (b, kv, n, d), v (b, kv, n, d), lam a scalar tensor."""
     mask = None
     if key_padding_mask is not None:  # additive, so the kernel still applies causality itself
-        real = real_keys_mask(key_padding_mask)
-        mask = torch.zeros(real.shape, dtype=q.dtype, device=q.device)
-        mask.masked_fill_(~real, mask_value(q.dtype))
+        mask = additive_mask(real_keys_mask(key_padding_mask), q.dtype)
     # the fused kernel reads rows as dense vectors
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return DifferentialFlash.apply(q, k, v, lam.to(q.dtype), mask, causal, out_scale)

@@ -34,6 +34,14 @@ def real_positions(
     return real
 
 
+def additive_mask(ok: Tensor, dtype: torch.dtype, out: Tensor | None = None) -> Tensor:
+    """0 where `ok`, the dtype's mask value elsewhere: a boolean mask as the fused kernels add it
+    to their scores."""
+    zero = torch.zeros((), dtype=dtype, device=ok.device)
+    low = torch.full((), mask_value(dtype), dtype=dtype, device=ok.device)
+    return torch.where(ok, zero, low, out=out)
+
+
 def real_keys_mask(key_padding_mask: Tensor) -> Tensor:
     """(b, n) bool, True = real token -> (b, 1, 1, n): the keys a query may see, for every head
     and query."""

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from ..masks import MaskMod, mask_value, real_positions
+from ..masks import MaskMod, additive_mask, real_positions
 
 
 @dataclass(frozen=True)
@@ -41,11 +41,6 @@ class BlockLayout:
         earlier = torch.ones(slots, slots, dtype=torch.bool, device=blocks.device).tril(-1)
         repeat = (same & earlier & used[:, None, :]).any(-1)
         return cls(block, blocks.clamp(0, nb - 1), used & ~repeat)
-
-
-def _additive(ok: Tensor, dtype: torch.dtype) -> Tensor:
-    zero = torch.zeros((), dtype=dtype, device=ok.device)
-    return torch.where(ok, zero, torch.full((), mask_value(dtype), dtype=dtype, device=ok.device))
 
 
 # Query blocks are attended a segment at a time, forward and backward, each segment one
@@ -104,13 +99,13 @@ class _Blocks:
         used = self.layout.used[s:e].repeat_interleave(c, dim=1)[:, None, :]
         ok = self.mod(qpos, kpos) & used & self.real[..., kpos]  # (b|1, e - s, c, K c)
         ok = ok.expand(self.b, e - s, c, kpos.shape[-1]).reshape(-1, 1, c, kpos.shape[-1])
-        return _additive(ok, dtype)
+        return additive_mask(ok, dtype)
 
     def rows_mask(self, rows: int, dtype: torch.dtype) -> Tensor:
         """Additive mask (b|1, 1, rows, npad) of the first `rows` queries over every key."""
         keys = torch.arange(self.npad, device=self.layout.blocks.device)
         ok = self.mod(keys[:rows, None], keys[None, :]) & self.real[..., None, :]
-        return _additive(ok.reshape(-1, 1, rows, self.npad), dtype)
+        return additive_mask(ok.reshape(-1, 1, rows, self.npad), dtype)
 
     def queries(self, x: Tensor, s: int, e: int) -> Tensor:
         """Query blocks s:e of a padded (b, h, npad, d) tensor as (b (e - s), h, c, d)."""
@@ -238,7 +233,7 @@ def block_sparse_attention(
         q[:, :, :global_rows],
         k,
         v,
-        attn_mask=_additive(ok, q.dtype).unsqueeze(-3),
+        attn_mask=additive_mask(ok, q.dtype).unsqueeze(-3),
         dropout_p=dropout,
         scale=scale,
     )

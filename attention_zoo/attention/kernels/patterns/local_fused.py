@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from ..chunked import Windows, flash_window_forward, padded_length
-from ..masks import mask_value, real_positions
+from ..masks import additive_mask, mask_value, real_positions
 from .window_grad import window_backward
 
 
@@ -45,19 +45,14 @@ class LocalMasks:
 
     def window(self, first: int, count: int) -> Tensor:
         exists = self.keys.unfold(1, self.allowed.shape[1], self.chunk).flatten(0, 1)
-        return self._additive(exists[first : first + count, None, None, :] & self.allowed)
+        ok = exists[first : first + count, None, None, :] & self.allowed
+        return additive_mask(ok, self.dtype)
 
     def __call__(self, o: int, out: Tensor | None = None) -> Tensor:
         c, (rows, length) = self.chunk, self.keys.shape
         npad = length - self.allowed.shape[1] + c  # the keys buffer has the window's extra chunks
         exists = self.keys[:, o * c : o * c + npad].reshape(rows * (npad // c), 1, 1, c)
-        return self._additive(exists & self.allowed[:, o * c : (o + 1) * c], out)
-
-    def _additive(self, ok: Tensor, out: Tensor | None = None) -> Tensor:
-        """0 where allowed, the dtype's mask value elsewhere."""
-        zero = torch.zeros((), dtype=self.dtype, device=ok.device)
-        low = torch.full((), mask_value(self.dtype), dtype=self.dtype, device=ok.device)
-        return torch.where(ok, zero, low, out=out)
+        return additive_mask(exists & self.allowed[:, o * c : (o + 1) * c], self.dtype, out)
 
 
 def local_masks(
