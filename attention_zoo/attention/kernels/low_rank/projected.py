@@ -141,7 +141,7 @@ def _backward_segment(
     dq, dkeys, dvalues = grads
     q_s, g_s = q[:, :, s:e], g[:, :, s:e]
     probs = torch.matmul(q_s, keys.transpose(-1, -2)).mul_(scale)
-    exp_(probs.sub_(lse[:, :, s:e, None]))
+    probs = exp_(probs.sub_(lse[:, :, s:e, None]))
     dprobs = torch.matmul(g_s, values.transpose(-1, -2))
     # dS = P * (dP - rowsum(P * dP))
     dscores = dprobs.sub_((probs * dprobs).sum(-1, keepdim=True)).mul_(probs)

@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..chunked import padded_length
-from ..exp import exp_
+from ..exp import exp, exp_
 from ..segments import segments, sliced
 from ..sums.plain import compute_dtype
 
@@ -259,7 +259,7 @@ def _within(
         weights, into, out_of = None, None, None
         scores.tril_()
     else:
-        weights, into, out_of = _scalar_weights(g), g.cumsum(-2).exp(), _suffix(g).exp()
+        weights, into, out_of = _scalar_weights(g), exp(g.cumsum(-2)), exp(_suffix(g))
         scores.mul_(weights)
     if dscores is None:
         return scores, into, out_of, None

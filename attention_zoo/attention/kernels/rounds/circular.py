@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..exp import exp_, logsumexp
-from ..masks import mask_value, self_mask_value
+from ..masks import additive_mask, mask_value, self_mask_value
 from .rows import SlotPass, SlotPlan, undo_perm
 
 
@@ -134,9 +134,8 @@ class CircularMasks:
 
     def _fill(self, k_pos: Tensor, k_real: Tensor, name: str) -> Tensor:
         ok = self.plan.allowed(self.q_pos, k_pos.unsqueeze(2), k_real.unsqueeze(2))
-        zero = torch.zeros((), dtype=self.dtype, device=ok.device)
-        low = torch.full((), mask_value(self.dtype), dtype=self.dtype, device=ok.device)
-        return torch.where(ok, zero, low, out=self.ws.get(name, ok.shape, zero))
+        like = torch.zeros((), dtype=self.dtype, device=ok.device)
+        return additive_mask(ok, self.dtype, out=self.ws.get(name, ok.shape, like))
 
     def __call__(self, o: int) -> Tensor:
         """Offset o's block: keys of the chunk `o - before` chunks from the query's."""

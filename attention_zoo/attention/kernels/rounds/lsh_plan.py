@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..masks import mask_value, self_mask_value
+from ..masks import additive_mask, mask_value, self_mask_value
 from .rows import SlotPass, SlotPlan
 
 EPS = 1e-6  # as dense.unit_keys
@@ -118,9 +118,7 @@ class BucketMasks:
         bad = delta == 0
         if self.plan.causal:
             bad = bad | (delta > 0) | (delta < -self.win.front)
-        pattern = torch.zeros(delta.shape, dtype=self.dtype, device=delta.device).masked_fill(
-            bad, mv
-        )
+        pattern = additive_mask(~bad, self.dtype)
         shape = (*self.queries.shape[:3], delta.shape[1])
         out = self.ws.get(name, shape, pattern)
         return torch.where(self.queries == keys.unsqueeze(2), pattern, mv, out=out)

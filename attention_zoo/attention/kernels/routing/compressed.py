@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...dispatch import expand_kv
-from ..masks import mask_value
+from ..masks import additive_mask
 from .route import ROUTE_BYTES, Route, top_blocks
 
 
@@ -27,11 +27,12 @@ def compressed_attention(
     see -> (b, h, t, d_v); zeros for a query that sees none (its first block is incomplete)."""
     positions = torch.arange(offset, offset + q.shape[2], device=q.device)
     ok = visible(positions, has, block)[:, None]  # (b, 1, t, nb)
-    bias = torch.zeros(ok.shape, dtype=q.dtype, device=q.device).masked_fill(
-        ~ok, mask_value(q.dtype)
-    )
     out = F.scaled_dot_product_attention(
-        q, keys, values, attn_mask=bias, enable_gqa=keys.shape[1] != q.shape[1]
+        q,
+        keys,
+        values,
+        attn_mask=additive_mask(ok, q.dtype),
+        enable_gqa=keys.shape[1] != q.shape[1],
     )
     return out * ok.any(-1, keepdim=True)
 
