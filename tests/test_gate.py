@@ -268,6 +268,35 @@ def test_rounds_are_interleaved_abab_then_baba() -> None:
     assert sides.interleaved([a, b], 4) == [a, b, a, b, b, a, b, a]
 
 
+def test_a_commit_changing_only_docs_tests_or_prose_leaves_the_code_before_it_to_gate(
+    tmp_path: Path,
+) -> None:
+    def commit(path: str) -> str:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(f"{path}\n", encoding="utf-8")
+        sh("git", "add", path, cwd=tmp_path)
+        sh("git", "commit", "--quiet", "-m", path, cwd=tmp_path)
+        return sh("git", "rev-parse", "HEAD", cwd=tmp_path).strip()
+
+    sh("git", "init", "--quiet", cwd=tmp_path)
+    sh("git", "config", "user.email", "gate@test", cwd=tmp_path)
+    sh("git", "config", "user.name", "gate test", cwd=tmp_path)
+    code = commit("attention_zoo/core.py")
+    for prose in ("README.md", "docs/index.md", "tests/test_core.py", "reports/run/notes.md"):
+        commit(prose)
+        assert plumbing.last_code_change("HEAD", repo=tmp_path) == code
+    for path in ("benchmarks/bench.py", "pyproject.toml", "asv.conf.json"):
+        changed = commit(path)
+        assert plumbing.last_code_change("HEAD", repo=tmp_path) == changed
+
+
+def test_before_code_change_chooses_the_base_so_base_cannot_be_given_too(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        gate.parse_args(["--before-code-change", "--base", "HEAD~1"])
+    assert exit_.value.code == 2
+    assert "not both" in capsys.readouterr().err
+
+
 def test_a_memory_decrease_asks_for_a_look_instead_of_calling_it_an_improvement() -> None:
     (less,) = baseline.compare({"tracked_peak_bytes": 1000}, {"tracked_peak_bytes": 800})
     assert not less.increase and "LESS" in less.message() and "Look" in less.message()

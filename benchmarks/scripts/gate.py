@@ -4,6 +4,7 @@
     python benchmarks/scripts/gate.py --fast           # CI's subset: attention cores + one block
     python benchmarks/scripts/gate.py --fast --device cuda   # the same subset on the GPU
     python benchmarks/scripts/gate.py --base HEAD~1 --bench 'Time.time_forward\\(.*local'
+    python benchmarks/scripts/gate.py --fast --before-code-change   # CI: the latest code change
     python benchmarks/scripts/gate.py --head worktree  # uncommitted changes vs the merge base
     python benchmarks/scripts/gate.py --calibrate 10   # noise: HEAD against a copy of itself,
                                                        # and the limits drawn from it (written to
@@ -54,6 +55,7 @@ from plumbing import (
     elapsed,
     ensure_machine,
     kept,
+    last_code_change,
     resolve_base,
     same_tree_commit,
     say,
@@ -126,6 +128,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--base", help="commit to compare against (default: merge base with main; on main: HEAD~1)"
+    )
+    parser.add_argument(
+        "--before-code-change",
+        action="store_true",
+        help="base: the parent of the latest commit, head included, that changed code (anything "
+        "but docs/, reports/, tests/, Markdown and mkdocs.yml): on a commit that changes only "
+        "those, the code before it is compared, not a copy of itself (CI's choice)",
     )
     parser.add_argument(
         "--head",
@@ -211,6 +220,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--json", type=Path, help="also write what the gate found to this file, as JSON"
     )
     args = parser.parse_args(argv)
+    if args.before_code_change and args.base:
+        parser.error("--before-code-change chooses the base: give it or --base, not both")
     if args.report_summary and not args.comment:
         parser.error("--report-summary goes into --comment: give both")
     if args.fast:
@@ -241,7 +252,7 @@ def run(args: argparse.Namespace, verdict: Verdict) -> int:
         if args.calibrate:
             ensure_machine(args.machine)
             return calibrate(gate, head)
-        base = resolve_base(args.base, head, args.missing_base_ok)
+        base = resolve_base(base_of(args, head), head, args.missing_base_ok)
         if base is None:
             write_comment(args, "skipped: no base commit in this clone to compare against", [], [])
             return OK
@@ -276,6 +287,18 @@ def run(args: argparse.Namespace, verdict: Verdict) -> int:
     print(f"gate: {message}")
     write_comment(args, message, [], verdict.notes)
     return OK
+
+
+def base_of(args: argparse.Namespace, head: str) -> str | None:
+    """--base, or with --before-code-change the parent of the latest code change (said)."""
+    if not args.before_code_change:
+        return args.base
+    changed = last_code_change(head)
+    if changed is None:
+        return f"{head}~1"
+    if changed != head:
+        say(f"head changes no code; the latest code change: {short(changed)}")
+    return f"{changed}~1"
 
 
 def write_comment(

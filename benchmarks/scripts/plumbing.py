@@ -63,8 +63,8 @@ def say(message: str) -> None:
 # ---- git -------------------------------------------------------------------------------------
 
 
-def git(*args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+def git(*args: str, check: bool = True, repo: Path = ROOT) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise GateError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout}")
     return proc.stdout.strip()
@@ -113,6 +113,18 @@ def same_tree_commit(commit: str) -> str:
     return git(
         "commit-tree", f"{commit}^{{tree}}", "-p", commit, "-m", "gate calibration: same tree"
     )
+
+
+# Paths whose changes cannot move a benchmark's time: docs, reports, tests and prose.
+NOT_CODE = tuple(f":(top,exclude){p}" for p in ("docs", "reports", "tests", "mkdocs.yml"))
+NOT_CODE += (":(top,exclude,glob)**/*.md",)
+
+
+def last_code_change(head: str, repo: Path = ROOT) -> str | None:
+    """The latest commit of head's first-parent history, head included, that changed anything
+    but NOT_CODE (None: none did): what a commit changing only those leaves to be gated."""
+    out = git("log", "--first-parent", "-1", "--format=%H", head, "--", ":/", *NOT_CODE, repo=repo)
+    return out or None
 
 
 def resolve_base(base: str | None, head: str, missing_base_ok: bool) -> str | None:
