@@ -39,9 +39,6 @@ from .peers import get_peer, is_peer
 TARGETS = ("attention", "block", "model")
 DECODE_MODES = ("prefill", "decode")  # generation: a core's decoding state (attention/decode.py)
 MODES = ("forward", "forward+backward", "train-step", *DECODE_MODES)
-# modes whose step leaves nothing behind (no optimizer moments, no decoding state): a prediction
-# needs no warm-up step before it
-STATELESS_MODES = ("forward", "forward+backward")
 # how a decode case decodes: the backend's own decoding, or the whole prefix recomputed per token
 DECODERS = ("own", "recompute")
 MODEL_CASE_LAYERS = 6  # layers of a model case whose model does not set num_hidden_layers

@@ -28,7 +28,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensorMode  # its first instance imports dynamo
 from torch.library import _scoped_library
 
-from .cases import STATELESS_MODES, BenchCase, build_runnable
+from .cases import BenchCase, build_runnable
 from .flops import count_flops
 from .tracker import StorageTracker
 
@@ -99,8 +99,7 @@ def _fake_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, 
     """(peak above resident, resident bytes, FLOPs or 0) of one step on FakeTensors of `device`."""
     with FakeTensorMode(allow_non_fake_inputs=True):
         runnable = build_runnable(case, device=device)
-        if case.mode not in STATELESS_MODES:
-            runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
+        runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
         with StorageTracker() as tracker:
             counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0
         return tracker.peak, runnable.resident_bytes(), counted
