@@ -6,10 +6,10 @@ softmaxes are merged per query by their log-sum-exp.
 A block is read once per tile (not once per query), so keys are gathered about pairs / TILE
 times instead of pairs times. Tiles per (batch, head) are at most pairs / TILE + blocks + 1 (each
 block's last tile may be partial): a count from the shapes, so the shapes never depend on the
-routing. Tiles run a segment at a time: the forward takes each pair's log-sum-exp in one pass, then
-the outputs normalised by each query's in a second; it saves q, k, v, the output, the
-log-sum-exp and one int32 query position per tile slot, and the backward recomputes each
-segment's rows, key positions and probabilities.
+routing. Tiles run a segment at a time: the forward makes each tile's scores once, merging them
+into each query's running maximum, sum and weighted values (an online softmax, rescaled as the
+maximum grows); it saves q, k, v, the output, the log-sum-exp and one int32 query position per
+tile slot, and the backward recomputes each segment's rows, key positions and probabilities.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from ..exp import exp_, logsumexp
+from ..exp import exp_
 from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
 
@@ -124,33 +124,40 @@ class TiledRouted(Function):
     """softmax over the routed keys by key-block tiles; see the module docstring."""
 
     @staticmethod
-    def forward(ctx, q, k, v, tiles, pairs, scale):  # type: ignore[override]
+    def forward(ctx, q, k, v, tiles, scale):  # type: ignore[override]
         wide = score_dtype(q.dtype)
         b, h, t, d = q.shape
         dv = v.shape[-1]
         q_flat = q.to(wide).reshape(b * h * t, d)
         k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
-        segments = tiles.segments(max(d, dv))
-        pair_lse = q.new_full((b, h, t * tiles.slots + 1), mask_value(wide), dtype=wide)
-        spare = t * tiles.slots
-        for s, e in segments:  # each pair's log-sum-exp over its block
-            lse = logsumexp(tiles.scores(q_flat, k_flat, s, e, scale)[3], dim=-1)
-            pair_lse.scatter_(-1, pairs[:, :, s:e].flatten(2), lse.flatten(2))
-        pair_lse = pair_lse[..., :spare].view(b, h, t, tiles.slots)
-        seen = pair_lse.amax(-1) > mask_value(wide) / 2  # some key allowed
-        # a query that sees no key gets lse 0: its scores, all the mask value, then give
-        # probabilities of exactly 0, so its output and its share of every gradient are 0
-        lse = torch.where(seen, logsumexp(pair_lse, dim=-1), 0.0)
-        del pair_lse, seen
-        lse_flat = lse.reshape(-1)
+        floor = mask_value(wide)
+        # per query: the largest score so far, and the sum of exp(score - it) and its weighted
+        # values, rescaled as it grows (online softmax: each tile's scores are made once)
+        top = q.new_full((b * h * t,), floor, dtype=wide)
+        total = q.new_zeros(b * h * t, dtype=wide)
         out = q.new_zeros(b * h * t, dv, dtype=wide)
-        for s, e in segments:  # outputs normalised by each query's log-sum-exp
+        for s, e in tiles.segments(max(d, dv)):
             rows, _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
-            p = exp_(scores.sub_(lse_flat[rows][..., None]))
+            rows = rows.reshape(-1)
+            pair_top = scores.amax(-1)  # (b, h, e - s, TILE)
+            p = exp_(scores.sub_(pair_top[..., None]))
             values = tiles.rows(v_flat, tiles.block_rows[:, :, s:e], dv)
-            out.index_add_(0, rows.reshape(-1), torch.matmul(p, values).reshape(-1, dv))
-            del p, values
-        out = out.view(b, h, t, dv)
+            part, part_total = torch.matmul(p, values).reshape(-1, dv), p.sum(-1).reshape(-1)
+            pair_top = pair_top.reshape(-1)
+            before = top[rows]  # a query in two tiles of the segment: the same row twice
+            top.scatter_reduce_(0, rows, pair_top, "amax")
+            after = top[rows]
+            keep, weight = exp_(before.sub_(after)), exp_(pair_top.sub_(after))
+            out.index_copy_(0, rows, out[rows].mul_(keep[:, None]))
+            total.index_copy_(0, rows, total[rows].mul_(keep))
+            out.index_add_(0, rows, part.mul_(weight[:, None]))
+            total.index_add_(0, rows, part_total.mul_(weight))
+            del p, values, part
+        # a query that sees no key gets lse 0 and output 0: in the backward its scores, all the
+        # mask value, then give probabilities of exactly 0, so its share of every gradient is 0
+        seen = top > floor / 2
+        lse = torch.where(seen, top + total.log(), 0.0).view(b, h, t)
+        out = torch.where(seen[:, None], out / total[:, None], 0.0).view(b, h, t, dv)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.tiles, ctx.scale = tiles, scale
         return out.to(q.dtype)
@@ -186,7 +193,7 @@ class TiledRouted(Function):
             )
             del queries, keys, p, values, grads, ds  # before the next segment's are made
         grad_q = grad_q.view(b, h, t, d).to(q.dtype)
-        return grad_q, from_blocks(grad_k, k), from_blocks(grad_v, v), None, None, None
+        return grad_q, from_blocks(grad_k, k), from_blocks(grad_v, v), None, None
 
 
 def tiled_attention(q: Tensor, k: Tensor, v: Tensor, route: Route, real: Tensor) -> Tensor:
@@ -194,4 +201,4 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, route: Route, real: Tensor)
     (b, L) -> (b, h, t, d_v): softmax(q k^T / sqrt(d)) v over the routed keys."""
     pairs, reads = _plan(route, -(-k.shape[2] // route.block))
     tiles = _Tiles(route, real, q, k, pairs, reads)
-    return TiledRouted.apply(q, k, v, tiles, pairs, q.shape[-1] ** -0.5)
+    return TiledRouted.apply(q, k, v, tiles, q.shape[-1] ** -0.5)
