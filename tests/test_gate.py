@@ -288,6 +288,15 @@ def test_a_commit_changing_only_docs_tests_or_prose_leaves_the_code_before_it_to
     for path in ("benchmarks/bench.py", "pyproject.toml", "asv.conf.json"):
         changed = commit(path)
         assert plumbing.last_code_change("HEAD", repo=tmp_path) == changed
+    commit("docs/more.md")
+    # a shallow clone's oldest commit looks as if it added every path: deepened, not taken
+    shallow = tmp_path.parent / f"{tmp_path.name}-shallow"
+    sh("git", "clone", "--quiet", "--depth", "1", f"file://{tmp_path}", str(shallow), cwd=tmp_path)
+    assert plumbing.last_code_change("HEAD", repo=shallow) == changed
+    cut_off = tmp_path.parent / f"{tmp_path.name}-cut-off"  # shallow, with nowhere to deepen from
+    sh("git", "clone", "--quiet", "--depth", "1", f"file://{tmp_path}", str(cut_off), cwd=tmp_path)
+    sh("git", "remote", "remove", "origin", cwd=cut_off)
+    assert plumbing.last_code_change("HEAD", repo=cut_off) is None
 
 
 def test_before_code_change_chooses_the_base_so_base_cannot_be_given_too(capsys) -> None:

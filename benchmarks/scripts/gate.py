@@ -295,6 +295,7 @@ def base_of(args: argparse.Namespace, head: str) -> str | None:
         return args.base
     changed = last_code_change(head)
     if changed is None:
+        say("no code change found in this clone's history: head's parent is the base")
         return f"{head}~1"
     if changed != head:
         say(f"head changes no code; the latest code change: {short(changed)}")

@@ -122,9 +122,16 @@ NOT_CODE += (":(top,exclude,glob)**/*.md",)
 
 def last_code_change(head: str, repo: Path = ROOT) -> str | None:
     """The latest commit of head's first-parent history, head included, that changed anything
-    but NOT_CODE (None: none did): what a commit changing only those leaves to be gated."""
+    but NOT_CODE (None: none did, or this clone cannot tell): what a commit changing only those
+    leaves to be gated. A shallow clone is deepened first: its oldest commit looks to git as if it
+    added every path."""
+    if git("rev-parse", "--is-shallow-repository", repo=repo) == "true":
+        git("fetch", "--quiet", "--unshallow", check=False, repo=repo)
     out = git("log", "--first-parent", "-1", "--format=%H", head, "--", ":/", *NOT_CODE, repo=repo)
-    return out or None
+    shallow = repo / git("rev-parse", "--git-path", "shallow", repo=repo)
+    if not out or (shallow.is_file() and out in shallow.read_text().split()):
+        return None
+    return out
 
 
 def resolve_base(base: str | None, head: str, missing_base_ok: bool) -> str | None:
