@@ -13,6 +13,8 @@ from torch.nn import functional as F
 
 from ..sums.plain import compute_dtype
 
+NORM_EPS = 1e-6  # l2_normalised's floor on the norm
+
 
 def recurrence(
     q: Tensor,
@@ -49,4 +51,4 @@ def recurrence(
 
 def l2_normalised(x: Tensor) -> Tensor:
     """x / ||x|| over the last dim (16-bit x in float32): the delta rule is stable for unit keys."""
-    return F.normalize(x.to(compute_dtype(x.dtype)), dim=-1, eps=1e-6).to(x.dtype)
+    return F.normalize(x.to(compute_dtype(x.dtype)), dim=-1, eps=NORM_EPS).to(x.dtype)
