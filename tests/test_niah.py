@@ -128,6 +128,22 @@ def test_chance_is_one_over_the_values_and_the_answers_are_uniform() -> None:
     assert float(((counts - expected) ** 2 / expected).sum()) < 60  # 23 dof: p ~ 1e-4
 
 
+@pytest.mark.parametrize(
+    ("variant", "haystack", "low", "high"),
+    [
+        ("single", "essay", 1.0, 1.0),  # the one needle's value is the context's only value
+        ("multivalue", "essay", 1.0, 1.0),  # its values, asked in reading order
+        ("multikey", "essay", 0.30, 0.37),  # one of 3 needles: 1/3
+        ("multiquery", "essay", 0.60, 0.66),  # every key asked, answers given: H_3 / 3 = 0.61
+        ("multiquery", "needle", 0.0, 0.25),  # distractor needles' values are candidates too
+    ],
+)
+def test_key_blind_rules_score_what_the_generator_allows(variant, haystack, low, high) -> None:
+    """The baseline: the better of two rules that never read the asked key."""
+    task = NeedleTask(**SMALL, variant=variant, haystack=haystack, num_needles=3)
+    assert low <= task.baseline_accuracy() <= high
+
+
 def test_noise_haystack_is_one_repeated_pattern() -> None:
     task = NeedleTask(**SMALL, haystack="noise")
     batch = task.sample(2, torch.Generator().manual_seed(3))
@@ -155,6 +171,7 @@ def test_padding_after_the_last_answer_is_never_scored() -> None:
         (dict(lengths=(64,)), "lengths must increase up to seq_len 48"),
         (dict(lengths=(4, 48)), "lengths must be >= 7"),
         (dict(depths=(1.5,)), "depths must be in 0..1"),
+        (dict(depths=(0.5, 0.501)), "depths must differ in whole percents"),
         (dict(variant="multikey", num_needles=1), "num_needles must be >= 2"),
         (dict(variant="multikey", num_needles=20), "need num_keys >= 20"),
     ],

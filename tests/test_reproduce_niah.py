@@ -92,6 +92,19 @@ def test_no_verdict_where_the_run_cannot_tell() -> None:
     assert _verdicts(rows)["gla"] == FEW_SEEDS
 
 
+def test_accuracy_a_key_blind_rule_reaches_decides_nothing() -> None:
+    """With 2 needles in random filler and earlier answers in the input, picking a context value
+    not yet given scores ~76% without reading the asked key: a ladder at that level (as every
+    mechanism measured at this preset) is below the floor, not 'full keeps its accuracy'."""
+    rules = PRESET.task.baseline_accuracy()
+    assert 0.74 < rules < 0.78  # H_2 / 2 = 0.75, a little more for repeated values
+    assert ladder.learned_floor(PRESET) == pytest.approx(100 * rules + ladder.MARGIN)
+    rows = _rows({"full": _ladder(0.76, 0.76), "gla": _ladder(0.77, 0.60)})
+    assert set(_verdicts(rows).values()) == {ladder.NO_FALL}
+    line = ladder.claims(rows, PRESET)[0]
+    assert "key-blind rules 75." in line.floor or "key-blind rules 76." in line.floor
+
+
 def test_nothing_stored_is_not_measured() -> None:
     assert {c.verdict for c in ladder.claims([], PRESET)} == {NOT_MEASURED}
 

@@ -148,6 +148,15 @@ def test_training_stream_never_yields_an_evaluation_sequence() -> None:
     assert data.dropped > 0  # the stream did draw evaluation sequences, and replaced them
 
 
+def test_an_evaluation_set_holding_every_sequence_is_refused() -> None:
+    """Parity over 4 tokens has 16 sequences; 512 evaluation draws hold them all, so no training
+    sequence exists: a one-line ConfigError, not an endless redraw."""
+    data = make_task("state-tracking", seq_len=4, vocab_size=2, group="parity", eval_size=512)
+    stream = data.build(seed=0).batches(8)
+    with pytest.raises(ConfigError, match="lower eval_size"):
+        next(stream)
+
+
 @pytest.mark.slow
 def test_listops_masks_its_padding() -> None:
     from attention_zoo.tasks.listops import TOKEN_ID, ListOpsTask

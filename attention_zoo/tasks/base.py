@@ -169,6 +169,9 @@ class TaskConfig:
         return {"task": self.name, **dataclasses.asdict(self)}
 
 
+MAX_REDRAWS = 100  # rounds of replacing drawn evaluation sequences before a task is refused
+
+
 @dataclass
 class TaskData:
     """The data of one run of one task; `batches` continues the same seeded stream on every call.
@@ -191,12 +194,22 @@ class TaskData:
             yield self._fresh(batch_size)
 
     def _fresh(self, batch_size: int) -> Batch:
-        batch = self.task.sample(batch_size, self.train_generator)
-        keep = torch.tensor([_row_key(ids) not in self._held_out for ids in batch.input_ids])
-        if bool(keep.all()):
-            return batch
-        self.dropped += int((~keep).sum())
-        return Batch.cat([batch.rows(keep), self._fresh(int((~keep).sum()))])
+        """batch_size training sequences: the stream's next ones, each evaluation sequence drawn
+        replaced by another draw, up to MAX_REDRAWS rounds."""
+        parts, wanted = [], batch_size
+        for _ in range(MAX_REDRAWS):
+            batch = self.task.sample(wanted, self.train_generator)
+            keep = torch.tensor([_row_key(ids) not in self._held_out for ids in batch.input_ids])
+            wanted = int((~keep).sum())
+            self.dropped += wanted
+            parts.append(batch.rows(keep) if wanted else batch)
+            if not wanted:
+                return parts[0] if len(parts) == 1 else Batch.cat(parts)
+        raise ConfigError(
+            f"{self.task.name}: the evaluation set holds (nearly) every sequence the task can "
+            f"draw, so no training sequence is left after {MAX_REDRAWS} draws; lower eval_size "
+            "or enlarge the task (a longer seq_len or more symbols)"
+        )
 
 
 def split_generator(seed: int, label: str) -> torch.Generator:

@@ -9,6 +9,7 @@ each (length, depth) is an evaluation split.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,7 @@ from .tabulate import SplitMatrix
 
 PAD, NEEDLE, QUERY = 0, 1, 2  # then filler tokens, then keys, then values
 FIRST_FILLER = 3
+BASELINE_DRAWS = 2000  # sequences the key-blind rules are scored on (s.e. about 1 point)
 VARIANTS = ("single", "multikey", "multivalue", "multiquery")
 HAYSTACKS = ("noise", "essay", "needle")
 
@@ -79,6 +81,9 @@ class NeedleTask(TaskConfig):
             problems.append(f"lengths must be >= {least} (one haystack unit), got {shortest}")
         if not all(0 <= d <= 1 for d in (*self.depths, self.depth or 0.0)):
             problems.append(f"depths must be in 0..1, got {self.depths}, depth {self.depth}")
+        percents = [round(100 * d) for d in self.depths]
+        if len(set(percents)) < len(percents):  # they name the evaluation splits
+            problems.append(f"depths must differ in whole percents, got {self.depths}")
         if self.split_size < 1:
             problems.append(f"split_size must be >= 1, got {self.split_size}")
         if problems:
@@ -238,3 +243,28 @@ class NeedleTask(TaskConfig):
 
     def chance_accuracy(self) -> float:
         return 1.0 / self.num_values
+
+    def baseline_accuracy(self) -> float:
+        """The better of two key-blind rules, which read the context's values and the answers
+        already given (teacher-forced), never the asked key: the next value not yet given, in
+        reading order, or one of them at random. In random filler one key's needles hold the only
+        values, and with every key asked each answer leaves one candidate fewer."""
+        return _key_blind_accuracy(self)
+
+
+@functools.cache
+def _key_blind_accuracy(task: NeedleTask) -> float:
+    batch = task.sample(BASELINE_DRAWS, torch.Generator().manual_seed(0))
+    values = task.token_ranges()["values"]
+    in_order = at_random = scored = 0.0
+    for ids, labels in zip(batch.input_ids.tolist(), batch.labels.tolist()):
+        left = [t for t in ids[: ids.index(QUERY)] if t in values]  # the context's, in order
+        for label in labels:
+            if label == IGNORE_INDEX:
+                continue
+            scored += 1
+            if label in left:
+                in_order += left[0] == label
+                at_random += 1 / len(set(left))
+                left.remove(label)  # given as the answer: in the input from here on
+    return max(in_order, at_random) / scored

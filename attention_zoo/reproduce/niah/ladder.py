@@ -51,16 +51,18 @@ SIZES = {
     "gpu": ("ladder-gpu-multikey", "ladder-gpu-multiquery"),
 }
 LEARNED = 50.0  # %: a mechanism's interval at the shortest length clears this before it is judged
+MARGIN = 5.0  # points above the task's key-blind rules that the shortest length must clear too
 BAND = 10.0  # points: a fall is a gap (longest - shortest) whose interval lies wholly below -BAND
 SPLIT = re.compile(r"n(\d+)-d(\d+)")  # the task's evaluation split labels: n<length>-d<depth %>
-NO_FALL = f"{UNDECIDED}: it did not learn the task at the shortest length"
+NO_FALL = f"{UNDECIDED}: it did not clear the floor at the shortest length"
 NO_REFERENCE = f"{UNDECIDED}: full attention did not keep its accuracy here (its claim must hold)"
 STRADDLES = f"{UNDECIDED}: the gap's interval crosses -{BAND:g} points"
 RULE = (
     f"per mechanism, over >= {MIN_SEEDS} seeds: the paired gap of its accuracy at the longest "
     f"length minus the shortest (each the mean over depths), its 95% interval classed below "
     f"(wholly under -{BAND:g} points) or not below (wholly at or above -{BAND:g}), else undecided; "
-    f"judged only when its own interval at the shortest length clears {LEARNED:g}% and, for a "
+    f"judged only when its own interval at the shortest length clears the floor ({LEARNED:g}%, "
+    f"or the key-blind rules' accuracy + {MARGIN:g} points if higher) and, for a "
     "fixed state, when full attention keeps its accuracy here (its own claim holds: the contrast "
     "the claim states); a growing cache holds when not below, a fixed state when below"
 )
@@ -127,12 +129,18 @@ def _state_bytes(
     return fair_numbers(backend, dict(options), setting).state_bytes
 
 
+def learned_floor(preset: TaskPreset) -> float:
+    """% the shortest length's interval must clear: LEARNED, or the task's key-blind rules (which
+    never read the asked key, niah.py) plus MARGIN where they score higher."""
+    return max(LEARNED, 100 * preset.task.baseline_accuracy() + MARGIN)
+
+
 def fall(
-    short: Mapping[int, float], long: Mapping[int, float]
+    short: Mapping[int, float], long: Mapping[int, float], floor: float = LEARNED
 ) -> tuple[Interval | None, str | None, str]:
     """(gap interval, BELOW / NOT_BELOW / None, why not) of long - short over common seeds, once
-    the shortest length's interval clears LEARNED."""
-    judged = judge_gap(short, long, floor=LEARNED, band=BAND, side=BELOW)
+    the shortest length's interval clears `floor` (%)."""
+    judged = judge_gap(short, long, floor=floor, band=BAND, side=BELOW)
     why = {NOT_LEARNED: NO_FALL, evidence.STRADDLES: STRADDLES}.get(judged.reason, judged.reason)
     return judged.gap, judged.cls, why
 
@@ -143,10 +151,13 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimR
     lengths = preset.task.lengths
     short, long = lengths[0], lengths[-1]
     reference = accs.get(REFERENCE, {})
-    _, ref_cls, ref_why = fall(reference.get(short, {}), reference.get(long, {}))
+    floor = learned_floor(preset)
+    _, ref_cls, ref_why = fall(reference.get(short, {}), reference.get(long, {}), floor)
     cleared = not ref_why and ref_cls == NOT_BELOW
-    floor_text = f"learned: >= {LEARNED:g}% at L {short}; full keeps its accuracy: " + (
-        "-" if not reference else "yes" if cleared else "no"
+    floor_text = (
+        f"learned: >= {floor:.1f}% at L {short} (key-blind rules "
+        f"{100 * preset.task.baseline_accuracy():.1f}% + {MARGIN:g}, at least {LEARNED:g}%); "
+        f"full keeps its accuracy: " + ("-" if not reference else "yes" if cleared else "no")
     )
     backends = sorted(accs, key=lambda b: (b != REFERENCE, b)) or [REFERENCE]
     scale = scale_text(preset)
@@ -154,7 +165,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimR
     for backend in backends:
         per_length = accs.get(backend, {})
         mem = memory(preset, backend)
-        gap, cls, why = fall(per_length.get(short, {}), per_length.get(long, {}))
+        gap, cls, why = fall(per_length.get(short, {}), per_length.get(long, {}), floor)
         if not per_length:
             verdict = NOT_MEASURED
         elif why:
@@ -214,7 +225,9 @@ def scale_text(preset: TaskPreset) -> str:
     return (
         f"lengths {', '.join(map(str, task.lengths))} trained together; {task.num_needles} "
         f"needles, {task.num_keys} keys, {task.num_values} values (chance "
-        f"{100 * task.chance_accuracy():.1f}%); depths {', '.join(f'{d:g}' for d in task.depths)}; "
+        f"{100 * task.chance_accuracy():.1f}%, key-blind rules "
+        f"{100 * task.baseline_accuracy():.1f}%); "
+        f"depths {', '.join(f'{d:g}' for d in task.depths)}; "
         f"{model['num_hidden_layers']} layers d {model['hidden_size']}, {heads} heads x {width}; "
         f"<= {train.max_steps} steps x {train.batch_size}"
     )
