@@ -22,9 +22,9 @@ from ..segments import segments, sliced
 from ..sums.plain import compute_dtype
 from .reference import NORM_EPS, l2_normalised
 
-# Tokens per segment: a longer call runs segment by segment, forward without autograd, and its
-# backward recomputes one segment at a time, so the activations autograd keeps (a dozen tensors
-# the size of q) exist for one segment only, and stay in cache.
+# Tokens per segment: a call runs segment by segment, and its backward recomputes one segment's
+# chunks at a time, so what they hold (a dozen tensors the size of q) exists for one segment
+# only, and stays in cache.
 SEGMENT_LENGTH = 512
 
 
@@ -130,6 +130,7 @@ class _Segments(torch.autograd.Function):
             for g, part in zip(grads, parts):
                 if g is not None:
                     g[:, :, s:e] = part
+            del parts  # copied: not held while the next segment's are made
         return (*grads, grad_state.to(entering[0].dtype), None, None)
 
 
@@ -188,7 +189,7 @@ def _segment_grads(
     del d_written
     d_system = (d_rhs @ torch.cat([p.values, p.minus_writes], dim=-1).mT).tril_(-1).neg_()
     d_vbeta, d_writes = d_rhs.split([vc.shape[-1], kc.shape[-1]], dim=-1)
-    d_writes = d_writes.neg()
+    d_writes = d_writes.neg_()  # a view of d_rhs, which nothing else reads
     k_beta, qs = kc * bc, qc * scale
     dg = None
     if p.gaps is None:
@@ -205,7 +206,7 @@ def _segment_grads(
         d_cum[:, -1] += to_end.sum(-1) + whole
         dg = _unchunked(d_cum.flip(-1).cumsum(-1).flip(-1)[..., None], b, h, n)[..., 0]
         d_system.mul_(p.gaps), d_scores.mul_(p.gaps)  # now those of the undecayed products
-        d_kbeta = d_writes * p.from_start
+        d_kbeta = d_writes.mul_(p.from_start)
         dqs, dk = d_queries.mul_(p.from_start), d_keys.mul_(p.to_end)
     del p, starts, d_exits
     dqs = dqs.baddbmm_(d_scores, kc)
@@ -262,7 +263,7 @@ def _through_normalisation(x: Tensor, grad: Tensor) -> Tensor:
     norm = linalg.vector_norm(x, dim=-1, keepdim=True)
     bounded = norm.clamp(min=NORM_EPS)
     unit = x / bounded
-    along = linalg.vecdot(unit, grad)[..., None].masked_fill_(norm <= NORM_EPS, 0)
+    along = linalg.vecdot(unit, grad)[..., None].masked_fill_(norm < NORM_EPS, 0)
     return grad.sub_(unit.mul_(along)).div_(bounded)
 
 
@@ -321,7 +322,9 @@ def _within_chunks(
 def _inverse_unit_lower(lower: Tensor) -> Tensor:
     """(I + strictly_lower(lower))^-1 of (B, c, c), solved as X^T L^T = I: lower's transposed
     view is the column-major batch LAPACK takes. Products with it are then matmuls, the
-    backward's transposed system included, faster than a triangular solve per right side."""
+    backward's transposed system included, faster than a triangular solve per right side; less
+    accurate than one where a chunk's system is ill-conditioned (nearly parallel keys with beta
+    near 2), and bounded there: unit keys and beta <= 2 keep the inverse's entries small."""
     eye = torch.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device)
     return torch.linalg.solve_triangular(
         lower.mT, eye.expand_as(lower), upper=True, left=False, unitriangular=True

@@ -122,7 +122,8 @@ RECURRENCE_KERNELS = KernelTable(
         Implementation(
             name="chunk",
             summary="chunked: matmuls inside a chunk (the delta rule's triangular system solved "
-            "in closed form), the state carried across chunks, autograd backward",
+            "in closed form), the state carried across chunks, a written-out backward a segment "
+            "at a time",
             run=_run(chunked),
         ),
         Implementation(
