@@ -175,8 +175,9 @@ MAX_REDRAWS = 100  # rounds of replacing drawn evaluation sequences before a tas
 @dataclass
 class TaskData:
     """The data of one run of one task; `batches` continues the same seeded stream on every call.
-    Training and evaluation are disjoint: a drawn training sequence that is also an evaluation
-    sequence is dropped and replaced by the stream's next one (`dropped` counts them)."""
+    Training and the evaluation set are disjoint: a drawn training sequence that is also in the
+    evaluation set is dropped and replaced by the stream's next one (`dropped` counts them). The
+    fixed splits are not held out (at lengths other than seq_len they cannot repeat a row)."""
 
     task: TaskConfig
     seed: int
