@@ -4,7 +4,10 @@ report show with no other edit; the Reformer's published numbers are typed once.
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -194,3 +197,17 @@ def test_zoo_reproduce_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[
     assert main(["reproduce"]) == 2
     assert "zoo reproduce --list lists them" in capsys.readouterr().err
     assert "reformer" in sys.modules["attention_zoo.reproduce"].REPRODUCTIONS.names()
+
+
+def test_every_plot_a_reproduction_writes_is_declared() -> None:
+    """A rebuilt report removes a plot its build no longer writes only where a pattern names it
+    (Reproduction.plots): each `out_dir / f"....png"` in a reproduction's package matches one."""
+    for name in REPRODUCTIONS.names():
+        repro = REPRODUCTIONS.get(name)
+        package = Path(inspect.getfile(type(repro))).parent
+        written = [
+            re.sub(r"\{[^}]*\}", "x", found)
+            for path in package.glob("*.py")
+            for found in re.findall(r'out_dir / f"([^"]+\.png)"', path.read_text())
+        ]
+        assert all(any(fnmatch(w, p) for p in repro.plots) for w in written), (name, written)

@@ -38,6 +38,7 @@ class Zoology(Reproduction):
     sources = (SOURCE,)
     sizes = PRESETS
     gpu_sizes = (GPU_SIZE, "paper")
+    plots = ("zoology-*.png",)
 
     def announce(self, size: str, device: str, store: str) -> list[str]:
         sweep = SWEEPS[size]
