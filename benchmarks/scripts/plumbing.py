@@ -120,12 +120,17 @@ NOT_CODE = tuple(f":(top,exclude){p}" for p in ("docs", "reports", "tests", "mkd
 NOT_CODE += (":(top,exclude,glob)**/*.md",)
 
 
+def is_shallow(repo: Path = ROOT) -> bool:
+    """Whether the clone at repo holds only part of its history."""
+    return git("rev-parse", "--is-shallow-repository", repo=repo) == "true"
+
+
 def last_code_change(head: str, repo: Path = ROOT) -> str | None:
     """The latest commit of head's first-parent history, head included, that changed anything
     but NOT_CODE (None: none did, or this clone cannot tell): what a commit changing only those
     leaves to be gated. A shallow clone is deepened first: its oldest commit looks to git as if it
     added every path."""
-    if git("rev-parse", "--is-shallow-repository", repo=repo) == "true":
+    if is_shallow(repo):
         git("fetch", "--quiet", "--unshallow", check=False, repo=repo)
     out = git("log", "--first-parent", "-1", "--format=%H", head, "--", ":/", *NOT_CODE, repo=repo)
     shallow = repo / git("rev-parse", "--git-path", "shallow", repo=repo)
@@ -142,7 +147,7 @@ def resolve_base(base: str | None, head: str, missing_base_ok: bool) -> str | No
         merge_base = git("merge-base", head, main, check=False) if main else ""
         base = merge_base if merge_base and merge_base != head else f"{head}~1"
     found = commit_of(base)
-    if found is None and git("rev-parse", "--is-shallow-repository") == "true":
+    if found is None and is_shallow():
         git("fetch", "--quiet", "--deepen=1", check=False)  # a shallow clone: fetch one more
         found = commit_of(base)
     if found is None:
