@@ -14,7 +14,7 @@ from attention_zoo.attention.kernels.routing.compressed import window_route
 from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask, routed_flex
 from attention_zoo.attention.kernels.routing.gathered import gathered_attention
 from attention_zoo.attention.kernels.routing.reference import routed_reference
-from attention_zoo.attention.kernels.routing.route import block_means, token_mask
+from attention_zoo.attention.kernels.routing.route import Route, block_means, token_mask
 from attention_zoo.attention.kernels.routing.tiled import tiled_attention
 from attention_zoo.attention.moba import moba_route
 from attention_zoo.attention.nsa import GATES
@@ -312,3 +312,32 @@ def test_a_window_route_is_the_band_in_every_kernel(kernel):
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+def _two_block_route(n: int, block: int) -> Route:
+    """Each query reads its own block and (from the second block on) the first."""
+    own = torch.arange(n) // block
+    blocks = torch.stack([own, torch.zeros(n, dtype=torch.long)], -1).view(1, 1, n, 2)
+    used = torch.stack([torch.ones(n, dtype=torch.bool), own > 0], -1).view(1, 1, n, 2)
+    return Route(blocks, used, block)
+
+
+def test_tiled_decides_what_a_query_sees_by_its_mask_not_its_scores():
+    """Real scores far below zero (-6e8, past half the mask value) are still a softmax, and a
+    pair that sees only padding adds nothing, even where the padding's values are huge."""
+    n, block = 8, 4
+    route, real = _two_block_route(n, block), torch.ones(1, n, dtype=torch.bool)
+    q = torch.full((1, 1, n, 1), -1.0, dtype=torch.float64)
+    k = (6e8 + torch.arange(n, dtype=torch.float64)).view(1, 1, n, 1)  # scores -6e8 - j
+    v = torch.arange(1.0, n + 1, dtype=torch.float64).view(1, 1, n, 1)
+    got_out, got_grads = with_grads(lambda *x: tiled_attention(*x, route, real), [q, k, v])
+    want_out, want_grads = with_grads(lambda *x: routed_reference(*x, route, real), [q, k, v])
+    torch.testing.assert_close(got_out, want_out)
+    torch.testing.assert_close(got_grads[2], want_grads[2])  # v's: q's and k's are 0 * huge
+    real[:, :block] = False  # block 0 all padding, its values huge but finite
+    q, k = torch.randn(1, 1, n, 4), torch.randn(1, 1, n, 4)
+    v = torch.randn(1, 1, n, 4)
+    v[:, :, :block] = 1e38
+    torch.testing.assert_close(
+        tiled_attention(q, k, v, route, real), routed_reference(q, k, v, route, real)
+    )

@@ -139,8 +139,10 @@ class TiledRouted(Function):
         for s, e in tiles.segments(max(d, dv)):
             rows, _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
             rows = rows.reshape(-1)
-            pair_top = scores.amax(-1)  # (b, h, e - s, TILE)
-            p = exp_(scores.sub_(pair_top[..., None]))
+            pair_top = scores.amax(-1)  # (b, h, e - s, TILE): floor exactly where it sees no key
+            # such a pair's probabilities are 0, not 1 over the masked keys: it adds nothing
+            shift = torch.where(pair_top > floor, pair_top, torch.inf)
+            p = exp_(scores.sub_(shift[..., None]))
             values = tiles.rows(v_flat, tiles.block_rows[:, :, s:e], dv)
             part, part_total = torch.matmul(p, values).reshape(-1, dv), p.sum(-1).reshape(-1)
             pair_top = pair_top.reshape(-1)
@@ -155,7 +157,7 @@ class TiledRouted(Function):
             del p, values, part
         # a query that sees no key gets lse 0 and output 0: in the backward its scores, all the
         # mask value, then give probabilities of exactly 0, so its share of every gradient is 0
-        seen = top > floor / 2
+        seen = top > floor  # masked scores are floor exactly; a real one above it counts
         lse = torch.where(seen, top + total.log(), 0.0).view(b, h, t)
         out = torch.where(seen[:, None], out / total[:, None], 0.0).view(b, h, t, dv)
         ctx.save_for_backward(q, k, v, out, lse)
