@@ -133,9 +133,11 @@ def test_chance_is_one_over_the_values_and_the_answers_are_uniform() -> None:
     [
         ("single", "essay", 1.0, 1.0),  # the one needle's value is the context's only value
         ("multivalue", "essay", 1.0, 1.0),  # its values, asked in reading order
-        ("multikey", "essay", 0.30, 0.37),  # one of 3 needles: 1/3
+        # one of 3 needles, but the asked one reads first a little more often than 1/3 (needles
+        # at one insertion point keep their order, the asked one first) and values repeat
+        ("multikey", "essay", 0.33, 0.42),
         ("multiquery", "essay", 0.60, 0.66),  # every key asked, answers given: H_3 / 3 = 0.61
-        ("multiquery", "needle", 0.0, 0.25),  # distractor needles' values are candidates too
+        ("multiquery", "needle", 0.0, 0.25),  # at most: distractors' values are candidates too
     ],
 )
 def test_key_blind_rules_score_what_the_generator_allows(variant, haystack, low, high) -> None:
