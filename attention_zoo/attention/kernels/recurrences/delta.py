@@ -149,7 +149,7 @@ def _segment(
     b, h, n, _ = k.shape
     c = min(chunk_length, n)  # a short call (a decode step) is one chunk of its own length
     x = _prepared(q, k, v, beta, log_decay, c, normalise_qk)
-    p = _within_chunks(*x, scale)
+    p = _within_chunks(*x, scale)[0]  # what only the backward reads goes at once
     starts, u, final = _carry(p, state.to(x[0].dtype).flatten(0, 1))
     o = torch.baddbmm(p.queries @ starts, p.scores, u)  # (b h nc) c dv
     return _unchunked(o, b, h, n).to(q.dtype), final.unflatten(0, (b, h))
@@ -174,7 +174,7 @@ def _segment_grads(
     c = min(chunk_length, n)
     qc, kc, vc, bc, gc = _prepared(q, k, v, beta, log_decay, c, normalise_qk)
     wide = qc.dtype
-    p = _within_chunks(qc, kc, vc, bc, gc, scale)
+    p, solved = _within_chunks(qc, kc, vc, bc, gc, scale)
     starts, written, _ = _carry(p, state.to(wide).flatten(0, 1))
     d_o = _chunks(grad_o.to(wide), c)
     d_written, d_exits, d_entering = _carry_back(p, d_o, grad_state.to(wide).flatten(0, 1))
@@ -185,30 +185,30 @@ def _segment_grads(
     del d_o
     # the UT transform: X = [values, minus_writes] solves (I + A) X = R, R = [v beta, -writes]:
     # dR = (I + A)^-T dX, dA = -dR X^T (strictly lower)
-    d_rhs = p.inverse.mT @ torch.cat([d_written, d_written @ starts.mT], dim=-1)
+    d_rhs = solved.inverse.mT @ torch.cat([d_written, d_written @ starts.mT], dim=-1)
     del d_written
     d_system = (d_rhs @ torch.cat([p.values, p.minus_writes], dim=-1).mT).tril_(-1).neg_()
     d_vbeta, d_writes = d_rhs.split([vc.shape[-1], kc.shape[-1]], dim=-1)
     d_writes = d_writes.neg_()  # a view of d_rhs, which nothing else reads
     k_beta, qs = kc * bc, qc * scale
     dg = None
-    if p.gaps is None:
+    if solved.gaps is None:
         d_kbeta, dqs, dk = d_writes, d_queries, d_keys
     else:
         # every decay is exp of a difference of cum, the log decay summed from the chunk's start
-        spans = (d_system * p.system).add_(d_scores * p.scores)
+        spans = (d_system * solved.system).add_(d_scores * p.scores)
         d_cum = spans.sum(-1) - spans.sum(-2)
         del spans
-        to_end = linalg.vecdot(d_keys, kc) * p.to_end[..., 0]
+        to_end = linalg.vecdot(d_keys, kc) * solved.to_end[..., 0]
         from_start = linalg.vecdot(d_queries, qs) + linalg.vecdot(d_writes, k_beta)
-        d_cum += from_start * p.from_start[..., 0] - to_end
+        d_cum += from_start * solved.from_start[..., 0] - to_end
         whole = linalg.vecdot(starts.flatten(1), d_exits.flatten(1)) * p.decay[:, 0, 0]
         d_cum[:, -1] += to_end.sum(-1) + whole
         dg = _unchunked(d_cum.flip(-1).cumsum(-1).flip(-1)[..., None], b, h, n)[..., 0]
-        d_system.mul_(p.gaps), d_scores.mul_(p.gaps)  # now those of the undecayed products
-        d_kbeta = d_writes.mul_(p.from_start)
-        dqs, dk = d_queries.mul_(p.from_start), d_keys.mul_(p.to_end)
-    del p, starts, d_exits
+        d_system.mul_(solved.gaps), d_scores.mul_(solved.gaps)  # the undecayed products'
+        d_kbeta = d_writes.mul_(solved.from_start)
+        dqs, dk = d_queries.mul_(solved.from_start), d_keys.mul_(solved.to_end)
+    del p, solved, starts, d_exits
     dqs = dqs.baddbmm_(d_scores, kc)
     dk = dk.baddbmm_(d_scores.mT, qs).baddbmm_(d_system.mT, k_beta)
     d_kbeta = d_kbeta.baddbmm_(d_system, kc)
@@ -278,7 +278,11 @@ class _Chunks(NamedTuple):
     minus_writes: Tensor  # (B, c, dk): how they depend on the state (-W)
     keys: Tensor  # decayed to the chunk's end
     decay: Tensor | None  # (B, 1, 1): the chunk's whole decay
-    # read by the backward besides
+
+
+class _Solved(NamedTuple):
+    """What the backward reads besides, ((b h nc), *, *) tensors."""
+
     system: Tensor  # (B, c, c): beta_i k_i . k_j, decayed from j to i; its strictly lower part A
     inverse: Tensor  # (I + A)^-1
     gaps: Tensor | None  # (B, c, c): the decay from j to i, i >= j, else 0
@@ -288,7 +292,7 @@ class _Chunks(NamedTuple):
 
 def _within_chunks(
     q: Tensor, k: Tensor, v: Tensor, beta: Tensor, decay: Tensor | None, scale: float
-) -> _Chunks:
+) -> tuple[_Chunks, _Solved]:
     """The UT transform of every chunk at once, from (B, c, *) inputs: with A = strictly-lower(
     diag(beta) K K^T * decays), (I + A) [U, W] = [diag(beta) V, diag(beta decay from start) K]:
     one triangular solve. Every decay is exp of a sum <= 0: it underflows, never overflows."""
@@ -311,11 +315,13 @@ def _within_chunks(
         whole = _exp_decay(last)[..., None]
         system, writes, keys = lower * gaps, k_beta * from_start, k * to_end
         q, scores = q * from_start, scores * gaps
+    del lower  # the system holds it, decayed
     inverse = _inverse_unit_lower(system)
     rhs = torch.cat([v * beta, writes.neg()], dim=-1)
     values, minus_writes = (inverse @ rhs).split([v.shape[-1], k.shape[-1]], -1)
-    return _Chunks(
-        q, scores, values, minus_writes, keys, whole, system, inverse, gaps, from_start, to_end
+    return (
+        _Chunks(q, scores, values, minus_writes, keys, whole),
+        _Solved(system, inverse, gaps, from_start, to_end),
     )
 
 
