@@ -3,6 +3,9 @@ backward recomputes) exists for one segment only, however long the sequence."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+import torch
 from torch import Tensor
 
 
@@ -16,3 +19,45 @@ def segments(n: int, chunk: int, length: int) -> list[tuple[int, int]]:
 def sliced(ts: tuple[Tensor | None, ...], start: int, stop: int) -> list[Tensor | None]:
     """Tokens [start, stop) of each (b, h, n, *) tensor; None stays None."""
     return [None if t is None else t[:, :, start:stop] for t in ts]
+
+
+def needs_grad(*tensors: Tensor | None) -> bool:
+    """Whether a call on these tensors must record its backward: grad mode is on and one asks."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def forward_segments(
+    segment: Callable[..., tuple[Tensor, Tensor]],
+    streams: Sequence[Tensor | None],
+    state: Tensor,
+    bounds: list[tuple[int, int]],
+    out: Tensor,
+) -> tuple[list[Tensor], Tensor]:
+    """segment(*streams[s:e], state) -> (part, state) over bounds in order, each part written
+    into out[:, :, s:e]: the state entering each segment, and the final state."""
+    entering = []
+    for s, e in bounds:
+        entering.append(state)
+        out[:, :, s:e], state = segment(*sliced(tuple(streams), s, e), state)
+    return entering, state
+
+
+def backward_segments(
+    segment_grads: Callable[..., tuple[Tensor | None, ...]],
+    streams: Sequence[Tensor | None],
+    grad_out: Tensor,
+    entering: list[Tensor],
+    grad_state: Tensor,
+    bounds: list[tuple[int, int]],
+    grads: Sequence[Tensor | None],
+) -> Tensor:
+    """Last segment first, segment_grads(*streams[s:e], grad_out[s:e], state entering, gradient
+    of the state leaving) -> (*parts, gradient of the state entering); each part written into its
+    whole-sequence buffer in grads (None: not wanted). Returns the first state's gradient."""
+    for (s, e), start in zip(reversed(bounds), reversed(entering)):
+        *parts, grad_state = segment_grads(*sliced((*streams, grad_out), s, e), start, grad_state)
+        for grad, part in zip(grads, parts):
+            if grad is not None:
+                grad[:, :, s:e] = part
+        del parts  # copied: not held while the next segment's are made
+    return grad_state

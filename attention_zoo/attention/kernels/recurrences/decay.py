@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from ..chunked import padded_length
 from ..exp import exp, exp_
-from ..segments import segments, sliced
+from ..segments import backward_segments, forward_segments, needs_grad, segments
 from ..sums.plain import compute_dtype
 
 # Tokens per segment: the chunks' scores, decays and states exist one segment at a time (the
@@ -53,7 +53,7 @@ def chunk_decay(
     c = min(chunk_length, 1 << (n - 1).bit_length())
     bounds = segments(n, c, SEGMENT_LENGTH)
     inputs = (q, k, v, log_decay)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, state)):
+    if needs_grad(*inputs, state):
         return _SegmentedDecay.apply(*inputs, state, scale, c, bounds)
     o, _, state = _forward(inputs, state, scale, c, bounds)
     return o, state
@@ -83,11 +83,7 @@ def _forward(
     segment, the final state."""
     q, _, v, _ = inputs
     o = q.new_empty(*q.shape[:-1], v.shape[-1])
-    entering = []
-    for start, stop in bounds:
-        entering.append(state)
-        part, state = _segment(*sliced(inputs, start, stop), state, scale, c)
-        o[:, :, start:stop] = part
+    entering, state = forward_segments(lambda *x: _segment(*x, scale, c), inputs, state, bounds, o)
     return o, entering, state
 
 
@@ -109,13 +105,10 @@ class _SegmentedDecay(torch.autograd.Function):
         inputs = (q, k, v, log_decay)
         needs = ctx.needs_input_grad
         grads = [torch.empty_like(t) if need else None for t, need in zip(inputs, needs)]
-        for (start, stop), state in zip(reversed(ctx.bounds), reversed(entering)):
-            *parts, dstate = _segment_grads(
-                *sliced((*inputs, do), start, stop), state, dstate, ctx.scale, ctx.c, needs[3]
-            )
-            for grad, part in zip(grads, parts):
-                if grad is not None:
-                    grad[:, :, start:stop] = part
+        dstate = backward_segments(
+            lambda *x: _segment_grads(*x, ctx.scale, ctx.c, needs[3]),
+            inputs, do, entering, dstate, ctx.bounds, grads,
+        )  # fmt: skip
         return (*grads, dstate if needs[4] else None, None, None, None)
 
 

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from ..chunked import padded_length
 from ..exp import exp_
-from ..segments import segments, sliced
+from ..segments import backward_segments, forward_segments, needs_grad, segments
 from ..sums.plain import compute_dtype
 from .reference import NORM_EPS, l2_normalised
 
@@ -55,7 +55,7 @@ def chunk_delta(
         )
     bounds = segments(n, chunk_length, SEGMENT_LENGTH)
     inputs = (q, k, v, beta, log_decay, state)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+    if needs_grad(*inputs):
         return _Segments.apply(*inputs, setup, bounds)
     out, _, state = _forward(inputs, setup, bounds)
     return out, state
@@ -94,10 +94,7 @@ def _forward(
     *streams, state = inputs
     q, v = streams[0], streams[2]
     out = v.new_empty(*v.shape[:2], q.shape[2], v.shape[-1], dtype=q.dtype)
-    entering = []
-    for s, e in bounds:
-        entering.append(state)
-        out[:, :, s:e], state = _segment(*sliced(tuple(streams), s, e), state, *setup)
+    entering, state = forward_segments(lambda *x: _segment(*x, *setup), streams, state, bounds, out)
     return out, entering, state
 
 
@@ -123,14 +120,10 @@ class _Segments(torch.autograd.Function):
             )
             return (*grads, grad_state.to(entering[0].dtype), None, None)
         grads = [None if t is None else torch.empty_like(t) for t in inputs]
-        for (s, e), start in zip(reversed(ctx.bounds), reversed(entering)):
-            *parts, grad_state = _segment_grads(
-                *sliced((*inputs, grad_o), s, e), start, grad_state, *ctx.setup
-            )
-            for g, part in zip(grads, parts):
-                if g is not None:
-                    g[:, :, s:e] = part
-            del parts  # copied: not held while the next segment's are made
+        grad_state = backward_segments(
+            lambda *x: _segment_grads(*x, *ctx.setup),
+            inputs, grad_o, entering, grad_state, ctx.bounds, grads,
+        )  # fmt: skip
         return (*grads, grad_state.to(entering[0].dtype), None, None)
 
 
