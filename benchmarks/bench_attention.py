@@ -18,6 +18,7 @@ from .common import (
     backend_names,
     build,
     build_padded,
+    build_timed,
     case_for,
     flops,
     measured_peak,
@@ -42,7 +43,7 @@ class Time:
         self, device: str, threads: int, target: str, backend: str, seq_len: int, mode: str
     ) -> None:
         use(device, threads)
-        self.runnable = build(
+        self.runnable = build_timed(
             self,
             case_for(device=device, target=target, backend=backend, seq_len=seq_len, mode=mode),
         )

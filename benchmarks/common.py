@@ -37,6 +37,10 @@ try:  # the input contract: every stream a backend declares (q, k, v and extras)
     from attention_zoo.measure.cases import sample_inputs
 except ImportError:  # an older commit's package (the gate's base side): q, k, v of one shape
     sample_inputs = None
+try:  # captured steps: a CUDA step replayed from a CUDA graph
+    from attention_zoo.measure.capture import capture_obstacle, captured_step
+except ImportError:  # an older commit's package: every step timed as it is
+    capture_obstacle = captured_step = None
 
 
 def load_suite_plugins() -> None:
@@ -166,6 +170,19 @@ def _build_warm(case: BenchCase) -> Runnable:
     runnable = build_runnable(case)
     runnable.step()
     synchronize(case.device)
+    return runnable
+
+
+def build_timed(owner: Any, case: BenchCase) -> Runnable:
+    """`build`, for a benchmark that only times the step: on CUDA, where the case can be
+    captured, its step is a CUDA graph's replay (as `zoo bench --cuda-graphs auto` times it)."""
+    return _once(owner, case, _build_captured)
+
+
+def _build_captured(case: BenchCase) -> Runnable:
+    runnable = _build_warm(case)
+    if capture_obstacle is not None and capture_obstacle(runnable) is None:
+        runnable.step = captured_step(runnable)
     return runnable
 
 

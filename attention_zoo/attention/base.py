@@ -207,6 +207,12 @@ class AttentionCore(nn.Module):
             self._picks[call] = impl
         return impl
 
+    def capture_obstacle(self, call: Call) -> str | None:
+        """Why a CUDA graph cannot capture this core's `call`, or None. Kernels launched from
+        tensors alone replay as recorded; a core whose call reads values or seeds a generator
+        on the host says so here."""
+        return None
+
     def attend_block(
         self, x: Tensor, weights: BlockWeights, key_padding_mask: Tensor | None
     ) -> Tensor | None:

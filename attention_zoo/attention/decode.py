@@ -85,6 +85,10 @@ class KVCache(DecodeState):
     real: Tensor
     masked: bool = False  # some key was given as padding (else the real mask is all True)
     appends_only: ClassVar[bool] = True
+    uncapturable: ClassVar[str] = (
+        "attends over the cache up to the host's count of positions, a shape that grows every "
+        "token (a captured step would need a device-side position)"
+    )
 
     def keys(self) -> Tensor:
         return self.k[:, :, : self.length]
@@ -245,6 +249,7 @@ class WindowState(DecodeState):
     v: Tensor  # (b, kv, size, d_v)
     real: Tensor  # (b, size) bool
     pos: Tensor  # (size,) long
+    uncapturable: ClassVar[str] = "writes its ring at a slot the host computes from the position"
 
 
 def window_state(shape: StateShape, *, size: int, front: int = 0) -> WindowState:

@@ -185,6 +185,14 @@ class Inputs:
         q, k, v = (t[:, :, start:stop] for t in (self.q, self.k, self.v))
         return Inputs(q, k, v, cut)
 
+    def at(self, position: Tensor) -> Inputs:
+        """The one position a 0-d long tensor names, of every stream: a captured decoding step
+        reads its token where the device says (shared QK: q is still k)."""
+        index = position.view(1)
+        picked = {id(t): t.index_select(2, index) for t in self.leaves()}
+        extras = {name: picked[id(t)] for name, t in self.extras.items()}
+        return Inputs(picked[id(self.q)], picked[id(self.k)], picked[id(self.v)], extras)
+
 
 def default_layout(cfg: Any, shared_qk: bool) -> InputLayout:
     """The layout of a core that declares none of its own: q, k, v (k = q under shared QK), with

@@ -126,6 +126,15 @@ class LSHAttention(AttentionCore):
             return cfg.num_buckets
         return auto_buckets(cfg.max_length or n, cfg.chunk_length, cfg.max_length)
 
+    def capture_obstacle(self, call: Call) -> str | None:
+        """Seeded rotations come from a generator made and seeded on the host every call."""
+        if self.cfg.seed is None:
+            return None
+        return (
+            "its seeded rotations come from a generator seeded on the host every call (leave "
+            "seed unset to draw them from the global RNG, which a graph replays)"
+        )
+
     def rotations(
         self, heads: int, d: int, nb: Buckets, device: torch.device, dtype: torch.dtype
     ) -> Tensor:

@@ -14,6 +14,7 @@ import torch
 from ..engine import RunInterrupted, continued_run
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
+from ..measure.capture import CUDA_GRAPHS, ON
 from ..measure.cases import DECODERS, DTYPES, MODES, BenchCase
 from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.limits import auto_memory_limit
@@ -276,6 +277,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the preset's, else wall)",
     )
     m.add_argument(
+        "--cuda-graphs",
+        choices=CUDA_GRAPHS,
+        help="a CUDA step timed as the replay of a CUDA graph, so its time is the kernels' and "
+        "not the host's: auto (where the case's kernels and decoding state can be captured; "
+        "each case stores whether it was and why not), on (every case, else an error), off "
+        "(default: the preset's, else auto)",
+    )
+    m.add_argument(
         "--metrics",
         type=choices(MEASURE_GROUPS, "metric group"),
         help=f"comma list of groups to measure: {', '.join(MEASURE_GROUPS)}",
@@ -339,6 +348,8 @@ def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> 
         changes["clock"] = args.clock
     if args.metrics is not None:
         changes["metrics"] = tuple(args.metrics)
+    if args.cuda_graphs is not None:
+        changes["cuda_graphs"] = args.cuda_graphs
     if args.time_limit is not None:
         changes["time_limit_s"] = None if math.isinf(args.time_limit) else args.time_limit
     elif base.time_limit_s is None:
@@ -363,6 +374,16 @@ def memory_limit(text: str) -> int | str | None:
     if text == "auto":
         return AUTO
     return size(text)
+
+
+def check_graphs(request: str, cases: list[BenchCase]) -> None:
+    """--cuda-graphs on captures CUDA steps: every case must run on CUDA."""
+    elsewhere = sorted({c.device for c in cases if torch.device(c.device).type != "cuda"})
+    if request == ON and elsewhere:
+        raise UsageError(
+            f"--cuda-graphs on captures CUDA steps, and some cases run on {', '.join(elsewhere)}; "
+            "use --devices cuda, or --cuda-graphs auto (captures where it can)"
+        )
 
 
 def check_reference(reference: str | None, cases: list) -> None:
@@ -440,6 +461,7 @@ def run(args: argparse.Namespace) -> int:
     cases = grid.cases()
     check_options_used(args, cases)
     check_reference(args.reference, cases)
+    check_graphs(settings.cuda_graphs, cases)
     check_cases(cases, settings.metrics)  # a named kernel that cannot run: refused, not stored
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)

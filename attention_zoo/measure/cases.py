@@ -269,6 +269,14 @@ class Runnable:
     output: Callable[[], Tensor] = field(kw_only=True)
     # prefill/decode: the decoding state now (alive between decode steps; its bytes are a metric)
     state: Callable[[], decode.DecodeState] | None = field(default=None, kw_only=True)
+    # a step whose host work comes apart from its kernels for a CUDA graph: (host, kernels),
+    # host() then kernels() doing what step() does; None: the step is all kernels
+    split: tuple[Callable[[], None], Callable[[], None]] | None = field(default=None, kw_only=True)
+
+    def parts(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(host work, kernels) of one step: a captured step records the kernels once and runs
+        the host work before each replay."""
+        return self.split or (_nothing, self.step)
 
     def resident_bytes(self) -> int:
         """Bytes of everything alive between steps: parameters, buffers, inputs, optimizer state,
@@ -318,6 +326,16 @@ def _defaults(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
 def _clear(tensors: list[Tensor]) -> None:
     for t in tensors:
         t.grad = None
+
+
+def _optimizer(
+    case: BenchCase, params: list[Tensor], device: torch.device
+) -> torch.optim.Optimizer | None:
+    """A train-step's AdamW; on CUDA capturable (its step count on the device), so a CUDA
+    graph can replay its step."""
+    if case.mode != "train-step":
+        return None
+    return torch.optim.AdamW(params, lr=1e-4, capturable=device.type == "cuda")
 
 
 def _make_step(
@@ -396,7 +414,7 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
             )
     x = gaussian((case.batch, case.seq_len, case.hidden), device=device, dtype=dtype)
     params = list(block.parameters())
-    optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
+    optimizer = _optimizer(case, params, device)
 
     def forward() -> Tensor:
         return block(x).sum()
@@ -440,21 +458,47 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
     new = sample_inputs(case, device, dtype, length=case.new_tokens)
     snapshot = None if first.appends_only else [t.clone() for t in first.tensors()]
     now = {"state": first, "i": 0}
+    position = torch.zeros((), dtype=torch.long, device=device)  # a captured step's token
 
-    def one() -> Tensor:
+    def rewind() -> None:
         if now["i"] == case.new_tokens:  # back to the prompt alone
             for live, saved in zip(first.tensors(), snapshot or ()):
                 live.copy_(saved)
             now.update(state=first, i=0)
-        i = now["i"]
+            position.zero_()
+        now["i"] += 1
+
+    def one() -> Tensor:
+        rewind()
+        i = now["i"] - 1
         with torch.no_grad():
             x = new.window(i, i + 1)
             out, now["state"] = decode.step(core, x.q, x.k, x.v, now["state"], **x.extras)
-        now["i"] = i + 1
         return out
 
+    def on_device() -> None:
+        """one()'s kernels for a state written in place (a capturable one): its token where
+        `position` says, then the position moved on, on the device (wrapping, so calls made
+        before a capture cannot run it past the new tokens)."""
+        with torch.no_grad():
+            x = new.at(position)
+            decode.step(core, x.q, x.k, x.v, first, **x.extras)
+            position.add_(1).remainder_(case.new_tokens)
+
     inputs = tuple({id(t): t for t in (*new.leaves(), *(snapshot or ()))}.values())
-    return Runnable(case, core, inputs, _discard(one), output=one, state=lambda: now["state"])
+    return Runnable(
+        case,
+        core,
+        inputs,
+        _discard(one),
+        output=one,
+        state=lambda: now["state"],
+        split=(rewind, on_device),
+    )
+
+
+def _nothing() -> None:
+    """No host work."""
 
 
 def _discard(fn: Callable[[], Tensor]) -> Callable[[], None]:
@@ -482,7 +526,7 @@ def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
             )
             labels = torch.zeros(case.batch, dtype=torch.long, device=device)
     params = list(model.parameters())
-    optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
+    optimizer = _optimizer(case, params, device)
     if case.mode == "forward":
         model.eval()
 

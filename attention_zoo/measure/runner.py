@@ -11,6 +11,7 @@ tracked_peak_bytes misses kernel scratch and autograd accumulates out of place u
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import re
@@ -24,6 +25,7 @@ import torch
 
 from ..attention.spec import BACKENDS
 from ..errors import ConfigError, ZooError
+from .capture import AUTO, ON, Capture, captured_step, check_cuda_graphs, choose_capture
 from .cases import BenchCase, Runnable, build_runnable
 from .duration import (
     LONG_CASE_S,
@@ -68,8 +70,11 @@ class MeasureSettings:
     # a CPU step timed by the wall clock, or by the process's CPU time at one thread ("cpu"):
     # what the step costs, which other processes on the machine cannot inflate
     clock: str = WALL
+    # a CUDA step replayed from a CUDA graph (capture.py): auto where the case can be, on, off
+    cuda_graphs: str = AUTO
 
     def __post_init__(self) -> None:
+        check_cuda_graphs(self.cuda_graphs)
         if self.clock not in CLOCKS:
             raise ConfigError(f"clock {self.clock!r} is not one of: {', '.join(CLOCKS)}")
         if self.clock == CPU_CLOCK and self.threads != 1:
@@ -87,8 +92,9 @@ class MeasureSettings:
 @dataclass(frozen=True, kw_only=True)
 class CaseResult:
     """The outcome of one case: status, metric rows (maybe partial), error text, and what it ran
-    as (`facts`, stored with its rows: "capabilities" by backend, see case_facts, and "kernels":
-    the implementation each backend's cores ran, see measure.kernels)."""
+    as (`facts`, stored with its rows: "capabilities" by backend, see case_facts, "kernels":
+    the implementation each backend's cores ran, see measure.kernels, and on CUDA "cuda_graphs":
+    whether its timed step was a graph's replay, see measure.capture)."""
 
     case: BenchCase
     status: str  # ok, oom, error, skipped, invalid
@@ -200,6 +206,7 @@ class _Pending:
         self.result: CaseResult | None = None
         self.kernels: dict[str, str] = {}  # the implementation each backend's cores run
         self.expected: Expected | None = None  # its predicted duration, where a limit asked
+        self.capture: Capture | None = None  # on CUDA: whether its timed step is replayed
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -209,7 +216,11 @@ class _Pending:
             rows=self.rows,
             error=text,
             seconds=time.perf_counter() - self.start,
-            facts={**case_facts(self.case), **({"kernels": self.kernels} if self.kernels else {})},
+            facts={
+                **case_facts(self.case),
+                **({"kernels": self.kernels} if self.kernels else {}),
+                **({"cuda_graphs": self.capture.fact()} if self.capture else {}),
+            },
         )
         self.runnable = None
 
@@ -259,6 +270,7 @@ class _Pending:
         try:
             runnable = build_runnable(case)
             self.kernels = kernel_names(case, runnable.module)
+            unwatched = runnable.step
             runnable.step = self.watched(runnable.step, settings)
             invalid, note = check_case(runnable)  # one forward on the case's own inputs
             self.notes += [note] if note else []
@@ -267,12 +279,32 @@ class _Pending:
             if case.mode != "forward":  # a forward's warm-up is the check's forward
                 runnable.step()  # warm-up: lazy state (optimizer moments, caches) becomes resident
             self.rows.extend(_measure_memory(runnable, settings, alone=alone))
+            if "time" in settings.metrics:
+                plain = dataclasses.replace(runnable, step=unwatched)
+                if (replay := self.captured(plain, settings)) is not None:
+                    runnable.step = self.watched(replay, settings)
         except Exception as exc:  # any failure is a stored result, never a crash
             return self.fail(exc)
         if "time" in settings.metrics:
             self.runnable = runnable
         else:
             self.finish(OK)
+
+    def captured(self, runnable: Runnable, settings: MeasureSettings) -> Callable[[], None] | None:
+        """The step replayed from a CUDA graph, where --cuda-graphs and the case allow (its
+        memory was measured on the step as it is), else None; on CUDA the choice is a fact of
+        the case. A capture that fails is an error under on, and under auto leaves the step."""
+        choice, replay = choose_capture(runnable, settings.cuda_graphs), None
+        if choice.on:
+            try:
+                replay = captured_step(runnable)
+            except Exception as exc:
+                if settings.cuda_graphs == ON:
+                    raise
+                choice = Capture(False, f"capture failed: {describe_error(exc)}")
+        if choice.on or torch.device(self.case.device).type == "cuda":
+            self.capture = choice
+        return replay
 
     def expect(self, settings: MeasureSettings, flops: float) -> str | None:
         """Predict the case's duration where a limit asks for it; why it is not run when the

@@ -194,7 +194,8 @@ COMPUTES_RULE = (
     "recurrence over a constant-size state, checked against its token-by-token form) or "
     "`approximate`. Fastest and leanest are named per class: exact, and not exact (pattern, "
     "recurrent or approximate). "
-    "The **kernel** is the implementation that ran (`zoo list` lists each backend's)."
+    "The **kernel** is the implementation that ran (`zoo list` lists each backend's); "
+    "`captured` after it: the CUDA step was timed as a CUDA graph's replay (no host time)."
 )
 
 

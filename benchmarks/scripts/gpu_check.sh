@@ -3,7 +3,8 @@
 # Runs fla's accuracy test (RMS ratios of its kernels' outputs and gradients against our float64
 # references, 4k and 16k, each case's numbers in fla-accuracy.jsonl beside the store, or in OUT),
 # the CUDA tests, the core and block grids (bf16, forward+backward, causal and bidirectional,
-# 1k-64k tokens), the asv CUDA benchmarks, and writes a report folder reports/gpu-<device>-<date>/
+# 1k-64k tokens; each step a CUDA graph's replay where the case can be captured, as zoo bench's
+# --cuda-graphs auto does), the asv CUDA benchmarks, and writes a report folder reports/gpu-<device>-<date>/
 # from the store it fills. Optional packages (fla-core; asv and what it needs) travel as wheels in
 # .whl/ (README, "On a GPU"): they are installed into a scratch folder, nothing else is touched.
 #
@@ -84,7 +85,7 @@ step decode "$PY" -m attention_zoo bench --target attention --devices cuda --dty
     --backends "${DECODE:-sdpa,local,sliding-window,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}" --metrics time,memory \
     --budget 0.2 --repeats 5 --store "$store" --run-id decode --no-progress
 step tests "$PY" -m pytest -v -rf --tb=line -m gpu -p no:cacheprovider tests/test_kernels.py \
-    tests/test_cuda.py tests/test_attention_contract.py tests/test_throughput.py \
+    tests/test_cuda.py tests/test_capture.py tests/test_attention_contract.py tests/test_throughput.py \
     tests/test_recurrence_decay.py tests/test_recurrence_delta.py
 step asv "$PY" benchmarks/scripts/record.py --device cuda
 step report "$PY" -m attention_zoo report --store "$store" --out "$folder"

@@ -1,0 +1,133 @@
+"""Captured steps: a timed CUDA step recorded once as a CUDA graph and replayed, so its time is
+the kernels' and not the Python that launches them (as torchtitan captures a training step and
+gpt-fast a decode step). A step can be captured when it reads only tensors made before it (its
+static inputs) and writes its state in place; what each case runs says whether it can, and why
+not (`capture_obstacle`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from ..attention.base import AttentionCore
+from ..attention.dispatch import Call
+from ..errors import ConfigError
+from .cases import DTYPES, Runnable
+from .peers import is_peer
+
+AUTO, ON, OFF = "auto", "on", "off"
+CUDA_GRAPHS = (AUTO, ON, OFF)  # MeasureSettings.cuda_graphs: capture where it can, always, never
+GRAPH_WARMUP = 3  # calls on a side stream before the capture: lazy state and autotuning settle
+CAPTURED_TARGETS = ("attention", "block")
+
+
+def check_cuda_graphs(value: object) -> None:
+    """ConfigError unless `value` is one of CUDA_GRAPHS."""
+    if value not in CUDA_GRAPHS:
+        raise ConfigError(f"cuda_graphs {value!r} is not one of: {', '.join(CUDA_GRAPHS)}")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Whether a case's timed step is replayed as a CUDA graph, and why not when it is not."""
+
+    on: bool
+    why: str = ""
+
+    def fact(self) -> dict[str, Any]:
+        """What the store keeps with the case (its facts' "cuda_graphs")."""
+        return {"on": self.on, **({"why": self.why} if self.why else {})}
+
+
+def capture_obstacle(runnable: Runnable) -> str | None:
+    """Why the case's step cannot be captured in a CUDA graph on its device, or None: the one
+    device check, then what its target, mode, decoding state and attention cores state."""
+    case = runnable.case
+    if torch.device(case.device).type != "cuda":
+        return f"CUDA graphs capture CUDA work; this case runs on {case.device}"
+    return step_obstacle(runnable)
+
+
+def step_obstacle(runnable: Runnable) -> str | None:
+    """capture_obstacle without the device check: what would stop a capture of this step on
+    CUDA (the attention cores as the pick rule chooses for the case's own device)."""
+    case, module = runnable.case, runnable.module
+    if case.target not in CAPTURED_TARGETS:
+        return (
+            f"captured steps cover the {' and '.join(CAPTURED_TARGETS)} targets (a model's "
+            "reversible residuals read and set the RNG state on the host)"
+        )
+    if is_peer(case.backend) or module is None:
+        return f"{case.backend} is another library's module, which states nothing about capture"
+    if runnable.state is not None and case.mode == "decode" and case.decoder == "own":
+        state = runnable.state()
+        if reason := type(state).uncapturable:
+            return f"its decoding state ({type(state).__name__}) {reason}"
+    for core in (m for m in module.modules() if isinstance(m, AttentionCore)):
+        call = Call(
+            torch.device(case.device).type,
+            DTYPES[case.dtype],
+            case.seq_len,
+            case.head_dim,
+            bool(core.dropout_p) and case.mode != "forward",
+        )
+        if reason := core.capture_obstacle(call):
+            return f"{type(core).spec.name}: {reason}"
+    return None
+
+
+def choose_capture(runnable: Runnable, request: str) -> Capture:
+    """The capture a case gets for --cuda-graphs `request`: off when asked; on where nothing
+    stands in the way (auto) or else not (auto: stated why; on: ConfigError, one line)."""
+    check_cuda_graphs(request)
+    if request == OFF:
+        return Capture(False, "--cuda-graphs off")
+    reason = capture_obstacle(runnable)
+    if reason is None:
+        return Capture(True)
+    if request == ON:
+        raise ConfigError(f"--cuda-graphs on cannot capture this case: {reason}")
+    return Capture(False, reason)
+
+
+class Graph(Protocol):
+    """What capture needs of torch.cuda.CUDAGraph: record a callable's kernels, replay them."""
+
+    def replay(self) -> None: ...
+
+
+Recorder = Callable[[Callable[[], None], torch.device], Graph]
+
+
+def cuda_graph(kernels: Callable[[], None], device: torch.device) -> Graph:
+    """kernels() recorded into a CUDA graph after GRAPH_WARMUP calls on a side stream (cuBLAS
+    workspaces, the allocator's pool and autotuned kernels settle outside the capture)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(GRAPH_WARMUP):
+            kernels()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernels()
+    torch.cuda.synchronize(device)
+    return graph
+
+
+def captured_step(runnable: Runnable, record: Recorder | None = None) -> Callable[[], None]:
+    """The runnable's step with its kernels replayed from one recording (`cuda_graph`, unless
+    `record` says otherwise): the host work a step keeps apart (a decode step's count of tokens,
+    its state set back) runs before each replay."""
+    host, kernels = runnable.parts()
+    graph = (record or cuda_graph)(kernels, torch.device(runnable.case.device))
+
+    def step() -> None:
+        host()
+        graph.replay()
+
+    return step

@@ -1,0 +1,211 @@
+"""Captured steps (`zoo bench --cuda-graphs`): which cases can be replayed from a CUDA graph and
+why not, the decode step's device-side token and in-place state, and the runner's use of a
+recording. CUDA graphs need a GPU; here a recorder that warms up and replays by calling the
+kernels stands in for one, so everything around the capture runs on the CPU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from attention_zoo.cli import main
+from attention_zoo.errors import ConfigError
+from attention_zoo.measure import capture
+from attention_zoo.measure.capture import (
+    GRAPH_WARMUP,
+    Capture,
+    captured_step,
+    choose_capture,
+    step_obstacle,
+)
+from attention_zoo.measure.cases import BenchCase, build_runnable
+from attention_zoo.measure.labels import kernel_text
+from attention_zoo.measure.runner import MeasureSettings, measure_case
+
+SMALL = {"seq_len": 64, "num_heads": 2, "head_dim": 16}
+
+
+def _runnable(backend: str, **changes):
+    return build_runnable(BenchCase(backend=backend, **{**SMALL, **changes}))
+
+
+class Recorder:
+    """A CPU stand-in for cuda_graph: the warm-up calls, then a 'replay' that calls the kernels
+    (a graph replays exactly the kernels it recorded)."""
+
+    def __init__(self) -> None:
+        self.recorded = 0
+
+    def __call__(self, kernels, device):
+        self.recorded += 1
+        for _ in range(GRAPH_WARMUP):
+            kernels()
+        return SimpleNamespace(replay=kernels)
+
+
+def test_the_requests_and_the_one_device_check():
+    run = _runnable("sdpa", mode="forward+backward")
+    assert choose_capture(run, "off") == Capture(False, "--cuda-graphs off")
+    auto = choose_capture(run, "auto")
+    assert not auto.on and "runs on cpu" in auto.why
+    with pytest.raises(ConfigError, match="cannot capture this case: CUDA graphs capture CUDA"):
+        choose_capture(run, "on")
+    with pytest.raises(ConfigError, match="auto, on, off"):
+        MeasureSettings(cuda_graphs="yes")
+    assert Capture(True).fact() == {"on": True}
+    assert Capture(False, "why").fact() == {"on": False, "why": "why"}
+
+
+@pytest.mark.parametrize(
+    "backend, changes, words",
+    [
+        ("sdpa", {"mode": "forward+backward"}, None),
+        ("local", {"mode": "forward"}, None),
+        ("lsh", {"mode": "forward+backward"}, None),
+        ("lsh", {"mode": "forward", "options": {"seed": 3}}, "lsh: its seeded rotations"),
+        ("sdpa", {"target": "block", "mode": "train-step"}, None),
+        ("sdpa", {"target": "model", "mode": "forward"}, "attention and block targets"),
+        ("linear", {"mode": "decode", "new_tokens": 4}, None),
+        ("retention", {"mode": "decode", "new_tokens": 4}, None),
+        ("gated-deltanet", {"mode": "decode", "new_tokens": 4}, None),
+        ("sdpa", {"mode": "decode", "new_tokens": 4}, "(KVCache) attends over the cache"),
+        ("local", {"mode": "decode", "new_tokens": 4}, "(WindowState) writes its ring"),
+        ("sdpa", {"mode": "prefill", "new_tokens": 4}, None),
+    ],
+)
+def test_what_stands_in_the_way_of_a_capture(backend, changes, words):
+    """What each case states about capture (the kernels the pick rule chooses, its decoding
+    state, its target); capturable ones have no obstacle."""
+    reason = step_obstacle(_runnable(backend, **changes))
+    if words is None:
+        assert reason is None
+    else:
+        assert reason is not None and words in reason
+
+
+@pytest.mark.parametrize("backend", ["linear", "performer", "retention", "gated-deltanet", "lsh"])
+def test_a_captured_decode_step_decodes_as_the_plain_one(backend):
+    """The captured decode reads its token at a device-side position and writes its state in
+    place; once the host sets the state back (the warm-up's calls are behind it), every call
+    leaves the state the plain step leaves."""
+    case = BenchCase(backend=backend, mode="decode", new_tokens=3, **SMALL)
+    torch.manual_seed(0)
+    plain = build_runnable(case)
+    torch.manual_seed(0)
+    graphed = build_runnable(case)
+    recorder = Recorder()
+    step = captured_step(graphed, recorder)
+    assert recorder.recorded == 1
+    for call in range(2 * case.new_tokens + 1):
+        plain.step()
+        step()
+        if call >= case.new_tokens:  # both set back to the prompt alone at the same call
+            for a, b in zip(plain.state().tensors(), graphed.state().tensors(), strict=True):
+                torch.testing.assert_close(a, b)
+
+
+def test_the_runner_times_the_replay_and_stores_the_choice(monkeypatch):
+    """With a case that can be captured (the device check lifted), the timed step is the
+    recording's replay, its memory measured on the step as it is, the choice a fact shown
+    beside the kernel; under auto a capture that fails leaves the step timed as it is."""
+    recorder = Recorder()
+    monkeypatch.setattr(capture, "capture_obstacle", step_obstacle)
+    monkeypatch.setattr(capture, "cuda_graph", recorder)
+    case = BenchCase(backend="sdpa", mode="forward+backward", **SMALL)
+    settings = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time", "memory"))
+    on = measure_case(case, MeasureSettings(**{**settings.__dict__, "cuda_graphs": "on"}))
+    assert on.status == "ok" and on.value("time_median") > 0 and on.value("peak_bytes") > 0
+    assert recorder.recorded == 1 and on.facts["cuda_graphs"] == {"on": True}
+    assert kernel_text(on.facts) == f"{on.facts['kernels']['sdpa']}, captured"
+
+    def failing(kernels, device):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(capture, "cuda_graph", failing)
+    auto = measure_case(case, settings)
+    assert auto.status == "ok" and auto.value("time_median") > 0
+    assert "cuda_graphs" not in auto.facts  # a CPU case: nothing captured, nothing to say
+    strict = measure_case(case, MeasureSettings(**{**settings.__dict__, "cuda_graphs": "on"}))
+    assert strict.status == "error" and "not permitted when stream is capturing" in strict.error
+
+
+def test_a_cpu_case_stores_no_capture_fact():
+    case = BenchCase(backend="sdpa", **SMALL)
+    result = measure_case(case, MeasureSettings(time_budget_s=0.0, metrics=("time",)))
+    assert result.status == "ok" and "cuda_graphs" not in result.facts
+
+
+def test_on_refuses_cases_off_cuda_in_one_line(capsys, tmp_path):
+    code = main(
+        ["bench", "--backends", "sdpa", "--lengths", "64", "--cuda-graphs", "on",
+         "--store", str(tmp_path / "s.sqlite"), "--no-progress"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "--cuda-graphs on captures CUDA steps" in err
+    assert "Traceback" not in err and not (tmp_path / "s.sqlite").exists()
+
+
+# ---- on CUDA: real graphs (the gpu marker; the GPU check runs them) --------------------------
+
+# the backends of the GPU check's grids and the block-routing ones; lsh draws new rotations
+# every call, so its replay is compared with nothing
+DRAWS_NOTHING = (
+    "sdpa local sliding-window bigbird linear performer retention gla deltanet gated-deltanet "
+    "moba nsa sigmoid differential"
+).split()
+GRAPHED = [*DRAWS_NOTHING, "lsh"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", DRAWS_NOTHING)
+def test_a_replayed_forward_equals_the_forward_on_cuda(backend):
+    """A recording of the forward, replayed, writes what the forward returns (bf16, 4k)."""
+    case = BenchCase(backend=backend, device="cuda", dtype="bfloat16", seq_len=4096)
+    plain = build_runnable(case)
+    expected = plain.output()
+    static = torch.empty_like(expected)
+
+    def kernels() -> None:
+        with torch.no_grad():
+            static.copy_(plain.output())
+
+    static.zero_()
+    step = captured_step(replace(plain, step=kernels, split=None))
+    step()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(static, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["linear", "performer", "retention", "gated-deltanet", "lsh"])
+def test_a_captured_decode_step_decodes_as_the_plain_one_on_cuda(backend):
+    case = BenchCase(backend=backend, mode="decode", new_tokens=3, device="cuda", **SMALL)
+    torch.manual_seed(0)
+    plain = build_runnable(case)
+    torch.manual_seed(0)
+    graphed = build_runnable(case)
+    step = captured_step(graphed)
+    for call in range(2 * case.new_tokens + 1):
+        plain.step()
+        step()
+        if call >= case.new_tokens:
+            for a, b in zip(plain.state().tensors(), graphed.state().tensors(), strict=True):
+                torch.testing.assert_close(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["forward", "forward+backward"])
+def test_every_grid_backend_is_captured_on_cuda(mode):
+    """--cuda-graphs on: every backend of the GPU check's grids is captured and timed (bf16,
+    4k), and its facts say so."""
+    settings = MeasureSettings(time_budget_s=0.0, metrics=("time",), cuda_graphs="on")
+    failed = {}
+    for backend in GRAPHED:
+        case = BenchCase(backend=backend, device="cuda", dtype="bfloat16", seq_len=4096, mode=mode)
+        result = measure_case(case, settings)
+        if result.status != "ok" or result.facts.get("cuda_graphs") != {"on": True}:
+            failed[backend] = result.error or result.status
+    assert not failed, failed
