@@ -75,7 +75,10 @@ class NSAAttention(AttentionCore):
         c = self.cfg.block_size
         means, has = block_means(k, real, c)
         values, _ = block_means(v, real, c)
-        o_swa = self.window_core(q, k, v, key_padding_mask) * window_seen(real, self.cfg.window)
+        o_swa = self.window_core(q, k, v, key_padding_mask)
+        # a query whose window holds no real key takes nothing from it: its gate is 0 (gating
+        # the branch's output instead would keep a second copy of it for the backward)
+        gates = {**gates, "g_swa": gates["g_swa"] * window_seen(real, self.cfg.window)}
         return self._mix(attend, q, k, v, real, means, values, has, gates, o_swa, 0)
 
     def _mix(
@@ -98,9 +101,10 @@ class NSAAttention(AttentionCore):
         cfg = self.cfg
         c = cfg.block_size
         pooled_k, pooled_v = means.to(k.dtype), values.to(v.dtype)
-        o_cmp = compressed_attention(q, pooled_k, pooled_v, has, block=c, offset=offset)
+        o_cmp, seen = compressed_attention(q, pooled_k, pooled_v, has, block=c, offset=offset)
         route = nsa_route(q, means, has, block=c, slots=cfg.num_selected, offset=offset)
         o_slc = attend(q, k, v, route, real)
+        gates = {**gates, "g_cmp": gates["g_cmp"] * seen}  # no block seen: nothing from them
         g_cmp, g_slc, g_swa = (gates[name].unsqueeze(-1) for name in GATES)
         return g_cmp * o_cmp + g_slc * o_slc + g_swa * o_swa
 
@@ -138,10 +142,10 @@ class NSAAttention(AttentionCore):
 
 
 def window_seen(real: Tensor, window: int) -> Tensor:
-    """(b, 1, n, 1): whether a query's window holds a real key (else its branch gives zeros, as
-    every kernel of the routes does)."""
+    """(b, 1, n): whether a query's window holds a real key (else the branch gives it nothing,
+    as every kernel of the routes gives a query that sees no key)."""
     count = torch.nn.functional.pad(real.long().cumsum(-1), (window, 0))
-    return (count[:, window:] > count[:, :-window])[:, None, :, None]
+    return (count[:, window:] > count[:, :-window])[:, None, :]
 
 
 NSAAttention.kernels = ROUTED_KERNELS

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from ...dispatch import expand_kv
 from ..masks import additive_mask
@@ -22,19 +23,39 @@ def visible(positions: Tensor, has: Tensor, block: int) -> Tensor:
 
 def compressed_attention(
     q: Tensor, keys: Tensor, values: Tensor, has: Tensor, *, block: int, offset: int = 0
-) -> Tensor:
+) -> tuple[Tensor, Tensor]:
     """q (b, h, t, d) at positions offset.. over the pooled keys and values (b, kv, nb, d) they
-    see -> (b, h, t, d_v); zeros for a query that sees none (its first block is incomplete)."""
-    positions = torch.arange(offset, offset + q.shape[2], device=q.device)
+    see -> (b, h, t, d_v), and (b, 1, t) whether each query sees one (where not, the output is
+    finite and meaningless: the caller's gate zeroes it). Segments of queries are recomputed in
+    the backward, so no (t, nb) mask is kept for it."""
+    b, _, t, _ = q.shape
+    nb = has.shape[1]
+    positions = torch.arange(offset, offset + t, device=q.device)
+    real_before = F.pad(has.long().cumsum(-1), (1, 0))  # (b, nb + 1): real blocks among the first
+    seen = real_before[:, ((positions + 1) // block).clamp(max=nb)] > 0
+    step = max(1, ROUTE_BYTES // (b * nb * 4))
+    spans = [(s, min(s + step, t)) for s in range(0, t, step)]  # static: from the shapes
+    parts = [
+        checkpoint(_compressed, q[:, :, s:e], keys, values, has, positions[s:e], block,
+                   use_reentrant=False)
+        for s, e in spans
+    ]  # fmt: skip
+    return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)), seen[:, None]
+
+
+def _compressed(
+    q: Tensor, keys: Tensor, values: Tensor, has: Tensor, positions: Tensor, block: int
+) -> Tensor:
+    """compressed_attention's output for queries q at `positions` (a finite mask value: a query
+    that sees no block averages them all)."""
     ok = visible(positions, has, block)[:, None]  # (b, 1, t, nb)
-    out = F.scaled_dot_product_attention(
+    return F.scaled_dot_product_attention(
         q,
         keys,
         values,
         attn_mask=additive_mask(ok, q.dtype),
         enable_gqa=keys.shape[1] != q.shape[1],
     )
-    return out * ok.any(-1, keepdim=True)
 
 
 def nsa_route(
