@@ -11,6 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from attention_zoo.attention.base import AttentionCore
+from attention_zoo.attention.dispatch import Call
+from attention_zoo.attention.state import DecodeState
 from attention_zoo.cli import main
 from attention_zoo.errors import ConfigError
 from attention_zoo.measure import capture
@@ -23,7 +26,7 @@ from attention_zoo.measure.capture import (
 )
 from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.measure.labels import kernel_text
-from attention_zoo.measure.runner import MeasureSettings, measure_case
+from attention_zoo.measure.runner import MeasureSettings, measure_case, measure_group
 
 SMALL = {"seq_len": 64, "num_heads": 2, "head_dim": 16}
 
@@ -39,7 +42,7 @@ class Recorder:
     def __init__(self) -> None:
         self.recorded = 0
 
-    def __call__(self, kernels, device):
+    def __call__(self, kernels, device, pool):
         self.recorded += 1
         for _ in range(GRAPH_WARMUP):
             kernels()
@@ -48,7 +51,7 @@ class Recorder:
 
 def test_the_requests_and_the_one_device_check():
     run = _runnable("sdpa", mode="forward+backward")
-    assert choose_capture(run, "off") == Capture(False, "--cuda-graphs off")
+    assert choose_capture(run, "off") == Capture(False, "--cuda-graphs off", told=False)
     auto = choose_capture(run, "auto")
     assert not auto.on and "runs on cpu" in auto.why
     with pytest.raises(ConfigError, match="cannot capture this case: CUDA graphs capture CUDA"):
@@ -65,9 +68,11 @@ def test_the_requests_and_the_one_device_check():
         ("sdpa", {"mode": "forward+backward"}, None),
         ("local", {"mode": "forward"}, None),
         ("lsh", {"mode": "forward+backward"}, None),
-        ("lsh", {"mode": "forward", "options": {"seed": 3}}, "lsh: its seeded rotations"),
+        ("lsh", {"mode": "forward", "options": {"seed": 3}}, "its seeded rotations"),
         ("sdpa", {"target": "block", "mode": "train-step"}, None),
         ("sdpa", {"target": "model", "mode": "forward"}, "attention and block targets"),
+        ("lsh", {"mode": "prefill", "new_tokens": 4}, "its prefill sets the RNG state"),
+        ("linear", {"mode": "decode", "new_tokens": 4, "decoder": "recompute"}, "RecomputeState"),
         ("linear", {"mode": "decode", "new_tokens": 4}, None),
         ("retention", {"mode": "decode", "new_tokens": 4}, None),
         ("gated-deltanet", {"mode": "decode", "new_tokens": 4}, None),
@@ -97,7 +102,7 @@ def test_a_captured_decode_step_decodes_as_the_plain_one(backend):
     torch.manual_seed(0)
     graphed = build_runnable(case)
     recorder = Recorder()
-    step = captured_step(graphed, recorder)
+    step = captured_step(graphed, record=recorder)
     assert recorder.recorded == 1
     for call in range(2 * case.new_tokens + 1):
         plain.step()
@@ -112,24 +117,73 @@ def test_the_runner_times_the_replay_and_stores_the_choice(monkeypatch):
     recording's replay, its memory measured on the step as it is, the choice a fact shown
     beside the kernel; under auto a capture that fails leaves the step timed as it is."""
     recorder = Recorder()
-    monkeypatch.setattr(capture, "capture_obstacle", step_obstacle)
+    monkeypatch.setattr(capture, "graphs_apply", lambda device: True)
     monkeypatch.setattr(capture, "cuda_graph", recorder)
     case = BenchCase(backend="sdpa", mode="forward+backward", **SMALL)
     settings = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time", "memory"))
     on = measure_case(case, MeasureSettings(**{**settings.__dict__, "cuda_graphs": "on"}))
     assert on.status == "ok" and on.value("time_median") > 0 and on.value("peak_bytes") > 0
     assert recorder.recorded == 1 and on.facts["cuda_graphs"] == {"on": True}
-    assert kernel_text(on.facts) == f"{on.facts['kernels']['sdpa']}, captured"
-
-    def failing(kernels, device):
-        raise RuntimeError("operation not permitted when stream is capturing")
+    assert kernel_text(on.facts) == f"{on.facts['kernels']['sdpa']} (captured)"
 
     monkeypatch.setattr(capture, "cuda_graph", failing)
     auto = measure_case(case, settings)
     assert auto.status == "ok" and auto.value("time_median") > 0
-    assert "cuda_graphs" not in auto.facts  # a CPU case: nothing captured, nothing to say
+    assert auto.facts["cuda_graphs"] == {
+        "on": False,
+        "why": f"capture failed: RuntimeError: {NOT_PERMITTED}",
+    }
     strict = measure_case(case, MeasureSettings(**{**settings.__dict__, "cuda_graphs": "on"}))
     assert strict.status == "error" and "not permitted when stream is capturing" in strict.error
+
+
+NOT_PERMITTED = "operation not permitted when stream is capturing"
+
+
+def failing(kernels, device, pool):
+    raise RuntimeError(NOT_PERMITTED)
+
+
+def test_a_group_is_captured_whole_or_not_at_all(monkeypatch):
+    """Cases timed together are compared: all are replayed, or (auto) none when one cannot be
+    captured or its capture fails, each saying why."""
+    monkeypatch.setattr(capture, "graphs_apply", lambda device: True)
+    recorder = Recorder()
+    monkeypatch.setattr(capture, "cuda_graph", recorder)
+    settings = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time",))
+    plain = BenchCase(backend="sdpa", mode="forward+backward", **SMALL)
+    both = measure_group([plain, plain.replace(backend="local")], settings)
+    assert recorder.recorded == 2 and [r.facts["cuda_graphs"] for r in both] == [{"on": True}] * 2
+    seeded = plain.replace(backend="lsh", options={"seed": 1})
+    held = measure_group([plain, seeded], settings)
+    assert [r.status for r in held] == ["ok", "ok"] and recorder.recorded == 2
+    assert (
+        "lsh in its group is not (LSHAttention: its seeded rotations"
+        in (held[0].facts["cuda_graphs"]["why"])
+    )
+    monkeypatch.setattr(capture, "cuda_graph", failing)
+    failed = measure_group([plain, plain.replace(backend="local")], settings)
+    assert [r.status for r in failed] == ["ok", "ok"]
+    whys = [r.facts["cuda_graphs"]["why"] for r in failed]
+    assert (
+        whys[0] == "capture failed: RuntimeError: operation not permitted when stream is capturing"
+    )
+    assert whys[1].startswith("timed as it is, as sdpa in its group is not (capture failed")
+
+
+def test_what_says_nothing_of_capture_is_not_captured():
+    """A plugin's decoding state or core that does not say it can be captured is not."""
+
+    class Plain(DecodeState):
+        pass
+
+    class Own(AttentionCore):
+        def attend(self, q, k, v, key_padding_mask, **extras):
+            return v
+
+    assert Plain.uncapturable.startswith("does not say its step can be captured")
+    call = Call("cuda", torch.float32, 64, 16)
+    assert "own attend" in Own(SimpleNamespace(), causal=True).capture_obstacle(call, "forward")
 
 
 def test_a_cpu_case_stores_no_capture_fact():
@@ -172,8 +226,8 @@ def test_a_replayed_forward_equals_the_forward_on_cuda(backend):
         with torch.no_grad():
             static.copy_(plain.output())
 
-    static.zero_()
     step = captured_step(replace(plain, step=kernels, split=None))
+    static.zero_()  # the capture's own calls wrote it: only the replay below may
     step()
     torch.cuda.synchronize()
     torch.testing.assert_close(static, expected)

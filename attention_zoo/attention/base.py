@@ -207,10 +207,12 @@ class AttentionCore(nn.Module):
             self._picks[call] = impl
         return impl
 
-    def capture_obstacle(self, call: Call) -> str | None:
-        """Why a CUDA graph cannot capture this core's `call`, or None. Kernels launched from
-        tensors alone replay as recorded; a core whose call reads values or seeds a generator
-        on the host says so here."""
+    def capture_obstacle(self, call: Call, mode: str) -> str | None:
+        """Why a CUDA graph cannot capture this core's `call` in a step of `mode` (a bench
+        mode), or None: the built-in kernels launch from tensors alone; a core with its own
+        attend says nothing of it until it overrides this."""
+        if type(self).kernels is OWN_KERNELS:
+            return "its own attend does not say it can be captured (capture_obstacle)"
         return None
 
     def attend_block(

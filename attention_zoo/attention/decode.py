@@ -347,6 +347,7 @@ class SumsState(DecodeState):
     (float32 for 16-bit inputs); constant size."""
 
     sums: Tensor
+    uncapturable: ClassVar[str] = ""  # added to in place, whatever the position
 
     def truncated(self, n: int) -> SumsState:
         """Padding added nothing to the sums (its keys' features are zero): only the count."""

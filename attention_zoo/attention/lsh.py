@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -126,8 +127,11 @@ class LSHAttention(AttentionCore):
             return cfg.num_buckets
         return auto_buckets(cfg.max_length or n, cfg.chunk_length, cfg.max_length)
 
-    def capture_obstacle(self, call: Call) -> str | None:
-        """Seeded rotations come from a generator made and seeded on the host every call."""
+    def capture_obstacle(self, call: Call, mode: str) -> str | None:
+        """Seeded rotations come from a generator seeded on the host every call, and a prefill
+        draws its rotations again by setting the RNG state on the host."""
+        if mode == "prefill":
+            return "its prefill sets the RNG state on the host to draw its rotations again"
         if self.cfg.seed is None:
             return None
         return (
@@ -486,6 +490,7 @@ class LSHRings(DecodeState):
     values: Tensor
     count: Tensor  # (b, h, r, buckets + 1) long
     nb: Buckets
+    uncapturable: ClassVar[str] = ""  # rings and counts written in place, on the device
 
     @property
     def padding_bucket(self) -> int:

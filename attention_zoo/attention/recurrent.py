@@ -67,6 +67,7 @@ class RecurrentState(DecodeState):
     """The recurrence's state S (b, h, dk, dv) in the compute dtype: constant size."""
 
     state: Tensor
+    uncapturable: ClassVar[str] = ""  # overwritten in place, whatever the position
 
 
 class RecurrentCore(AttentionCore):

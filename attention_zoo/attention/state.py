@@ -72,9 +72,9 @@ class DecodeState:
     length: int = 0  # positions consumed so far (prefill and steps)
     # True for a state whose steps only append (a KV cache): an earlier state of it stays valid
     appends_only: ClassVar[bool] = False
-    # why a CUDA graph cannot capture a step on it; "": it can (fixed shapes, written in place,
-    # nothing its kernels read comes from the host)
-    uncapturable: ClassVar[str] = ""
+    # why a CUDA graph cannot capture a step on it; "" where a state says it can: fixed shapes,
+    # written in place, nothing its kernels read from the host
+    uncapturable: ClassVar[str] = "does not say its step can be captured (uncapturable)"
 
     def tensors(self) -> list[Tensor]:
         """Its tensors, those held in dicts (per extra input) included."""

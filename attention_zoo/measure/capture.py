@@ -22,6 +22,7 @@ from .peers import is_peer
 AUTO, ON, OFF = "auto", "on", "off"
 CUDA_GRAPHS = (AUTO, ON, OFF)  # MeasureSettings.cuda_graphs: capture where it can, always, never
 GRAPH_WARMUP = 3  # calls on a side stream before the capture: lazy state and autotuning settle
+CAPTURE_CALLS = GRAPH_WARMUP + 2  # the step's calls a capture makes: warm-up, record, first replay
 CAPTURED_TARGETS = ("attention", "block")
 
 
@@ -37,17 +38,23 @@ class Capture:
 
     on: bool
     why: str = ""
+    told: bool = True  # False where the device has no graphs: nothing to say of it
 
     def fact(self) -> dict[str, Any]:
         """What the store keeps with the case (its facts' "cuda_graphs")."""
         return {"on": self.on, **({"why": self.why} if self.why else {})}
 
 
+def graphs_apply(device: str) -> bool:
+    """Whether steps on `device` can be captured at all: the one device check."""
+    return torch.device(device).type == "cuda"
+
+
 def capture_obstacle(runnable: Runnable) -> str | None:
-    """Why the case's step cannot be captured in a CUDA graph on its device, or None: the one
-    device check, then what its target, mode, decoding state and attention cores state."""
+    """Why the case's step cannot be captured in a CUDA graph on its device, or None: the
+    device, then what its target, mode, decoding state and attention cores state."""
     case = runnable.case
-    if torch.device(case.device).type != "cuda":
+    if not graphs_apply(case.device):
         return f"CUDA graphs capture CUDA work; this case runs on {case.device}"
     return step_obstacle(runnable)
 
@@ -59,11 +66,11 @@ def step_obstacle(runnable: Runnable) -> str | None:
     if case.target not in CAPTURED_TARGETS:
         return (
             f"captured steps cover the {' and '.join(CAPTURED_TARGETS)} targets (a model's "
-            "reversible residuals read and set the RNG state on the host)"
+            "reversible and checkpointed residuals read and set the RNG state on the host)"
         )
     if is_peer(case.backend) or module is None:
         return f"{case.backend} is another library's module, which states nothing about capture"
-    if runnable.state is not None and case.mode == "decode" and case.decoder == "own":
+    if runnable.state is not None and case.mode == "decode":
         state = runnable.state()
         if reason := type(state).uncapturable:
             return f"its decoding state ({type(state).__name__}) {reason}"
@@ -73,10 +80,10 @@ def step_obstacle(runnable: Runnable) -> str | None:
             DTYPES[case.dtype],
             case.seq_len,
             case.head_dim,
-            bool(core.dropout_p) and case.mode != "forward",
+            bool(core.dropout_p),
         )
-        if reason := core.capture_obstacle(call):
-            return f"{type(core).spec.name}: {reason}"
+        if reason := core.capture_obstacle(call, case.mode):
+            return f"{type(core).__name__}: {reason}"
     return None
 
 
@@ -84,50 +91,86 @@ def choose_capture(runnable: Runnable, request: str) -> Capture:
     """The capture a case gets for --cuda-graphs `request`: off when asked; on where nothing
     stands in the way (auto) or else not (auto: stated why; on: ConfigError, one line)."""
     check_cuda_graphs(request)
+    told = graphs_apply(runnable.case.device)
     if request == OFF:
-        return Capture(False, "--cuda-graphs off")
+        return Capture(False, "--cuda-graphs off", told)
     reason = capture_obstacle(runnable)
     if reason is None:
         return Capture(True)
     if request == ON:
         raise ConfigError(f"--cuda-graphs on cannot capture this case: {reason}")
-    return Capture(False, reason)
+    return Capture(False, reason, told)
 
 
 class Graph(Protocol):
-    """What capture needs of torch.cuda.CUDAGraph: record a callable's kernels, replay them."""
+    """What capture needs of torch.cuda.CUDAGraph: replay the kernels it recorded."""
 
     def replay(self) -> None: ...
 
 
-Recorder = Callable[[Callable[[], None], torch.device], Graph]
+# (kernels, device, pool) -> the recording; pool: a memory pool the graphs of a group share
+Recorder = Callable[[Callable[[], None], torch.device, Any], Graph]
 
 
-def cuda_graph(kernels: Callable[[], None], device: torch.device) -> Graph:
+def graph_pool(device: torch.device | str) -> Any:
+    """One memory pool for the graphs of a group (never replayed at once), or None off CUDA."""
+    return torch.cuda.graph_pool_handle() if torch.device(device).type == "cuda" else None
+
+
+def cuda_graph(kernels: Callable[[], None], device: torch.device, pool: Any = None) -> Graph:
     """kernels() recorded into a CUDA graph after GRAPH_WARMUP calls on a side stream (cuBLAS
-    workspaces, the allocator's pool and autotuned kernels settle outside the capture)."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(GRAPH_WARMUP):
-            kernels()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        kernels()
-    torch.cuda.synchronize(device)
+    workspaces, the allocator and autotuned kernels settle outside the capture), then replayed
+    once (a graph's first replay uploads it). A failed capture raises its own error and leaves
+    the current stream as it was."""
+    with torch.cuda.device(device):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(GRAPH_WARMUP):
+                kernels()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(torch.cuda.Stream(device)):  # capture never runs on the default
+            graph.capture_begin(pool=pool)
+            try:
+                kernels()
+            except BaseException:
+                try:
+                    graph.capture_end()
+                except RuntimeError:  # the capture is invalid: the error above says why
+                    pass
+                raise
+            graph.capture_end()
+        graph.replay()
+        torch.cuda.synchronize(device)
     return graph
 
 
-def captured_step(runnable: Runnable, record: Recorder | None = None) -> Callable[[], None]:
+def captured_step(
+    runnable: Runnable, pool: Any = None, record: Recorder | None = None
+) -> Callable[[], None]:
     """The runnable's step with its kernels replayed from one recording (`cuda_graph`, unless
     `record` says otherwise): the host work a step keeps apart (a decode step's count of tokens,
     its state set back) runs before each replay."""
     host, kernels = runnable.parts()
-    graph = (record or cuda_graph)(kernels, torch.device(runnable.case.device))
+    device = torch.device(runnable.case.device)
+    if runnable.optimizer is not None:
+        capturable(runnable.optimizer, device)
+    graph = (record or cuda_graph)(kernels, device, pool)
 
     def step() -> None:
         host()
         graph.replay()
 
     return step
+
+
+def capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """An optimizer switched to torch.optim's capturable mode, its step counts moved to the
+    device (where that mode keeps them): only a captured step pays for that mode."""
+    for group in optimizer.param_groups:
+        group["capturable"] = True
+    for state in optimizer.state.values():
+        if isinstance(state.get("step"), torch.Tensor):
+            state["step"] = state["step"].to(device)

@@ -328,16 +328,6 @@ def _clear(tensors: list[Tensor]) -> None:
         t.grad = None
 
 
-def _optimizer(
-    case: BenchCase, params: list[Tensor], device: torch.device
-) -> torch.optim.Optimizer | None:
-    """A train-step's AdamW; on CUDA capturable (its step count on the device), so a CUDA
-    graph can replay its step."""
-    if case.mode != "train-step":
-        return None
-    return torch.optim.AdamW(params, lr=1e-4, capturable=device.type == "cuda")
-
-
 def _make_step(
     case: BenchCase, forward: Callable[[], Tensor], leaves: list[Tensor], optimizer: Any = None
 ) -> Callable[[], None]:
@@ -414,7 +404,7 @@ def _build_block(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
             )
     x = gaussian((case.batch, case.seq_len, case.hidden), device=device, dtype=dtype)
     params = list(block.parameters())
-    optimizer = _optimizer(case, params, device)
+    optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
 
     def forward() -> Tensor:
         return block(x).sum()
@@ -526,7 +516,7 @@ def _build_model(case: BenchCase, device: torch.device, dtype: torch.dtype) -> R
             )
             labels = torch.zeros(case.batch, dtype=torch.long, device=device)
     params = list(model.parameters())
-    optimizer = _optimizer(case, params, device)
+    optimizer = torch.optim.AdamW(params, lr=1e-4) if case.mode == "train-step" else None
     if case.mode == "forward":
         model.eval()
 

@@ -25,7 +25,17 @@ import torch
 
 from ..attention.spec import BACKENDS
 from ..errors import ConfigError, ZooError
-from .capture import AUTO, ON, Capture, captured_step, check_cuda_graphs, choose_capture
+from .capture import (
+    AUTO,
+    CAPTURE_CALLS,
+    OFF,
+    ON,
+    Capture,
+    captured_step,
+    check_cuda_graphs,
+    choose_capture,
+    graph_pool,
+)
 from .cases import BenchCase, Runnable, build_runnable
 from .duration import (
     LONG_CASE_S,
@@ -183,7 +193,10 @@ def measure_group(
                 p.prepare(settings, alone=alone)
             live = [p for p in pending if p.runnable is not None]
             if live and "time" in settings.metrics:
-                _time_round_robin(live, settings)
+                _capture_group(live, settings)
+                live = [p for p in live if p.runnable is not None]
+                if live:
+                    _time_round_robin(live, settings)
             for p in live:
                 p.finish(OK)
         finally:
@@ -206,7 +219,8 @@ class _Pending:
         self.result: CaseResult | None = None
         self.kernels: dict[str, str] = {}  # the implementation each backend's cores run
         self.expected: Expected | None = None  # its predicted duration, where a limit asked
-        self.capture: Capture | None = None  # on CUDA: whether its timed step is replayed
+        self.capture: Capture | None = None  # whether its timed step is a graph's replay
+        self.plain: Runnable | None = None  # the runnable before it is watched (to capture)
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -219,10 +233,14 @@ class _Pending:
             facts={
                 **case_facts(self.case),
                 **({"kernels": self.kernels} if self.kernels else {}),
-                **({"cuda_graphs": self.capture.fact()} if self.capture else {}),
+                **({"cuda_graphs": self.capture.fact()} if self._graphs_told() else {}),
             },
         )
         self.runnable = None
+
+    def _graphs_told(self) -> bool:
+        """Whether the case's facts say if it was captured: where graphs apply (CUDA)."""
+        return self.capture is not None and self.capture.told
 
     def fail(self, exc: Exception) -> None:
         log.debug("case %s failed", self.case.name(), exc_info=True)
@@ -280,9 +298,8 @@ class _Pending:
                 runnable.step()  # warm-up: lazy state (optimizer moments, caches) becomes resident
             self.rows.extend(_measure_memory(runnable, settings, alone=alone))
             if "time" in settings.metrics:
-                plain = dataclasses.replace(runnable, step=unwatched)
-                if (replay := self.captured(plain, settings)) is not None:
-                    runnable.step = self.watched(replay, settings)
+                self.plain = dataclasses.replace(runnable, step=unwatched)
+                self.capture = choose_capture(self.plain, settings.cuda_graphs)
         except Exception as exc:  # any failure is a stored result, never a crash
             return self.fail(exc)
         if "time" in settings.metrics:
@@ -290,32 +307,25 @@ class _Pending:
         else:
             self.finish(OK)
 
-    def captured(self, runnable: Runnable, settings: MeasureSettings) -> Callable[[], None] | None:
-        """The step replayed from a CUDA graph, where --cuda-graphs and the case allow (its
-        memory was measured on the step as it is), else None; on CUDA the choice is a fact of
-        the case. A capture that fails is an error under on, and under auto leaves the step."""
-        choice, replay = choose_capture(runnable, settings.cuda_graphs), None
-        if choice.on:
-            try:
-                replay = captured_step(runnable)
-            except Exception as exc:
-                if settings.cuda_graphs == ON:
-                    raise
-                choice = Capture(False, f"capture failed: {describe_error(exc)}")
-        if choice.on or torch.device(self.case.device).type == "cuda":
-            self.capture = choice
-        return replay
+    def capture_into(self, settings: MeasureSettings, pool: Any) -> None:
+        """Its timed step becomes a CUDA graph's replay (watched, as the step was); the capture's
+        own calls are watched too. Raises what the capture raised."""
+        assert self.plain is not None and self.runnable is not None
+        watched = dataclasses.replace(self.plain, step=self.watched(self.plain.step, settings))
+        self.runnable.step = self.watched(captured_step(watched, pool), settings)
 
     def expect(self, settings: MeasureSettings, flops: float) -> str | None:
         """Predict the case's duration where a limit asks for it; why it is not run when the
         prediction is past the time limit (or past --timeout: it would be stopped anyway)."""
         if settings.time_limit_s is None and settings.timeout_s is None:
             return None
+        on_cuda = torch.device(self.case.device).type == "cuda"
+        capture = CAPTURE_CALLS if on_cuda and settings.cuda_graphs != OFF else 0
         self.expected = expected_duration(
             self.case,
             flops,
             settings.metrics,
-            warmup=settings.warmup,
+            warmup=settings.warmup + capture,
             min_repeats=settings.min_repeats,
         )
         return over_limit(self.expected, settings.time_limit_s, settings.timeout_s)
@@ -330,6 +340,43 @@ class _Pending:
         return WatchedStep(
             step, self.case.name(), start=self.start, expected=long, timeout_s=settings.timeout_s
         )
+
+
+def _capture_group(live: list[_Pending], settings: MeasureSettings) -> None:
+    """Every live case's step replayed from a CUDA graph, or none (their times are compared,
+    so they are taken alike): under auto, one that cannot be captured, or whose capture fails,
+    leaves the others timed as they are; under on, a failed capture fails its own case."""
+    blocked = next((p for p in live if p.capture is None or not p.capture.on), None)
+    if blocked is not None:
+        for p in live:
+            if p.capture is not None and p.capture.on:
+                p.capture = Capture(
+                    False, f"timed as it is, as {_group_reason(blocked)}", p.capture.told
+                )
+        return
+    pool = graph_pool(live[0].case.device)
+    for p in live:
+        try:
+            p.capture_into(settings, pool)
+        except Exception as exc:
+            if isinstance(exc, CaseTimedOut) or settings.cuda_graphs == ON:
+                p.fail(exc)
+                continue
+            why = f"capture failed: {type(exc).__name__}: {exc}"
+            p.capture = Capture(False, why, p.capture.told)
+            for q in live:
+                q.runnable.step = q.watched(q.plain.step, settings)
+                if q is not p:
+                    q.capture = Capture(
+                        False, f"timed as it is, as {_group_reason(p)}", q.capture.told
+                    )
+            return
+
+
+def _group_reason(blocked: _Pending) -> str:
+    """Why the cases of a group are not captured: the one that is not, and why."""
+    why = blocked.capture.why if blocked.capture is not None else "it is not timed"
+    return f"{blocked.case.backend} in its group is not ({why})"
 
 
 def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:

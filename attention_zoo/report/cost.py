@@ -195,7 +195,8 @@ COMPUTES_RULE = (
     "`approximate`. Fastest and leanest are named per class: exact, and not exact (pattern, "
     "recurrent or approximate). "
     "The **kernel** is the implementation that ran (`zoo list` lists each backend's); "
-    "`captured` after it: the CUDA step was timed as a CUDA graph's replay (no host time)."
+    "`(captured)` after it: the CUDA step was timed as a CUDA graph's replay, without the "
+    "time Python takes to launch its kernels."
 )
 
 
