@@ -13,10 +13,9 @@ from typing import Any, Protocol
 
 import torch
 
-from ..attention.base import AttentionCore
-from ..attention.dispatch import Call
 from ..errors import ConfigError
-from .cases import DTYPES, Runnable
+from .cases import Runnable
+from .kernels import attention_cores, case_call
 from .peers import is_peer
 
 AUTO, ON, OFF = "auto", "on", "off"
@@ -74,15 +73,8 @@ def step_obstacle(runnable: Runnable) -> str | None:
         state = runnable.state()
         if reason := type(state).uncapturable:
             return f"its decoding state ({type(state).__name__}) {reason}"
-    for core in (m for m in module.modules() if isinstance(m, AttentionCore)):
-        call = Call(
-            torch.device(case.device).type,
-            DTYPES[case.dtype],
-            case.seq_len,
-            case.head_dim,
-            bool(core.dropout_p),
-        )
-        if reason := core.capture_obstacle(call, case.mode):
+    for core in attention_cores(module):
+        if reason := core.capture_obstacle(case_call(case, core), case.mode):
             return f"{type(core).__name__}: {reason}"
     return None
 

@@ -17,24 +17,23 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
     if module is None:
         return {}
     if case.mode == "decode" and case.decoder == "own":  # each token: the core's decoding step
-        return {type(core).spec.name: "step" for core in _cores(module)}
+        return {type(core).spec.name: "step" for core in attention_cores(module)}
     found: dict[str, list[str]] = {}
-    for core in _cores(module):
-        call = Call(
-            torch.device(case.device).type,
-            DTYPES[case.dtype],
-            case.seq_len,
-            case.head_dim,
-            bool(core.dropout_p),
-        )
+    for core in attention_cores(module):
         names = found.setdefault(type(core).spec.name, [])
-        name = core.pick(call).name
+        name = core.pick(case_call(case, core)).name
         if name not in names:
             names.append(name)
     return {backend: "+".join(names) for backend, names in found.items()}
 
 
-def _cores(module: torch.nn.Module) -> list[AttentionCore]:
+def case_call(case: BenchCase, core: AttentionCore) -> Call:
+    """The call `case` makes of `core`: its device, dtype, length, head size, dropout."""
+    device = torch.device(case.device).type
+    return Call(device, DTYPES[case.dtype], case.seq_len, case.head_dim, bool(core.dropout_p))
+
+
+def attention_cores(module: torch.nn.Module) -> list[AttentionCore]:
     """The registered attention cores inside `module`."""
     return [
         m for m in module.modules() if isinstance(m, AttentionCore) and hasattr(type(m), "spec")
