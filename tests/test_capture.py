@@ -11,9 +11,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from attention_zoo.attention import decode
 from attention_zoo.attention.base import AttentionCore
 from attention_zoo.attention.dispatch import Call
-from attention_zoo.attention.state import DecodeState
+from attention_zoo.attention.spec import build_attention
+from attention_zoo.attention.state import DecodeState, StateShape
 from attention_zoo.cli import main
 from attention_zoo.errors import ConfigError
 from attention_zoo.measure import capture
@@ -76,7 +78,9 @@ def test_the_requests_and_the_one_device_check():
         ("linear", {"mode": "decode", "new_tokens": 4}, None),
         ("retention", {"mode": "decode", "new_tokens": 4}, None),
         ("gated-deltanet", {"mode": "decode", "new_tokens": 4}, None),
-        ("sdpa", {"mode": "decode", "new_tokens": 4}, "(KVCache) attends over the cache"),
+        ("sdpa", {"mode": "decode", "new_tokens": 4}, None),
+        ("differential", {"mode": "decode", "new_tokens": 4}, None),
+        ("moba", {"mode": "decode", "new_tokens": 4}, "(BlocksState) attends over the cache"),
         ("local", {"mode": "decode", "new_tokens": 4}, "(WindowState) writes its ring"),
         ("sdpa", {"mode": "prefill", "new_tokens": 4}, None),
     ],
@@ -91,7 +95,10 @@ def test_what_stands_in_the_way_of_a_capture(backend, changes, words):
         assert reason is not None and words in reason
 
 
-@pytest.mark.parametrize("backend", ["linear", "performer", "retention", "gated-deltanet", "lsh"])
+CAPTURED_DECODERS = "linear performer retention gated-deltanet lsh sdpa full sigmoid differential"
+
+
+@pytest.mark.parametrize("backend", CAPTURED_DECODERS.split())
 def test_a_captured_decode_step_decodes_as_the_plain_one(backend):
     """The captured decode reads its token at a device-side position and writes its state in
     place; once the host sets the state back (the warm-up's calls are behind it), every call
@@ -110,6 +117,36 @@ def test_a_captured_decode_step_decodes_as_the_plain_one(backend):
         if call >= case.new_tokens:  # both set back to the prompt alone at the same call
             for a, b in zip(plain.state().tensors(), graphed.state().tensors(), strict=True):
                 torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "full", "sigmoid", "differential", "shared-qk"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_cache_counted_on_the_device_decodes_as_the_plain_one(backend, padded):
+    """A KV cache whose count of positions is on the device (what a captured step writes and
+    reads) gives the outputs of the plain one, token by token and a few at a time: its padding
+    and what an earlier cycle left past its count stay hidden."""
+    core = build_attention(backend, causal=True)
+    b, h, n, d, steps = 2, 2, 12, 16, (1, 1, 2, 1)
+    x = core.layout.sample(b, h, n + sum(steps), d, generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(b, n, dtype=torch.bool)
+    if padded:
+        mask[1, 8:] = False
+    shape = StateShape.of(x.q, x.k, x.v, n + sum(steps))
+    states = []
+    for _ in range(2):
+        prompt = x.window(0, n)
+        empty = decode.init_state(core, shape)
+        states.append(decode.step(core, prompt.q, prompt.k, prompt.v, empty, mask)[1])
+    plain, static = states[0], decode.static_cache(states[1])
+    static.k[:, :, n:], static.v[:, :, n:], static.real[:, n:] = 9.0, 9.0, True  # a past cycle's
+    start = n
+    for t in steps:
+        tokens = x.window(start, start + t)
+        out, plain = decode.step(core, tokens.q, tokens.k, tokens.v, plain)
+        again, static = decode.step(core, tokens.q, tokens.k, tokens.v, static)
+        torch.testing.assert_close(again, out)
+        start += t
+    assert int(static.filled) == start
 
 
 def test_the_runner_times_the_replay_and_stores_the_choice(monkeypatch):
@@ -234,7 +271,7 @@ def test_a_replayed_forward_equals_the_forward_on_cuda(backend):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["linear", "performer", "retention", "gated-deltanet", "lsh"])
+@pytest.mark.parametrize("backend", CAPTURED_DECODERS.split())
 def test_a_captured_decode_step_decodes_as_the_plain_one_on_cuda(backend):
     case = BenchCase(backend=backend, mode="decode", new_tokens=3, device="cuda", **SMALL)
     torch.manual_seed(0)

@@ -87,7 +87,7 @@ class KVCache(DecodeState):
     appends_only: ClassVar[bool] = True
     uncapturable: ClassVar[str] = (
         "attends over the cache up to the host's count of positions, a shape that grows every "
-        "token (a captured step would need a device-side position)"
+        "token (only a plain KV cache has a form counted on the device, static_cache)"
     )
 
     def keys(self) -> Tensor:
@@ -99,10 +99,81 @@ class KVCache(DecodeState):
     def real_keys(self) -> Tensor:
         return self.real[:, : self.length]
 
+    def key_positions(self) -> Tensor:
+        """(keys,) the position of each key keys() returns."""
+        return torch.arange(self.length, device=self.k.device)
+
+    def new_positions(self, t: int) -> Tensor:
+        """(t,) the positions of the t tokens appended last."""
+        return torch.arange(self.length - t, self.length, device=self.k.device)
+
+    def appended(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> KVCache:
+        """The cache with k, v (b, h, t, d) written at its end (in place), t positions longer."""
+        start, t = self.length, k.shape[2]
+        self.k[:, :, start : start + t] = k
+        self.v[:, :, start : start + t] = v
+        self.real[:, start : start + t] = True if key_padding_mask is None else key_padding_mask
+        masked = self.masked or key_padding_mask is not None
+        return dataclasses.replace(self, length=start + t, masked=masked)
+
     def truncated(self, n: int) -> KVCache:
         if not 0 <= n <= self.length:
             raise InputError(f"cannot truncate a state of {self.length} positions to {n}")
         return dataclasses.replace(self, length=n)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticKVCache(KVCache):
+    """A KV cache whose count of positions is on the device (`filled`, 0-d long): a step writes
+    and reads it where no host value says, so a CUDA graph can replay it. Its keys are the whole
+    buffers, those past the count masked."""
+
+    filled: Tensor
+    masked: bool = True  # the real mask is what hides the positions not yet written
+    uncapturable: ClassVar[str] = ""
+
+    def keys(self) -> Tensor:
+        return self.k
+
+    def values(self) -> Tensor:
+        return self.v
+
+    def real_keys(self) -> Tensor:
+        return self.real & (self.key_positions() < self.filled)
+
+    def key_positions(self) -> Tensor:
+        return torch.arange(self.shape.max_length, device=self.k.device)
+
+    def new_positions(self, t: int) -> Tensor:
+        return self.filled - t + torch.arange(t, device=self.k.device)
+
+    def appended(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> StaticKVCache:
+        t = k.shape[2]
+        at = self.filled + torch.arange(t, device=k.device)
+        real = k.new_ones(k.shape[0], t, dtype=torch.bool)
+        self.k.index_copy_(2, at, k)
+        self.v.index_copy_(2, at, v)
+        self.real.index_copy_(1, at, real if key_padding_mask is None else key_padding_mask)
+        self.filled.add_(t)
+        return dataclasses.replace(self, length=self.length + t)
+
+    def truncated(self, n: int) -> StaticKVCache:
+        raise InputError("a KV cache counted on the device cannot be truncated; truncate first")
+
+
+def static_cache(cache: KVCache) -> StaticKVCache:
+    """`cache`'s buffers with its count of positions on the device (StaticKVCache)."""
+    filled = torch.tensor(cache.length, device=cache.k.device)
+    fields = {f.name: getattr(cache, f.name) for f in dataclasses.fields(KVCache)}
+    return StaticKVCache(**{**fields, "masked": True, "filled": filled})
+
+
+def capturable_state(state: DecodeState) -> DecodeState | None:
+    """`state`, or a form of it on the same buffers, whose steps a CUDA graph can replay (a
+    plain KV cache: counted on the device); None when it has none (see its `uncapturable`)."""
+    if type(state) is KVCache:
+        return static_cache(state)
+    return None if type(state).uncapturable else state
 
 
 Cache = TypeVar("Cache", bound=KVCache)
@@ -128,14 +199,9 @@ def kv_cache_bytes(shape: StateShape) -> int:
     return (s.kv * (s.head_dim + s.dv) * s.itemsize() + 1) * s.batch * s.max_length
 
 
-def append(cache: KVCache, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> KVCache:
+def append(cache: Cache, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Cache:
     """The cache with k, v (b, h, t, d) written at its end (in place) and t positions longer."""
-    start, t = cache.length, k.shape[2]
-    cache.k[:, :, start : start + t] = k
-    cache.v[:, :, start : start + t] = v
-    cache.real[:, start : start + t] = True if key_padding_mask is None else key_padding_mask
-    masked = cache.masked or key_padding_mask is not None
-    return dataclasses.replace(cache, length=start + t, masked=masked)
+    return cache.appended(k, v, key_padding_mask)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,13 +253,12 @@ def blocks_append(
 
 
 def causal_allowed(cache: KVCache, t: int) -> Tensor | None:
-    """(b | 1, 1, t, length) bool: the last t positions of `cache` (just appended) see the keys
+    """(b | 1, 1, t, keys) bool: the last t positions of `cache` (just appended) see the keys
     before them, themselves and no later one, and only real ones; None when all are allowed."""
-    n = cache.length
     allowed = None
     if t > 1:
-        i = torch.arange(n - t, n, device=cache.k.device)[:, None]
-        allowed = (torch.arange(n, device=cache.k.device)[None, :] <= i)[None, None]
+        i = cache.new_positions(t)[:, None]
+        allowed = (cache.key_positions()[None, :] <= i)[None, None]
     if cache.masked:
         real = cache.real_keys()[:, None, None, :]
         allowed = real if allowed is None else allowed & real

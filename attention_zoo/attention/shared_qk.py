@@ -57,8 +57,7 @@ class SharedQKAttention(AttentionCore):
         allowed = causal_allowed(state, t)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
-        positions = torch.arange(state.length, device=q.device)
-        own = positions[None, :] == (start + torch.arange(t, device=q.device))[:, None]
+        own = state.key_positions()[None, :] == state.new_positions(t)[:, None]
         scores = scores.masked_fill(own, self_mask_value(scores.dtype))
         return torch.matmul(torch.softmax(scores, dim=-1), state.values()), state
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..attention.decode import capturable_state
 from ..errors import ConfigError
 from .cases import Runnable
 from .kernels import attention_cores, case_call
@@ -71,8 +72,8 @@ def step_obstacle(runnable: Runnable) -> str | None:
         return f"{case.backend} is another library's module, which states nothing about capture"
     if runnable.state is not None and case.mode == "decode":
         state = runnable.state()
-        if reason := type(state).uncapturable:
-            return f"its decoding state ({type(state).__name__}) {reason}"
+        if capturable_state(state) is None:
+            return f"its decoding state ({type(state).__name__}) {type(state).uncapturable}"
     for core in attention_cores(module):
         if reason := core.capture_obstacle(case_call(case, core), case.mode):
             return f"{type(core).__name__}: {reason}"

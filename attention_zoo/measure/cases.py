@@ -448,11 +448,18 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
     new = sample_inputs(case, device, dtype, length=case.new_tokens)
     snapshot = None if first.appends_only else [t.clone() for t in first.tensors()]
     now = {"state": first, "i": 0}
-    position = torch.zeros((), dtype=torch.long, device=device)  # a captured step's token
+    # a captured step's: the state in a form it can replay (on the same buffers; what that form
+    # adds, such as a count of positions on the device, is set back with it) and its token
+    graphed = decode.capturable_state(first)
+    kept = first.tensors()
+    ids = {id(t) for t in kept}
+    added = [(t, t.clone()) for t in (graphed.tensors() if graphed else ()) if id(t) not in ids]
+    resets = [*zip(kept, snapshot or ()), *added]  # (live, saved) pairs set back together
+    position = torch.zeros((), dtype=torch.long, device=device)
 
     def rewind() -> None:
         if now["i"] == case.new_tokens:  # back to the prompt alone
-            for live, saved in zip(first.tensors(), snapshot or ()):
+            for live, saved in resets:
                 live.copy_(saved)
             now.update(state=first, i=0)
             position.zero_()
@@ -467,12 +474,14 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
         return out
 
     def on_device() -> None:
-        """one()'s kernels for a state written in place (a capturable one): its token where
-        `position` says, then the position moved on, on the device (wrapping, so calls made
-        before a capture cannot run it past the new tokens)."""
+        """one()'s kernels on the capturable form of the state: its token where `position`
+        says, then the position moved on, on the device; what the form adds is set back where
+        the position wraps, so calls made before a capture cannot run it past the new tokens."""
         with torch.no_grad():
+            for live, saved in added:
+                live.copy_(torch.where(position == 0, saved, live))
             x = new.at(position)
-            decode.step(core, x.q, x.k, x.v, first, **x.extras)
+            decode.step(core, x.q, x.k, x.v, graphed, **x.extras)
             position.add_(1).remainder_(case.new_tokens)
 
     inputs = tuple({id(t): t for t in (*new.leaves(), *(snapshot or ()))}.values())
@@ -483,7 +492,7 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
         _discard(one),
         output=one,
         state=lambda: now["state"],
-        split=(rewind, on_device),
+        split=None if graphed is None else (rewind, on_device),
     )
 
 
