@@ -13,6 +13,8 @@
 #   OUT=/some/folder ...                            # the store there (rows land as they are
 #                                                   # measured), and the report folder as a tarball
 #   STEPS="attention decode" STEP_LIMIT=120 ...     # some steps, each stopped after 120 s
+#   BUDGET=480 ...                                  # seconds for all steps but the report (the
+#                                                   # default), shared by weight (budget.sh)
 #   CAUSAL=sdpa,local BIDIRECTIONAL=sdpa,nystrom ...# other backends in the grids (DECODE: in
 #                                                   # the decoding step)
 #
@@ -31,7 +33,8 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device is visible'" || exit 2
+"$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh: no CUDA \
+device is visible; run it on a machine with a GPU (the CPU checks: python -m pytest)')" || exit 2
 
 device=$("$PY" -c "import re, torch; n = torch.cuda.get_device_name().lower(); \
 m = re.search(r'\b([a-z]+\d{2,4}[a-z]*)\b', n.replace('nvidia', '')); print(m.group(1) if m else 'gpu')")
@@ -47,13 +50,21 @@ case "${GRID:-full}" in
 esac
 
 steps_wanted=" ${STEPS:-accuracy attention block decode tests asv report} "
+wanted() { case "$steps_wanted" in *" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }
+source benchmarks/scripts/budget.sh
+for item in accuracy:3 attention-causal:8 attention-bidirectional:5 block-causal:6 \
+    block-bidirectional:4 decode:4 tests:5 asv:5; do
+    wanted "${item%%:*}" && budget_plan "$item"
+done
 declare -a steps=()
-step() {  # step NAME COMMAND...: run it (if STEPS names its kind), record its seconds and status
-    local name=$1 start=$SECONDS status
+step() {  # step NAME COMMAND...: run it (if STEPS names its kind) within its share of BUDGET
+    local name=$1 start=$SECONDS status limit  # (the report: no limit), record seconds and status
     shift
-    case "$steps_wanted" in *" ${name%%-*} "*) ;; *) return ;; esac
-    echo "=== $name: $*"
-    if [ -n "${STEP_LIMIT:-}" ]; then timeout "$STEP_LIMIT" "$@"; else "$@"; fi
+    wanted "$name" || return
+    limit=""
+    if [ "$name" != report ]; then budget_limit "$name" && limit=$budget_now; fi
+    echo "=== $name${limit:+ (at most ${limit}s)}: $*"
+    if [ -n "$limit" ]; then timeout "$limit" "$@"; else "$@"; fi
     status=$?
     steps+=("$(printf '%-28s %5ds  exit %d' "$name" $((SECONDS - start)) "$status")")
 }

@@ -1,0 +1,42 @@
+# The GPU check's time budget, sourced by gpu_check.sh: BUDGET seconds for every step but the
+# report, shared by weight among the steps still to run, so what a quick step leaves goes to the
+# later ones and a slow one is stopped (timeout) with its rows already stored.
+#
+#   budget_plan NAME:WEIGHT ...   the steps to run, in order, with their weights
+#   budget_limit NAME             sets budget_now to the seconds NAME may take now (at least
+#                                 BUDGET_FLOOR; STEP_LIMIT, when set, caps it); NAME leaves the
+#                                 plan (call it directly, not in $(...): the plan is kept here)
+
+BUDGET=${BUDGET:-480}
+BUDGET_FLOOR=${BUDGET_FLOOR:-10}
+BUDGET_START=${BUDGET_START:-$SECONDS}
+declare -a budget_names=() budget_weights=()
+
+budget_plan() {
+    local item
+    for item in "$@"; do
+        budget_names+=("${item%%:*}")
+        budget_weights+=("${item##*:}")
+    done
+}
+
+budget_limit() {
+    local name=$1 i total=0 weight=0 left limit
+    local -a names=() weights=()
+    for i in "${!budget_names[@]}"; do
+        total=$((total + budget_weights[i]))
+        if [ "${budget_names[i]}" = "$name" ]; then
+            weight=${budget_weights[i]}
+        else
+            names+=("${budget_names[i]}")
+            weights+=("${budget_weights[i]}")
+        fi
+    done
+    budget_names=("${names[@]}")
+    budget_weights=("${weights[@]}")
+    left=$((BUDGET - (SECONDS - BUDGET_START)))
+    limit=$((total > 0 ? left * weight / total : left))
+    [ "$limit" -lt "$BUDGET_FLOOR" ] && limit=$BUDGET_FLOOR
+    [ -n "${STEP_LIMIT:-}" ] && [ "$STEP_LIMIT" -lt "$limit" ] && limit=$STEP_LIMIT
+    budget_now=$limit
+}
