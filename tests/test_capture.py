@@ -27,6 +27,7 @@ from attention_zoo.measure.capture import (
     step_obstacle,
 )
 from attention_zoo.measure.cases import BenchCase, build_runnable
+from attention_zoo.measure.duration import CaseTimedOut
 from attention_zoo.measure.labels import kernel_text
 from attention_zoo.measure.runner import MeasureSettings, measure_case, measure_group
 
@@ -38,15 +39,16 @@ def _runnable(backend: str, **changes):
 
 
 class Recorder:
-    """A CPU stand-in for cuda_graph: the warm-up calls, then a 'replay' that calls the kernels
-    (a graph replays exactly the kernels it recorded)."""
+    """A CPU stand-in for cuda_graph: the warm-up calls and the first replay (a capture itself
+    runs nothing), then a 'replay' that calls the kernels (a graph replays exactly the kernels it
+    recorded)."""
 
     def __init__(self) -> None:
         self.recorded = 0
 
     def __call__(self, kernels, device, pool):
         self.recorded += 1
-        for _ in range(GRAPH_WARMUP):
+        for _ in range(GRAPH_WARMUP + 1):
             kernels()
         return SimpleNamespace(replay=kernels)
 
@@ -81,6 +83,7 @@ def test_the_requests_and_the_one_device_check():
         ("sdpa", {"mode": "decode", "new_tokens": 4}, None),
         ("differential", {"mode": "decode", "new_tokens": 4}, None),
         ("moba", {"mode": "decode", "new_tokens": 4}, "(BlocksState) attends over the cache"),
+        ("local", {"mode": "decode", "new_tokens": 4, "options": {"semantics": "hf"}}, None),
         ("local", {"mode": "decode", "new_tokens": 4}, "(WindowState) writes its ring"),
         ("sdpa", {"mode": "prefill", "new_tokens": 4}, None),
     ],
@@ -119,13 +122,17 @@ def test_a_captured_decode_step_decodes_as_the_plain_one(backend):
                 torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "full", "sigmoid", "differential", "shared-qk"])
+@pytest.mark.parametrize(
+    "backend, options",
+    [("sdpa", {}), ("full", {}), ("sigmoid", {}), ("differential", {}), ("shared-qk", {}),
+     ("local", {"semantics": "hf", "chunk_length": 4})],
+)  # fmt: skip
 @pytest.mark.parametrize("padded", [False, True])
-def test_a_cache_counted_on_the_device_decodes_as_the_plain_one(backend, padded):
+def test_a_cache_counted_on_the_device_decodes_as_the_plain_one(backend, options, padded):
     """A KV cache whose count of positions is on the device (what a captured step writes and
     reads) gives the outputs of the plain one, token by token and a few at a time: its padding
     and what an earlier cycle left past its count stay hidden."""
-    core = build_attention(backend, causal=True)
+    core = build_attention(backend, causal=True, **options)
     b, h, n, d, steps = 2, 2, 12, 16, (1, 1, 2, 1)
     x = core.layout.sample(b, h, n + sum(steps), d, generator=torch.Generator().manual_seed(1))
     mask = torch.ones(b, n, dtype=torch.bool)
@@ -206,6 +213,36 @@ def test_a_group_is_captured_whole_or_not_at_all(monkeypatch):
         whys[0] == "capture failed: RuntimeError: operation not permitted when stream is capturing"
     )
     assert whys[1].startswith("timed as it is, as sdpa in its group is not (capture failed")
+
+
+def test_a_group_survives_a_timed_out_capture_beside_a_failed_one(monkeypatch):
+    """A case stopped by its timeout while captured is a timeout; the next one's failed capture
+    under auto leaves it timed as it is, and neither says it was captured."""
+    monkeypatch.setattr(capture, "graphs_apply", lambda device: True)
+    raised = iter([CaseTimedOut("stopped past --timeout"), RuntimeError(NOT_PERMITTED)])
+
+    def record(kernels, device, pool):
+        raise next(raised)
+
+    monkeypatch.setattr(capture, "cuda_graph", record)
+    settings = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time",))
+    plain = BenchCase(backend="sdpa", mode="forward+backward", **SMALL)
+    late, failed = measure_group([plain, plain.replace(backend="local")], settings)
+    assert (late.status, failed.status) == ("timeout", "ok")
+    assert not late.facts["cuda_graphs"]["on"] and not failed.facts["cuda_graphs"]["on"]
+
+
+def test_only_a_core_that_reads_positions_from_its_cache_decodes_on_a_counted_one():
+    class HostPositions(type(build_attention("sdpa", causal=True))):
+        cache_positions = False
+
+    shape = StateShape(1, 2, 16, 8)
+    core = build_attention("sdpa", causal=True)
+    state = decode.init_state(core, shape)
+    assert isinstance(decode.capturable_state(core, state), decode.StaticKVCache)
+    assert decode.capturable_state(HostPositions(core.cfg, causal=True), state) is None
+    with pytest.raises(TypeError, match="plain KVCache"):
+        decode.static_cache(decode.recompute_state(shape))
 
 
 def test_what_says_nothing_of_capture_is_not_captured():

@@ -126,6 +126,9 @@ class AttentionCore(nn.Module):
     spec: Any  # set by @register_attention
     kernels: ClassVar[KernelTable]  # set below: the own-attend table
     extras: ClassVar[tuple[Extra, ...]] = ()  # inputs besides q, k, v (decays, step sizes)
+    # its decoding step reads positions from its plain KV cache (key_positions, new_positions),
+    # so it also decodes on one counted on the device (decode.static_cache: what a graph replays)
+    cache_positions: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, *, causal: bool = False) -> None:
         super().__init__()

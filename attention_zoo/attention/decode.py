@@ -87,7 +87,7 @@ class KVCache(DecodeState):
     appends_only: ClassVar[bool] = True
     uncapturable: ClassVar[str] = (
         "attends over the cache up to the host's count of positions, a shape that grows every "
-        "token (only a plain KV cache has a form counted on the device, static_cache)"
+        "token (a plain one read by positions from the cache has a form counted on the device)"
     )
 
     def keys(self) -> Tensor:
@@ -131,6 +131,7 @@ class StaticKVCache(KVCache):
     filled: Tensor
     masked: bool = True  # the real mask is what hides the positions not yet written
     uncapturable: ClassVar[str] = ""
+    appends_only: ClassVar[bool] = False  # its count is shared: an earlier state sees later ones
 
     def keys(self) -> Tensor:
         return self.k
@@ -163,16 +164,19 @@ class StaticKVCache(KVCache):
 
 def static_cache(cache: KVCache) -> StaticKVCache:
     """`cache`'s buffers with its count of positions on the device (StaticKVCache)."""
+    if type(cache) is not KVCache:  # a subclass's own fields would be lost
+        raise TypeError(f"static_cache takes a plain KVCache, not a {type(cache).__name__}")
     filled = torch.tensor(cache.length, device=cache.k.device)
     fields = {f.name: getattr(cache, f.name) for f in dataclasses.fields(KVCache)}
     return StaticKVCache(**{**fields, "masked": True, "filled": filled})
 
 
-def capturable_state(state: DecodeState) -> DecodeState | None:
-    """`state`, or a form of it on the same buffers, whose steps a CUDA graph can replay (a
-    plain KV cache: counted on the device); None when it has none (see its `uncapturable`)."""
+def capturable_state(core: AttentionCore, state: DecodeState) -> DecodeState | None:
+    """`state`, or a form of it on the same buffers, whose steps by `core` a CUDA graph can
+    replay (a plain KV cache of a core that reads positions from it: counted on the device);
+    None when it has none (see the state's `uncapturable`)."""
     if type(state) is KVCache:
-        return static_cache(state)
+        return static_cache(state) if type(core).cache_positions else None
     return None if type(state).uncapturable else state
 
 

@@ -58,6 +58,8 @@ class DifferentialConfig:
 class DifferentialAttention(AttentionCore):
     """The difference of two softmax maps with a learned lambda, then a per-head RMSNorm."""
 
+    cache_positions = True  # its KV-cache step reads positions from the cache
+
     def __init__(self, cfg: DifferentialConfig, *, causal: bool = False) -> None:
         super().__init__(cfg, causal=causal)
         self.lambda_init = lambda_init(cfg.layer)

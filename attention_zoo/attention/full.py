@@ -34,6 +34,8 @@ class FullConfig:
 class FullAttention(AttentionCore):
     """Naive materialised softmax attention; O(n^2) memory. The reference for exact backends."""
 
+    cache_positions = True  # its KV-cache step reads positions from the cache
+
     def _dense(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         allowed = self.allowed(q, key_padding_mask)
         return dense_attention(

@@ -90,6 +90,8 @@ class LocalConfig:
 class LocalAttention(AttentionCore):
     """Chunked local attention: own chunk plus neighbour chunks; O(n * chunk) memory."""
 
+    cache_positions = True  # its KV-cache step reads positions from the cache
+
     def mask_mod(self, n: int, device: torch.device | str = "cpu") -> MaskMod | None:
         """Exact semantics: keys in the query's chunk, `before` chunks back and `after` ahead."""
         cfg = self.cfg
@@ -235,10 +237,10 @@ class LocalAttention(AttentionCore):
         if start == 0:
             return self.attend(q, k, v, key_padding_mask), state
         c, before = self.cfg.chunk_length, self.cfg.num_chunks_before
-        p = torch.arange(start, start + t, device=q.device)[:, None]
+        p = state.new_positions(t)[:, None]
         first = (p // c - before) * c
         first = torch.where(first >= 0, first, (p + first).clamp(min=0))
-        j = torch.arange(state.length, device=q.device)[None, :]
+        j = state.key_positions()[None, :]
         allowed = ((j >= first) & (j <= p))[None, None] & state.real_keys()[:, None, None, :]
         return dense_attention(q, state.keys(), state.values(), allowed, scale=scale), state
 

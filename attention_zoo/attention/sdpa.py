@@ -44,6 +44,8 @@ class SDPAConfig:
 class SDPAAttention(AttentionCore):
     """Full attention via F.scaled_dot_product_attention; PyTorch picks or is told the kernel."""
 
+    cache_positions = True  # its KV-cache step reads positions from the cache
+
     def _sdpa(
         self,
         q: Tensor,

@@ -34,6 +34,8 @@ class SharedQKConfig:
 class SharedQKAttention(AttentionCore):
     """Full attention on shared QK: scores q_i . k_j/|k_j|, self masked unless alone. O(n^2)."""
 
+    cache_positions = True  # its KV-cache step reads positions from the cache
+
     def _dense(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         allowed = self.allowed(q, key_padding_mask)
         return dense_attention(

@@ -49,6 +49,8 @@ class SigmoidConfig:
 class SigmoidAttention(AttentionCore):
     """Sigmoid attention, bias -log(n): tiles of keys summed without the n x n map."""
 
+    cache_positions = True  # its KV-cache step reads positions from the cache
+
     def bias_for(self, counts: Tensor, dtype: torch.dtype) -> Tensor:
         """(b | 1, t) bias of queries that may see `counts` keys each."""
         if self.cfg.bias is None:

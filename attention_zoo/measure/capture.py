@@ -72,7 +72,7 @@ def step_obstacle(runnable: Runnable) -> str | None:
         return f"{case.backend} is another library's module, which states nothing about capture"
     if runnable.state is not None and case.mode == "decode":
         state = runnable.state()
-        if capturable_state(state) is None:
+        if capturable_state(runnable.module, state) is None:
             return f"its decoding state ({type(state).__name__}) {type(state).uncapturable}"
     for core in attention_cores(module):
         if reason := core.capture_obstacle(case_call(case, core), case.mode):

@@ -450,16 +450,15 @@ def _build_decoding(case: BenchCase, device: torch.device, dtype: torch.dtype) -
     now = {"state": first, "i": 0}
     # a captured step's: the state in a form it can replay (on the same buffers; what that form
     # adds, such as a count of positions on the device, is set back with it) and its token
-    graphed = decode.capturable_state(first)
+    graphed = decode.capturable_state(core, first)
     kept = first.tensors()
     ids = {id(t) for t in kept}
     added = [(t, t.clone()) for t in (graphed.tensors() if graphed else ()) if id(t) not in ids]
-    resets = [*zip(kept, snapshot or ()), *added]  # (live, saved) pairs set back together
     position = torch.zeros((), dtype=torch.long, device=device)
 
     def rewind() -> None:
         if now["i"] == case.new_tokens:  # back to the prompt alone
-            for live, saved in resets:
+            for live, saved in zip(kept, snapshot or ()):  # (the device sets back `added`)
                 live.copy_(saved)
             now.update(state=first, i=0)
             position.zero_()

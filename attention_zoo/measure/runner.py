@@ -359,14 +359,16 @@ def _capture_group(live: list[_Pending], settings: MeasureSettings) -> None:
         try:
             p.capture_into(settings, pool)
         except Exception as exc:
+            told = p.capture.told if p.capture is not None else True
+            p.capture = Capture(False, f"capture failed: {type(exc).__name__}: {exc}", told)
             if isinstance(exc, CaseTimedOut) or settings.cuda_graphs == ON:
                 p.fail(exc)
                 continue
-            why = f"capture failed: {type(exc).__name__}: {exc}"
-            p.capture = Capture(False, why, p.capture.told)
             for q in live:
+                if q.runnable is None or q.plain is None:  # failed before: nothing to time
+                    continue
                 q.runnable.step = q.watched(q.plain.step, settings)
-                if q is not p:
+                if q is not p and q.capture is not None:
                     q.capture = Capture(
                         False, f"timed as it is, as {_group_reason(p)}", q.capture.told
                     )

@@ -37,7 +37,7 @@ def compressed_attention(
     spans = [(s, min(s + step, t)) for s in range(0, t, step)]  # static: from the shapes
     parts = [
         checkpoint(_compressed, q[:, :, s:e], keys, values, has, positions[s:e], block,
-                   use_reentrant=False)
+                   use_reentrant=False, preserve_rng_state=False)
         for s, e in spans
     ]  # fmt: skip
     return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)), seen[:, None]
