@@ -26,8 +26,9 @@ SEGMENT_LENGTH = 512
 def scan_sums(
     sums: KernelSums, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
 ) -> Tensor:
-    """(b, h, n, d) queries, keys, values -> (b, h, n, d) in compute_dtype(q.dtype), a segment
-    at a time (padded keys, mask False, get zero features and add nothing)."""
+    """(b, h, n, d) queries, keys, values -> (b, h, n, d) in q's dtype (computed in
+    compute_dtype's), a segment at a time (padded keys, mask False, get zero features and add
+    nothing)."""
     proj = None if sums.proj is None else sums.proj.to(compute_dtype(q.dtype))
     return _KernelScan.apply(
         q, k, v, key_padding_mask, proj, sums.feature_map, sums.scale, sums.causal, sums.chunk,
@@ -146,7 +147,9 @@ class _KernelScan(torch.autograd.Function):
         c = min(chunk, n)
         bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
-        out = torch.empty(b, h, n, d, dtype=wide, device=q.device)
+        # in q's dtype: the output, kept for the backward as it is returned (a 16-bit call keeps
+        # no float32 copy, and its gradient arrives without one)
+        out = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
         den = torch.empty(b, h, n, 1, dtype=wide, device=q.device)
         state = torch.zeros(b, h, m, d + 1, dtype=wide, device=q.device)  # [S, z]
         if not causal:
@@ -174,7 +177,7 @@ class _KernelScan(torch.autograd.Function):
         q, k, v, mask, proj, out, den, total = ctx.saved_tensors
         kind, scale, causal, c, eps = ctx.setup
         b, h, n, d = v.shape
-        wide = out.dtype
+        wide = den.dtype
         feats = _Features(kind, proj, scale, mask, wide)
         bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
@@ -183,7 +186,7 @@ class _KernelScan(torch.autograd.Function):
         def grad_out(s: int, e: int) -> Tensor:  # G = [g, -g . out] / (den + eps)
             gs = g[:, :, s:e].to(wide)
             inv = (den[:, :, s:e] + eps).reciprocal()
-            dot = (gs * out[:, :, s:e]).sum(-1, keepdim=True).neg_()
+            dot = (gs * out[:, :, s:e].to(wide)).sum(-1, keepdim=True).neg_()
             return torch.cat([gs, dot], dim=-1).mul_(inv)
 
         # queries: a forward sweep (causal) or the saved totals
