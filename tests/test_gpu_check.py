@@ -27,20 +27,17 @@ def _limits(script: str, **env: str) -> list[int]:
 
 def test_the_budget_is_shared_by_weight_and_what_is_left_moves_on():
     limits = _limits(
-        """budget_plan a:1 b:2 c:1
-        budget_limit a; echo $budget_now
-        SECONDS=$((SECONDS + 5))  # a took 5 s of its 25
-        budget_limit b; echo $budget_now
-        SECONDS=$((SECONDS + 60))  # b took 60 s of its 63
-        budget_limit c; echo $budget_now"""
+        """BUDGET_START=0; budget_plan a:1 b:2 c:1
+        SECONDS=0; budget_limit a; echo $budget_now
+        SECONDS=5; budget_limit b; echo $budget_now  # a took 5 s of its 25
+        SECONDS=65; budget_limit c; echo $budget_now  # b took 60 s of its 63"""
     )
     assert limits == [25, 95 * 2 // 3, 35]
 
 
 def test_a_step_gets_its_floor_and_step_limit_caps_it():
-    late = """budget_plan a:1 b:1
-        SECONDS=$((SECONDS + 500))
-        budget_limit a; echo $budget_now"""
+    late = """BUDGET_START=0; budget_plan a:1 b:1
+        SECONDS=500; budget_limit a; echo $budget_now"""
     assert _limits(late) == [10]
     assert _limits("budget_plan a:1\nbudget_limit a; echo $budget_now", STEP_LIMIT="7") == [7]
 
@@ -58,3 +55,14 @@ def test_no_cuda_is_refused_in_one_line():
         "gpu_check.sh: no CUDA device is visible; run it on a machine with a GPU (the CPU "
         "checks: python -m pytest)"
     ]
+
+
+def test_budgets_that_are_not_whole_seconds_are_refused():
+    run = subprocess.run(
+        ["bash", "-c", f"source {BUDGET_SH}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BUDGET": "8m"},
+    )
+    assert run.returncode == 2
+    assert run.stderr.strip() == "budget.sh: BUDGET must be whole seconds, not '8m'"

@@ -10,6 +10,14 @@
 BUDGET=${BUDGET:-480}
 BUDGET_FLOOR=${BUDGET_FLOOR:-10}
 BUDGET_START=${BUDGET_START:-$SECONDS}
+for budget_var in BUDGET BUDGET_FLOOR STEP_LIMIT; do
+    case "${!budget_var:-0}" in
+        *[!0-9]*)
+            echo "budget.sh: $budget_var must be whole seconds, not '${!budget_var}'" >&2
+            exit 2
+            ;;
+    esac
+done
 declare -a budget_names=() budget_weights=()
 
 budget_plan() {
@@ -21,7 +29,7 @@ budget_plan() {
 }
 
 budget_limit() {
-    local name=$1 i total=0 weight=0 left limit
+    local name=$1 i total=0 weight="" left limit
     local -a names=() weights=()
     for i in "${!budget_names[@]}"; do
         total=$((total + budget_weights[i]))
@@ -32,8 +40,12 @@ budget_limit() {
             weights+=("${budget_weights[i]}")
         fi
     done
-    budget_names=("${names[@]}")
-    budget_weights=("${weights[@]}")
+    budget_names=(${names[@]+"${names[@]}"})
+    budget_weights=(${weights[@]+"${weights[@]}"})
+    if [ -z "$weight" ]; then
+        echo "budget.sh: step $name is not in the plan (budget_plan): it gets the floor" >&2
+        weight=0
+    fi
     left=$((BUDGET - (SECONDS - BUDGET_START)))
     limit=$((total > 0 ? left * weight / total : left))
     [ "$limit" -lt "$BUDGET_FLOOR" ] && limit=$BUDGET_FLOOR

@@ -64,7 +64,7 @@ step() {  # step NAME COMMAND...: run it (if STEPS names its kind) within its sh
     limit=""
     if [ "$name" != report ]; then budget_limit "$name" && limit=$budget_now; fi
     echo "=== $name${limit:+ (at most ${limit}s)}: $*"
-    if [ -n "$limit" ]; then timeout "$limit" "$@"; else "$@"; fi
+    if [ -n "$limit" ]; then timeout -k 15 "$limit" "$@"; else "$@"; fi
     status=$?
     steps+=("$(printf '%-28s %5ds  exit %d' "$name" $((SECONDS - start)) "$status")")
 }

@@ -28,7 +28,8 @@ def scan_sums(
 ) -> Tensor:
     """(b, h, n, d) queries, keys, values -> (b, h, n, d) in q's dtype (computed in
     compute_dtype's), a segment at a time (padded keys, mask False, get zero features and add
-    nothing)."""
+    nothing). The backward keeps the output in compute_dtype: its g . out nearly cancels
+    g . v, so an output rounded to 16 bits would cost q's gradient most of its digits."""
     proj = None if sums.proj is None else sums.proj.to(compute_dtype(q.dtype))
     return _KernelScan.apply(
         q, k, v, key_padding_mask, proj, sums.feature_map, sums.scale, sums.causal, sums.chunk,
@@ -147,9 +148,7 @@ class _KernelScan(torch.autograd.Function):
         c = min(chunk, n)
         bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
-        # in q's dtype: the output, kept for the backward as it is returned (a 16-bit call keeps
-        # no float32 copy, and its gradient arrives without one)
-        out = torch.empty(b, h, n, d, dtype=q.dtype, device=q.device)
+        out = torch.empty(b, h, n, d, dtype=wide, device=q.device)
         den = torch.empty(b, h, n, 1, dtype=wide, device=q.device)
         state = torch.zeros(b, h, m, d + 1, dtype=wide, device=q.device)  # [S, z]
         if not causal:
@@ -170,14 +169,16 @@ class _KernelScan(torch.autograd.Function):
             out[:, :, s:e] = y[..., :d] / (y[..., d:] + eps)
         ctx.save_for_backward(q, k, v, mask, proj, out, den, None if causal else state)
         ctx.setup = (kind, scale, causal, c, eps)
-        return out
+        # in q's dtype: a 16-bit call's gradient then arrives in 16 bits, cast a segment at a
+        # time, never whole in float32
+        return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, g):
         q, k, v, mask, proj, out, den, total = ctx.saved_tensors
         kind, scale, causal, c, eps = ctx.setup
         b, h, n, d = v.shape
-        wide = den.dtype
+        wide = out.dtype
         feats = _Features(kind, proj, scale, mask, wide)
         bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
@@ -186,7 +187,7 @@ class _KernelScan(torch.autograd.Function):
         def grad_out(s: int, e: int) -> Tensor:  # G = [g, -g . out] / (den + eps)
             gs = g[:, :, s:e].to(wide)
             inv = (den[:, :, s:e] + eps).reciprocal()
-            dot = (gs * out[:, :, s:e].to(wide)).sum(-1, keepdim=True).neg_()
+            dot = (gs * out[:, :, s:e]).sum(-1, keepdim=True).neg_()
             return torch.cat([gs, dot], dim=-1).mul_(inv)
 
         # queries: a forward sweep (causal) or the saved totals
