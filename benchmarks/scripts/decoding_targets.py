@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from attention_zoo.report.analysis import fit_exponent
 from attention_zoo.report.context import trusted
 from attention_zoo.report.frame import bench_frame, case_frame
 from attention_zoo.store import open_store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verdicts import report
 
 PATTERNS = ("linear", "performer", "local", "sliding-window")
 RECURRENCES = ("retention", "gla", "deltanet", "gated-deltanet")
@@ -147,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, run_id = decode_rows(args.store, args.run_id)
     print(f"run {run_id}: {len(rows)} decode cases")
     verdicts = judge(rows)
-    for name, verdict in verdicts:
-        print(f"- {name}: {verdict}")
-    return 1 if any(v.startswith("FAIL") for _, v in verdicts) else 0
+    return report(verdicts)
 
 
 if __name__ == "__main__":

@@ -49,11 +49,11 @@ case "${GRID:-full}" in
     *) echo "GRID must be quick or full, not ${GRID}" >&2; exit 2 ;;
 esac
 
-steps_wanted=" ${STEPS:-accuracy attention block decode tests asv report} "
+steps_wanted=" ${STEPS:-accuracy attention block decode targets tests asv report} "
 wanted() { case "$steps_wanted" in *" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }
 source benchmarks/scripts/budget.sh
 for item in accuracy:3 attention-causal:8 attention-bidirectional:5 block-causal:6 \
-    block-bidirectional:4 decode:4 tests:5 asv:5; do
+    block-bidirectional:4 decode:4 targets:1 tests:5 asv:5; do
     wanted "${item%%:*}" && budget_plan "$item"
 done
 declare -a steps=()
@@ -95,6 +95,7 @@ step decode "$PY" -m attention_zoo bench --target attention --devices cuda --dty
     --modes prefill,decode --new-tokens 32 --lengths "$lengths" --causal true \
     --backends "${DECODE:-sdpa,local,sliding-window,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}" --metrics time,memory \
     --budget 0.2 --repeats 5 --store "$store" --run-id decode --no-progress
+step targets "$PY" benchmarks/scripts/gpu_targets.py --store "$store"
 step tests "$PY" -m pytest -v -rf --tb=line -m gpu -p no:cacheprovider tests/test_kernels.py \
     tests/test_cuda.py tests/test_capture.py tests/test_attention_contract.py tests/test_throughput.py \
     tests/test_recurrence_decay.py tests/test_recurrence_delta.py
