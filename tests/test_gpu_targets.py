@@ -78,3 +78,9 @@ def test_a_busy_run_decides_no_time(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "- local at 16384: time <= 0.45x sdpa: UNDECIDED: a number set aside" in out
     assert "- local at 16384: peak <= 1.5x sdpa: PASS: 1.00x" in out
+
+
+def test_a_missing_store_is_refused_in_one_line(tmp_path, capsys):
+    assert _script().main(["--store", str(tmp_path / "none.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu_targets.py: no results store at") and err.count("\n") == 1

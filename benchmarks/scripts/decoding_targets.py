@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attention_zoo.errors import ZooError
 from attention_zoo.report.analysis import fit_exponent
 from attention_zoo.report.context import trusted
 from attention_zoo.report.frame import bench_frame, case_frame
@@ -148,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True, help="the results store of the decode run")
     parser.add_argument("--run-id", help="the run to judge (default: the store's latest)")
     args = parser.parse_args(argv)
-    rows, run_id = decode_rows(args.store, args.run_id)
+    try:
+        rows, run_id = decode_rows(args.store, args.run_id)
+    except ZooError as exc:  # no store there, not a store: one line
+        print(f"decoding_targets.py: {exc}", file=sys.stderr)
+        return 2
     print(f"run {run_id}: {len(rows)} decode cases")
     verdicts = judge(rows)
     return report(verdicts)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from attention_zoo.errors import ZooError
 from attention_zoo.report.context import trusted
 from attention_zoo.report.frame import bench_frame, case_frame
 from attention_zoo.store import facts_of, open_store
@@ -171,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="the GPU check's results store")
     args = parser.parse_args(argv)
-    rows = load_rows(args.store)
+    try:
+        rows = load_rows(args.store)
+    except ZooError as exc:  # no store there, not a store: one line
+        print(f"gpu_targets.py: {exc}", file=sys.stderr)
+        return 2
     if rows is None or rows.empty:
         print(f"gpu_targets.py: {args.store} holds no bench case", file=sys.stderr)
         return 2
