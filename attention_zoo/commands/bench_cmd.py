@@ -14,7 +14,7 @@ import torch
 from ..engine import RunInterrupted, continued_run
 from ..errors import Interrupted, UsageError, did_you_mean
 from ..executors import add_executor_args, executor_from_args
-from ..measure.capture import CUDA_GRAPHS, ON
+from ..measure.capture import CUDA_GRAPHS, ON, graphs_apply
 from ..measure.cases import DECODERS, DTYPES, MODES, BenchCase
 from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.limits import auto_memory_limit
@@ -378,7 +378,7 @@ def memory_limit(text: str) -> int | str | None:
 
 def check_graphs(request: str, cases: list[BenchCase]) -> None:
     """--cuda-graphs on captures CUDA steps: every case must run on CUDA."""
-    elsewhere = sorted({c.device for c in cases if torch.device(c.device).type != "cuda"})
+    elsewhere = sorted({c.device for c in cases if not graphs_apply(c.device)})
     if request == ON and elsewhere:
         raise UsageError(
             f"--cuda-graphs on captures CUDA steps, and some cases run on {', '.join(elsewhere)}; "

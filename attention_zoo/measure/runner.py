@@ -35,6 +35,7 @@ from .capture import (
     check_cuda_graphs,
     choose_capture,
     graph_pool,
+    graphs_apply,
 )
 from .cases import BenchCase, Runnable, build_runnable
 from .duration import (
@@ -220,7 +221,7 @@ class _Pending:
         self.kernels: dict[str, str] = {}  # the implementation each backend's cores run
         self.expected: Expected | None = None  # its predicted duration, where a limit asked
         self.capture: Capture | None = None  # whether its timed step is a graph's replay
-        self.plain: Runnable | None = None  # the runnable before it is watched (to capture)
+        self.plain: Runnable | None = None  # the runnable with its (watched) step, uncaptured
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -288,7 +289,6 @@ class _Pending:
         try:
             runnable = build_runnable(case)
             self.kernels = kernel_names(case, runnable.module)
-            unwatched = runnable.step
             runnable.step = self.watched(runnable.step, settings)
             invalid, note = check_case(runnable)  # one forward on the case's own inputs
             self.notes += [note] if note else []
@@ -298,7 +298,7 @@ class _Pending:
                 runnable.step()  # warm-up: lazy state (optimizer moments, caches) becomes resident
             self.rows.extend(_measure_memory(runnable, settings, alone=alone))
             if "time" in settings.metrics:
-                self.plain = dataclasses.replace(runnable, step=unwatched)
+                self.plain = dataclasses.replace(runnable)  # its step, kept if it is captured
                 self.capture = choose_capture(self.plain, settings.cuda_graphs)
         except Exception as exc:  # any failure is a stored result, never a crash
             return self.fail(exc)
@@ -309,18 +309,18 @@ class _Pending:
 
     def capture_into(self, settings: MeasureSettings, pool: Any) -> None:
         """Its timed step becomes a CUDA graph's replay (watched, as the step was); the capture's
-        own calls are watched too. Raises what the capture raised."""
+        own calls run the watched step. Raises what the capture raised."""
         assert self.plain is not None and self.runnable is not None
-        watched = dataclasses.replace(self.plain, step=self.watched(self.plain.step, settings))
-        self.runnable.step = self.watched(captured_step(watched, pool), settings)
+        replay = captured_step(self.plain, pool)
+        self.runnable.step = self.watched(replay, settings, announce=False)
 
     def expect(self, settings: MeasureSettings, flops: float) -> str | None:
         """Predict the case's duration where a limit asks for it; why it is not run when the
         prediction is past the time limit (or past --timeout: it would be stopped anyway)."""
         if settings.time_limit_s is None and settings.timeout_s is None:
             return None
-        on_cuda = torch.device(self.case.device).type == "cuda"
-        capture = CAPTURE_CALLS if on_cuda and settings.cuda_graphs != OFF else 0
+        graphs = graphs_apply(self.case.device) and settings.cuda_graphs != OFF
+        capture = CAPTURE_CALLS if graphs else 0
         self.expected = expected_duration(
             self.case,
             flops,
@@ -330,12 +330,15 @@ class _Pending:
         )
         return over_limit(self.expected, settings.time_limit_s, settings.timeout_s)
 
-    def watched(self, step: Callable[[], None], settings: MeasureSettings) -> Callable[[], None]:
-        """The case's step, watched for progress (an expected long case) and --timeout."""
+    def watched(
+        self, step: Callable[[], None], settings: MeasureSettings, *, announce: bool = True
+    ) -> Callable[[], None]:
+        """The case's step, watched for progress (an expected long case) and --timeout; announce:
+        say once that it is expected to be long (not again for the replay that replaces it)."""
         long = self.expected if self.expected and self.expected.seconds >= LONG_CASE_S else None
         if long is None and settings.timeout_s is None:
             return step
-        if long is not None:
+        if long is not None and announce:
             log.warning("%s: expected to take %s", self.case.name(), long.describe())
         return WatchedStep(
             step, self.case.name(), start=self.start, expected=long, timeout_s=settings.timeout_s
@@ -367,7 +370,7 @@ def _capture_group(live: list[_Pending], settings: MeasureSettings) -> None:
             for q in live:
                 if q.runnable is None or q.plain is None:  # failed before: nothing to time
                     continue
-                q.runnable.step = q.watched(q.plain.step, settings)
+                q.runnable.step = q.plain.step  # the watched step it had
                 if q is not p and q.capture is not None:
                     q.capture = Capture(
                         False, f"timed as it is, as {_group_reason(p)}", q.capture.told
