@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from attention_zoo import ReformerLM, RunTarget
+from attention_zoo.attention.inputs import Inputs
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK
 
-from .contract import build, make_qkv, reference, variants, with_grads
+from .contract import build, make_inputs, make_qkv, reference, variants, with_grads
 from .hf_parity import (
     CASES,
     ENCODER_CASES,
@@ -53,9 +54,22 @@ def _same_rotations(gpu: torch.nn.Module, cpu: torch.nn.Module) -> None:
         gpu.rotations = rotations
 
 
-def _outputs_and_grads(attn: torch.nn.Module, shared: bool, inputs: list[torch.Tensor]):
-    """The core's output and input gradients; a shared-QK core gets k = q."""
-    return with_grads(lambda *xs: attn(xs[0], xs[0], xs[1]) if shared else attn(*xs), inputs)
+def _same_parameters(gpu: torch.nn.Module, cpu: torch.nn.Module) -> None:
+    """Parameters drawn at build come from each device's own generator: give the GPU the CPU's."""
+    if type(gpu) is type(cpu):
+        gpu.load_state_dict(cpu.state_dict())
+
+
+def _outputs_and_grads(attn: torch.nn.Module, shared: bool, inputs: Inputs):
+    """The core's output and the gradients of every input, extras included (shared QK: k = q)."""
+    names = list(inputs.extras)
+    head = [inputs.q, inputs.v] if shared else [inputs.q, inputs.k, inputs.v]
+
+    def call(*xs: torch.Tensor) -> torch.Tensor:
+        qkv, extras = xs[: len(head)], dict(zip(names, xs[len(head) :]))
+        return attn(qkv[0], qkv[0], qkv[1], **extras) if shared else attn(*qkv, **extras)
+
+    return with_grads(call, [*head, *inputs.extras.values()])
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
@@ -64,14 +78,17 @@ def test_every_backend_on_cuda_equals_cpu(variant) -> None:
     for causal in _modes(variant):
         if reason := variant.unsupported(RunTarget(device="cuda", dtype="float32", causal=causal)):
             pytest.skip(reason)
-        q, k, v = make_qkv(variant, n=45)
+        x = make_inputs(variant, n=45)
         cpu = _on_cpu(variant, causal=causal)
         gpu = build(variant, causal=causal, device="cuda")
         _same_rotations(gpu, cpu)
+        _same_parameters(gpu, cpu)
         shared = variant.caps.shared_qk
-        inputs = [q, v] if shared else [q, k, v]
-        out_cpu, grads_cpu = _outputs_and_grads(cpu, shared, inputs)
-        out_gpu, grads_gpu = _outputs_and_grads(gpu, shared, [t.cuda() for t in inputs])
+        on_gpu = Inputs(
+            *(t.cuda() for t in (x.q, x.k, x.v)), {n: t.cuda() for n, t in x.extras.items()}
+        )
+        out_cpu, grads_cpu = _outputs_and_grads(cpu, shared, x)
+        out_gpu, grads_gpu = _outputs_and_grads(gpu, shared, on_gpu)
         torch.testing.assert_close(out_gpu.cpu(), out_cpu, atol=2e-5, rtol=2e-5)
         for g_gpu, g_cpu in zip(grads_gpu, grads_cpu):
             torch.testing.assert_close(g_gpu.cpu(), g_cpu, atol=1e-4, rtol=1e-4)
