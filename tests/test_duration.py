@@ -18,6 +18,7 @@ from attention_zoo.cli import main
 from attention_zoo.measure import duration, rate
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.predict import predict_flops
+from attention_zoo.measure.preflight import over_time
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK, TIMEOUT
 from attention_zoo.measure.timing import fixed_threads
@@ -45,6 +46,21 @@ def test_a_rate_timed_by_the_wall_clock_while_the_cores_were_busy_is_not_kept(
         assert "busy" in rate.case_rate(CASE).source and not rate.cache_file().exists()
     with fixed_threads(1):  # timed by its own CPU time: kept
         assert rate.case_rate(CASE).source == "measured now" and rate.cache_file().exists()
+
+
+def test_the_preflight_says_when_it_times_cases_and_not_when_their_rates_are_cached(
+    tmp_path, monkeypatch, caplog
+):
+    """Timing a case to predict it can take long (on a GPU each probe compiles): it is said, once
+    per run, with the flag that skips it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    settings = MeasureSettings(time_limit_s=300)
+    with caplog.at_level("WARNING", logger="attention_zoo.measure.preflight"):
+        assert over_time([CASE], settings) == {}
+        assert over_time([CASE], settings) == {}
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith("timing 1 case once at 1024 tokens to predict its time")
+    assert "--time-limit none skips this" in said
 
 
 def test_a_case_is_predicted_at_the_rate_of_its_own_step(tmp_path, monkeypatch):

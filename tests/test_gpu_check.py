@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_SH = ROOT / "benchmarks" / "scripts" / "budget.sh"
@@ -66,3 +69,86 @@ def test_budgets_that_are_not_whole_seconds_are_refused():
     )
     assert run.returncode == 2
     assert run.stderr.strip() == "budget.sh: BUDGET must be whole seconds, not '8m'"
+
+
+# A stand-in interpreter: logs each command with its start and end time, answers the script's
+# device questions as a GPU machine would, and takes FAKE_SECONDS for each zoo bench run.
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+start=$(date +%s.%N)
+case "$*" in
+    *re.search*) echo h200; exit 0 ;;
+    *get_device_name*) echo "Fake GPU torch 0"; exit 0 ;;
+    -c*|"-m pip"*) exit 0 ;;
+    *"attention_zoo bench"*) sleep "$FAKE_SECONDS" ;;
+esac
+echo "$start $(date +%s.%N) $*" >>"$FAKE_LOG"
+"""
+
+
+def _check_with_a_fake_gpu(tmp_path: Path, **env: str) -> list[tuple[float, float, str]]:
+    """gpu_check.sh run with the stand-in interpreter: (start, end, command) of each command."""
+    python, log = tmp_path / "python", tmp_path / "commands.log"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    run = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "scripts" / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHON": str(python),
+            "FAKE_LOG": str(log),
+            "STORE": str(tmp_path / "store.sqlite"),
+            **env,
+        },
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = [line.split(" ", 2) for line in log.read_text().splitlines()] if log.exists() else []
+    return sorted((float(a), float(b), command) for a, b, command in lines)
+
+
+def _kind(command: str) -> str:
+    """Which step a logged command belongs to."""
+    if "attention_zoo bench" in command:
+        return command.split("--run-id ")[1].split()[0]
+    for script, kind in (
+        ("gpu_targets.py", "targets"),
+        ("test_fla_accuracy.py", "accuracy"),
+        ("-m pytest", "tests"),
+        ("record.py", "asv"),
+        ("attention_zoo report", "report"),
+    ):
+        if script in command:
+            return kind
+    return command
+
+
+@pytest.mark.slow
+def test_the_check_warms_in_parallel_then_times_the_targets_grids_first(tmp_path):
+    commands = _check_with_a_fake_gpu(tmp_path, FAKE_SECONDS="0.3", WARM_JOBS="4")
+    kinds = [_kind(c) for _, _, c in commands]
+    order = list(dict.fromkeys(kinds))
+    assert order == [
+        "warm", "attention-causal", "attention-bidirectional", "decode", "targets", "accuracy",
+        "tests", "block-causal", "block-bidirectional", "asv", "report",
+    ]  # fmt: skip
+    warm = [(a, b, c) for a, b, c in commands if _kind(c) == "warm"]
+    assert len(warm) == 11 + 7 + 10  # each backend of the causal, bidirectional, decoding grids
+    assert all("--cuda-graphs off" in c and "--repeats 1" in c for _, _, c in warm)
+    at_once = max(sum(a <= t < b for a, b, _ in warm) for t, _, _ in warm)
+    assert 2 <= at_once <= 4
+    # no bench step predicts its cases' times first (that preflight compiles every case at 1k)
+    benches = [c for _, _, c in commands if "attention_zoo bench" in c]
+    assert all(c.split().count("--time-limit") == 1 and "--time-limit none" in c for c in benches)
+    assert all("--lengths 16384,65536" in c for c in benches)
+
+
+@pytest.mark.slow
+def test_warming_stops_at_its_share_of_the_budget(tmp_path):
+    start = time.monotonic()
+    commands = _check_with_a_fake_gpu(
+        tmp_path, FAKE_SECONDS="30", WARM_JOBS="2", STEPS="warm", BUDGET="3", BUDGET_FLOOR="3"
+    )
+    assert commands == []  # each warm run was stopped before it logged its end
+    assert time.monotonic() - start < 15

@@ -4,6 +4,7 @@ metric its implementation cannot be measured with, or a time predicted past the 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -16,12 +17,15 @@ from ..errors import UsageError, ZooError
 from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs
 from .duration import expected_duration, over_limit
 from .predict import predict_flops
+from .rate import CALIBRATION_LENGTH, cache_file, rate_known
 from .runner import MeasureSettings
 from .timing import fixed_threads
 
 # metric groups measured under torch dispatch modes (the storage tracker, the FLOP counter)
 DISPATCH_GROUPS = ("crosscheck", "predict", "flops")
 PROBE_LENGTH = 128  # tokens of the probe that runs a named kernel under a dispatch mode
+
+log = logging.getLogger(__name__)
 
 
 class _PassThrough(TorchDispatchMode):
@@ -81,6 +85,17 @@ def over_time(cases: Iterable[BenchCase], settings: MeasureSettings) -> dict[str
         return {}
     refused = {}
     with fixed_threads(settings.threads):
+        cases = list(cases)
+        if unknown := sum(not c.unsupported() and not rate_known(c) for c in cases):
+            log.warning(
+                "timing %d case%s once at %d tokens to predict %s time (kept in %s; "
+                "--time-limit none skips this)",
+                unknown,
+                "s" if unknown > 1 else "",
+                CALIBRATION_LENGTH,
+                "their" if unknown > 1 else "its",
+                cache_file(),
+            )
         for case in cases:
             try:
                 if case.unsupported():

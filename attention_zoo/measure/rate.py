@@ -60,14 +60,10 @@ def case_rate(case: BenchCase) -> Rate:
     wall clock, not kept when other processes held the cores meanwhile, which would keep a slow
     rate; a cache that cannot be written is skipped)."""
     probe = probe_case(case)
-    key = (
-        f"{probe.name()} [{probe.key()}]; {device_name(case.device)}; "
-        f"threads={torch.get_num_threads()}; torch {torch.__version__}"
-    )
+    key = _key(case)
     path = cache_file()
-    known = _read(path)
-    if isinstance(known.get(key), (int, float)) and known[key] > 0:
-        return Rate(float(known[key]), key, str(path))
+    if (known := _cached(path, key)) is not None:
+        return Rate(known, key, str(path))
     # one thread on a CPU: its CPU time, what the step costs, which other processes cannot inflate
     threads = torch.get_num_threads()
     clock = CPU_CLOCK if torch.device(case.device).type == "cpu" and threads == 1 else WALL
@@ -84,6 +80,25 @@ def case_rate(case: BenchCase) -> Rate:
     except OSError:
         pass
     return Rate(rate, key, "measured now")
+
+
+def rate_known(case: BenchCase) -> bool:
+    """Whether `case`'s rate is in the cache: predicting its time then runs nothing."""
+    return _cached(cache_file(), _key(case)) is not None
+
+
+def _key(case: BenchCase) -> str:
+    """What a rate is kept under: the probe case, device, threads and torch version."""
+    probe = probe_case(case)
+    return (
+        f"{probe.name()} [{probe.key()}]; {device_name(case.device)}; "
+        f"threads={torch.get_num_threads()}; torch {torch.__version__}"
+    )
+
+
+def _cached(path: Path, key: str) -> float | None:
+    value = _read(path).get(key)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _read(path: Path) -> dict[str, float]:

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The GPU check, one command: on a machine with CUDA and torch, from a checkout, with no network.
-# Runs fla's accuracy test (RMS ratios of its kernels' outputs and gradients against our float64
-# references, 4k and 16k, each case's numbers in fla-accuracy.jsonl beside the store, or in OUT),
-# the CUDA tests, the core and block grids (bf16, forward+backward, causal and bidirectional,
-# 1k-64k tokens; each step a CUDA graph's replay where the case can be captured, as zoo bench's
-# --cuda-graphs auto does), the asv CUDA benchmarks, and writes a report folder reports/gpu-<device>-<date>/
-# from the store it fills. Optional packages (fla-core; asv and what it needs) travel as wheels in
-# .whl/ (README, "On a GPU"): they are installed into a scratch folder, nothing else is touched.
+# Compiles every grid case once, in parallel processes (warm: FlexAttention's compiled kernels and
+# fla's tuned configurations land in the on-disk caches the later steps read), then times the core
+# grids (bf16, forward+backward, causal and bidirectional, 16k and 64k tokens; each step a CUDA
+# graph's replay where the case can be captured, as zoo bench's --cuda-graphs auto does) and the
+# decoding grid, judges the targets on them, runs fla's accuracy test (RMS ratios of its kernels'
+# outputs and gradients against our float64 references, 4k and 16k, each case's numbers in
+# fla-accuracy.jsonl beside the store, or in OUT), the CUDA tests, the block grids, the asv CUDA
+# benchmarks, and writes a report folder reports/gpu-<device>-<date>/ from the store it fills.
+# Optional packages (fla-core; asv and what it needs) travel as wheels in .whl/ (docs/gpu.md):
+# they are installed into a scratch folder, nothing else is touched.
 #
 #   bash benchmarks/scripts/gpu_check.sh            # everything
-#   GRID=quick bash benchmarks/scripts/gpu_check.sh # the grids at 16k and 64k only
+#   GRID=full bash benchmarks/scripts/gpu_check.sh  # the grids at 1k and 4k too
 #   OUT=/some/folder ...                            # the store there (rows land as they are
 #                                                   # measured), and the report folder as a tarball
 #   STEPS="attention decode" STEP_LIMIT=120 ...     # some steps, each stopped after 120 s
@@ -17,10 +20,11 @@
 #                                                   # default), shared by weight (budget.sh)
 #   CAUSAL=sdpa,local BIDIRECTIONAL=sdpa,nystrom ...# other backends in the grids (DECODE: in
 #                                                   # the decoding step)
+#   WARM_JOBS=8 ...                                 # processes compiling at once (default 8)
 #
-# fla's accuracy comes first (short; it says whether auto may take fla), then the grids (what the
-# targets are about), then the tests, asv and the report. Each
-# step's time and exit status are printed at the end; a failed step does not stop the others.
+# The steps run in the order of what they are for: the grids the targets are set on first, then
+# the targets' verdicts, then the rest. Each step's time and exit status are printed at the end;
+# a failed or stopped step does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 PY=${PYTHON:-python3}
@@ -43,62 +47,105 @@ folder="reports/gpu-$device-$stamp"
 store=${STORE:-${OUT:+$OUT/gpu-check.sqlite}}
 store=${store:-results/gpu-check.sqlite}
 mkdir -p "$(dirname "$store")"
-case "${GRID:-full}" in
+case "${GRID:-quick}" in
     quick) lengths=16384,65536 ;;
     full) lengths=1024,4096,16384,65536 ;;
     *) echo "GRID must be quick or full, not ${GRID}" >&2; exit 2 ;;
 esac
+# tuned configurations on disk: fla's kernels are tuned once, not again in every process
+export TRITON_CACHE_AUTOTUNING=${TRITON_CACHE_AUTOTUNING:-1}
 
-steps_wanted=" ${STEPS:-accuracy attention block decode targets tests asv report} "
+steps_wanted=" ${STEPS:-warm attention decode targets accuracy tests block asv report} "
 wanted() { case "$steps_wanted" in *" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }
 source benchmarks/scripts/budget.sh
-for item in accuracy:3 attention-causal:8 attention-bidirectional:5 block-causal:6 \
-    block-bidirectional:4 decode:4 targets:1 tests:5 asv:5; do
+for item in warm:4 attention-causal:6 attention-bidirectional:3 decode:3 targets:1 accuracy:3 \
+    tests:4 block-causal:3 block-bidirectional:2 asv:3; do
     wanted "${item%%:*}" && budget_plan "$item"
 done
 declare -a steps=()
 step() {  # step NAME COMMAND...: run it (if STEPS names its kind) within its share of BUDGET
-    local name=$1 start=$SECONDS status limit  # (the report: no limit), record seconds and status
-    shift
+    local name=$1 start=$SECONDS status limit  # (the report: no limit; a function of this
+    shift  # script: it keeps to budget_now itself), record seconds and status
     wanted "$name" || return
     limit=""
     if [ "$name" != report ]; then budget_limit "$name" && limit=$budget_now; fi
     echo "=== $name${limit:+ (at most ${limit}s)}: $*"
-    if [ -n "$limit" ]; then timeout -k 15 "$limit" "$@"; else "$@"; fi
+    if [ -n "$limit" ] && ! declare -F "$1" >/dev/null; then
+        timeout -k 15 "$limit" "$@"
+    else
+        "$@"
+    fi
     status=$?
     steps+=("$(printf '%-28s %5ds  exit %d' "$name" $((SECONDS - start)) "$status")")
 }
 
-bench() {  # bench TARGET CAUSAL BACKENDS: one grid, a step of its own
-    local target=$1 causal=$2 backends=$3 kind
-    kind=$([ "$causal" = true ] && echo causal || echo bidirectional)
-    local -a options=()
-    case ",$backends," in *,lsh,*) options+=(--option lsh.num_hashes=1,4) ;; esac
-    case ",$backends," in *,linformer,*) options+=(--option linformer.max_length=65536) ;; esac
-    step "$target-$kind" "$PY" -m attention_zoo bench --target "$target" --devices cuda \
-        --dtypes bfloat16 --modes forward+backward --batch 1 --heads 4 --head-dim 64 \
-        --hidden 256 --lengths "$lengths" --causal "$causal" --backends "$backends" \
-        --metrics time,memory,flops --budget 0.2 --repeats 5 --store "$store" \
-        --run-id "$target-$kind" --no-progress "${options[@]}"
-}
-
-step accuracy env ZOO_ACCURACY_OUT="${OUT:-$(dirname "$store")}" "$PY" -m pytest -v -rA --tb=line \
-    -m gpu -p no:cacheprovider tests/test_fla_accuracy.py
-
 causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}
 bidirectional_backends=${BIDIRECTIONAL:-sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer}
-for target in attention block; do
-    bench "$target" true "$causal_backends"
-    bench "$target" false "$bidirectional_backends"
-done
-step decode "$PY" -m attention_zoo bench --target attention --devices cuda --dtypes bfloat16 \
-    --modes prefill,decode --new-tokens 32 --lengths "$lengths" --causal true \
-    --backends "${DECODE:-sdpa,local,sliding-window,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}" --metrics time,memory \
-    --budget 0.2 --repeats 5 --store "$store" --run-id decode --no-progress
+decode_backends=${DECODE:-sdpa,local,sliding-window,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}
+
+grid() {  # grid TARGET CAUSAL BACKENDS: one grid's zoo bench command, in the array `command`
+    local target=$1 causal=$2 backends=$3  # (no time-limit preflight: the step has its limit)
+    command=("$PY" -m attention_zoo bench --target "$target" --devices cuda --dtypes bfloat16
+        --modes forward+backward --batch 1 --heads 4 --head-dim 64 --hidden 256
+        --lengths "$lengths" --causal "$causal" --backends "$backends" --time-limit none
+        --no-progress)
+    case ",$backends," in *,lsh,*) command+=(--option lsh.num_hashes=1,4) ;; esac
+    case ",$backends," in *,linformer,*) command+=(--option linformer.max_length=65536) ;; esac
+}
+
+decode_grid() {  # decode_grid BACKENDS: the decoding grid's command, in the array `command`
+    command=("$PY" -m attention_zoo bench --target attention --devices cuda --dtypes bfloat16
+        --modes prefill,decode --new-tokens 32 --lengths "$lengths" --causal true
+        --backends "$1" --time-limit none --no-progress)
+}
+
+bench() {  # bench TARGET CAUSAL BACKENDS: one grid timed into the store, a step of its own
+    local target=$1 causal=$2 kind
+    kind=$([ "$causal" = true ] && echo causal || echo bidirectional)
+    grid "$target" "$causal" "$3"
+    step "$target-$kind" "${command[@]}" --metrics time,memory,flops --budget 0.2 --repeats 5 \
+        --store "$store" --run-id "$target-$kind"
+}
+
+warm() {  # each backend of the core and decoding grids run once, untimed and uncaptured, in a
+    # process of its own, WARM_JOBS at a time, within budget_now: what they compile and tune lands
+    # in the on-disk caches that the timed steps then read (their stores are thrown away)
+    local deadline=$((SECONDS + budget_now)) scratch started=0 left spec target causal b
+    scratch=$(mktemp -d)
+    local -a specs=()
+    for b in ${causal_backends//,/ }; do specs+=("attention true $b"); done
+    for b in ${bidirectional_backends//,/ }; do specs+=("attention false $b"); done
+    for b in ${decode_backends//,/ }; do specs+=("decode - $b"); done
+    for spec in "${specs[@]}"; do
+        read -r target causal b <<<"$spec"
+        if [ "$target" = decode ]; then decode_grid "$b"; else grid "$target" "$causal" "$b"; fi
+        while [ "$(jobs -rp | wc -l)" -ge "${WARM_JOBS:-8}" ]; do wait -n; done
+        left=$((deadline - SECONDS))
+        [ "$left" -gt 0 ] || break
+        started=$((started + 1))
+        timeout -k 5 "$left" "${command[@]}" --metrics time --budget 0 --repeats 1 \
+            --cuda-graphs off --store "$scratch/$started.sqlite" --run-id warm \
+            >"$scratch/$started.log" 2>&1 &
+    done
+    wait
+    echo "warm: $started of ${#specs[@]} grids started ($((SECONDS - deadline + budget_now))s)"
+    rm -rf "$scratch"
+}
+
+step warm warm
+bench attention true "$causal_backends"
+bench attention false "$bidirectional_backends"
+decode_grid "$decode_backends"
+step decode "${command[@]}" --metrics time,memory --budget 0.2 --repeats 5 --store "$store" \
+    --run-id decode
 step targets "$PY" benchmarks/scripts/gpu_targets.py --store "$store"
+step accuracy env ZOO_ACCURACY_OUT="${OUT:-$(dirname "$store")}" "$PY" -m pytest -v -rA \
+    --tb=line -m gpu -p no:cacheprovider tests/test_fla_accuracy.py
 step tests "$PY" -m pytest -v -rf --tb=line -m gpu -p no:cacheprovider tests/test_kernels.py \
     tests/test_cuda.py tests/test_capture.py tests/test_attention_contract.py tests/test_throughput.py \
     tests/test_recurrence_decay.py tests/test_recurrence_delta.py
+bench block true "$causal_backends"
+bench block false "$bidirectional_backends"
 step asv "$PY" benchmarks/scripts/record.py --device cuda
 step report "$PY" -m attention_zoo report --store "$store" --out "$folder"
 
