@@ -55,7 +55,8 @@ def _same_rotations(gpu: torch.nn.Module, cpu: torch.nn.Module) -> None:
 
 
 def _same_parameters(gpu: torch.nn.Module, cpu: torch.nn.Module) -> None:
-    """Parameters drawn at build come from each device's own generator: give the GPU the CPU's."""
+    """Parameters drawn at build differ between two builds (each draws the next random numbers):
+    give the GPU core the CPU core's."""
     if type(gpu) is type(cpu):
         gpu.load_state_dict(cpu.state_dict())
 

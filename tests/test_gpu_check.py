@@ -78,6 +78,15 @@ start=$(date +%s.%N)
 case "$*" in
     *re.search*) echo h200; exit 0 ;;
     *get_device_name*) echo "Fake GPU torch 0"; exit 0 ;;
+    *core.pick*)  # what needs warming: fla tunes, the low-rank and plain sums need nothing
+        for b in ${4//,/ }; do
+            case $b in
+                retention | gla | deltanet | gated-deltanet) echo "$b tune" ;;
+                sdpa | linformer | linear | performer) ;;
+                *) echo "$b compile" ;;
+            esac
+        done
+        exit 0 ;;
     -c*|"-m pip"*) exit 0 ;;
     *"attention_zoo bench"*) sleep "$FAKE_SECONDS" ;;
 esac
@@ -85,8 +94,18 @@ echo "$start $(date +%s.%N) $*" >>"$FAKE_LOG"
 """
 
 
-def _check_with_a_fake_gpu(tmp_path: Path, **env: str) -> list[tuple[float, float, str]]:
-    """gpu_check.sh run with the stand-in interpreter: (start, end, command) of each command."""
+# the check's own variables: none of them may leak in from the environment the tests run in
+CHECK_VARIABLES = (
+    "GRID", "STEPS", "BUDGET", "BUDGET_FLOOR", "BUDGET_START", "STEP_LIMIT", "OUT", "STORE",
+    "CAUSAL", "BIDIRECTIONAL", "DECODE", "WARM_JOBS", "WARM_LEAST",
+)  # fmt: skip
+
+
+def _check_with_a_fake_gpu(
+    tmp_path: Path, **env: str
+) -> tuple[list[tuple[float, float, str]], str]:
+    """gpu_check.sh run with the stand-in interpreter: (start, end, command) of each command, and
+    what the check printed."""
     python, log = tmp_path / "python", tmp_path / "commands.log"
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
@@ -95,7 +114,7 @@ def _check_with_a_fake_gpu(tmp_path: Path, **env: str) -> list[tuple[float, floa
         capture_output=True,
         text=True,
         env={
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in CHECK_VARIABLES},
             "PYTHON": str(python),
             "FAKE_LOG": str(log),
             "STORE": str(tmp_path / "store.sqlite"),
@@ -105,7 +124,7 @@ def _check_with_a_fake_gpu(tmp_path: Path, **env: str) -> list[tuple[float, floa
     )
     assert run.returncode == 0, run.stderr
     lines = [line.split(" ", 2) for line in log.read_text().splitlines()] if log.exists() else []
-    return sorted((float(a), float(b), command) for a, b, command in lines)
+    return sorted((float(a), float(b), command) for a, b, command in lines), run.stdout
 
 
 def _kind(command: str) -> str:
@@ -126,7 +145,7 @@ def _kind(command: str) -> str:
 
 @pytest.mark.slow
 def test_the_check_warms_in_parallel_then_times_the_targets_grids_first(tmp_path):
-    commands = _check_with_a_fake_gpu(tmp_path, FAKE_SECONDS="0.3", WARM_JOBS="4")
+    commands, printed = _check_with_a_fake_gpu(tmp_path, FAKE_SECONDS="0.3", WARM_JOBS="4")
     kinds = [_kind(c) for _, _, c in commands]
     order = list(dict.fromkeys(kinds))
     assert order == [
@@ -134,21 +153,48 @@ def test_the_check_warms_in_parallel_then_times_the_targets_grids_first(tmp_path
         "tests", "block-causal", "block-bidirectional", "asv", "report",
     ]  # fmt: skip
     warm = [(a, b, c) for a, b, c in commands if _kind(c) == "warm"]
-    assert len(warm) == 11 + 7 + 10  # each backend of the causal, bidirectional, decoding grids
     assert all("--cuda-graphs off" in c and "--repeats 1" in c for _, _, c in warm)
-    at_once = max(sum(a <= t < b for a, b, _ in warm) for t, _, _ in warm)
+    # the stand-in's answer: 4 + 3 + 3 grids compile (causal, bidirectional, decoding), 4 + 4 tune
+    assert "warm: 10 grids to compile, 8 to tune: 18 ran, 0 stopped" in printed
+    compiling = [w for w in warm if not any(f" {b} " in w[2] for b in TUNED)]
+    tuning = [w for w in warm if w not in compiling]
+    assert (len(compiling), len(tuning)) == (10, 8)
+    at_once = max(sum(a <= t < b for a, b, _ in compiling) for t, _, _ in compiling)
     assert 2 <= at_once <= 4
+    # a tuning run has the GPU alone: it starts after every other warm-up run ended
+    for a, _, c in tuning:
+        assert all(b <= a for b2_start, b, c2 in warm if c2 != c and b2_start < a)
     # no bench step predicts its cases' times first (that preflight compiles every case at 1k)
     benches = [c for _, _, c in commands if "attention_zoo bench" in c]
     assert all(c.split().count("--time-limit") == 1 and "--time-limit none" in c for c in benches)
     assert all("--lengths 16384,65536" in c for c in benches)
 
 
+TUNED = ("retention", "gla", "deltanet", "gated-deltanet")
+
+
 @pytest.mark.slow
 def test_warming_stops_at_its_share_of_the_budget(tmp_path):
     start = time.monotonic()
-    commands = _check_with_a_fake_gpu(
-        tmp_path, FAKE_SECONDS="30", WARM_JOBS="2", STEPS="warm", BUDGET="3", BUDGET_FLOOR="3"
+    commands, printed = _check_with_a_fake_gpu(
+        tmp_path, FAKE_SECONDS="30", WARM_JOBS="2", WARM_LEAST="1", STEPS="warm", BUDGET="3"
     )
-    assert commands == []  # each warm run was stopped before it logged its end
+    assert commands == []  # each warm-up run was stopped before it logged its end
+    assert "warm: 10 grids to compile, 8 to tune: 0 ran, 2 stopped at the limit" in printed
     assert time.monotonic() - start < 15
+
+
+@pytest.mark.parametrize("jobs", ["0", "two"])
+def test_a_warm_up_without_a_process_to_run_is_refused(tmp_path, jobs):
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    run = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "scripts" / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": str(python), "WARM_JOBS": jobs, "FAKE_LOG": "/dev/null"},
+        cwd=ROOT,
+    )
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"WARM_JOBS must be a whole number of at least 1, not '{jobs}'"

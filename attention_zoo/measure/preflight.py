@@ -17,7 +17,7 @@ from ..errors import UsageError, ZooError
 from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs
 from .duration import expected_duration, over_limit
 from .predict import predict_flops
-from .rate import CALIBRATION_LENGTH, cache_file, rate_known
+from .rate import CALIBRATION_LENGTH, cache_file, probes_to_time
 from .runner import MeasureSettings
 from .timing import fixed_threads
 
@@ -85,21 +85,18 @@ def over_time(cases: Iterable[BenchCase], settings: MeasureSettings) -> dict[str
         return {}
     refused = {}
     with fixed_threads(settings.threads):
-        cases = list(cases)
-        if unknown := sum(not c.unsupported() and not rate_known(c) for c in cases):
+        cases = [c for c in cases if not _unsupported(c)]  # the run stores those as n/a
+        if unknown := probes_to_time(cases):
             log.warning(
-                "timing %d case%s once at %d tokens to predict %s time (kept in %s; "
+                "timing %d case%s once (at up to %d tokens) to predict the run's time (kept in %s; "
                 "--time-limit none skips this)",
                 unknown,
                 "s" if unknown > 1 else "",
                 CALIBRATION_LENGTH,
-                "their" if unknown > 1 else "its",
                 cache_file(),
             )
         for case in cases:
             try:
-                if case.unsupported():
-                    continue  # the run stores it as n/a
                 expected = expected_duration(
                     case,
                     predict_flops(case),
@@ -112,6 +109,14 @@ def over_time(cases: Iterable[BenchCase], settings: MeasureSettings) -> dict[str
             if reason := over_limit(expected, settings.time_limit_s, settings.timeout_s):
                 refused[case.key()] = f"{case.name()}: {reason}"
     return refused
+
+
+def _unsupported(case: BenchCase) -> bool:
+    """Whether the case cannot run here (an error saying so counts as not: the run reports it)."""
+    try:
+        return bool(case.unsupported())
+    except Exception:
+        return False
 
 
 def _named_core(case: BenchCase) -> AttentionCore | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,9 +83,18 @@ def case_rate(case: BenchCase) -> Rate:
     return Rate(rate, key, "measured now")
 
 
-def rate_known(case: BenchCase) -> bool:
-    """Whether `case`'s rate is in the cache: predicting its time then runs nothing."""
-    return _cached(cache_file(), _key(case)) is not None
+def probes_to_time(cases: Iterable[BenchCase]) -> int:
+    """How many probes predicting `cases` would time now: the distinct ones whose rates are not
+    cached (a case whose probe cannot even be named is left to the run, which reports it)."""
+    path, keys = cache_file(), set()
+    for case in cases:
+        try:
+            key = _key(case)
+        except Exception:
+            continue
+        if _cached(path, key) is None:
+            keys.add(key)
+    return len(keys)
 
 
 def _key(case: BenchCase) -> str:

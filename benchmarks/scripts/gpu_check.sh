@@ -20,7 +20,8 @@
 #                                                   # default), shared by weight (budget.sh)
 #   CAUSAL=sdpa,local BIDIRECTIONAL=sdpa,nystrom ...# other backends in the grids (DECODE: in
 #                                                   # the decoding step)
-#   WARM_JOBS=8 ...                                 # processes compiling at once (default 8)
+#   WARM_JOBS=8 WARM_LEAST=20 ...                   # processes compiling at once; seconds left
+#                                                   # that make a warm-up run worth starting
 #
 # The steps run in the order of what they are for: the grids the targets are set on first, then
 # the targets' verdicts, then the rest. Each step's time and exit status are printed at the end;
@@ -52,13 +53,21 @@ case "${GRID:-quick}" in
     full) lengths=1024,4096,16384,65536 ;;
     *) echo "GRID must be quick or full, not ${GRID}" >&2; exit 2 ;;
 esac
+WARM_JOBS=${WARM_JOBS:-8}
+WARM_LEAST=${WARM_LEAST:-20}  # seconds left that make a warm-up run worth starting (an import, a compile)
+for var in WARM_JOBS WARM_LEAST; do
+    case "${!var}" in
+        "" | *[!0-9]* | 0) echo "$var must be a whole number of at least 1, not '${!var}'" >&2; exit 2 ;;
+    esac
+done
+trap 'kill $(jobs -p) 2>/dev/null' EXIT  # warm-up runs do not outlive the check
 # tuned configurations on disk: fla's kernels are tuned once, not again in every process
 export TRITON_CACHE_AUTOTUNING=${TRITON_CACHE_AUTOTUNING:-1}
 
 steps_wanted=" ${STEPS:-warm attention decode targets accuracy tests block asv report} "
 wanted() { case "$steps_wanted" in *" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }
 source benchmarks/scripts/budget.sh
-for item in warm:4 attention-causal:6 attention-bidirectional:3 decode:3 targets:1 accuracy:3 \
+for item in warm:8 attention-causal:6 attention-bidirectional:3 decode:3 targets:1 accuracy:3 \
     tests:4 block-causal:3 block-bidirectional:2 asv:3; do
     wanted "${item%%:*}" && budget_plan "$item"
 done
@@ -107,29 +116,75 @@ bench() {  # bench TARGET CAUSAL BACKENDS: one grid timed into the store, a step
         --store "$store" --run-id "$target-$kind"
 }
 
-warm() {  # each backend of the core and decoding grids run once, untimed and uncaptured, in a
-    # process of its own, WARM_JOBS at a time, within budget_now: what they compile and tune lands
-    # in the on-disk caches that the timed steps then read (their stores are thrown away)
-    local deadline=$((SECONDS + budget_now)) scratch started=0 left spec target causal b
+needs_warming() {  # needs_warming CAUSAL BACKENDS: "NAME compile" or "NAME tune" for each
+    # backend whose implementation auto picks on this GPU is compiled (FlexAttention, torch.compile)
+    # or tuned (fla's Triton kernels); the others have nothing to warm
+    "$PY" -c '
+import sys, torch
+from attention_zoo import build_attention
+from attention_zoo.attention.dispatch import Call
+kinds = {"flex": "compile", "compiled": "compile", "fla": "tune"}
+for name in sys.argv[2].split(","):
+    try:
+        core = build_attention(name, causal=sys.argv[1] == "true", device="cuda")
+        picked = core.pick(Call("cuda", torch.bfloat16, 16384, 64)).name
+    except Exception:
+        continue
+    if picked in kinds:
+        print(name, kinds[picked])
+' "$1" "$2"
+}
+
+warm_run() {  # warm_run SPEC N: one grid ("attention CAUSAL NAME" or "decode - NAME") run once,
+    # untimed and uncaptured, until the warm-up's deadline; its exit status in $scratch/N.status
+    local target causal b
+    read -r target causal b <<<"$1"
+    if [ "$target" = decode ]; then decode_grid "$b"; else grid "$target" "$causal" "$b"; fi
+    timeout -k 5 $((deadline - SECONDS)) "${command[@]}" --metrics time --budget 0 --repeats 1 \
+        --cuda-graphs off --store "$scratch/$2.sqlite" --run-id warm >"$scratch/$2.log" 2>&1
+    echo $? >"$scratch/$2.status"
+}
+
+warm() {  # the grids of the backends that compile, WARM_JOBS processes at a time, then those
+    # that tune one after another (tuning times its candidates: alone on the GPU), within
+    # budget_now: what they compile and tune lands in the on-disk caches the timed steps read
+    deadline=$((SECONDS + budget_now))
     scratch=$(mktemp -d)
-    local -a specs=()
-    for b in ${causal_backends//,/ }; do specs+=("attention true $b"); done
-    for b in ${bidirectional_backends//,/ }; do specs+=("attention false $b"); done
-    for b in ${decode_backends//,/ }; do specs+=("decode - $b"); done
-    for spec in "${specs[@]}"; do
-        read -r target causal b <<<"$spec"
-        if [ "$target" = decode ]; then decode_grid "$b"; else grid "$target" "$causal" "$b"; fi
-        while [ "$(jobs -rp | wc -l)" -ge "${WARM_JOBS:-8}" ]; do wait -n; done
-        left=$((deadline - SECONDS))
-        [ "$left" -gt 0 ] || break
-        started=$((started + 1))
-        timeout -k 5 "$left" "${command[@]}" --metrics time --budget 0 --repeats 1 \
-            --cuda-graphs off --store "$scratch/$started.sqlite" --run-id warm \
-            >"$scratch/$started.log" 2>&1 &
+    local -a compile=() tune=()
+    local b kind n=0 spec file ran=0 stopped=0 failed=0
+    while read -r b kind; do
+        [ "$kind" = tune ] && tune+=("attention true $b") || compile+=("attention true $b")
+    done < <(needs_warming true "$causal_backends")
+    while read -r b kind; do
+        [ "$kind" = tune ] && tune+=("attention false $b") || compile+=("attention false $b")
+    done < <(needs_warming false "$bidirectional_backends")
+    while read -r b kind; do
+        [ "$kind" = tune ] && tune+=("decode - $b") || compile+=("decode - $b")
+    done < <(needs_warming true "$decode_backends")
+    for spec in ${compile[@]+"${compile[@]}"}; do
+        while [ "$(jobs -rp | wc -l)" -ge "$WARM_JOBS" ]; do wait -n; done
+        [ $((deadline - SECONDS)) -ge "$WARM_LEAST" ] || break
+        n=$((n + 1))
+        warm_run "$spec" "$n" &
     done
     wait
-    echo "warm: $started of ${#specs[@]} grids started ($((SECONDS - deadline + budget_now))s)"
+    for spec in ${tune[@]+"${tune[@]}"}; do
+        [ $((deadline - SECONDS)) -ge "$WARM_LEAST" ] || break
+        n=$((n + 1))
+        warm_run "$spec" "$n"
+    done
+    for file in "$scratch"/*.status; do
+        [ -e "$file" ] || continue
+        case $(cat "$file") in
+            0) ran=$((ran + 1)) ;;
+            124 | 137) stopped=$((stopped + 1)) ;;
+            *) failed=$((failed + 1)); echo "warm: failed: $(tail -n 3 "${file%.status}.log")" ;;
+        esac
+    done
+    echo "warm: ${#compile[@]} grids to compile, ${#tune[@]} to tune: $ran ran, $stopped stopped" \
+        "at the limit, $failed failed, $(( ${#compile[@]} + ${#tune[@]} - n )) not started"
     rm -rf "$scratch"
+    [ "$failed" -eq 0 ]
 }
 
 step warm warm
