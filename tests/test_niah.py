@@ -11,14 +11,15 @@ import torch
 
 from attention_zoo.errors import ConfigError
 from attention_zoo.model import IGNORE_INDEX
-from attention_zoo.tasks.niah import NEEDLE, PAD, QUERY, NeedleTask
+from attention_zoo.tasks.niah import ANSWER, NEEDLE, PAD, QUERY, NeedleTask
 
 SMALL = dict(seq_len=48, vocab_size=64, num_keys=16, num_values=24, eval_size=4, split_size=4)
 
 
 def parse(ids: list[int], labels: list[int]) -> dict:
     """Needles (position, key, value) before the first QUERY, the query blocks (key, scored
-    values), the filler tokens before each needle, and the sequence's length without padding."""
+    values, what their slots hold), the filler tokens before each needle, and the sequence's
+    length without padding."""
     length = len(ids)
     while ids[length - 1] == PAD:  # PAD only pads the end
         length -= 1
@@ -37,9 +38,9 @@ def parse(ids: list[int], labels: list[int]) -> dict:
         assert ids[i] == QUERY and labels[i] == labels[i + 1] == IGNORE_INDEX
         j = i + 2
         while j < length and ids[j] != QUERY:
-            assert labels[j] == ids[j]  # teacher-forced answer, scored
+            assert labels[j] != IGNORE_INDEX  # an answer's slot, scored
             j += 1
-        queries.append((ids[i + 1], ids[i + 2 : j]))
+        queries.append((ids[i + 1], labels[i + 2 : j], ids[i + 2 : j]))
         i = j
     scored = [t for t in labels if t != IGNORE_INDEX]
     return dict(
@@ -58,13 +59,14 @@ def check(task: NeedleTask, ids: list[int], labels: list[int]) -> dict:
     assert p["length"] in task.lengths
     ranges = task.token_ranges()
     v = task.values_per_key
-    asked = [k for k, _ in p["queries"]]
+    asked = [k for k, _, _ in p["queries"]]
     assert len(asked) == task.queries == len(set(asked))
-    for key, answer in p["queries"]:
+    for key, answer, slots in p["queries"]:
         assert key in ranges["keys"] and all(a in ranges["values"] for a in answer)
         assert answer == [val for _, k, val in p["needles"] if k == key]  # reading order
         assert len(answer) == v
-    assert sorted(p["scored"]) == sorted(a for _, ans in p["queries"] for a in ans)
+        assert slots == (answer if task.answers == "shown" else [ANSWER] * v)
+    assert sorted(p["scored"]) == sorted(a for _, ans, _ in p["queries"] for a in ans)
     if task.haystack != "needle":  # every needle is a real one: k keys x v values
         keys = [k for _, k, _ in p["needles"]]
         assert len(keys) == task.needles and len(set(keys)) == task.keys_per_sequence
@@ -77,10 +79,20 @@ def check(task: NeedleTask, ids: list[int], labels: list[int]) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("answers", ["hidden", "shown"])
 @pytest.mark.parametrize("variant", ["single", "multikey", "multivalue", "multiquery"])
 @pytest.mark.parametrize("haystack", ["noise", "essay", "needle"])
-def test_every_variant_and_haystack_follows_its_definition(variant: str, haystack: str) -> None:
-    task = NeedleTask(**SMALL, lengths=(32, 48), variant=variant, haystack=haystack, num_needles=3)
+def test_every_variant_and_haystack_follows_its_definition(
+    variant: str, haystack: str, answers: str
+) -> None:
+    task = NeedleTask(
+        **SMALL,
+        lengths=(32, 48),
+        variant=variant,
+        haystack=haystack,
+        num_needles=3,
+        answers=answers,
+    )
     batch = task.sample(10_000, torch.Generator().manual_seed(0))
     for ids, labels in zip(batch.input_ids.tolist(), batch.labels.tolist()):
         check(task, ids, labels)
@@ -97,7 +109,7 @@ def test_ten_thousand_single_needles_are_recoverable_at_their_depth() -> None:
         p = check(task, ids, labels)
         ((at, key, value),) = p["needles"]
         assert p["fillers_before"] == [round(0.5 * units)] and at == round(0.5 * units)
-        assert p["queries"] == [(key, [value])]
+        assert p["queries"] == [(key, [value], [ANSWER])]
 
 
 @pytest.mark.parametrize("variant", ["single", "multikey", "multivalue", "multiquery"])
@@ -113,7 +125,7 @@ def test_depth_splits_put_the_asked_needles_at_their_depth(variant: str) -> None
         units = task.haystack_units(length)
         for ids, labels in zip(split.input_ids.tolist(), split.labels.tolist()):
             p = check(task, ids, labels)
-            asked = {k for k, _ in p["queries"]}
+            asked = {k for k, _, _ in p["queries"]}
             at = [f for (_, k, _), f in zip(p["needles"], p["fillers_before"]) if k in asked]
             assert at == [round(depth * units)] * len(at), (label, p)
 
@@ -129,20 +141,25 @@ def test_chance_is_one_over_the_values_and_the_answers_are_uniform() -> None:
 
 
 @pytest.mark.parametrize(
-    ("variant", "haystack", "low", "high"),
+    ("variant", "haystack", "answers", "low", "high"),
     [
-        ("single", "essay", 1.0, 1.0),  # the one needle's value is the context's only value
-        ("multivalue", "essay", 1.0, 1.0),  # its values, asked in reading order
+        ("single", "essay", "hidden", 1.0, 1.0),  # the one needle's value: the only value
+        ("multivalue", "essay", "shown", 1.0, 1.0),  # its values, asked in reading order
+        # hidden: the first value is right for the first answer only (and where values repeat)
+        ("multivalue", "essay", "hidden", 0.33, 0.42),
         # one of 3 needles, but the asked one reads first a little more often than 1/3 (needles
         # at one insertion point keep their order, the asked one first) and values repeat
-        ("multikey", "essay", 0.33, 0.42),
-        ("multiquery", "essay", 0.60, 0.66),  # every key asked, answers given: H_3 / 3 = 0.61
-        ("multiquery", "needle", 0.0, 0.25),  # at most: distractors' values are candidates too
+        ("multikey", "essay", "hidden", 0.33, 0.42),
+        ("multiquery", "essay", "shown", 0.60, 0.66),  # answers given: H_3 / 3 = 0.61
+        ("multiquery", "essay", "hidden", 0.33, 0.42),  # nothing ruled out: about 1/3
+        ("multiquery", "needle", "shown", 0.0, 0.25),  # distractors' values are candidates too
     ],
 )
-def test_key_blind_rules_score_what_the_generator_allows(variant, haystack, low, high) -> None:
-    """The baseline: the better of two rules that never read the asked key."""
-    task = NeedleTask(**SMALL, variant=variant, haystack=haystack, num_needles=3)
+def test_key_blind_rules_score_what_the_generator_allows(
+    variant, haystack, answers, low, high
+) -> None:
+    """The baseline: the best of three rules that never read the asked key."""
+    task = NeedleTask(**SMALL, variant=variant, haystack=haystack, num_needles=3, answers=answers)
     assert low <= task.baseline_accuracy() <= high
 
 
@@ -169,7 +186,8 @@ def test_padding_after_the_last_answer_is_never_scored() -> None:
     [
         (dict(variant="multi"), "variant must be one of single, multikey"),
         (dict(haystack="essays"), "haystack must be one of noise, essay, needle"),
-        (dict(vocab_size=40), "vocab_size must be > 3 + num_keys + num_values = 43"),
+        (dict(vocab_size=40), "vocab_size must be > 4 + num_keys + num_values = 44"),
+        (dict(answers="given"), "answers must be one of hidden, shown"),
         (dict(lengths=(64,)), "lengths must increase up to seq_len 48"),
         (dict(lengths=(4, 48)), "lengths must be >= 7"),
         (dict(depths=(1.5,)), "depths must be in 0..1"),

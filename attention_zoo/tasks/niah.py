@@ -1,9 +1,12 @@
 """Needle in a haystack as RULER builds it (Hsieh et al. 2024, NVIDIA/RULER
 `scripts/data/synthetic/niah.py`), in tokens: needles `NEEDLE key value` at depths 0..1 of a
-haystack, then a `QUERY key v1 .. vV` block per asked key, scored on its values (teacher-forced, in
-the order the needles appear). RULER's variants: single; multikey (distractor keys); multivalue
-(all of one key's values); multiquery (every key asked). A ladder of lengths is trained together;
-each (length, depth) is an evaluation split.
+haystack, then a `QUERY key v1 .. vV` block per asked key, scored on its values (in the order the
+needles appear). The scored slots hold ANSWER (hidden answers: each value predicted from the context
+alone, as Zoology's MQAR asks its queries) or, with answers="shown", the values themselves
+(teacher-forced, as RULER's models generate them: an answer given rules itself out of the next).
+RULER's variants: single; multikey (distractor keys); multivalue (all of one key's values);
+multiquery (every key asked). A ladder of lengths is trained together; each (length, depth) is an
+evaluation split.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from ..errors import ConfigError
 from .base import IGNORE_INDEX, Batch, TaskConfig, register_task
 from .tabulate import SplitMatrix
 
-PAD, NEEDLE, QUERY = 0, 1, 2  # then filler tokens, then keys, then values
-FIRST_FILLER = 3
+PAD, NEEDLE, QUERY, ANSWER = 0, 1, 2, 3  # then filler tokens, then keys, then values
+FIRST_FILLER = 4
 BASELINE_DRAWS = 2000  # sequences the key-blind rules are scored on (s.e. about 1 point)
 VARIANTS = ("single", "multikey", "multivalue", "multiquery")
 HAYSTACKS = ("noise", "essay", "needle")
+ANSWERS = ("hidden", "shown")
 
 
 @register_task("niah")
@@ -33,11 +37,14 @@ class NeedleTask(TaskConfig):
 
     tabulation = SplitMatrix()
     seq_len: int = 4096  # the longest length; shorter sequences end in PAD, never read (causal)
-    vocab_size: int = 1024  # PAD, NEEDLE, QUERY, filler, keys, values
+    vocab_size: int = 1024  # PAD, NEEDLE, QUERY, ANSWER, filler, keys, values
     variant: str = "single"  # single, multikey, multivalue or multiquery (RULER's niah_*)
     # noise (one repeated pattern: RULER's repeat), essay (random filler for RULER's essays) or
     # needle (needles of keys never asked: RULER's multikey_2/3)
     haystack: str = "essay"
+    # hidden: a scored slot holds ANSWER; shown: the value it scores (teacher-forced, RULER's
+    # generation order), which lets a rule that never reads the asked key rule out given values
+    answers: str = "hidden"
     num_needles: int = 4  # keys (multikey, multiquery) or values (multivalue); RULER: 4
     num_keys: int = 256  # key tokens
     num_values: int = 256  # value tokens: chance is 1 / num_values
@@ -57,13 +64,15 @@ class NeedleTask(TaskConfig):
             problems.append(
                 f"haystack must be one of {', '.join(HAYSTACKS)}, got {self.haystack!r}"
             )
-        if problems:  # the layout below depends on both
+        if self.answers not in ANSWERS:
+            problems.append(f"answers must be one of {', '.join(ANSWERS)}, got {self.answers!r}")
+        if problems:  # the layout below depends on these
             raise ConfigError("niah: " + "; ".join(problems))
         if self.variant != "single" and self.num_needles < 2:
             problems.append(f"num_needles must be >= 2 for {self.variant}, got {self.num_needles}")
         if self.filler_tokens < 1:
             problems.append(
-                f"vocab_size must be > 3 + num_keys + num_values = "
+                f"vocab_size must be > {FIRST_FILLER} + num_keys + num_values = "
                 f"{FIRST_FILLER + self.num_keys + self.num_values} (a filler token at least), "
                 f"got {self.vocab_size}"
             )
@@ -196,7 +205,8 @@ class NeedleTask(TaskConfig):
             at = context + q * block
             answer = asked_values[:, q * v : (q + 1) * v]
             ids[:, at], ids[:, at + 1] = QUERY, asked_keys[:, q]
-            ids[:, at + 2 : at + block] = labels[:, at + 2 : at + block] = answer
+            labels[:, at + 2 : at + block] = answer
+            ids[:, at + 2 : at + block] = answer if self.answers == "shown" else ANSWER
         return ids, labels
 
     def _haystack(
@@ -246,9 +256,9 @@ class NeedleTask(TaskConfig):
 
     def baseline_accuracy(self) -> float:
         """The best of three key-blind rules, which read the context's values and the answers
-        already given (teacher-forced), never the asked key: the first value not yet given, in
+        already given (when shown), never the asked key: the first value not yet given, in
         reading order, the last one, or one of them at random. In random filler one key's needles
-        hold the only values, and with every key asked each answer leaves one candidate fewer.
+        hold the only values, and with shown answers each one leaves a candidate fewer.
         A floor, not a ceiling: other key-blind rules may score more on some variants."""
         return max(self.key_blind_rules().values())
 
@@ -278,5 +288,6 @@ def _key_blind_accuracies(task: NeedleTask) -> tuple[float, float, float]:
                     hits[0] += left[0] == label
                     hits[1] += left[-1] == label
                     hits[2] += 1 / len(set(left))
-                    left.remove(label)  # given as the answer: in the input from here on
+                    if task.answers == "shown":  # in the input from here on
+                        left.remove(label)
     return hits[0] / scored, hits[1] / scored, hits[2] / scored
