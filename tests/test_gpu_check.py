@@ -88,7 +88,10 @@ case "$*" in
         done
         exit 0 ;;
     -c*|"-m pip"*) exit 0 ;;
-    *"attention_zoo bench"*) sleep "$FAKE_SECONDS" ;;
+    *"attention_zoo bench"*)  # a compile: a file in the cache; what it found there, counted
+        ls "$TORCHINDUCTOR_CACHE_DIR" 2>/dev/null | wc -l >>"$FAKE_LOG.cache"
+        mkdir -p "$TORCHINDUCTOR_CACHE_DIR" && touch "$TORCHINDUCTOR_CACHE_DIR/kernel-$$"
+        sleep "$FAKE_SECONDS" ;;
 esac
 echo "$start $(date +%s.%N) $*" >>"$FAKE_LOG"
 """
@@ -97,7 +100,8 @@ echo "$start $(date +%s.%N) $*" >>"$FAKE_LOG"
 # the check's own variables: none of them may leak in from the environment the tests run in
 CHECK_VARIABLES = (
     "GRID", "STEPS", "BUDGET", "BUDGET_FLOOR", "BUDGET_START", "STEP_LIMIT", "OUT", "STORE",
-    "CAUSAL", "BIDIRECTIONAL", "DECODE", "WARM_JOBS", "WARM_LEAST",
+    "CAUSAL", "BIDIRECTIONAL", "DECODE", "WARM_JOBS", "WARM_LEAST", "COMPILE_CACHE",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
 )  # fmt: skip
 
 
@@ -198,3 +202,19 @@ def test_a_warm_up_without_a_process_to_run_is_refused(tmp_path, jobs):
     )
     assert run.returncode == 2
     assert run.stderr.strip() == f"WARM_JOBS must be a whole number of at least 1, not '{jobs}'"
+
+
+@pytest.mark.slow
+def test_a_run_hands_its_compile_caches_to_the_next(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        (folder / "out").mkdir(parents=True)
+    warm = {"FAKE_SECONDS": "0", "STEPS": "warm", "WARM_LEAST": "1"}
+    _, printed = _check_with_a_fake_gpu(first, OUT=str(first / "out"), **warm)
+    tarball = first / "out" / "compile-cache.tgz"
+    assert tarball.exists() and "COMPILE_CACHE=it for the next run" in printed
+    assert (first / "commands.log.cache").read_text().split()[0] == "0"  # cold
+    _, printed = _check_with_a_fake_gpu(second, COMPILE_CACHE=str(tarball), **warm)
+    assert f"compile caches from {tarball}" in printed
+    found = [int(n) for n in (second / "commands.log.cache").read_text().split()]
+    assert min(found) >= 18  # every run of the first left a kernel; each of the second sees them

@@ -14,7 +14,9 @@
 #   bash benchmarks/scripts/gpu_check.sh            # everything
 #   GRID=full bash benchmarks/scripts/gpu_check.sh  # the grids at 1k and 4k too
 #   OUT=/some/folder ...                            # the store there (rows land as they are
-#                                                   # measured), and the report folder as a tarball
+#                                                   # measured), the report folder and the compile
+#                                                   # caches as tarballs
+#   COMPILE_CACHE=compile-cache.tgz ...             # start from an earlier run's compile caches
 #   STEPS="attention decode" STEP_LIMIT=120 ...     # some steps, each stopped after 120 s
 #   BUDGET=480 ...                                  # seconds for all steps but the report (the
 #                                                   # default), shared by weight (budget.sh)
@@ -63,6 +65,18 @@ done
 trap 'kill $(jobs -p) 2>/dev/null' EXIT  # warm-up runs do not outlive the check
 # tuned configurations on disk: fla's kernels are tuned once, not again in every process
 export TRITON_CACHE_AUTOTUNING=${TRITON_CACHE_AUTOTUNING:-1}
+# the compile caches in one folder, so that a run can hand them to the next on a machine of the
+# same kind (COMPILE_CACHE: a tarball an earlier run left in its OUT); keys that do not match
+# (another torch, another GPU) are misses, not errors
+cache_root=$(mktemp -d)
+export TORCHINDUCTOR_CACHE_DIR=$cache_root/inductor TRITON_CACHE_DIR=$cache_root/triton
+if [ -n "${COMPILE_CACHE:-}" ]; then
+    if tar xzf "$COMPILE_CACHE" -C "$cache_root" 2>/dev/null; then
+        echo "compile caches from $COMPILE_CACHE"
+    else
+        echo "gpu_check.sh: could not unpack COMPILE_CACHE=$COMPILE_CACHE; starting cold" >&2
+    fi
+fi
 
 steps_wanted=" ${STEPS:-warm attention decode targets accuracy tests block asv report} "
 wanted() { case "$steps_wanted" in *" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }
@@ -210,4 +224,8 @@ printf '%s\n' "${steps[@]}"
 echo "report: $folder"
 if [ -n "${OUT:-}" ]; then
     tar czf "$OUT/gpu-report.tgz" "$folder" 2>/dev/null && echo "report folder: $OUT/gpu-report.tgz"
+    mkdir -p "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
+    tar czf "$OUT/compile-cache.tgz" -C "$cache_root" inductor triton &&
+        echo "compile caches: $OUT/compile-cache.tgz ($(du -h "$OUT/compile-cache.tgz" | cut -f1);" \
+            "COMPILE_CACHE=it for the next run)"
 fi
