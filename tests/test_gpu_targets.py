@@ -30,6 +30,10 @@ def _case(backend: str, n: int, mode: str = "forward+backward", **options) -> di
     return case.to_dict()
 
 
+def _bidirectional(backend: str, n: int) -> dict:
+    return {**_case(backend, n), "causal": False}
+
+
 def _store(path: Path, cases: list[tuple[dict, float, float, bool]], *, busy: bool = False):
     with ResultStore(path) as store:
         run = store.start_run(kind="bench", device="cuda")
@@ -54,6 +58,7 @@ def test_targets_are_judged_within_a_run_and_captured_alike(tmp_path, capsys):
             (_case("sdpa", 65536), 16e-3, 400.0, True),
             (_case("local", 65536), 2e-3, 300.0, False),  # not captured beside a captured sdpa
             (_case("lsh", 16384, num_hashes=4), 3.5e-3, 350.0, True),  # 3.5x: fails 3.0x
+            (_bidirectional("nystrom", 16384), 0.5e-3, 90.0, True),  # no bidirectional sdpa
             (_case("sdpa", 65536, "decode"), 0.03e-3, 1.0, True),
             (_case("linear", 65536, "decode"), 0.04e-3, 1.0, False),
         ],
@@ -65,7 +70,9 @@ def test_targets_are_judged_within_a_run_and_captured_alike(tmp_path, capsys):
     assert "- local at 65536: time <= 0.08x sdpa: UNDECIDED: one of the two was captured" in out
     assert "- lsh(num_hashes=4) at 16384: time <= 3.0x sdpa: FAIL: 3.500x" in out
     assert "- lsh(num_hashes=4) at 16384: peak <= 3.0x sdpa: FAIL: 3.50x" in out
-    assert "- bigbird at 16384: time <= 1.0x sdpa: UNDECIDED: not measured beside sdpa" in out
+    assert "- bigbird at 16384: time <= 1.0x sdpa: UNDECIDED: not measured\n" in out
+    alone = "- nystrom (bidirectional) at 16384: time <= 1.0x sdpa: UNDECIDED: not measured beside"
+    assert f"{alone} sdpa in one run" in out
     assert "- sdpa decode at a 65536 context: <= 0.05 ms a token: PASS: 0.030 ms" in out
     assert "- linear decode at a 65536 context: <= 0.05 ms a token: UNDECIDED: not captured" in out
 

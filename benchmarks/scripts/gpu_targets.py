@@ -106,6 +106,8 @@ def _pair(rows: Any, target: Target, n: int) -> tuple[Any, Any] | str:
     own = _find(rows, target.backend, "forward+backward", n, target.causal, target.options)
     ref = {r["run_id"]: r for r in _find(rows, REFERENCE, "forward+backward", n, target.causal, {})}
     both = [(r, ref[r["run_id"]]) for r in own if r["run_id"] in ref]
+    if not own:
+        return "UNDECIDED: not measured"
     if not both:
         return "UNDECIDED: not measured beside sdpa in one run"
     return both[-1]
