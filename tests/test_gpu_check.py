@@ -79,12 +79,15 @@ case "$*" in
     *re.search*) echo h200; exit 0 ;;
     *get_device_name*) echo "Fake GPU torch 0"; exit 0 ;;
     *core.pick*)  # what needs warming: fla tunes, the low-rank and plain sums need nothing
-        for b in ${4//,/ }; do
-            case $b in
-                retention | gla | deltanet | gated-deltanet) echo "$b tune" ;;
-                sdpa | linformer | linear | performer) ;;
-                *) echo "$b compile" ;;
-            esac
+        for grid in "${@:3}"; do
+            IFS=: read -r target causal names <<<"$grid"
+            for b in ${names//,/ }; do
+                case $b in
+                    retention | gla | deltanet | gated-deltanet) echo "$target $causal $b tune" ;;
+                    sdpa | linformer | linear | performer) ;;
+                    *) echo "$target $causal $b compile" ;;
+                esac
+            done
         done
         exit 0 ;;
     -c*|"-m pip"*) exit 0 ;;
@@ -105,28 +108,34 @@ CHECK_VARIABLES = (
 )  # fmt: skip
 
 
-def _check_with_a_fake_gpu(
-    tmp_path: Path, **env: str
-) -> tuple[list[tuple[float, float, str]], str]:
-    """gpu_check.sh run with the stand-in interpreter: (start, end, command) of each command, and
-    what the check printed."""
-    python, log = tmp_path / "python", tmp_path / "commands.log"
+def _run_with_a_fake_gpu(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """gpu_check.sh run with the stand-in interpreter, its commands logged in tmp_path."""
+    python = tmp_path / "python"
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
-    run = subprocess.run(
+    return subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "scripts" / "gpu_check.sh")],
         capture_output=True,
         text=True,
         env={
             **{k: v for k, v in os.environ.items() if k not in CHECK_VARIABLES},
             "PYTHON": str(python),
-            "FAKE_LOG": str(log),
+            "FAKE_LOG": str(tmp_path / "commands.log"),
             "STORE": str(tmp_path / "store.sqlite"),
             **env,
         },
         cwd=ROOT,
     )
+
+
+def _check_with_a_fake_gpu(
+    tmp_path: Path, **env: str
+) -> tuple[list[tuple[float, float, str]], str]:
+    """gpu_check.sh run with the stand-in interpreter: (start, end, command) of each command, and
+    what the check printed."""
+    run = _run_with_a_fake_gpu(tmp_path, **env)
     assert run.returncode == 0, run.stderr
+    log = tmp_path / "commands.log"
     lines = [line.split(" ", 2) for line in log.read_text().splitlines()] if log.exists() else []
     return sorted((float(a), float(b), command) for a, b, command in lines), run.stdout
 
@@ -190,16 +199,7 @@ def test_warming_stops_at_its_share_of_the_budget(tmp_path):
 
 @pytest.mark.parametrize("jobs", ["0", "two"])
 def test_a_warm_up_without_a_process_to_run_is_refused(tmp_path, jobs):
-    python = tmp_path / "python"
-    python.write_text(FAKE_PYTHON)
-    python.chmod(0o755)
-    run = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "scripts" / "gpu_check.sh")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHON": str(python), "WARM_JOBS": jobs, "FAKE_LOG": "/dev/null"},
-        cwd=ROOT,
-    )
+    run = _run_with_a_fake_gpu(tmp_path, WARM_JOBS=jobs)
     assert run.returncode == 2
     assert run.stderr.strip() == f"WARM_JOBS must be a whole number of at least 1, not '{jobs}'"
 

@@ -63,7 +63,7 @@ def case_rate(case: BenchCase) -> Rate:
     probe = probe_case(case)
     key = _key(case)
     path = cache_file()
-    if (known := _cached(path, key)) is not None:
+    if (known := _cached(_read(path), key)) is not None:
         return Rate(known, key, str(path))
     # one thread on a CPU: its CPU time, what the step costs, which other processes cannot inflate
     threads = torch.get_num_threads()
@@ -86,13 +86,13 @@ def case_rate(case: BenchCase) -> Rate:
 def probes_to_time(cases: Iterable[BenchCase]) -> int:
     """How many probes predicting `cases` would time now: the distinct ones whose rates are not
     cached (a case whose probe cannot even be named is left to the run, which reports it)."""
-    path, keys = cache_file(), set()
+    known, keys = _read(cache_file()), set()
     for case in cases:
         try:
             key = _key(case)
         except Exception:
             continue
-        if _cached(path, key) is None:
+        if _cached(known, key) is None:
             keys.add(key)
     return len(keys)
 
@@ -106,8 +106,9 @@ def _key(case: BenchCase) -> str:
     )
 
 
-def _cached(path: Path, key: str) -> float | None:
-    value = _read(path).get(key)
+def _cached(known: dict[str, float], key: str) -> float | None:
+    """The rate kept under `key` in the cache's contents `known`, if a usable one is there."""
+    value = known.get(key)
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 

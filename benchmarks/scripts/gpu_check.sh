@@ -130,26 +130,28 @@ bench() {  # bench TARGET CAUSAL BACKENDS: one grid timed into the store, a step
         --store "$store" --run-id "$target-$kind"
 }
 
-needs_warming() {  # needs_warming CAUSAL BACKENDS: "NAME compile" or "NAME tune" for each
-    # backend whose implementation auto picks on this GPU is compiled (FlexAttention, torch.compile)
-    # or tuned (fla's Triton kernels); the others have nothing to warm
+needs_warming() {  # needs_warming TARGET:CAUSAL:BACKENDS ...: "TARGET CAUSAL NAME compile" or
+    # "... tune" for each backend whose implementation auto picks on this GPU is compiled
+    # (FlexAttention, torch.compile) or tuned (fla's Triton kernels); the others have nothing to warm
     "$PY" -c '
 import sys, torch
 from attention_zoo import build_attention
 from attention_zoo.attention.dispatch import Call
 kinds = {"flex": "compile", "compiled": "compile", "fla": "tune"}
-for name in sys.argv[2].split(","):
-    try:
-        core = build_attention(name, causal=sys.argv[1] == "true", device="cuda")
-        picked = core.pick(Call("cuda", torch.bfloat16, 16384, 64)).name
-    except Exception:
-        continue
-    if picked in kinds:
-        print(name, kinds[picked])
-' "$1" "$2"
+for grid in sys.argv[1:]:
+    target, causal, names = grid.split(":")
+    for name in names.split(","):
+        try:
+            core = build_attention(name, causal=causal == "true", device="cuda")
+            picked = core.pick(Call("cuda", torch.bfloat16, 16384, 64)).name
+        except Exception:
+            continue
+        if picked in kinds:
+            print(target, causal, name, kinds[picked])
+' "$@"
 }
 
-warm_run() {  # warm_run SPEC N: one grid ("attention CAUSAL NAME" or "decode - NAME") run once,
+warm_run() {  # warm_run SPEC N: one grid ("attention CAUSAL NAME" or "decode true NAME") run once,
     # untimed and uncaptured, until the warm-up's deadline; its exit status in $scratch/N.status
     local target causal b
     read -r target causal b <<<"$1"
@@ -165,16 +167,11 @@ warm() {  # the grids of the backends that compile, WARM_JOBS processes at a tim
     deadline=$((SECONDS + budget_now))
     scratch=$(mktemp -d)
     local -a compile=() tune=()
-    local b kind n=0 spec file ran=0 stopped=0 failed=0
-    while read -r b kind; do
-        [ "$kind" = tune ] && tune+=("attention true $b") || compile+=("attention true $b")
-    done < <(needs_warming true "$causal_backends")
-    while read -r b kind; do
-        [ "$kind" = tune ] && tune+=("attention false $b") || compile+=("attention false $b")
-    done < <(needs_warming false "$bidirectional_backends")
-    while read -r b kind; do
-        [ "$kind" = tune ] && tune+=("decode - $b") || compile+=("decode - $b")
-    done < <(needs_warming true "$decode_backends")
+    local target causal b kind n=0 spec file ran=0 stopped=0 failed=0
+    while read -r target causal b kind; do
+        [ "$kind" = tune ] && tune+=("$target $causal $b") || compile+=("$target $causal $b")
+    done < <(needs_warming "attention:true:$causal_backends" \
+        "attention:false:$bidirectional_backends" "decode:true:$decode_backends")
     for spec in ${compile[@]+"${compile[@]}"}; do
         while [ "$(jobs -rp | wc -l)" -ge "$WARM_JOBS" ]; do wait -n; done
         [ $((deadline - SECONDS)) -ge "$WARM_LEAST" ] || break
