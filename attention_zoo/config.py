@@ -67,6 +67,10 @@ class ReformerConfig:
     # False: no position embedding, order only from causal attention (what a recurrence needs to
     # run past its training length: no position it never trained on)
     position_embeddings: bool = True
+    # True: each token's embedding plus a learned embedding of the token before it (a causal
+    # convolution of width 2 over tokens, as recurrent LM layers' short convolutions): every
+    # mechanism reads the previous token without first learning a previous-token head
+    previous_token_embeddings: bool = False
     axial_pos_embds: bool = True  # axial factor tables instead of one table per position
     axial_pos_shape: tuple[int, ...] = (64, 64)  # (n1, n2): product >= the longest sequence
     axial_pos_embds_dim: tuple[int, ...] = (64, 192)  # (d1, d2): sum = hidden_size
@@ -138,6 +142,11 @@ class ReformerConfig:
             raise ConfigError(
                 "HF's Reformer always adds position embeddings; this model has none "
                 "(position_embeddings=False)"
+            )
+        if self.previous_token_embeddings:
+            raise ConfigError(
+                "HF's Reformer embeds each token alone; this model adds the previous token's "
+                "embedding (previous_token_embeddings=True)"
             )
         if self.residual != "reversible":
             raise ConfigError(
@@ -275,10 +284,9 @@ class ReformerConfig:
         self._validate_attention()
 
     def _validate_positions(self) -> None:
-        if not isinstance(self.position_embeddings, bool):
-            raise ConfigError(
-                f"position_embeddings must be true or false, got {self.position_embeddings!r}"
-            )
+        for name in ("position_embeddings", "previous_token_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not (self.position_embeddings and self.axial_pos_embds):
             return
         shape, dims = self.axial_pos_shape, self.axial_pos_embds_dim

@@ -123,6 +123,8 @@ class _Cache:
         self.lm, self.model = lm, lm.reformer
         length = max(prompt, prompt + max_new_tokens - 1)
         self.states = [layer.attention.init_state(batch, length) for layer in self.model.layers]
+        # the last token fed and whether it is real (previous-token embeddings read it)
+        self.last: tuple[Tensor, Tensor | None] | None = None
 
     def logits(self, ids: Tensor, mask: Tensor | None, pad: int) -> Tensor:
         """The next-token logits (b, vocab) after feeding ids (b, t): the prompt with `pad`
@@ -134,19 +136,25 @@ class _Cache:
             ids = F.pad(ids, (0, pad), value=0 if pad_id is None else pad_id)
             real = ids.new_ones(b, t, dtype=torch.bool) if mask is None else mask
             mask = F.pad(real, (0, pad), value=False)
-        hidden = decode_stack(self.model, ids, self.states, mask, start)[:, t - 1]
+        hidden = decode_stack(self.model, ids, self.states, mask, start, self.last)[:, t - 1]
+        self.last = (ids[:, t - 1], None if mask is None else mask[:, t - 1])
         if pad:
             self.states = [s.truncated(start + t) for s in self.states]
         return self.lm.lm_head(hidden)
 
 
 def decode_stack(
-    model: nn.Module, ids: Tensor, states: list[DecodeState], mask: Tensor | None, start: int
+    model: nn.Module,
+    ids: Tensor,
+    states: list[DecodeState],
+    mask: Tensor | None,
+    start: int,
+    before: tuple[Tensor, Tensor | None] | None = None,
 ) -> Tensor:
-    """The model's output (b, t, 2 * hidden) for ids (b, t) at positions start.., every layer's
+    """The model's output (b, t, 2 * hidden) for ids (b, t) at positions start.. (before: the
+    tokens fed before them and whether each is real, as ReformerModel.embed), every layer's
     attention a decoding step: `states` are replaced by the states after it."""
-    b, t = ids.shape
-    x = model.dropout(model.tokens(ids)) + model.positions(t, b, start=start)
+    x = model.embed(ids, mask, start=start, before=before)
     reversible = isinstance(model.encoder, ReversibleResidual)
     y1 = y2 = x
     for i, layer in enumerate(model.layers):

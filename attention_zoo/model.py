@@ -128,6 +128,11 @@ class ReformerModel(nn.Module):
                 init_std=config.initializer_range,
                 dropout=dropout,
             )
+        self.previous_tokens = (
+            nn.Embedding(config.vocab_size, config.hidden_size)
+            if config.previous_token_embeddings
+            else None
+        )
         self.dropout = nn.Dropout(dropout)  # on token embeddings; positions drop their own (HF)
         layers = [build_layer(config, i, device) for i in range(config.num_hidden_layers)]
         self.encoder: StandardResidual = RESIDUALS.get(config.residual)(layers)
@@ -177,9 +182,36 @@ class ReformerModel(nn.Module):
             )
         length = n + pad
         check_length(length, self.config.max_position_embeddings)
-        x = self.dropout(self.tokens(input_ids)) + self.positions(length, b)  # (b, length, hidden)
+        x = self.embed(input_ids, mask)  # (b, length, hidden)
         x = self.out_dropout(self.norm(self.encoder(x, mask)))  # (b, length, 2 * hidden)
         return ReformerOutput(x[:, :n])
+
+    def embed(
+        self,
+        ids: Tensor,
+        mask: Tensor | None = None,
+        *,
+        start: int = 0,
+        before: tuple[Tensor, Tensor | None] | None = None,
+    ) -> Tensor:
+        """Embeddings (b, t, hidden) of ids (b, t) at positions start..: the token's, the previous
+        token's where the config adds it, and the position's. before: the tokens (b,) preceding
+        ids[:, 0] and whether each is real (None: all); None: none. A padding position (mask
+        False) is no previous token."""
+        b, t = ids.shape
+        x = self.tokens(ids)
+        if self.previous_tokens is not None:
+            first = x.new_zeros(b, 1, x.shape[-1])  # nothing before the sequence's start
+            real_before = ids.new_ones(b, 1, dtype=torch.bool)
+            if before is not None:
+                first = self.previous_tokens(before[0][:, None])
+                real_before = real_before if before[1] is None else before[1][:, None]
+            previous = torch.cat([first, self.previous_tokens(ids[:, :-1])], dim=1)
+            if mask is not None or before is not None:
+                real = ids.new_ones(b, t, dtype=torch.bool) if mask is None else mask
+                previous = previous * torch.cat([real_before, real[:, :-1]], dim=1)[..., None]
+            x = x + previous
+        return self.dropout(x) + self.positions(t, b, start=start)
 
     # ---- evaluation-time attention changes (weights kept) -------------------------------------
 

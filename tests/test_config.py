@@ -118,6 +118,11 @@ def test_from_dict_rejects_unknown_fields_and_lists_the_known_ones() -> None:
             r"attn_layers lists 4 layers, but num_hidden_layers=3; leave num_hidden_layers unset",
         ),
         ({"attn_layers": []}, ConfigError, r"at least one attention backend"),
+        (
+            {"previous_token_embeddings": "yes"},
+            ConfigError,
+            r"previous_token_embeddings must be true or false, got 'yes'",
+        ),
     ],
 )
 def test_invalid_configs_say_what_would_work(overrides: dict, error: type, pattern: str) -> None:

@@ -32,7 +32,7 @@ MIXES = [
 ]
 
 
-def _lm(layers: tuple[str, ...], residual: str) -> ReformerLM:
+def _lm(layers: tuple[str, ...], residual: str, **fields) -> ReformerLM:
     config = ReformerConfig.from_dict(
         {
             "vocab_size": 13,
@@ -48,6 +48,7 @@ def _lm(layers: tuple[str, ...], residual: str) -> ReformerLM:
             "axial_pos_embds": False,
             "max_position_embeddings": 64,
             "hidden_dropout_prob": 0.0,
+            **fields,
         }
     )
     torch.manual_seed(0)
@@ -76,6 +77,19 @@ def test_generating_with_the_cache_equals_recomputing(layers, residual):
         cached = lm.generate(ids, 20, **kw)
         assert cached.shape == (2, 31)
         assert torch.equal(cached, lm.generate(ids, 20, use_cache=False, **kw)), kw
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layers", [MIXES[0], MIXES[2]], ids="+".join)
+def test_previous_token_embeddings_decode_as_the_forward(layers):
+    """Each new token's previous-token embedding comes from the last token fed (the prompt's last
+    included); a left-padded prompt's first real token has none, with the cache or without."""
+    lm = _lm(layers, "standard", previous_token_embeddings=True)
+    ids = torch.randint(1, 13, (2, 7), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[1, :2] = False
+    for kw in ({}, {"do_sample": True, "top_k": 5, "seed": 3}, {"attention_mask": mask}):
+        assert torch.equal(lm.generate(ids, 9, **kw), lm.generate(ids, 9, use_cache=False, **kw))
 
 
 def _hf_pair(case: ParityCase, **fields) -> tuple[torch.nn.Module, ReformerLM]:

@@ -108,6 +108,8 @@ def test_our_own_model_goes_to_hf_and_back() -> None:
         ReformerLM(cfg.replace(residual="standard")).to_hf()
     with pytest.raises(ConfigError, match="only 'local' and 'lsh' attention; layers use full"):
         ReformerLM(cfg.replace(attn_layers=("full", "lsh"))).to_hf()
+    with pytest.raises(ConfigError, match=r"adds the previous token's embedding"):
+        ReformerLM(cfg.replace(previous_token_embeddings=True)).to_hf()
 
 
 def test_from_a_saved_folder_and_a_state_dict(tmp_path) -> None:

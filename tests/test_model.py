@@ -434,3 +434,28 @@ def test_dropout_gradients_are_finite_differences_with_masks_fixed(residual: str
                 p.add_(v, alpha=eps)
         numeric = (up - down) / (2 * eps)
         assert numeric == pytest.approx(analytic, rel=1e-5, abs=1e-8)
+
+
+def test_previous_token_embeddings_add_the_token_before_each_real_one() -> None:
+    """Position j gets tokens[ids[j]] + previous_tokens[ids[j - 1]] + positions[j]; the first
+    position, and one after padding, get no previous token; the option adds one table."""
+    cfg = tiny_config(previous_token_embeddings=True, hidden_dropout_prob=0.0)
+    model = ReformerModel(cfg).eval()
+    assert ReformerModel(cfg.replace(previous_token_embeddings=False)).previous_tokens is None
+    ids = torch.tensor([[3, 5, 7, 9]])
+    mask = torch.tensor([[False, True, True, True]])
+    got = model.embed(ids, mask)
+    tokens, previous = model.tokens.weight, model.previous_tokens.weight
+    positions = model.positions(4)[0]
+    want = tokens[ids[0]] + positions
+    want[2:] += previous[ids[0, 1:3]]
+    torch.testing.assert_close(got[0], want)
+    before = (torch.tensor([11]), torch.tensor([True]))
+    torch.testing.assert_close(model.embed(ids[:, 1:], start=1, before=before)[0, 0],
+                               tokens[5] + previous[11] + positions[1])  # fmt: skip
+    padding = (torch.tensor([11]), torch.tensor([False]))  # the token before was padding
+    torch.testing.assert_close(model.embed(ids[:, 1:], mask[:, 1:], start=1, before=padding)[0],
+                               want[1:])  # fmt: skip
+    real = (torch.tensor([11]), None)  # None: real
+    torch.testing.assert_close(model.embed(ids[:, 1:], mask[:, 1:], start=1, before=real)[0, 0],
+                               tokens[5] + previous[11] + positions[1])  # fmt: skip
