@@ -13,7 +13,7 @@ from ...store import ResultStore
 from ...sweep import SweepResult
 from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
 from ..training import report_rows, task_rows, train_presets
-from .ladder import SIZES, SOURCES, claims, ladder_presets, scale_text, table
+from .ladder import SIZES, SOURCES, claims, ladder_presets, rungs, scale_text, table
 from .plot import plot
 
 
@@ -40,7 +40,8 @@ class NeedleLadder(Reproduction):
         return lines
 
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(ladder_presets(size), store, options, reproduce=self.name, size=size)
+        ladder = [rung for preset in ladder_presets(size) for rung in rungs(preset)]
+        train_presets(ladder, store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
@@ -49,7 +50,7 @@ class NeedleLadder(Reproduction):
         out = []
         for size in SIZES:
             for preset in ladder_presets(size):
-                if preset.name in stored:
+                if stored & {rung.name for rung in rungs(preset)}:
                     out += claims(tidy, preset)
         return out or [c for p in ladder_presets("cpu") for c in claims([], p)]
 

@@ -3,12 +3,14 @@ keeps its retrieval accuracy as the length grows, while recurrences with a fixed
 same size (same heads, same head width) fall. Sources: RULER (Hsieh et al. 2024) for the task,
 Jelassi et al. 2024 ("Repeat After Me") and Zoology (Arora et al. 2023) for the claim.
 
-Each mechanism is judged on its own ladder: the paired gap, seed by seed, between its accuracy
-at the longest and at the shortest length (each the mean over the depth splits of that length).
+Each length of a ladder is a rung trained apart (one model per length, as Zoology trains each
+length). Each mechanism is judged on its own ladder: the paired gap, seed by seed, between its
+accuracy at the longest and at the shortest length (each the mean over the depth splits there).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -87,16 +89,35 @@ def ladder_presets(size: str) -> list[TaskPreset]:
     return [load_task_preset(TASK, name) for name in SIZES[size]]
 
 
-def accuracies(rows: Iterable[Mapping[str, Any]], preset: str) -> tuple[Accuracies, dict]:
+def rung_name(preset: TaskPreset, length: int) -> str:
+    """The stored preset name of the ladder's rung at `length`."""
+    return f"{preset.name}-n{length}"
+
+
+def rungs(preset: TaskPreset) -> list[TaskPreset]:
+    """The ladder's lengths as presets of their own, each trained apart."""
+    return [
+        dataclasses.replace(
+            preset,
+            name=rung_name(preset, n),
+            description=f"{preset.description} (the rung at length {n})",
+            task=dataclasses.replace(preset.task, seq_len=n, lengths=(n,)),
+        )
+        for n in preset.task.lengths
+    ]
+
+
+def accuracies(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> tuple[Accuracies, dict]:
     """backend -> length -> seed -> accuracy [%] (the mean over the length's depth splits), and
-    backend -> the stored cases ("run/case") read, from tidy rows of one preset."""
+    backend -> the stored cases ("run/case") read, from tidy rows of the ladder's rungs."""
+    names = {rung_name(preset, n): n for n in preset.task.lengths}
     splits: dict[tuple[str, int, int], list[float]] = {}
     refs: dict[str, list[str]] = {}
     for r in rows:
-        if r["task"] != TASK or r["preset"] != preset or r["metric"] != "accuracy":
+        if r["task"] != TASK or r["metric"] != "accuracy" or r["preset"] not in names:
             continue
         match = SPLIT.fullmatch(str(r["eval"]))
-        if match is None or r["value"] is None:
+        if match is None or r["value"] is None or int(match.group(1)) != names[r["preset"]]:
             continue
         key = (r["backend"], int(match.group(1)), int(r["seed"]))
         splits.setdefault(key, []).append(100 * float(r["value"]))
@@ -157,7 +178,7 @@ def fall(
 
 def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimRow]:
     """One claim per mechanism trained on the preset's ladder (reference first)."""
-    accs, refs = accuracies(rows, preset.name)
+    accs, refs = accuracies(rows, preset)
     lengths = preset.task.lengths
     short, long = lengths[0], lengths[-1]
     reference = accs.get(REFERENCE, {})
@@ -233,13 +254,15 @@ def scale_text(preset: TaskPreset) -> str:
     heads = model["num_attention_heads"]
     width = model.get("attention_head_size") or model["hidden_size"] // heads
     return (
-        f"lengths {', '.join(map(str, task.lengths))} trained together; {task.num_needles} "
+        f"lengths {', '.join(map(str, task.lengths))}, each trained apart; {task.num_needles} "
         f"needles, {task.num_keys} keys, {task.num_values} values (chance "
         f"{100 * task.chance_accuracy():.1f}%, key-blind rules at L {task.lengths[0]} "
         f"{key_blind(preset):.1f}%); "
         f"depths {', '.join(f'{d:g}' for d in task.depths)}; "
-        f"{model['num_hidden_layers']} layers d {model['hidden_size']}, {heads} heads x {width}; "
-        f"<= {train.max_steps} steps x {train.batch_size}"
+        f"{model['num_hidden_layers']} layers d {model['hidden_size']}, {heads} "
+        f"head{'s' if heads != 1 else ''} x {width}"
+        + (", previous-token embeddings" if model.get("previous_token_embeddings") else "")
+        + f"; <= {train.max_steps} steps x {train.batch_size}"
     )
 
 
@@ -248,7 +271,7 @@ def table(
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the accuracy table beside the plot: a mechanism per row, a length per
     column."""
-    accs, _ = accuracies(rows, preset.name)
+    accs, _ = accuracies(rows, preset)
     lengths: Sequence[int] = preset.task.lengths
     body = [
         [f"`{b}`", "fixed" if memory(preset, b).fixed else "grows"]

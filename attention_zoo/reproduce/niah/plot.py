@@ -14,7 +14,7 @@ from .ladder import REFERENCE, accuracies, memory
 
 def plot(rows: Iterable[Mapping[str, Any]], preset: TaskPreset, path: Path) -> Path | None:
     """Write the preset's plot to `path`; None when no row of the preset is stored."""
-    accs, _ = accuracies(rows, preset.name)
+    accs, _ = accuracies(rows, preset)
     if not accs:
         return None
     import matplotlib
