@@ -201,16 +201,15 @@ class ReformerModel(nn.Module):
         b, t = ids.shape
         x = self.tokens(ids)
         if self.previous_tokens is not None:
-            first = x.new_zeros(b, 1, x.shape[-1])  # nothing before the sequence's start
-            real_before = ids.new_ones(b, 1, dtype=torch.bool)
-            if before is not None:
-                first = self.previous_tokens(before[0][:, None])
-                real_before = real_before if before[1] is None else before[1][:, None]
-            previous = torch.cat([first, self.previous_tokens(ids[:, :-1])], dim=1)
-            if mask is not None or before is not None:
-                real = ids.new_ones(b, t, dtype=torch.bool) if mask is None else mask
-                previous = previous * torch.cat([real_before, real[:, :-1]], dim=1)[..., None]
-            x = x + previous
+            real = ids.new_ones(b, t, dtype=torch.bool) if mask is None else mask
+            if before is None:  # nothing before the sequence's start
+                first, first_real = ids[:, :1], real.new_zeros(b, 1)
+            else:
+                first = before[0][:, None]
+                first_real = real.new_ones(b, 1) if before[1] is None else before[1][:, None]
+            previous = torch.cat([first, ids[:, :-1]], dim=1)
+            previous_real = torch.cat([first_real, real[:, :-1]], dim=1)
+            x = x + self.previous_tokens(previous) * previous_real[..., None]
         return self.dropout(x) + self.positions(t, b, start=start)
 
     # ---- evaluation-time attention changes (weights kept) -------------------------------------

@@ -13,7 +13,16 @@ from ...store import ResultStore
 from ...sweep import SweepResult
 from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
 from ..training import report_rows, task_rows, train_presets
-from .ladder import SIZES, SOURCES, claims, ladder_presets, rungs, scale_text, table
+from .ladder import (
+    SIZES,
+    SOURCES,
+    claims,
+    ladder_presets,
+    rung_lengths,
+    rungs,
+    scale_text,
+    table,
+)
 from .plot import plot
 
 
@@ -50,7 +59,7 @@ class NeedleLadder(Reproduction):
         out = []
         for size in SIZES:
             for preset in ladder_presets(size):
-                if stored & {rung.name for rung in rungs(preset)}:
+                if stored & rung_lengths(preset).keys():
                     out += claims(tidy, preset)
         return out or [c for p in ladder_presets("cpu") for c in claims([], p)]
 

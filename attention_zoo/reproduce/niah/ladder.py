@@ -94,6 +94,11 @@ def rung_name(preset: TaskPreset, length: int) -> str:
     return f"{preset.name}-n{length}"
 
 
+def rung_lengths(preset: TaskPreset) -> dict[str, int]:
+    """The stored preset name of each of the ladder's rungs -> its length."""
+    return {rung_name(preset, n): n for n in preset.task.lengths}
+
+
 def rungs(preset: TaskPreset) -> list[TaskPreset]:
     """The ladder's lengths as presets of their own, each trained apart."""
     return [
@@ -110,7 +115,7 @@ def rungs(preset: TaskPreset) -> list[TaskPreset]:
 def accuracies(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> tuple[Accuracies, dict]:
     """backend -> length -> seed -> accuracy [%] (the mean over the length's depth splits), and
     backend -> the stored cases ("run/case") read, from tidy rows of the ladder's rungs."""
-    names = {rung_name(preset, n): n for n in preset.task.lengths}
+    names = rung_lengths(preset)
     splits: dict[tuple[str, int, int], list[float]] = {}
     refs: dict[str, list[str]] = {}
     for r in rows:
