@@ -264,6 +264,22 @@ def test_task_tables_average_over_seeds_at_one_length_and_say_so(tmp_path):
     ]
 
 
+def test_task_tables_put_a_ladders_rungs_shortest_first(tmp_path):
+    """Rungs stored as presets of their own (`<ladder>-n<length>`) are tabulated by length, the
+    numbers in their names read as numbers (n32 before n128, not after it)."""
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run_id = store.start_run(kind=KIND)
+        for length in (128, 32, 512):
+            row = {"task": "niah", "preset": f"ladder-n{length}", "backend": "full",
+                   "length": length, "seed": 0, "eval": "trained"}  # fmt: skip
+            save_trained(store, run_id, {"length": length},
+                         [{**row, "metric": "accuracy", "value": 0.5}])  # fmt: skip
+        store.finish_run(run_id)
+        ctx = builder.select(store.to_dataframe(), store.runs())
+    headings = [b.text for b in task_tables(ctx) if isinstance(b, Heading) and b.level == 2]
+    assert headings == [f"`niah` / preset `ladder-n{n}`, L {n}: accuracy" for n in (32, 128, 512)]
+
+
 def test_cost_cases_have_the_model_key_of_their_task_runs():
     """`zoo task --cost` measures the very model each task run trained (joined by model key)."""
     from attention_zoo.report.frame import model_key

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..measure.metrics import METRICS, metric_spec
 from ..tasks.base import tabulation_of
+from ..tasks.tabulate import natural_order
 from .analysis import join_tasks_costs, pareto_front
 from .context import Context, empty_section, opening, trusted
 from .cost import header
@@ -75,7 +76,7 @@ def accuracy_cost(ctx: Context) -> list[Any]:
     joined = join_tasks_costs(tasks, cost_cols, on=("model_key", "length", "batch"))
     if joined.empty:
         return [*blocks, Para(NO_COST)]
-    for (task, preset), part in joined.groupby(["task", "preset"], sort=True):
+    for (task, preset), part in sorted(joined.groupby(["task", "preset"]), key=_by_preset):
         part = part[
             [
                 ("time_median" in m) and ("accuracy" in t)
@@ -174,7 +175,8 @@ def task_tables(ctx: Context) -> list[Any]:
             "only."
         ),
     )
-    for (task, preset, length), part in ctx.tasks.groupby(["task", "preset", "length"], sort=True):
+    groups = sorted(ctx.tasks.groupby(["task", "preset", "length"]), key=_by_preset)
+    for (task, preset, length), part in groups:
         tabulation = tabulation_of(task)
         cells = {
             cell: [ctx.input(r, metric) for metric, r in found]
@@ -203,3 +205,10 @@ def task_tables(ctx: Context) -> list[Any]:
             ),
         ]
     return blocks
+
+
+def _by_preset(group: tuple[tuple, Any]) -> tuple:
+    """A (task, preset, ...) group's order: presets by name with numbers read as numbers, so a
+    ladder's rungs come shortest first (ladder-n32 before ladder-n128)."""
+    (task, preset, *rest), _ = group
+    return task, natural_order(preset), *rest
