@@ -45,6 +45,7 @@ class Import:
     target: str  # the imported module (a submodule when `from pkg import submodule`)
     line: int
     in_function: bool
+    name: str | None = None  # the name taken (`from target import name`); None: `import target`
 
 
 def module_name(path: Path) -> str:
@@ -60,9 +61,9 @@ def imports_of(module: str, path: Path) -> Iterator[Import]:
     annotations is still two modules that need each other)."""
     is_package = path.name == "__init__.py"
 
-    def targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+    def targets(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str | None]]:
         if isinstance(node, ast.Import):
-            return [a.name for a in node.names]
+            return [(a.name, None) for a in node.names]
         base = node.module or ""
         if node.level:
             here = module.split(".") if is_package else module.split(".")[:-1]
@@ -71,7 +72,7 @@ def imports_of(module: str, path: Path) -> Iterator[Import]:
         out = []
         for alias in node.names:
             sub = f"{base}.{alias.name}"
-            out.append(sub if sub in MODULES else base)
+            out.append((sub, None) if sub in MODULES else (base, alias.name))
         return out
 
     def walk(node: ast.AST, in_function: bool) -> Iterator[Import]:
@@ -80,8 +81,8 @@ def imports_of(module: str, path: Path) -> Iterator[Import]:
 
     def walk_one(node: ast.AST, in_function: bool) -> Iterator[Import]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for target in targets(node):
-                yield Import(module, target, node.lineno, in_function)
+            for target, name in targets(node):
+                yield Import(module, target, node.lineno, in_function, name)
             return
         nested = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         yield from walk(node, nested)
@@ -176,6 +177,30 @@ def test_optional_dependencies_are_never_imported_at_module_level() -> None:
     assert top == []
 
 
+def test_backends_build_on_shared_layers_not_on_each_other() -> None:
+    """A backend's module imports no other backend's module (a backend it composes, as NSA's
+    window branch is sliding-window, comes from the registry by name), and no module of the
+    package imports a name another of its modules keeps private (a leading underscore)."""
+    backends = {spec.cls.__module__ for spec in attention_zoo.list_backends()}
+    backends = {m for m in backends if m.startswith(f"{ROOT}.")}
+    assert len(backends) >= 20  # every built-in backend module, read from the registry
+    crossing = [
+        f"{i.module}:{i.line} {i.target}"
+        for i in all_imports()
+        if i.module in backends and i.target in backends and i.target != i.module
+    ]
+    assert crossing == []
+    private = [
+        f"{i.module}:{i.line} {i.target}.{i.name}"
+        for i in all_imports()
+        if i.target in MODULES
+        and i.name is not None
+        and i.name.startswith("_")
+        and not i.name.startswith("__")
+    ]
+    assert private == []
+
+
 def test_the_graph_sees_the_imports_it_checks() -> None:
     """The reader resolves relative imports, `from . import module` and TYPE_CHECKING blocks
     (else the tests above could pass on an empty graph)."""
@@ -185,4 +210,6 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     assert "attention_zoo.declarative" in graph["attention_zoo.tasks.suite"]
     assert any(i.target == "importlib.resources.abc" for i in all_imports() if not i.in_function)
     assert any(i.in_function and i.target == "transformers" for i in all_imports())
+    taken = {(i.module, i.target, i.name) for i in all_imports()}
+    assert ("attention_zoo.attention.nsa", "attention_zoo.attention.spec", "get_backend") in taken
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -14,7 +14,7 @@ from ..errors import OptionError
 from .base import AttentionCore
 from .decode import StateShape, SumsState, sums_add, sums_state, sums_state_bytes, sums_step
 from .kernels.sums.plain import FEATURE_MAPS, KernelSums, compute_dtype
-from .kernels.sums.scan import _Features
+from .kernels.sums.scan import CallFeatures
 from .kernels.sums.table import SUMS_KERNELS
 from .options import check_int
 from .spec import Capabilities, register_attention
@@ -72,7 +72,9 @@ class LinearAttention(AttentionCore):
         self, q: Tensor, k: Tensor, v: Tensor, state: SumsState, key_padding_mask: Tensor | None
     ) -> tuple[Tensor, SumsState]:
         """New tokens against the sums (see attention/decode.py); the prefill is the forward."""
-        feats = _Features(self.cfg.feature_map, None, 1.0, key_padding_mask, compute_dtype(q.dtype))
+        feats = CallFeatures(
+            self.cfg.feature_map, None, 1.0, key_padding_mask, compute_dtype(q.dtype)
+        )
         if state.length == 0:
             return self.attend(q, k, v, key_padding_mask), sums_add(state, k, v, feats)
         return sums_step(q, k, v, state, feats, eps=self.cfg.eps)

@@ -24,10 +24,10 @@ from .kernels.routing.gathered import gathered_attention
 from .kernels.routing.route import block_means, real_keys
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
-from .sliding_window import SlidingWindowAttention, SlidingWindowConfig
-from .spec import ROUTED, register_attention
+from .spec import ROUTED, get_backend, register_attention
 
 GATES = ("g_cmp", "g_slc", "g_swa")  # the branches' gates, in (0, 1)
+WINDOW = "sliding-window"  # the backend the window branch is, read from the registry by name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +58,9 @@ class NSAAttention(AttentionCore):
         super().__init__(cfg, causal=causal)
         # the window branch: the sliding-window core (math or flex when this core is told so)
         kernel = cfg.kernel if cfg.kernel in ("math", "flex") else "auto"
-        window = SlidingWindowConfig(window=cfg.window, kv_heads=cfg.kv_heads, kernel=kernel)
-        self.window_core = SlidingWindowAttention(window, causal=True)
+        spec = get_backend(WINDOW)
+        window = spec.make_config(window=cfg.window, kv_heads=cfg.kv_heads, kernel=kernel)
+        self.window_core = spec.cls(window, causal=True)
 
     def routed(
         self,

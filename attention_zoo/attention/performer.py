@@ -19,7 +19,7 @@ from torch import Tensor
 from .base import AttentionCore
 from .decode import StateShape, SumsState, sums_add, sums_state, sums_state_bytes, sums_step
 from .kernels.sums.plain import FAVOR, KernelSums, compute_dtype
-from .kernels.sums.scan import _Features
+from .kernels.sums.scan import CallFeatures
 from .kernels.sums.table import SUMS_KERNELS
 from .options import check_flag, check_int
 from .spec import Capabilities, register_attention
@@ -163,7 +163,7 @@ class PerformerAttention(AttentionCore):
         """New tokens against the sums, the forward's features (see attention/decode.py)."""
         d, wide = q.shape[-1], compute_dtype(q.dtype)
         proj = self._features(d, q.device).to(wide)
-        feats = _Features(FAVOR, proj, d**-0.25, key_padding_mask, wide)
+        feats = CallFeatures(FAVOR, proj, d**-0.25, key_padding_mask, wide)
         if state.length == 0:
             return self.attend(q, k, v, key_padding_mask), sums_add(state, k, v, feats)
         return sums_step(q, k, v, state, feats, eps=torch.finfo(wide).tiny)

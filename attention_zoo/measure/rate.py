@@ -20,7 +20,7 @@ from .cases import BenchCase, build_runnable
 from .env import device_name
 from .load import free_cores, read_cpu, too_few_free
 from .predict import predict_flops
-from .timing import CPU_CLOCK, WALL, _time_once, synchronize
+from .timing import CPU_CLOCK, WALL, synchronize, time_once
 from .units import significant
 
 CALIBRATION_LENGTH = 1024  # tokens of the timed probe: milliseconds for every backend
@@ -126,4 +126,4 @@ def _fastest_step(case: BenchCase, clock: str) -> float:
     runnable = build_runnable(case)
     runnable.step()
     synchronize(case.device)
-    return min(_time_once(runnable.step, case.device, clock) for _ in range(CALIBRATION_CALLS))
+    return min(time_once(runnable.step, case.device, clock) for _ in range(CALIBRATION_CALLS))

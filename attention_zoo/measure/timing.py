@@ -70,7 +70,7 @@ def clock_reader(clock: str) -> Callable[[], float]:
     return time.process_time if clock == CPU_CLOCK else time.perf_counter
 
 
-def _time_once(fn: Callable[[], Any], device: str, clock: str = WALL) -> float:
+def time_once(fn: Callable[[], Any], device: str, clock: str = WALL) -> float:
     if torch.device(device).type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize(device)
@@ -107,7 +107,7 @@ def time_call(
     samples: list[float] = []
     spent = 0.0
     while len(samples) < max_repeats and (len(samples) < min_repeats or spent < budget_s):
-        dt = _time_once(fn, device)
+        dt = time_once(fn, device)
         samples.append(dt)
         spent += dt
     return summarize(samples, warmup=warmup, device=device)
@@ -145,7 +145,7 @@ def time_interleaved(
         time.perf_counter() - start < min_wall_s
     ):
         for name, fn in fns.items():
-            dt = _time_once(fn, device, clock)
+            dt = time_once(fn, device, clock)
             samples[name].append(dt)
             spent += dt
         rounds += 1

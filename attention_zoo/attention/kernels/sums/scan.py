@@ -37,7 +37,7 @@ def scan_sums(
     )  # fmt: skip
 
 
-class _Features:
+class CallFeatures:
     """Feature maps of one call and their exact vector-Jacobian products, per segment."""
 
     def __init__(
@@ -144,7 +144,7 @@ class _KernelScan(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, proj, kind, scale, causal, chunk, eps):
         b, h, n, d = v.shape
         wide = compute_dtype(q.dtype)
-        feats = _Features(kind, proj, scale, mask, wide)
+        feats = CallFeatures(kind, proj, scale, mask, wide)
         c = min(chunk, n)
         bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
@@ -179,7 +179,7 @@ class _KernelScan(torch.autograd.Function):
         kind, scale, causal, c, eps = ctx.setup
         b, h, n, d = v.shape
         wide = out.dtype
-        feats = _Features(kind, proj, scale, mask, wide)
+        feats = CallFeatures(kind, proj, scale, mask, wide)
         bounds = segments(n, c, SEGMENT_LENGTH)
         m = proj.shape[0] if proj is not None else q.shape[-1]
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
