@@ -12,9 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import OptionError, ShapeError
-from .dispatch import AUTO, Call, Check, Implementation, KernelTable, materialised
+from .dispatch import AUTO, Call, Check, Implementation, KernelTable, cpu_fused, materialised
 from .inputs import Extra, InputLayout, default_layout
-from .kernels.chunked import cpu_fused
 from .kernels.dense import allowed_mask
 from .kernels.flex import TileMasks, tile_masks
 

@@ -19,9 +19,8 @@ from torch import Tensor, nn
 from ..errors import ShapeError
 from .base import AttentionCore
 from .decode import KVCache, kv_cache, kv_cache_bytes, kv_step, sdpa_attention
-from .dispatch import Implementation, KernelTable, materialised
+from .dispatch import Implementation, KernelTable, cpu_fused, materialised
 from .inputs import check_kv_heads
-from .kernels.chunked import cpu_fused
 from .kernels.dense import dense_attention
 from .kernels.differential import NORM_EPS, fused_differential
 from .options import check_int

@@ -16,8 +16,7 @@ from torch.nn import functional as F
 
 from ..errors import InputError
 from .base import AttentionCore, BlockWeights, check_dropout
-from .dispatch import Implementation, KernelTable, materialised
-from .kernels.chunked import cpu_fused
+from .dispatch import Implementation, KernelTable, cpu_fused, materialised
 from .kernels.low_rank.projected import ProjectedAttention, project
 from .kernels.sums.plain import compute_dtype
 from .options import check_flag, check_int

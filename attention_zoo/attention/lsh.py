@@ -36,8 +36,8 @@ from .decode import (
     kv_cache,
     kv_cache_bytes,
 )
-from .dispatch import Call, Implementation, KernelTable, materialised
-from .kernels.chunked import cpu_fused, padded_length, padded_qkv
+from .dispatch import Call, Implementation, KernelTable, cpu_fused, materialised
+from .kernels.chunked import padded_length, padded_qkv
 from .kernels.compiled import maybe_compiled
 from .kernels.dense import dense_attention, unit_keys
 from .kernels.flex import (

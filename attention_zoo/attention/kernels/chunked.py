@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..dispatch import Check, Implementation, Run
 from .exp import exp_, logsumexp
 
 # (window offset, out=None) -> additive float mask broadcastable to (B, H, c, c)
@@ -43,35 +42,6 @@ def padded_qkv(q: Tensor, k: Tensor, v: Tensor, length: int) -> tuple[Tensor, Te
     shared = k is q
     q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, length - n)) for t in (q, k, v))
     return q, q if shared else k, v
-
-
-# PyTorch's fused CPU attention ops (forward and backward); a constant of the installed torch
-_CPU_OPS_EXIST = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") and hasattr(
-    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"
-)
-
-
-def _cpu_ops_reason(device: str) -> str | None:
-    if not _CPU_OPS_EXIST:
-        return f"needs PyTorch's fused CPU attention op, which torch {torch.__version__} lacks"
-    return None
-
-
-def cpu_fused(
-    run: Run, summary: str, checks: tuple[Check, ...] = (), *, grouped: bool = False
-) -> Implementation:
-    """An implementation on PyTorch's fused CPU attention op (`_scaled_dot_product_flash_attention
-    _for_cpu` and its backward): CPU, traced on meta, no attention dropout. `grouped`: it takes
-    fewer key/value heads than query heads (the op does)."""
-    return Implementation(
-        name="cpu-fused",
-        summary=summary,
-        run=run,
-        devices=frozenset({"cpu", "meta"}),
-        environment=_cpu_ops_reason,
-        checks=checks,
-        grouped=grouped,
-    )
 
 
 @dataclass(frozen=True)
