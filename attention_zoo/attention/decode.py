@@ -37,7 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..errors import InputError, OptionError, ShapeError
 from .base import AttentionCore, check_key_padding_mask, check_qkv
 from .kernels.dense import dense_attention
-from .kernels.masks import MaskMod
+from .kernels.masks import MaskMod, real_keys
 from .kernels.routing.route import block_means, score_dtype
 from .kernels.sums.plain import compute_dtype
 from .kernels.sums.scan import SEGMENT_LENGTH
@@ -367,7 +367,7 @@ def window_step(
     # front slots hold positions already seen; ring slots every other seen position
     filled = torch.cat([fronts < start, state.pos >= fronts.numel(), new >= 0])
     real = torch.cat(
-        [state.front_real, state.real, _real_or_ones(key_padding_mask, q.shape[0], t, device)], 1
+        [state.front_real, state.real, real_keys(key_padding_mask, q.shape[0], t, device)], 1
     )
     i, j = new[:, None], pos[None, :]
     allowed = (mod(i, j) & (j <= i) & filled)[None, None] & real[:, None, None, :]
@@ -385,7 +385,7 @@ def window_append(
     latest `size` into the ring."""
     start, t = state.length, k.shape[2]
     device = k.device
-    real = _real_or_ones(key_padding_mask, k.shape[0], t, device)
+    real = real_keys(key_padding_mask, k.shape[0], t, device)
     front, size = state.front_k.shape[2], state.k.shape[2]
     if start < front:  # positions start .. min(start + t, front) - 1 are front ones
         stop = min(start + t, front)
@@ -401,10 +401,6 @@ def window_append(
         state.real.index_copy_(1, slots, real[:, t - kept :])
         state.pos.index_copy_(0, slots, positions)
     return dataclasses.replace(state, length=start + t)
-
-
-def _real_or_ones(mask: Tensor | None, b: int, t: int, device: torch.device) -> Tensor:
-    return torch.ones(b, t, dtype=torch.bool, device=device) if mask is None else mask
 
 
 # ---- running sums of kernelised attention -------------------------------------------------

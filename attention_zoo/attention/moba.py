@@ -18,14 +18,9 @@ from torch import Tensor
 from .base import AttentionCore
 from .decode import BlocksState, StateShape, blocks_append, blocks_state, blocks_state_bytes
 from .inputs import check_kv_heads
+from .kernels.masks import real_keys
 from .kernels.routing.gathered import gathered_attention
-from .kernels.routing.route import (
-    ROUTE_BYTES,
-    Route,
-    block_means,
-    real_keys,
-    top_blocks,
-)
+from .kernels.routing.route import ROUTE_BYTES, Route, block_means, top_blocks
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
 from .spec import ROUTED, register_attention

@@ -19,9 +19,10 @@ from torch import Tensor
 from .base import AttentionCore
 from .decode import BlocksState, StateShape, blocks_append, blocks_state, blocks_state_bytes
 from .inputs import Extra, check_kv_heads, unit_sigmoid
+from .kernels.masks import real_keys
 from .kernels.routing.compressed import compressed_attention, nsa_route, window_route
 from .kernels.routing.gathered import gathered_attention
-from .kernels.routing.route import block_means, real_keys
+from .kernels.routing.route import block_means
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .options import check_int
 from .spec import ROUTED, get_backend, register_attention

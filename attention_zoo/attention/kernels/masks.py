@@ -42,6 +42,13 @@ def additive_mask(ok: Tensor, dtype: torch.dtype, out: Tensor | None = None) -> 
     return torch.where(ok, zero, low, out=out)
 
 
+def real_keys(key_padding_mask: Tensor | None, b: int, n: int, device: torch.device) -> Tensor:
+    """(b, n) bool: the real keys (all, without a key padding mask)."""
+    if key_padding_mask is None:
+        return torch.ones(b, n, dtype=torch.bool, device=device)
+    return key_padding_mask
+
+
 def real_keys_mask(key_padding_mask: Tensor) -> Tensor:
     """(b, n) bool, True = real token -> (b, 1, 1, n): the keys a query may see, for every head
     and query."""

@@ -50,13 +50,6 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def real_keys(key_padding_mask: Tensor | None, b: int, n: int, device: torch.device) -> Tensor:
-    """(b, n) bool: the real keys (all, without a key padding mask)."""
-    if key_padding_mask is None:
-        return torch.ones(b, n, dtype=torch.bool, device=device)
-    return key_padding_mask
-
-
 def block_means(k: Tensor, real: Tensor, block: int) -> tuple[Tensor, Tensor]:
     """Mean of each block's real keys, (b, kv, nb, d) in the score dtype, and which blocks hold a
     real key (b, nb); a last partial block is averaged over the keys it has."""
