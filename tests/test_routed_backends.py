@@ -341,3 +341,21 @@ def test_tiled_decides_what_a_query_sees_by_its_mask_not_its_scores():
     torch.testing.assert_close(
         tiled_attention(q, k, v, route, real), routed_reference(q, k, v, route, real)
     )
+
+
+def test_nsa_window_branch_stays_the_built_in_sliding_window_when_a_plugin_replaces_it():
+    """nsa's window branch is the built-in sliding-window core even after a plugin registers
+    another core under that name (stored nsa numbers mean one computation)."""
+    from attention_zoo.attention.spec import BACKENDS, register_attention
+
+    built_in = BACKENDS.get("sliding-window")
+
+    class Replacement(built_in.cls):
+        """A plugin's sliding-window."""
+
+    register_attention("sliding-window", config=built_in.config, replace=True)(Replacement)
+    try:
+        core = build_attention("nsa", causal=True, device="cpu")
+    finally:
+        BACKENDS.add("sliding-window", built_in, replace=True)
+    assert type(core.window_core) is built_in.cls

@@ -239,3 +239,14 @@ def test_a_mix_gets_at_least_one_layer_per_backend(suite: Path) -> None:
     for run in runs:  # the configuration the run trains is valid
         config = ReformerConfig.from_dict(run.model_fields())
         assert config.num_hidden_layers == len(run.variant.attn_layers)
+
+
+def test_natural_order_reads_ascii_numbers_as_numbers() -> None:
+    """Labels and preset names sort with their numbers read as numbers; other digits (e.g.
+    superscripts) are text, never an error."""
+    from attention_zoo.tasks.tabulate import natural_order
+
+    labels = ["n128-d50", "n32-d100", "trained", "x2\u00b2", "n32-d50", "x1\u00b2"]
+    assert sorted(labels, key=natural_order) == [
+        "trained", "n32-d50", "n32-d100", "n128-d50", "x1\u00b2", "x2\u00b2"
+    ]  # fmt: skip

@@ -28,7 +28,10 @@ from .options import check_int
 from .spec import ROUTED, get_backend, register_attention
 
 GATES = ("g_cmp", "g_slc", "g_swa")  # the branches' gates, in (0, 1)
-WINDOW = "sliding-window"  # the backend the window branch is, read from the registry by name
+# the window branch is the built-in sliding-window backend (registered before this module, see
+# attention/__init__.py): taken from the registry now, so a plugin that replaces it later does not
+# change what nsa computes
+WINDOW = get_backend("sliding-window")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,9 +62,8 @@ class NSAAttention(AttentionCore):
         super().__init__(cfg, causal=causal)
         # the window branch: the sliding-window core (math or flex when this core is told so)
         kernel = cfg.kernel if cfg.kernel in ("math", "flex") else "auto"
-        spec = get_backend(WINDOW)
-        window = spec.make_config(window=cfg.window, kv_heads=cfg.kv_heads, kernel=kernel)
-        self.window_core = spec.cls(window, causal=True)
+        window = WINDOW.make_config(window=cfg.window, kv_heads=cfg.kv_heads, kernel=kernel)
+        self.window_core = WINDOW.cls(window, causal=True)
 
     def routed(
         self,

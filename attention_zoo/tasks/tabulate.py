@@ -92,8 +92,10 @@ class SplitMatrix(TrainEvalMatrix):
 
 def natural_order(label: str) -> tuple[bool, list[tuple[int, str]]]:
     """`trained` first, then labels by their text with numbers read as numbers ("n64" < "n512")."""
-    parts = re.split(r"(\d+)", label)
-    return label != TRAINED, [(int(p), "") if p.isdigit() else (-1, p) for p in parts if p]
+    parts = re.split(r"([0-9]+)", label)
+    return label != TRAINED, [
+        (int(p), "") if p.isascii() and p.isdigit() else (-1, p) for p in parts if p
+    ]
 
 
 @dataclass(frozen=True)
