@@ -174,7 +174,8 @@ def test_smoke_reproduction_trains_stores_and_says_undecided(
     from attention_zoo.reproduce.training import task_rows
     from attention_zoo.store import ResultStore
 
-    stored = {r["preset"] for r in task_rows(ResultStore(tmp_path / "r.db").to_dataframe())}
+    frame = ResultStore(tmp_path / "r.db").to_dataframe()
+    stored = {r["preset"] for r in task_rows(frame, ladder.rungs(PRESET_SMOKE))}
     assert stored == {ladder.rung_name(PRESET_SMOKE, n) for n in PRESET_SMOKE.task.lengths}
     assert main([*argv, "--no-progress"]) == 0  # again: everything is found in the store
     assert "[1/" not in capsys.readouterr().out

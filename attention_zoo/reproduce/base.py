@@ -37,6 +37,7 @@ from ..report.claims import CLAIM_COLUMNS, ClaimRow
 from ..report.context import Context
 from ..store import ResultStore
 from ..sweep import SweepResult
+from ..tasks.suite import TaskPreset
 
 SIZES = ("smoke", "cpu", "paper")  # toy pipeline check, minutes on a CPU, the published settings
 GPU_SIZE = "gpu"  # minutes on one GPU: a size the task reproductions add (Reproduction.sizes)
@@ -102,6 +103,15 @@ class Reproduction:
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
         """Measure the benchmark experiments of `size` into `store` (resumable sweeps)."""
         return []
+
+    def trained_presets(self, size: str) -> list[TaskPreset]:
+        """The task presets `run` trains at `size` itself (through `train_presets`)."""
+        return []
+
+    def defined_presets(self) -> list[TaskPreset]:
+        """The trained presets of every size, as defined now: `claims` and `report_sections` read
+        a stored run of one only where it agrees with that definition (training.as_defined)."""
+        return [p for size in self.sizes for p in self.trained_presets(size)]
 
     def task_runs(self, size: str) -> tuple[TaskRun, ...]:
         """The task suite presets trained at `size`, after `run`."""

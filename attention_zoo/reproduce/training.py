@@ -3,12 +3,14 @@ store already holds is not trained again unless forced), and read their tidy row
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..store import ResultStore
 from ..tasks.driver import TaskRequest, train_task
 from ..tasks.results import decode_metric, tidy_rows
+from ..tasks.runner import trained_as_defined
 from ..tasks.suite import TaskPreset
 from .base import RunOptions
 
@@ -37,21 +39,40 @@ def train_presets(
         )
 
 
-def task_rows(frame: Any) -> list[dict[str, Any]]:
+def task_rows(frame: Any, presets: Sequence[TaskPreset]) -> list[dict[str, Any]]:
     """Tidy task rows (task, preset, backend, length, seed, metric, value, eval, ref "run/case")
-    of the claims' input, a `ResultStore.to_dataframe()` frame."""
+    of the claims' input, a `ResultStore.to_dataframe()` frame; a run of one of `presets` is read
+    only as the preset defines it now (`as_defined`)."""
     if frame is None or not len(frame):
         return []
-    return tidy_rows(frame.to_dict("records"), with_ref=True)
+    records = [r for r in frame.to_dict("records") if as_defined(r["config"], presets)]
+    return tidy_rows(records, with_ref=True)
 
 
-def report_rows(tasks: Any) -> list[dict[str, Any]]:
-    """Tidy task rows of the report's selected task runs (`Context.tasks`)."""
+def report_rows(tasks: Any, presets: Sequence[TaskPreset]) -> list[dict[str, Any]]:
+    """Tidy task rows of the report's selected task runs (`Context.tasks`), those of `presets`
+    as `task_rows` reads them."""
     rows = []
     for _, r in tasks.iterrows() if len(tasks) else ():
+        if not as_defined(r["config"], presets):
+            continue
         identity = {k: r[k] for k in ("task", "preset", "backend", "length", "seed")}
         identity["ref"] = f"{r['run_id']}/{r['case_key']}"  # where the report's ledger finds it
         for name, value in r["metrics"].items():
             metric, evaluation = decode_metric(name)
             rows.append({**identity, "metric": metric, "value": value, "eval": evaluation})
     return rows
+
+
+def as_defined(config: Any, presets: Sequence[TaskPreset]) -> bool:
+    """Whether a stored task case (its config) may be read by a reproduction of `presets`: a run
+    of another preset name, or one whose stored spec agrees with its preset as defined now (a
+    run trained before the preset was edited is not averaged with the runs trained after)."""
+    config = json.loads(config) if isinstance(config, str) else config
+    if not isinstance(config, Mapping):
+        return True
+    preset = next((p for p in presets if p.name == config.get("preset")), None)
+    spec = config.get("spec")
+    if preset is None or not isinstance(spec, Mapping) or config.get("task") != preset.task.name:
+        return True
+    return trained_as_defined(spec, preset)

@@ -10,8 +10,9 @@ for LSH with each evaluation hash count ("lsh-8", ...): the columns of the Refor
 from __future__ import annotations
 
 import copy
+import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -283,6 +284,28 @@ def identity(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
         "length": preset.task.seq_len,
         "seed": seed,
     }
+
+
+def trained_as_defined(stored: Mapping[str, Any], preset: TaskPreset) -> bool:
+    """Whether a stored run's spec (`RunSpec.key()`) agrees with what `preset`, as defined now,
+    trains for the same variant and seed: False for a run stored before its preset was edited.
+    Fields one side lacks (a field added to the code since) are not held against it."""
+    model = stored.get("model") or {}
+    variant = TrainVariant(
+        label=str(stored.get("variant", "")),
+        attn_layers=tuple(model.get("attn_layers") or ()),
+        num_hashes=model.get("num_hashes"),
+    )
+    spec = RunSpec(preset=preset, variant=variant, seed=int(stored.get("seed", 0)), evals=())
+    expected = json.loads(json.dumps({**spec.key(), "evals": stored.get("evals")}))
+    return _agrees(json.loads(json.dumps(dict(stored))), expected)
+
+
+def _agrees(stored: Any, expected: Any) -> bool:
+    """Equal where both have a value: dicts key by key over the keys they share, else as values."""
+    if isinstance(stored, dict) and isinstance(expected, dict):
+        return all(_agrees(stored[k], expected[k]) for k in stored.keys() & expected.keys())
+    return stored == expected
 
 
 def skipped_key(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:

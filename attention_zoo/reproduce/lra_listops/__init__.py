@@ -9,6 +9,7 @@ from typing import Any
 from ...report.claims import ClaimRow
 from ...store import ResultStore
 from ...sweep import SweepResult
+from ...tasks.suite import TaskPreset
 from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
 from ..training import task_rows, train_presets
 from . import claims as table1
@@ -38,14 +39,16 @@ class LRAListOps(Reproduction):
             + ",".join(map(str, preset.grid.seeds)),
         ]
 
+    def trained_presets(self, size: str) -> list[TaskPreset]:
+        return [listops_preset(size, settings) for settings in self.settings]
+
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(
-            [listops_preset(size, options.settings)], store, options, reproduce=self.name, size=size
-        )
+        preset = listops_preset(size, options.settings)
+        train_presets([preset], store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
-        tidy = task_rows(rows)
+        tidy = task_rows(rows, self.defined_presets())
         names = stored_presets(self.sizes)
         found = [n for n in names if any(r["preset"] == n for r in tidy)] or ["cpu"]
         out = []

@@ -11,6 +11,7 @@ from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
 from ...store import ResultStore
 from ...sweep import SweepResult
+from ...tasks.suite import TaskPreset
 from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
 from ..training import report_rows, task_rows, train_presets
 from .ladder import (
@@ -48,13 +49,15 @@ class NeedleLadder(Reproduction):
             )
         return lines
 
+    def trained_presets(self, size: str) -> list[TaskPreset]:
+        return [rung for preset in ladder_presets(size) for rung in rungs(preset)]
+
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        ladder = [rung for preset in ladder_presets(size) for rung in rungs(preset)]
-        train_presets(ladder, store, options, reproduce=self.name, size=size)
+        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
-        tidy = task_rows(rows)
+        tidy = task_rows(rows, self.defined_presets())
         stored = {r["preset"] for r in tidy if r["task"] == "niah"}
         out = []
         for size in SIZES:
@@ -64,7 +67,7 @@ class NeedleLadder(Reproduction):
         return out or [c for p in ladder_presets("cpu") for c in claims([], p)]
 
     def report_sections(self, ctx: Context) -> list[Any]:
-        rows = report_rows(ctx.tasks)
+        rows = report_rows(ctx.tasks, self.defined_presets())
         blocks: list[Any] = [Heading(1, "Needle in a haystack ladder")]
         for size in SIZES:
             for preset in ladder_presets(size):

@@ -52,13 +52,15 @@ class MambaSelectiveCopying(Reproduction):
             f"{', '.join(preset.grid.backends)}; seeds {','.join(map(str, preset.grid.seeds))}",
         ]
 
+    def trained_presets(self, size: str) -> list[TaskPreset]:
+        return [load_task_preset(TASK, size)]
+
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        preset = load_task_preset(TASK, size)
-        train_presets([preset], store, options, reproduce=self.name, size=size)
+        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
-        tidy = task_rows(rows)
+        tidy = task_rows(rows, self.defined_presets())
         found = [s for s in self.sizes if any(r["preset"] == s for r in tidy)] or ["cpu"]
         return [
             line
@@ -67,7 +69,7 @@ class MambaSelectiveCopying(Reproduction):
         ]
 
     def report_sections(self, ctx: Context) -> list[Any]:
-        rows = [r for r in report_rows(ctx.tasks) if r["task"] == TASK]
+        rows = [r for r in report_rows(ctx.tasks, self.defined_presets()) if r["task"] == TASK]
         blocks: list[Any] = [Heading(1, "Selective copying (Mamba Table 1)")]
         sizes = [s for s in self.sizes if any(r["preset"] == s for r in rows)]
         if not sizes:

@@ -14,7 +14,7 @@ from ...report.document import Heading, Image, Para, narrow_tables
 from ...report.plots import pyplot, save_figure
 from ...store import ResultStore
 from ...sweep import SweepResult
-from ...tasks.suite import load_task_preset
+from ...tasks.suite import TaskPreset, load_task_preset
 from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
 from ..evidence import cell_text, error_bar
 from ..training import report_rows, task_rows, train_presets
@@ -49,19 +49,22 @@ class StateTracking(Reproduction):
             + ",".join(map(str, base.grid.seeds)),
         ]
 
+    def trained_presets(self, size: str) -> list[TaskPreset]:
+        return parity_presets(size)
+
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(parity_presets(size), store, options, reproduce=self.name, size=size)
+        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
-        tidy = task_rows(rows)
+        tidy = task_rows(rows, self.defined_presets())
         found = [z for z in SIZES if any(r["preset"] in _names(z) for r in tidy)] or ["cpu"]
         return [
             c for z in found for c in parity.claims(tidy, z, load_task_preset(TASK, base_name(z)))
         ]
 
     def report_sections(self, ctx: Context) -> list[Any]:
-        rows = report_rows(ctx.tasks)
+        rows = report_rows(ctx.tasks, self.defined_presets())
         blocks: list[Any] = [Heading(1, "State tracking: parity past the training length")]
         for size in SIZES:
             if not any(r["preset"] in _names(size) for r in rows):

@@ -11,6 +11,7 @@ from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
 from ...store import ResultStore
 from ...sweep import SweepResult
+from ...tasks.suite import TaskPreset
 from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
 from ..evidence import cell_text
 from ..training import report_rows, task_rows, train_presets
@@ -52,12 +53,15 @@ class Zoology(Reproduction):
             f"{', '.join(base.grid.backends)}; seeds {','.join(map(str, base.grid.seeds))}",
         ]
 
+    def trained_presets(self, size: str) -> list[TaskPreset]:
+        return sweep_presets(size)
+
     def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(sweep_presets(size), store, options, reproduce=self.name, size=size)
+        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
         return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
-        tidy = task_rows(rows)
+        tidy = task_rows(rows, self.defined_presets())
         out = []
         for size in SWEEPS:
             if any(r["preset"] in _names(size) for r in tidy):
@@ -66,7 +70,7 @@ class Zoology(Reproduction):
         return out or claims([], "cpu", sweep_presets("cpu")[0].train.target_accuracy)
 
     def report_sections(self, ctx: Context) -> list[Any]:
-        rows = report_rows(ctx.tasks)
+        rows = report_rows(ctx.tasks, self.defined_presets())
         blocks: list[Any] = [Heading(1, "Zoology MQAR sweep")]
         for size in SWEEPS:
             path = plot(rows, size, ctx.out_dir / f"zoology-{size}.png")
