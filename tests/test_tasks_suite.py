@@ -86,6 +86,15 @@ def test_unknown_task_and_preset(suite: Path) -> None:
         load_task_preset(str(suite), "gpu")
 
 
+def test_a_folder_named_like_a_task_does_not_hide_its_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`zoo task niah` run where a folder `niah/` exists still finds niah's suite."""
+    (tmp_path / "niah").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_task_preset("niah", "ladder-smoke").task.name == "niah"
+
+
 def test_bad_fields_say_what_is_accepted(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(SUITE.replace("max_steps = 4", "max_steps = 4, lr = 0.1"))

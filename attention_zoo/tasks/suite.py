@@ -91,7 +91,7 @@ def find_suite(spec: str) -> Path | Traversable:
     """A suite file path, or a task name looked up as `<name>.toml` in `suite_dirs()`, then among
     the built-in suites (a user's file of the same name wins: it is how a built-in is edited)."""
     path = Path(spec)
-    if path.suffix == ".toml" or path.exists():
+    if path.suffix == ".toml" or path.is_file():  # a folder named like a task is not a suite
         if not path.is_file():
             raise ConfigError(f"suite file {spec!r} does not exist")
         return path
