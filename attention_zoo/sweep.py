@@ -170,6 +170,11 @@ class SweepGrid:
                 continue
             for backend in self.backend_names():
                 for options in self._options_of(backend):
+                    if not is_peer(backend):  # shared KV heads must divide the query heads
+                        try:
+                            get_backend(backend).layout(**options).kv_heads_for(self.num_heads)
+                        except ConfigError as e:
+                            raise ConfigError(f"{backend}: {e} (--heads)") from None
                     out.append((backend, options, model, label))
         return out
 

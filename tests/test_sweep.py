@@ -69,6 +69,15 @@ def test_unknown_option_in_grid_names_accepted_ones() -> None:
         SweepGrid(backends=("sdpa",), options={"sdpa": {"num_hashes": 4}}).cases()
 
 
+def test_shared_kv_heads_that_do_not_divide_the_heads_are_refused_before_any_run() -> None:
+    grid = SweepGrid(backends=("sdpa",), num_heads=4, options={"sdpa": {"kv_heads": [1, 3]}})
+    with pytest.raises(ConfigError, match=r"^sdpa: kv_heads=3 must divide the 4 query heads; pick"):
+        grid.cases()
+    assert len(
+        SweepGrid(backends=("sdpa",), num_heads=4, options={"sdpa": {"kv_heads": 2}}).cases()
+    )
+
+
 def test_bad_grid_values() -> None:
     with pytest.raises(ConfigError, match="mode"):
         SweepGrid(modes=("sideways",))
