@@ -280,6 +280,24 @@ def test_task_tables_put_a_ladders_rungs_shortest_first(tmp_path):
     assert headings == [f"`niah` / preset `ladder-n{n}`, L {n}: accuracy" for n in (32, 128, 512)]
 
 
+def test_task_tables_show_a_presets_latest_definition_and_count_the_earlier_runs(tmp_path):
+    """Runs of one preset name stored before and after an edit of the preset (here its steps)
+    are not averaged: the table holds the latest definition's runs, its caption counts the
+    others (rows.csv keeps them)."""
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run_id = store.start_run(kind=KIND)
+        for steps, seed, accuracy in ((100, 0, 0.2), (100, 1, 0.3), (200, 0, 0.9)):
+            row = {"task": "associative-recall", "preset": "p", "backend": "full",
+                   "length": 64, "seed": seed, "eval": "trained"}  # fmt: skip
+            spec = {"seed": seed, "train": {"max_steps": steps}}
+            save_trained(store, run_id, spec, [{**row, "metric": "accuracy", "value": accuracy}])
+        store.finish_run(run_id)
+        ctx = builder.select(store.to_dataframe(), store.runs())
+    (table,) = [b for b in task_tables(ctx) if isinstance(b, Table)]
+    assert table.rows == [["`full` (seeds `0`)", "90.0%"]]
+    assert "2 run(s) of an earlier definition of this preset" in table.caption
+
+
 def test_cost_cases_have_the_model_key_of_their_task_runs():
     """`zoo task --cost` measures the very model each task run trained (joined by model key)."""
     from attention_zoo.report.frame import model_key

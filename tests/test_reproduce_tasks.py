@@ -259,6 +259,8 @@ def test_a_run_stored_before_its_preset_was_edited_is_not_read(tmp_path: Path) -
     assert not trained_as_defined(before.key(), preset)
     older = {**now.key(), "task": {k: v for k, v in now.key()["task"].items() if k != "eval_size"}}
     assert trained_as_defined(older, preset)
+    widened = {**now.key(), "model": {**now.key()["model"], "hidden_dropout_prob": 0.5}}
+    assert not trained_as_defined(widened, preset)  # a model field the preset no longer sets
     with ResultStore(tmp_path / "s.sqlite") as store:
         run_id = store.start_run(kind=KIND)
         for spec, value in ((now, 0.9), (before, 0.1)):
@@ -271,3 +273,44 @@ def test_a_run_stored_before_its_preset_was_edited_is_not_read(tmp_path: Path) -
     assert sorted(r["value"] for r in task_rows(frame, [])) == [0.1, 0.9]  # not its presets
     tasks = builder.select(frame, runs).tasks
     assert [r["value"] for r in report_rows(tasks, [preset]) if r["metric"] == "accuracy"] == [0.9]
+
+
+def test_presets_sharing_a_name_each_hold_their_own_runs() -> None:
+    """A sweep names its points by width and learning rate, one name at several lengths: a run
+    at any of those lengths is read (it agrees with one of them), one of no point is not."""
+    import dataclasses
+
+    from attention_zoo.reproduce.training import as_defined
+    from attention_zoo.tasks.runner import identity
+
+    presets = zoology.sweep_presets("smoke")
+    first = presets[0]
+    shared = [p for p in presets if p.name == first.name]
+    assert len({p.task.seq_len for p in shared}) > 1
+    for preset in shared:
+        spec = plan_runs(preset)[0][0]
+        config = {**identity(preset, spec.variant.label, spec.seed), "spec": spec.key()}
+        assert as_defined({"kind": KIND, **config}, presets)
+    edited = dataclasses.replace(first, train=dataclasses.replace(first.train, max_steps=1))
+    spec = plan_runs(edited)[0][0]
+    config = {"kind": KIND, **identity(edited, spec.variant.label, spec.seed), "spec": spec.key()}
+    assert not as_defined(config, presets)
+
+
+def test_a_user_suite_without_a_size_leaves_the_reproduction_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's edited suite (./tasks/<task>.toml) that keeps only some sizes: the reproduction
+    still reads and reports (the missing sizes have no definition to hold runs to)."""
+    from attention_zoo.tasks.suite import find_suite
+
+    suite = Path(str(find_suite("selective-copying")))
+    (tmp_path / "tasks").mkdir()
+    text = suite.read_text()
+    keep = text[: text.index("[presets.gpu]")]
+    (tmp_path / "tasks" / "selective-copying.toml").write_text(keep)
+    monkeypatch.chdir(tmp_path)
+    reproduction = get_reproduction("selective-copying")
+    names = {p.name for p in reproduction.defined_presets()}
+    assert "smoke" in names and "gpu" not in names
+    assert reproduction.claims(None)

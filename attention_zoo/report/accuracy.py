@@ -177,6 +177,7 @@ def task_tables(ctx: Context) -> list[Any]:
     )
     groups = sorted(ctx.tasks.groupby(["task", "preset", "length"]), key=_by_preset)
     for (task, preset, length), part in groups:
+        part, earlier = _latest_definition(part)
         tabulation = tabulation_of(task)
         cells = {
             cell: [ctx.input(r, metric) for metric, r in found]
@@ -201,7 +202,13 @@ def task_tables(ctx: Context) -> list[Any]:
             *narrow_tables(
                 ["train \\ eval", *[f"`{e}`" for e in evals]],
                 rows,
-                caption=f"Mean over the seeds each row names, at length {length}.",
+                caption=f"Mean over the seeds each row names, at length {length}."
+                + (
+                    f" {earlier} run(s) of an earlier definition of this preset (other task, "
+                    "training or model fields) left out; `rows.csv` keeps them."
+                    if earlier
+                    else ""
+                ),
             ),
         ]
     return blocks
@@ -212,3 +219,11 @@ def _by_preset(group: tuple[tuple, Any]) -> tuple:
     ladder's rungs come shortest first (ladder-n32 before ladder-n128)."""
     (task, preset, *rest), _ = group
     return task, natural_order(preset), *rest
+
+
+def _latest_definition(part: Any) -> tuple[Any, int]:
+    """A preset's runs at one length as its latest stored definition trained them, and how many
+    runs of earlier definitions (the preset edited since) that leaves out."""
+    latest = part.sort_values("created_at", kind="stable")["definition"].iloc[-1]
+    keep = part["definition"] == latest
+    return part[keep], int((~keep).sum())

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import torch
 
 from ..engine import RunPolicy
+from ..errors import ConfigError
 from ..executors import Executor
 from ..measure.table import format_table
 from ..registry import Registry
@@ -111,7 +112,13 @@ class Reproduction:
     def defined_presets(self) -> list[TaskPreset]:
         """The trained presets of every size, as defined now: `claims` and `report_sections` read
         a stored run of one only where it agrees with that definition (training.as_defined)."""
-        return [p for size in self.sizes for p in self.trained_presets(size)]
+        presets = []
+        for size in self.sizes:
+            try:
+                presets += self.trained_presets(size)
+            except ConfigError:  # a user's suite without this size: no definition to hold runs to
+                continue
+        return presets
 
     def task_runs(self, size: str) -> tuple[TaskRun, ...]:
         """The task suite presets trained at `size`, after `run`."""

@@ -69,10 +69,10 @@ def as_defined(config: Any, presets: Sequence[TaskPreset]) -> bool:
     of another preset name, or one whose stored spec agrees with its preset as defined now (a
     run trained before the preset was edited is not averaged with the runs trained after)."""
     config = json.loads(config) if isinstance(config, str) else config
-    if not isinstance(config, Mapping):
+    if not isinstance(config, Mapping) or not isinstance(spec := config.get("spec"), Mapping):
         return True
-    preset = next((p for p in presets if p.name == config.get("preset")), None)
-    spec = config.get("spec")
-    if preset is None or not isinstance(spec, Mapping) or config.get("task") != preset.task.name:
-        return True
-    return trained_as_defined(spec, preset)
+    named = [
+        p for p in presets if (p.task.name, p.name) == (config.get("task"), config.get("preset"))
+    ]
+    # one name may stand for several presets (a sweep's lengths): any of them may have trained it
+    return not named or any(trained_as_defined(spec, p) for p in named)

@@ -25,6 +25,19 @@ TRAINED = "trained"
 _IDENTITY = ("task", "preset", "backend", "length", "seed")
 
 
+# model fields a training variant sets (its layers, their options, hash rounds, depth for a mix)
+VARIANT_MODEL_FIELDS = ("attn_layers", "attn_options", "num_hashes", "num_hidden_layers")
+
+
+def preset_definition(spec_key: Mapping[str, Any]) -> str:
+    """What the preset of a stored run defined, the same for all of its variants and seeds: its
+    task and training fields and the model fields no variant sets, as comparable text."""
+    model = spec_key.get("model") or {}
+    fixed = {k: v for k, v in model.items() if k not in VARIANT_MODEL_FIELDS}
+    definition = {"task": spec_key.get("task"), "train": spec_key.get("train"), "model": fixed}
+    return json.dumps(definition, sort_keys=True, default=str)
+
+
 def case_config(identity: dict[str, Any], spec_key: dict[str, Any]) -> dict[str, Any]:
     """What the store keeps with every row of a run: the tidy identity + the full run spec."""
     return {"kind": KIND, **{k: identity[k] for k in _IDENTITY}, "spec": spec_key}

@@ -289,7 +289,8 @@ def identity(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
 def trained_as_defined(stored: Mapping[str, Any], preset: TaskPreset) -> bool:
     """Whether a stored run's spec (`RunSpec.key()`) agrees with what `preset`, as defined now,
     trains for the same variant and seed: False for a run stored before its preset was edited.
-    Fields one side lacks (a field added to the code since) are not held against it."""
+    The model's fields must be the same; a task or training field one side lacks (one added to
+    the code since) is not held against it."""
     model = stored.get("model") or {}
     variant = TrainVariant(
         label=str(stored.get("variant", "")),
@@ -297,8 +298,15 @@ def trained_as_defined(stored: Mapping[str, Any], preset: TaskPreset) -> bool:
         num_hashes=model.get("num_hashes"),
     )
     spec = RunSpec(preset=preset, variant=variant, seed=int(stored.get("seed", 0)), evals=())
-    expected = json.loads(json.dumps({**spec.key(), "evals": stored.get("evals")}))
-    return _agrees(json.loads(json.dumps(dict(stored))), expected)
+    expected = _as_stored({**spec.key(), "evals": stored.get("evals")})
+    stored = _as_stored(stored)
+    same_model = "model" not in stored or stored["model"] == expected["model"]
+    return same_model and _agrees(stored, expected)
+
+
+def _as_stored(spec: Mapping[str, Any]) -> Any:
+    """A spec as the store's JSON gives it back (tuples as lists, other values as text)."""
+    return json.loads(json.dumps(dict(spec), default=str))
 
 
 def _agrees(stored: Any, expected: Any) -> bool:
