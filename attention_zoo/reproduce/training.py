@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..store import ResultStore
+from ..sweep import SweepResult
 from ..tasks.driver import TaskRequest, train_task
 from ..tasks.results import decode_metric, tidy_rows
 from ..tasks.runner import trained_as_defined
 from ..tasks.suite import TaskPreset
-from .base import RunOptions
+from .base import Reproduction, RunOptions
 
 
 def train_presets(
@@ -76,3 +77,12 @@ def as_defined(config: Any, presets: Sequence[TaskPreset]) -> bool:
     ]
     # one name may stand for several presets (a sweep's lengths): any of them may have trained it
     return not named or any(trained_as_defined(spec, p) for p in named)
+
+
+class TaskReproduction(Reproduction):
+    """A reproduction whose experiments are task presets: `run` trains `trained_presets(size)`
+    through the task engine, and its claims read them back (`task_rows`, `report_rows`)."""
+
+    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
+        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
+        return []

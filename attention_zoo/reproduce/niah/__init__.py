@@ -9,11 +9,9 @@ from typing import Any
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
-from ...store import ResultStore
-from ...sweep import SweepResult
 from ...tasks.suite import TaskPreset
-from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
-from ..training import report_rows, task_rows, train_presets
+from ..base import GPU_SIZE, register_reproduction
+from ..training import TaskReproduction, report_rows, task_rows
 from .ladder import (
     SIZES,
     SOURCES,
@@ -28,7 +26,7 @@ from .plot import plot
 
 
 @register_reproduction
-class NeedleLadder(Reproduction):
+class NeedleLadder(TaskReproduction):
     """Retrieval accuracy against context length, per mechanism, on RULER's NIAH variants."""
 
     name = "niah"
@@ -51,10 +49,6 @@ class NeedleLadder(Reproduction):
 
     def trained_presets(self, size: str) -> list[TaskPreset]:
         return [rung for preset in ladder_presets(size) for rung in rungs(preset)]
-
-    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
-        return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())

@@ -9,15 +9,13 @@ from typing import Any
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Para, narrow_tables
-from ...store import ResultStore
-from ...sweep import SweepResult
 from ...tasks.suite import TaskPreset, load_task_preset
-from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
+from ..base import GPU_SIZE, PRESETS, register_reproduction
 from ..evidence import (
     cell_text,  # a cell of seeds: mean, interval, seed count
     per_seed,
 )
-from ..training import report_rows, task_rows, train_presets
+from ..training import TaskReproduction, report_rows, task_rows
 from . import table1
 from .table1 import REFERENCE, SOURCE, TABLE1, TASK
 
@@ -34,7 +32,7 @@ def scale_text(preset: TaskPreset) -> str:
 
 
 @register_reproduction
-class MambaSelectiveCopying(Reproduction):
+class MambaSelectiveCopying(TaskReproduction):
     """Table 1's ordering of selection (S6) over a fixed decay (S4), on our mapped backends."""
 
     name = "selective-copying"
@@ -54,10 +52,6 @@ class MambaSelectiveCopying(Reproduction):
 
     def trained_presets(self, size: str) -> list[TaskPreset]:
         return [load_task_preset(TASK, size)]
-
-    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
-        return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())

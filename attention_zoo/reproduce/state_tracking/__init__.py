@@ -12,12 +12,10 @@ from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
 from ...report.plots import pyplot, save_figure
-from ...store import ResultStore
-from ...sweep import SweepResult
 from ...tasks.suite import TaskPreset, load_task_preset
-from ..base import GPU_SIZE, Reproduction, RunOptions, register_reproduction
+from ..base import GPU_SIZE, register_reproduction
 from ..evidence import cell_text, error_bar
-from ..training import report_rows, task_rows, train_presets
+from ..training import TaskReproduction, report_rows, task_rows
 from . import claims as parity
 from .claims import FLOOR, MECHANISMS, SOURCE, accuracies, ranges
 from .presets import TASK, base_name, negative_name, parity_presets, scale_text
@@ -26,7 +24,7 @@ SIZES = ("smoke", "cpu", GPU_SIZE)
 
 
 @register_reproduction
-class StateTracking(Reproduction):
+class StateTracking(TaskReproduction):
     """Which linear recurrences learn parity and keep it past their training length."""
 
     name = "state-tracking"
@@ -51,10 +49,6 @@ class StateTracking(Reproduction):
 
     def trained_presets(self, size: str) -> list[TaskPreset]:
         return parity_presets(size)
-
-    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
-        return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())

@@ -9,12 +9,10 @@ from typing import Any
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
-from ...store import ResultStore
-from ...sweep import SweepResult
 from ...tasks.suite import TaskPreset
-from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reproduction
+from ..base import GPU_SIZE, PRESETS, register_reproduction
 from ..evidence import cell_text
-from ..training import report_rows, task_rows, train_presets
+from ..training import TaskReproduction, report_rows, task_rows
 from .sweep import (
     SOURCE,
     SWEEPS,
@@ -30,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 @register_reproduction
-class Zoology(Reproduction):
+class Zoology(TaskReproduction):
     """Which mechanisms solve MQAR at which model width (Zoology's Figure 2 layout)."""
 
     name = "zoology"
@@ -55,10 +53,6 @@ class Zoology(Reproduction):
 
     def trained_presets(self, size: str) -> list[TaskPreset]:
         return sweep_presets(size)
-
-    def run(self, size: str, store: ResultStore, options: RunOptions) -> list[SweepResult]:
-        train_presets(self.trained_presets(size), store, options, reproduce=self.name, size=size)
-        return []
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
