@@ -52,6 +52,10 @@ class ConfigError(ZooError, ValueError):
     """A configuration whose values contradict each other."""
 
 
+class UnknownPresetError(ConfigError):
+    """A task suite without the preset asked for (the message lists the presets it has)."""
+
+
 class UsageError(ZooError, ValueError):
     """Command-line input that is malformed, contradicts itself or would do nothing."""
 

@@ -171,10 +171,11 @@ class SweepGrid:
             for backend in self.backend_names():
                 for options in self._options_of(backend):
                     if not is_peer(backend):  # shared KV heads must divide the query heads
+                        heads = model.get("num_attention_heads", self.num_heads)
                         try:
-                            get_backend(backend).layout(**options).kv_heads_for(self.num_heads)
+                            get_backend(backend).layout(**options).kv_heads_for(heads)
                         except ConfigError as e:
-                            raise ConfigError(f"{backend}: {e} (--heads)") from None
+                            raise ConfigError(f"{backend}: {e}") from None
                     out.append((backend, options, model, label))
         return out
 

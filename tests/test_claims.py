@@ -147,6 +147,17 @@ def test_table2_rows_from_the_task_store(store) -> None:
     assert f.iloc[1]["ours"] == "0.990"  # as trained (0.99), not the lsh-4 re-evaluation (0.96)
 
 
+def test_table2_reads_no_run_of_an_earlier_duplication_preset(store) -> None:
+    """Claim f reads duplication runs only as the preset they name is defined now."""
+    run = store.start_run(kind="task")
+    for backend in ("shared-qk", "lsh-4"):
+        config = {"kind": "task", "task": "duplication", "preset": "cpu", "backend": backend}
+        config |= {"length": 128, "seed": 0, "spec": {"train": {"max_steps": 1}}}  # not cpu's
+        store.add_rows(run, None, config, [("accuracy", 1.0, "fraction")])
+    f = claims_table(store.to_dataframe())
+    assert list(f[f["claim"].str.startswith("f.")]["verdict"]) == [NOT_MEASURED]
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_smoke_reproduction_end_to_end_resumes_after_an_interruption(

@@ -298,6 +298,31 @@ def test_task_tables_show_a_presets_latest_definition_and_count_the_earlier_runs
     assert "2 run(s) of an earlier definition of this preset" in table.caption
 
 
+@pytest.mark.parametrize(
+    ("older", "kept"),
+    [
+        ({"model": {"num_hidden_layers": 2}, "train": {"max_steps": 1}}, False),  # depth edited
+        ({"model": {"num_hidden_layers": 4}}, True),  # a training field added to the code since
+    ],
+)
+def test_task_tables_hold_each_run_to_the_latest_definition_as_claims_do(tmp_path, older, kept):
+    newer = {"model": {"num_hidden_layers": 4}, "train": {"max_steps": 1}}
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        run_id = store.start_run(kind=KIND)
+        for seed, (spec, accuracy) in enumerate(((older, 0.2), (newer, 0.9))):
+            row = {"task": "associative-recall", "preset": "p", "backend": "full",
+                   "length": 64, "seed": seed, "eval": "trained"}  # fmt: skip
+            spec = {**spec, "seed": seed}
+            save_trained(store, run_id, spec, [{**row, "metric": "accuracy", "value": accuracy}])
+        store.finish_run(run_id)
+        ctx = builder.select(store.to_dataframe(), store.runs())
+    (table,) = [b for b in task_tables(ctx) if isinstance(b, Table)]
+    assert table.rows == [
+        ["`full` (seeds `0,1`)", "55.0%"] if kept else ["`full` (seeds `1`)", "90.0%"]
+    ]
+    assert ("earlier definition" in table.caption) is not kept
+
+
 def test_cost_cases_have_the_model_key_of_their_task_runs():
     """`zoo task --cost` measures the very model each task run trained (joined by model key)."""
     from attention_zoo.report.frame import model_key

@@ -314,3 +314,18 @@ def test_a_user_suite_without_a_size_leaves_the_reproduction_readable(
     names = {p.name for p in reproduction.defined_presets()}
     assert "smoke" in names and "gpu" not in names
     assert reproduction.claims(None)
+
+
+def test_a_user_niah_suite_without_the_gpu_ladders_still_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attention_zoo.tasks.suite import find_suite
+
+    text = Path(str(find_suite("niah"))).read_text()
+    (tmp_path / "tasks").mkdir()
+    keep = text[: text.index("[presets.ladder-gpu-multikey]")]
+    (tmp_path / "tasks" / "niah.toml").write_text(keep)
+    monkeypatch.chdir(tmp_path)
+    reproduction = get_reproduction("niah")
+    assert {p.name for p in reproduction.ladders()} == {"ladder-smoke", "ladder-cpu"}
+    assert reproduction.claims(None)

@@ -73,9 +73,13 @@ def test_shared_kv_heads_that_do_not_divide_the_heads_are_refused_before_any_run
     grid = SweepGrid(backends=("sdpa",), num_heads=4, options={"sdpa": {"kv_heads": [1, 3]}})
     with pytest.raises(ConfigError, match=r"^sdpa: kv_heads=3 must divide the 4 query heads; pick"):
         grid.cases()
-    assert len(
-        SweepGrid(backends=("sdpa",), num_heads=4, options={"sdpa": {"kv_heads": 2}}).cases()
-    )
+    assert SweepGrid(backends=("sdpa",), num_heads=4, options={"sdpa": {"kv_heads": 2}}).cases()
+    model = {"num_attention_heads": 6, "attention_head_size": 8, "num_hidden_layers": 1}
+    grid = SweepGrid(
+        target="model", backends=("sdpa",), num_heads=4, models=(model,),
+        options={"sdpa": {"kv_heads": 3}},
+    )  # fmt: skip
+    assert grid.cases()  # a model's own head count is what kv_heads must divide
 
 
 def test_bad_grid_values() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..measure.metrics import METRICS, metric_spec
 from ..tasks.base import tabulation_of
+from ..tasks.results import same_definition
 from ..tasks.tabulate import natural_order
 from .analysis import join_tasks_costs, pareto_front
 from .context import Context, empty_section, opening, trusted
@@ -222,8 +223,11 @@ def _by_preset(group: tuple[tuple, Any]) -> tuple:
 
 
 def _latest_definition(part: Any) -> tuple[Any, int]:
-    """A preset's runs at one length as its latest stored definition trained them, and how many
-    runs of earlier definitions (the preset edited since) that leaves out."""
-    latest = part.sort_values("created_at", kind="stable")["definition"].iloc[-1]
-    keep = part["definition"] == latest
-    return part[keep], int((~keep).sum())
+    """A preset's runs at one length, each backend's as its latest stored definition trained
+    them (`same_definition`), and how many runs of earlier definitions (the preset edited since)
+    that leaves out."""
+    ordered = part.sort_values("created_at", kind="stable")
+    specs = [(c.get("spec") or {}) for c in ordered["config"]]
+    latest = dict(zip(ordered["backend"], specs))  # each backend's last stored spec
+    keep = [same_definition(s, latest[b]) for b, s in zip(ordered["backend"], specs)]
+    return ordered[keep], keep.count(False)

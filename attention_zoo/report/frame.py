@@ -20,7 +20,6 @@ from ..measure.load import SAMPLED, busy_at_end, busy_at_start
 from ..measure.table import group_cases
 from ..measure.timing import CPU_CLOCK
 from ..measure.trust import BUSY, CPU_TIMED, UNSTABLE, busy_threads, timing_marks
-from ..tasks.results import preset_definition
 
 SELECTION_RULE = (
     "one row per configuration (every case parameter, options resolved against their defaults, "
@@ -270,7 +269,6 @@ def task_frame(cases: Any) -> Any:
     tasks["model_fields"] = [(c.get("spec") or {}).get("model") or {} for c in cfg]
     tasks["batch"] = [_train_batch(c) for c in cfg]
     tasks["model_key"] = [model_key(m) for m in tasks["model_fields"]]
-    tasks["definition"] = [preset_definition(c.get("spec") or {}) for c in cfg]
     latest, _ = latest_per_identity(tasks, "case_key")
     return latest
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import torch
 
 from ..engine import RunPolicy
-from ..errors import ConfigError
+from ..errors import UnknownPresetError
 from ..executors import Executor
 from ..measure.table import format_table
 from ..registry import Registry
@@ -38,7 +38,7 @@ from ..report.claims import CLAIM_COLUMNS, ClaimRow
 from ..report.context import Context
 from ..store import ResultStore
 from ..sweep import SweepResult
-from ..tasks.suite import TaskPreset
+from ..tasks.suite import TaskPreset, load_task_preset
 
 SIZES = ("smoke", "cpu", "paper")  # toy pipeline check, minutes on a CPU, the published settings
 GPU_SIZE = "gpu"  # minutes on one GPU: a size the task reproductions add (Reproduction.sizes)
@@ -110,13 +110,15 @@ class Reproduction:
         return []
 
     def defined_presets(self) -> list[TaskPreset]:
-        """The trained presets of every size, as defined now: `claims` and `report_sections` read
-        a stored run of one only where it agrees with that definition (training.as_defined)."""
+        """The task presets of every size (`trained_presets` and `task_runs`) as defined now:
+        `claims` and `report_sections` read a stored run of one only where it agrees with that
+        definition (stored.as_defined)."""
         presets = []
         for size in self.sizes:
             try:
                 presets += self.trained_presets(size)
-            except ConfigError:  # a user's suite without this size: no definition to hold runs to
+                presets += [load_task_preset(r.task, r.preset) for r in self.task_runs(size)]
+            except UnknownPresetError:  # a user's suite without this size: nothing to hold to
                 continue
         return presets
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..measure.status import OK
 from ..tasks.results import KIND as TASK_KIND
+from ..tasks.runner import trained_as_defined
+from ..tasks.suite import TaskPreset
 
 
 @dataclass(frozen=True)
@@ -55,14 +58,32 @@ def stored_cases(rows: Any) -> list[StoredCase]:
     return list(latest.values())
 
 
-def task_cases(rows: Any, task: str) -> list[StoredCase]:
-    """The finished (ok) training runs of `task` among stored rows; config holds the identity
-    (task, preset, backend, length, seed) and metrics `accuracy`, `accuracy@<eval>`, ..."""
+def task_cases(rows: Any, task: str, presets: Sequence[TaskPreset]) -> list[StoredCase]:
+    """The finished (ok) training runs of `task` among stored rows, those of `presets` as each is
+    defined now (`as_defined`); config holds the identity (task, preset, backend, length, seed)
+    and metrics `accuracy`, `accuracy@<eval>`, ..."""
     return [
         c
         for c in stored_cases(rows)
-        if c.config.get("kind") == TASK_KIND and c.config.get("task") == task and c.status == OK
+        if c.config.get("kind") == TASK_KIND
+        and c.config.get("task") == task
+        and c.status == OK
+        and as_defined(c.config, presets)
     ]
 
 
-__all__ = ["StoredCase", "stored_cases", "task_cases"]
+def as_defined(config: Any, presets: Sequence[TaskPreset]) -> bool:
+    """Whether a stored task case (its config) may be read by a reproduction of `presets`: a run
+    of another preset name, or one whose stored spec agrees with its preset as defined now (a
+    run trained before the preset was edited is not averaged with the runs trained after)."""
+    config = json.loads(config) if isinstance(config, str) else config
+    if not isinstance(config, Mapping) or not isinstance(spec := config.get("spec"), Mapping):
+        return True
+    named = [
+        p for p in presets if (p.task.name, p.name) == (config.get("task"), config.get("preset"))
+    ]
+    # one name may stand for several presets (a sweep's lengths): any of them may have trained it
+    return not named or any(trained_as_defined(spec, p) for p in named)
+
+
+__all__ = ["StoredCase", "as_defined", "stored_cases", "task_cases"]

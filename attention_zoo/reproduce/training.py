@@ -3,17 +3,16 @@ store already holds is not trained again unless forced), and read their tidy row
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..store import ResultStore
 from ..sweep import SweepResult
 from ..tasks.driver import TaskRequest, train_task
 from ..tasks.results import decode_metric, tidy_rows
-from ..tasks.runner import trained_as_defined
 from ..tasks.suite import TaskPreset
 from .base import Reproduction, RunOptions
+from .stored import as_defined
 
 
 def train_presets(
@@ -63,20 +62,6 @@ def report_rows(tasks: Any, presets: Sequence[TaskPreset]) -> list[dict[str, Any
             metric, evaluation = decode_metric(name)
             rows.append({**identity, "metric": metric, "value": value, "eval": evaluation})
     return rows
-
-
-def as_defined(config: Any, presets: Sequence[TaskPreset]) -> bool:
-    """Whether a stored task case (its config) may be read by a reproduction of `presets`: a run
-    of another preset name, or one whose stored spec agrees with its preset as defined now (a
-    run trained before the preset was edited is not averaged with the runs trained after)."""
-    config = json.loads(config) if isinstance(config, str) else config
-    if not isinstance(config, Mapping) or not isinstance(spec := config.get("spec"), Mapping):
-        return True
-    named = [
-        p for p in presets if (p.task.name, p.name) == (config.get("task"), config.get("preset"))
-    ]
-    # one name may stand for several presets (a sweep's lengths): any of them may have trained it
-    return not named or any(trained_as_defined(spec, p) for p in named)
 
 
 class TaskReproduction(Reproduction):

@@ -25,17 +25,27 @@ TRAINED = "trained"
 _IDENTITY = ("task", "preset", "backend", "length", "seed")
 
 
-# model fields a training variant sets (its layers, their options, hash rounds, depth for a mix)
-VARIANT_MODEL_FIELDS = ("attn_layers", "attn_options", "num_hashes", "num_hidden_layers")
+def same_definition(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two stored run specs (`RunSpec.key()`, as the store gives them back) come from
+    one definition of their preset, seed and evaluation overrides aside: the same model fields,
+    and task and training fields equal wherever both have them (a field added to the code
+    since one was stored is not held against it)."""
+    a, b = _as_stored(a), _as_stored(b)
+    if "model" in a and "model" in b and a["model"] != b["model"]:
+        return False
+    return all(_agrees(a[k], b[k]) for k in a.keys() & b.keys() - {"seed", "evals", "model"})
 
 
-def preset_definition(spec_key: Mapping[str, Any]) -> str:
-    """What the preset of a stored run defined, the same for all of its variants and seeds: its
-    task and training fields and the model fields no variant sets, as comparable text."""
-    model = spec_key.get("model") or {}
-    fixed = {k: v for k, v in model.items() if k not in VARIANT_MODEL_FIELDS}
-    definition = {"task": spec_key.get("task"), "train": spec_key.get("train"), "model": fixed}
-    return json.dumps(definition, sort_keys=True, default=str)
+def _as_stored(spec: Mapping[str, Any]) -> Any:
+    """A spec as the store's JSON gives it back (tuples as lists, other values as text)."""
+    return json.loads(json.dumps(dict(spec), default=str))
+
+
+def _agrees(a: Any, b: Any) -> bool:
+    """Equal where both have a value: dicts key by key over the keys they share, else as values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(_agrees(a[k], b[k]) for k in a.keys() & b.keys())
+    return a == b
 
 
 def case_config(identity: dict[str, Any], spec_key: dict[str, Any]) -> dict[str, Any]:

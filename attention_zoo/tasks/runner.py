@@ -10,7 +10,6 @@ for LSH with each evaluation hash count ("lsh-8", ...): the columns of the Refor
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from ..config import ReformerConfig
 from ..errors import ConfigError
 from ..model import ReformerForSequenceClassification, ReformerLM
 from .base import stream_seed
+from .results import same_definition
 from .suite import TaskPreset
 from .trainer import EvalResult, TrainResult, evaluate, train
 
@@ -287,10 +287,9 @@ def identity(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
 
 
 def trained_as_defined(stored: Mapping[str, Any], preset: TaskPreset) -> bool:
-    """Whether a stored run's spec (`RunSpec.key()`) agrees with what `preset`, as defined now,
-    trains for the same variant and seed: False for a run stored before its preset was edited.
-    The model's fields must be the same; a task or training field one side lacks (one added to
-    the code since) is not held against it."""
+    """Whether a stored run's spec (`RunSpec.key()`) is what `preset`, as defined now, trains
+    for the same variant (`same_definition`): False for a run stored before the preset was
+    edited."""
     model = stored.get("model") or {}
     variant = TrainVariant(
         label=str(stored.get("variant", "")),
@@ -298,22 +297,7 @@ def trained_as_defined(stored: Mapping[str, Any], preset: TaskPreset) -> bool:
         num_hashes=model.get("num_hashes"),
     )
     spec = RunSpec(preset=preset, variant=variant, seed=int(stored.get("seed", 0)), evals=())
-    expected = _as_stored({**spec.key(), "evals": stored.get("evals")})
-    stored = _as_stored(stored)
-    same_model = "model" not in stored or stored["model"] == expected["model"]
-    return same_model and _agrees(stored, expected)
-
-
-def _as_stored(spec: Mapping[str, Any]) -> Any:
-    """A spec as the store's JSON gives it back (tuples as lists, other values as text)."""
-    return json.loads(json.dumps(dict(spec), default=str))
-
-
-def _agrees(stored: Any, expected: Any) -> bool:
-    """Equal where both have a value: dicts key by key over the keys they share, else as values."""
-    if isinstance(stored, dict) and isinstance(expected, dict):
-        return all(_agrees(stored[k], expected[k]) for k in stored.keys() & expected.keys())
-    return stored == expected
+    return same_definition(stored, spec.key())
 
 
 def skipped_key(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import ReformerConfig
 from ..declarative import check_keys, checked_dataclass, field_names, load_toml
-from ..errors import ConfigError, did_you_mean
+from ..errors import ConfigError, UnknownPresetError, did_you_mean
 from .base import TaskConfig, get_task, make_task
 from .trainer import TrainConfig
 
@@ -129,7 +129,7 @@ def load_task_preset(spec: str, preset: str) -> TaskPreset:
     path, data = load_suite(spec)
     presets = data["presets"]
     if preset not in presets:
-        raise ConfigError(
+        raise UnknownPresetError(
             f"{path}: no preset {preset!r}; presets: {', '.join(presets)}"
             + did_you_mean(preset, presets)
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...errors import UnknownPresetError
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
@@ -50,37 +51,43 @@ class NeedleLadder(TaskReproduction):
     def trained_presets(self, size: str) -> list[TaskPreset]:
         return [rung for preset in ladder_presets(size) for rung in rungs(preset)]
 
+    def ladders(self) -> list[TaskPreset]:
+        """The ladder presets of every size the suite in use has (a user's may have fewer)."""
+        out = []
+        for size in SIZES:
+            try:
+                out += ladder_presets(size)
+            except UnknownPresetError:
+                continue
+        return out
+
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
         stored = {r["preset"] for r in tidy if r["task"] == "niah"}
         out = []
-        for size in SIZES:
-            for preset in ladder_presets(size):
-                if stored & rung_lengths(preset).keys():
-                    out += claims(tidy, preset)
+        for preset in self.ladders():
+            if stored & rung_lengths(preset).keys():
+                out += claims(tidy, preset)
         return out or [c for p in ladder_presets("cpu") for c in claims([], p)]
 
     def report_sections(self, ctx: Context) -> list[Any]:
         rows = report_rows(ctx.tasks, self.defined_presets())
         blocks: list[Any] = [Heading(1, "Needle in a haystack ladder")]
-        for size in SIZES:
-            for preset in ladder_presets(size):
-                path = plot(rows, preset, ctx.out_dir / f"niah-{preset.name}.png")
-                if path is None:
-                    continue
-                ctx.plots.append(path)
-                task = preset.task
-                blocks.append(
-                    Image(
-                        path, f"NIAH {task.variant} accuracy against length, preset {preset.name}"
-                    )
-                )
-                headers, body = table(rows, preset)
-                caption = (
-                    "A cell: the mean accuracy over seeds (each the mean over the depth splits) "
-                    "and its 95% interval (Student's t, clipped to 0-100%). " + scale_text(preset)
-                )
-                blocks += narrow_tables(headers, body, key=2, caption=caption)
+        for preset in self.ladders():
+            path = plot(rows, preset, ctx.out_dir / f"niah-{preset.name}.png")
+            if path is None:
+                continue
+            ctx.plots.append(path)
+            task = preset.task
+            blocks.append(
+                Image(path, f"NIAH {task.variant} accuracy against length, preset {preset.name}")
+            )
+            headers, body = table(rows, preset)
+            caption = (
+                "A cell: the mean accuracy over seeds (each the mean over the depth splits) "
+                "and its 95% interval (Student's t, clipped to 0-100%). " + scale_text(preset)
+            )
+            blocks += narrow_tables(headers, body, key=2, caption=caption)
         if len(blocks) == 1:
             blocks.append(Para(f"No rows for this section; run `{self.command}` to fill it."))
         return blocks

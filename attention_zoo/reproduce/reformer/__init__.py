@@ -52,10 +52,10 @@ class Reformer(Reproduction):
         )
 
     def claims(self, rows: Any) -> list[ClaimRow]:
-        return reformer_claims.claims(rows)
+        return reformer_claims.claims(rows, self.defined_presets())
 
     def report_sections(self, ctx: Context) -> list[Any]:
-        return table2_section(ctx)
+        return table2_section(ctx, self.defined_presets())
 
 
 __all__ = ["Reformer"]

@@ -12,13 +12,14 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimRow
 from ...tasks.base import tabulation_of
 from ...tasks.results import TRAINED
+from ...tasks.suite import TaskPreset
 from ..stored import StoredCase, stored_cases, task_cases
 from .experiments import PREFIX, SIZES
 from .published import PUBLISHED, TRAINED_AS, table2
@@ -426,13 +427,15 @@ def diagonal_ratio(matrix: Mapping[str, Mapping[str, float]]) -> float | None:
     return own / full if own is not None and full else None
 
 
-def _task_matrices(rows: Any) -> dict[tuple[str, int], tuple[dict, tuple[str, ...]]]:
+def _task_matrices(
+    rows: Any, presets: Sequence[TaskPreset]
+) -> dict[tuple[str, int], tuple[dict, tuple[str, ...]]]:
     """(preset, length) -> ({train: {eval: accuracy}}, refs) from stored duplication task rows,
     tabulated as the task declares: rows the shared-QK model (the paper's full attention) and the
     LSH-trained ones; "as trained" accuracy fills the diagonal."""
     tabulation = tabulation_of(TASK)
     out: dict[tuple[str, int], tuple[dict, list[str]]] = {}
-    for case in task_cases(rows, TASK):
+    for case in task_cases(rows, TASK, presets):
         cfg = case.config
         train = cfg["backend"]
         if train != FULL_ROW and not _hashes(train):
@@ -450,10 +453,10 @@ def _task_matrices(rows: Any) -> dict[tuple[str, int], tuple[dict, tuple[str, ..
     return {k: (m, tuple(r)) for k, (m, r) in out.items()}
 
 
-def _claim_f(rows: Any) -> list[ClaimRow]:
+def _claim_f(rows: Any, presets: Sequence[TaskPreset]) -> list[ClaimRow]:
     pub = table2()
     lines = []
-    for (preset, length), (matrix, refs) in sorted(_task_matrices(rows).items()):
+    for (preset, length), (matrix, refs) in sorted(_task_matrices(rows, presets).items()):
         setting = f"duplication task, preset {preset}, L={length}"
         mono = monotone_score(matrix)
         lines.append(
@@ -507,9 +510,10 @@ CLAIM_TITLES = {
 }
 
 
-def claims(rows: Any) -> list[ClaimRow]:
+def claims(rows: Any, presets: Sequence[TaskPreset] = ()) -> list[ClaimRow]:
     """One row per claim and size from stored rows (a `ResultStore.to_dataframe()` frame); a
-    claim with no rows is NOT_MEASURED with the command that measures it."""
+    claim with no rows is NOT_MEASURED with the command that measures it. Claim f reads the
+    duplication runs of `presets` only as each is defined now."""
     cases = stored_cases(rows)
     found: dict[str, list[ClaimRow]] = {claim: [] for claim in CLAIM_TITLES}
     for size in SIZE_ORDER:
@@ -521,7 +525,7 @@ def claims(rows: Any) -> list[ClaimRow]:
             ("e", _claim_e),
         ):
             found[claim] += fn(cases, size)
-    found["f"] = _claim_f(rows)
+    found["f"] = _claim_f(rows, presets)
     out = []
     for claim, lines in found.items():
         out += lines or [

@@ -5,12 +5,15 @@ section: the task tabulates it)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, Table
 from ...report.plots import heatmaps
 from ...tasks.base import tabulation_of
+from ...tasks.suite import TaskPreset
+from ..stored import as_defined
 from .claims import TASK
 from .published import TABLE2_CITATION, table2
 
@@ -25,12 +28,14 @@ def _published_axes() -> tuple[list[str], list[str]]:
     return list(published), list(next(iter(published.values())))
 
 
-def table2_section(ctx: Context) -> list[Any]:
+def table2_section(ctx: Context, presets: Sequence[TaskPreset] = ()) -> list[Any]:
     """Heading 'Table 2': heatmaps of each stored preset against the paper, then the paper's
     numbers through the ledger (cited); nothing without stored duplication runs (the Claims
     section names the command that trains them)."""
     title = "Table 2"
     tasks = ctx.tasks
+    if not tasks.empty:  # the duplication runs of `presets` as each is defined now
+        tasks = tasks[[as_defined(c, presets) for c in tasks["config"]]]
     if tasks.empty or not (tasks["task"] == TASK).any():
         return []
     import pandas as pd
