@@ -314,6 +314,14 @@ def test_a_user_suite_without_a_size_leaves_the_reproduction_readable(
     names = {p.name for p in reproduction.defined_presets()}
     assert "smoke" in names and "gpu" not in names
     assert reproduction.claims(None)
+    with ResultStore(tmp_path / "s.sqlite") as store:  # a stored run of the size it lacks
+        run_id = store.start_run(kind=KIND)
+        row = {"task": "selective-copying", "preset": "gpu", "backend": "full", "length": 64}
+        row |= {"seed": 0, "metric": "accuracy", "value": 0.5, "eval": "trained"}
+        save_trained(store, run_id, {"backend": "full"}, [row])
+        store.finish_run(run_id)
+        frame = store.to_dataframe()
+    assert reproduction.claims(frame)  # its claims read the sizes the suite defines
 
 
 def test_a_user_niah_suite_without_the_gpu_ladders_still_reports(

@@ -109,18 +109,24 @@ class Reproduction:
         """The task presets `run` trains at `size` itself (through `train_presets`)."""
         return []
 
+    def presets_of(self, size: str) -> list[TaskPreset] | None:
+        """The task presets of `size` (`trained_presets` and `task_runs`) as the suites in use
+        define them now; None where a suite lacks one (a user's edited suite may)."""
+        try:
+            tasks = [load_task_preset(r.task, r.preset) for r in self.task_runs(size)]
+            return [*self.trained_presets(size), *tasks]
+        except UnknownPresetError:
+            return None
+
+    def defined_sizes(self) -> list[str]:
+        """The sizes whose presets the suites in use define: those `claims` and
+        `report_sections` can state a scale for."""
+        return [size for size in self.sizes if self.presets_of(size) is not None]
+
     def defined_presets(self) -> list[TaskPreset]:
-        """The task presets of every size (`trained_presets` and `task_runs`) as defined now:
-        `claims` and `report_sections` read a stored run of one only where it agrees with that
-        definition (stored.as_defined)."""
-        presets = []
-        for size in self.sizes:
-            try:
-                presets += self.trained_presets(size)
-                presets += [load_task_preset(r.task, r.preset) for r in self.task_runs(size)]
-            except UnknownPresetError:  # a user's suite without this size: nothing to hold to
-                continue
-        return presets
+        """The presets of every defined size: `claims` and `report_sections` read a stored run of
+        one only where it agrees with its definition now (stored.as_defined)."""
+        return [p for size in self.sizes for p in self.presets_of(size) or []]
 
     def task_runs(self, size: str) -> tuple[TaskRun, ...]:
         """The task suite presets trained at `size`, after `run`."""

@@ -49,7 +49,7 @@ class LRAListOps(Reproduction):
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
-        names = stored_presets(self.sizes)
+        names = stored_presets(tuple(self.defined_sizes()))
         found = [n for n in names if any(r["preset"] == n for r in tidy)] or ["cpu"]
         out = []
         for name in found:

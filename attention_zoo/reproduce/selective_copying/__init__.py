@@ -55,7 +55,7 @@ class MambaSelectiveCopying(TaskReproduction):
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
-        found = [s for s in self.sizes if any(r["preset"] == s for r in tidy)] or ["cpu"]
+        found = [s for s in self.defined_sizes() if any(r["preset"] == s for r in tidy)] or ["cpu"]
         return [
             line
             for size in found
@@ -65,7 +65,7 @@ class MambaSelectiveCopying(TaskReproduction):
     def report_sections(self, ctx: Context) -> list[Any]:
         rows = [r for r in report_rows(ctx.tasks, self.defined_presets()) if r["task"] == TASK]
         blocks: list[Any] = [Heading(1, "Selective copying (Mamba Table 1)")]
-        sizes = [s for s in self.sizes if any(r["preset"] == s for r in rows)]
+        sizes = [s for s in self.defined_sizes() if any(r["preset"] == s for r in rows)]
         if not sizes:
             return [*blocks, Para(f"No rows for this section; run `{self.command}` to fill it.")]
         body = []

@@ -52,7 +52,8 @@ class StateTracking(TaskReproduction):
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
-        found = [z for z in SIZES if any(r["preset"] in _names(z) for r in tidy)] or ["cpu"]
+        found = [z for z in self.defined_sizes() if any(r["preset"] in _names(z) for r in tidy)]
+        found = found or ["cpu"]
         return [
             c for z in found for c in parity.claims(tidy, z, load_task_preset(TASK, base_name(z)))
         ]
@@ -60,7 +61,7 @@ class StateTracking(TaskReproduction):
     def report_sections(self, ctx: Context) -> list[Any]:
         rows = report_rows(ctx.tasks, self.defined_presets())
         blocks: list[Any] = [Heading(1, "State tracking: parity past the training length")]
-        for size in SIZES:
+        for size in self.defined_sizes():
             if not any(r["preset"] in _names(size) for r in rows):
                 continue
             preset = load_task_preset(TASK, base_name(size))

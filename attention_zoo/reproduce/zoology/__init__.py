@@ -57,7 +57,7 @@ class Zoology(TaskReproduction):
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
         out = []
-        for size in SWEEPS:
+        for size in self.defined_sizes():
             if any(r["preset"] in _names(size) for r in tidy):
                 target = sweep_presets(size)[0].train.target_accuracy
                 out += claims(tidy, size, target)
