@@ -129,3 +129,36 @@ def test_smoke_reproduction_trains_stores_prints_and_reports_no_verdict(
     assert "claims by verdict" in summary and "undecided: " in summary  # counted with the others
     repro = get_reproduction("selective-copying")
     assert {line.verdict for line in repro.claims(None)} == {NOT_MEASURED}
+
+
+@pytest.mark.slow  # trains the smoke preset twice: seconds on 2 cores
+def test_editing_a_preset_trains_anew_and_claims_read_only_the_new_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A preset edited after its runs were stored (a user's suite file, one more step): the
+    reproduction trains every run again and its claims read the new runs only, while the store
+    keeps both."""
+    from attention_zoo.cli import main
+    from attention_zoo.reproduce.training import task_rows
+    from attention_zoo.store import ResultStore
+    from attention_zoo.tasks.suite import find_suite
+
+    store = str(tmp_path / "r.db")
+    argv = ["reproduce", "selective-copying", "--preset", "smoke", "--store", store]
+    argv += ["--no-progress", "--threads", "1"]
+    assert main(argv) == 0
+    text = Path(str(find_suite(table1.TASK))).read_text()
+    smoke = text.index("[presets.smoke]")
+    edited = text[:smoke] + text[smoke:].replace("max_steps = 30", "max_steps = 31", 1)
+    assert edited != text
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / f"{table1.TASK}.toml").write_text(edited)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "[1/" in capsys.readouterr().out  # trained again, not found in the store
+    frame = ResultStore(store).to_dataframe()
+    repro = get_reproduction("selective-copying")
+    read = {r["ref"].split("/")[1] for r in task_rows(frame, repro.defined_presets())}
+    stored = {r["ref"].split("/")[1] for r in task_rows(frame, [])}
+    assert read and len(stored) == 2 * len(read)
