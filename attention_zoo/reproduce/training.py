@@ -45,8 +45,10 @@ def task_rows(frame: Any, presets: Sequence[TaskPreset]) -> list[dict[str, Any]]
     only as the preset defines it now (`as_defined`)."""
     if frame is None or not len(frame):
         return []
-    records = [r for r in frame.to_dict("records") if as_defined(r["config"], presets)]
-    return tidy_rows(records, with_ref=True)
+    records = frame.to_dict("records")  # one per stored metric
+    configs = {r["case_key"]: r["config"] for r in records}  # each case judged once
+    readable = {key for key, config in configs.items() if as_defined(config, presets)}
+    return tidy_rows([r for r in records if r["case_key"] in readable], with_ref=True)
 
 
 def report_rows(tasks: Any, presets: Sequence[TaskPreset]) -> list[dict[str, Any]]:

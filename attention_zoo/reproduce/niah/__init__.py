@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import UnknownPresetError
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
@@ -53,13 +52,7 @@ class NeedleLadder(TaskReproduction):
 
     def ladders(self) -> list[TaskPreset]:
         """The ladder presets of every size the suite in use has (a user's may have fewer)."""
-        out = []
-        for size in SIZES:
-            try:
-                out += ladder_presets(size)
-            except UnknownPresetError:
-                continue
-        return out
+        return [preset for size in self.defined_sizes() for preset in ladder_presets(size)]
 
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
