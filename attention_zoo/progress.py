@@ -25,19 +25,10 @@ def progress(
     stream = stream or sys.stderr
     if not enabled:
         return tqdm(total=total, disable=True)
+    counting = {"total": total, "initial": initial, "desc": desc, "unit": unit}
     if _is_terminal(stream):
-        return tqdm(
-            total=total,
-            initial=initial,
-            desc=desc,
-            unit=unit,
-            leave=leave,
-            file=stream,
-            dynamic_ncols=True,
-        )
-    return PlainProgress(
-        total, desc=desc, unit=unit, initial=initial, stream=stream, every_s=every_s
-    )
+        return tqdm(**counting, leave=leave, file=stream, dynamic_ncols=True)
+    return PlainProgress(**counting, stream=stream, every_s=every_s)
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -51,7 +42,7 @@ class PlainProgress:
     """Progress as whole lines ('bench: 3/10 cases, 41 s (attention full ...)'), rate-limited."""
 
     def __init__(
-        self, total: int, *, desc: str, unit: str, initial: int, stream: TextIO, every_s: float
+        self, *, total: int, desc: str, unit: str, initial: int, stream: TextIO, every_s: float
     ) -> None:
         self.total, self.desc, self.unit, self.n = total, desc, unit, initial
         self.stream, self.every_s = stream, every_s

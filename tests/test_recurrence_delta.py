@@ -15,7 +15,7 @@ import torch
 from torch.nn import functional as F
 
 from attention_zoo.attention.kernels.recurrences import delta
-from attention_zoo.attention.kernels.recurrences.delta import chunk_delta, delta_step
+from attention_zoo.attention.kernels.recurrences.delta import chunk_delta
 from attention_zoo.attention.kernels.recurrences.fla import fla_recurrence
 from attention_zoo.attention.kernels.recurrences.reference import recurrence
 from attention_zoo.attention.kernels.recurrences.table import RecurrenceInputs
@@ -198,10 +198,11 @@ def test_prefill_then_continue_is_the_whole_sequence(decay):
 
 @pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
 def test_the_decode_step_is_the_one_token_chunk(decay):
-    """chunk_delta takes delta_step for one token: the same as the chunked form of length 1."""
+    """chunk_delta takes its one-token step for one token: the same as the chunked form of
+    length 1."""
     x = _inputs(1, decay=decay, beta_max=2.0)
     args = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"])
-    got = _with_grads(lambda: delta_step(*args, scale=0.3, state=x["initial_state"]), x)
+    got = _with_grads(lambda: delta._step((*args, x["initial_state"]), 0.3, False), x)
     want = _with_grads(lambda: delta._segment(*args, x["initial_state"], 0.3, 64), x)
     _assert_close_scaled(got, want, 1e-12)
 

@@ -48,32 +48,23 @@ def chunk_delta(
     state = (
         k.new_zeros(b, h, dk, v.shape[-1], dtype=wide) if initial_state is None else initial_state
     )
-    setup = (scale, chunk_length, normalise_qk)
-    if n == 1:
-        return delta_step(
-            q, k, v, beta, log_decay, scale=scale, state=state, normalise_qk=normalise_qk
-        )
-    bounds = segments(n, chunk_length, SEGMENT_LENGTH)
     inputs = (q, k, v, beta, log_decay, state)
+    if n == 1:
+        return _step(inputs, scale, normalise_qk)
+    setup = (scale, chunk_length, normalise_qk)
+    bounds = segments(n, chunk_length, SEGMENT_LENGTH)
     if needs_grad(*inputs):
         return _Segments.apply(*inputs, setup, bounds)
     out, _, state = _forward(inputs, setup, bounds)
     return out, state
 
 
-def delta_step(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    beta: Tensor,
-    log_decay: Tensor | None = None,
-    *,
-    scale: float,
-    state: Tensor,
-    normalise_qk: bool = False,
+def _step(
+    inputs: tuple[Tensor | None, ...], scale: float, normalise_qk: bool
 ) -> tuple[Tensor, Tensor]:
-    """One token (a decode step): q, k (b, h, 1, dk), v (b, h, 1, dv), beta, log_decay (b, h, 1),
-    state (b, h, dk, dv) -> o (b, h, 1, dv), the new state; chunk_delta's result, in fewer ops."""
+    """One token (a decode step): (q, k (b, h, 1, dk), v (b, h, 1, dv), beta, log_decay (b, h, 1),
+    state (b, h, dk, dv)) -> o (b, h, 1, dv), the new state; chunk_delta's result, in fewer ops."""
+    q, k, v, beta, log_decay, state = inputs
     dtype, wide = q.dtype, compute_dtype(q.dtype)
     q, k, v, beta, state = (t.to(wide) for t in (q, k, v, beta, state))
     if normalise_qk:
