@@ -200,9 +200,10 @@ def _hf_padded_lm(*layers: str) -> ReformerLM:
 def test_a_prompt_padded_to_whole_chunks_is_forgotten_after_the_prefill():
     """HF pads a prompt to whole chunks: the states keep only its real positions (the KV caches,
     the sums and the LSH rings drop the padding), so the cache still equals recomputing."""
-    lm = _hf_padded_lm("sdpa", "linear", "lsh")
     ids = torch.randint(1, 13, (2, 10), generator=torch.Generator().manual_seed(2))  # 10 -> 12
-    assert torch.equal(lm.generate(ids, 6), lm.generate(ids, 6, use_cache=False))
+    for layers in (("sdpa", "linear", "lsh"), ("retention", "gla", "gated-deltanet")):
+        lm = _hf_padded_lm(*layers)  # the recurrences: padding left their states as they were
+        assert torch.equal(lm.generate(ids, 6), lm.generate(ids, 6, use_cache=False)), layers
 
 
 def test_a_window_that_cannot_forget_padding_says_so():

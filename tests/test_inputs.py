@@ -153,3 +153,13 @@ def test_fla_is_refused_where_its_kernels_would_fail():
     gated = build_attention("gated-deltanet", causal=True, device="cpu")
     assert any("16-bit" in r for r in fla.reasons(plain, call))
     assert not any("16-bit" in r for r in fla.reasons(gated, call))
+    # fla's delta-rule kernels take chunks of 16, 32 or 64 tokens; its decays any of ours
+    for name, chunk, refused in [("gated-deltanet", 8, True), ("gated-deltanet", 128, True),
+                                 ("gated-deltanet", 32, False), ("gla", 8, False)]:  # fmt: skip
+        core = build_attention(name, causal=True, device="cpu", chunk_length=chunk)
+        assert any("chunk_length 16, 32 or 64" in r for r in fla.reasons(core, call)) == refused
+
+
+def test_recurrences_take_chunks_of_a_power_of_two():
+    with pytest.raises(OptionError, match=r"retention option chunk_length must be a power of two"):
+        build_attention("retention", causal=True, chunk_length=48)

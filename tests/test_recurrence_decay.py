@@ -110,6 +110,18 @@ def test_strong_decays_stay_finite_and_exact(kind: str) -> None:
     assert_close(outputs_and_grads(chunk_decay, inputs, scale=0.3, chunk_length=64), want, 1e-5)
 
 
+@pytest.mark.parametrize("kind", ("scalar", "channel"))
+def test_a_decay_of_zero_resets_the_state(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Log decays of -inf (a hard reset) inside chunks and on a segment's edge: as the
+    recurrence, never -inf - -inf."""
+    monkeypatch.setattr(decay, "SEGMENT_LENGTH", 16)
+    inputs = make_inputs(kind, 40)
+    for t in (5, 16, 29):
+        inputs["log_decay"][:, :, t] = -torch.inf
+    got = outputs_and_grads(chunk_decay, inputs, scale=0.3, chunk_length=8)
+    assert_close(got, outputs_and_grads(reference, inputs, scale=0.3), 1e-10)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("n1", "n2"), [(40, 1), (17, 23)])
 def test_a_prefill_then_more_tokens_is_the_whole_sequence(kind: str, n1: int, n2: int) -> None:

@@ -162,6 +162,25 @@ def test_chunks_match_the_recurrence_in_float32(decay):
     _assert_close_scaled(got, want, 1e-5)
 
 
+def test_a_decay_of_zero_resets_the_state(monkeypatch):
+    """Log decays of -inf (a hard reset) inside chunks and on a segment's edge: as the
+    recurrence, never -inf - -inf."""
+    monkeypatch.setattr(delta, "SEGMENT_LENGTH", 32)
+    x = _inputs(50, decay=True, beta_max=2.0)
+    with torch.no_grad():
+        x["log_decay"][:, :, [3, 16, 40]] = -torch.inf
+    got = _with_grads(lambda: _chunked(x, chunk_length=8), x)
+    assert all(t.isfinite().all() for t in got)
+    _assert_close_scaled(got, _with_grads(lambda: _reference(x), x), 1e-10)
+
+
+@pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
+def test_no_tokens_give_no_output_and_the_state_unchanged(decay):
+    x = _inputs(0, decay=decay)
+    out, state = _chunked(x, chunk_length=16)
+    assert out.shape == (B, H, 0, DV) and torch.equal(state, x["initial_state"])
+
+
 def test_strong_decays_stay_exact():
     """Decays that underflow within a chunk (a chunk's total decay far below float32's range)."""
     x = _inputs(96, decay=True, dtype=torch.float32, state=False)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import OptionError
 from .base import AttentionCore
 from .decode import DecodeState, StateShape
 from .inputs import Extra, InputLayout, default_layout, double_sigmoid, unit_sigmoid
@@ -47,6 +48,11 @@ class RecurrenceConfig:
 
     def __post_init__(self) -> None:
         check_int("chunk_length", self.chunk_length, minimum=1, backend=self.backend)
+        if self.chunk_length & (self.chunk_length - 1):  # the per-channel decays halve chunks
+            raise OptionError(
+                f"{self.backend} option chunk_length must be a power of two (16, 32, 64, ...), "
+                f"got {self.chunk_length}"
+            )
         check_int("expand_v", self.expand_v, minimum=1, backend=self.backend)
         RECURRENCE_KERNELS.check_option(self.backend, self.kernel)
 
@@ -68,6 +74,10 @@ class RecurrentState(DecodeState):
 
     state: Tensor
     uncapturable: ClassVar[str] = ""  # overwritten in place, whatever the position
+
+    def truncated(self, n: int) -> RecurrentState:
+        """Padding changed nothing (zero keys and values, decay 1, step size 0): only the count."""
+        return dataclasses.replace(self, length=n)
 
 
 class RecurrentCore(AttentionCore):

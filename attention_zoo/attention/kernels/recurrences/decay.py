@@ -233,9 +233,17 @@ def _carry_back(pushed: Tensor, decay: Tensor | None, d: Tensor) -> tuple[Tensor
 
 def _suffix(g: Tensor) -> Tensor:
     """The log decay from each token to the end of its chunk, the token excluded: summed from the
-    end, not a difference of cumulative sums, which cancels (float32 keeps eps x |sum| of the
-    exponent, and the sums reach hundreds under strong decays)."""
-    return g.flip(-2).cumsum(-2).flip(-2) - g
+    end and shifted, never a difference, which cancels (float32 keeps eps x |sum| of the
+    exponent, and the sums reach hundreds under strong decays) and is NaN where a decay is 0."""
+    return exclusive_suffix(g, -2)
+
+
+def exclusive_suffix(g: Tensor, dim: int) -> Tensor:
+    """Along `dim`: the sum of the entries after each one (0 after the last); -inf entries, decays
+    of exactly 0, stay -inf rather than meeting another -inf in a difference."""
+    inclusive = g.flip(dim).cumsum(dim).flip(dim)
+    after = inclusive.narrow(dim, 1, g.shape[dim] - 1)
+    return torch.cat([after, torch.zeros_like(g.narrow(dim, 0, 1))], dim)
 
 
 def _within(
@@ -262,13 +270,17 @@ def _within(
 
 
 def _scalar_weights(g: Tensor) -> Tensor:
-    """exp(g_{j+1} + ... + g_i) for j <= i, else 0 (b, h, nc, c, c), from g (b, h, nc, c, 1).
-    Each exponent sums its own span (Mamba2's segsum), set to -inf above the diagonal before exp:
-    no positive exponent, no cancellation."""
+    """exp(g_{j+1} + ... + g_i) for j <= i, else 0 (b, h, nc, c, c), from g (b, h, nc, c, 1)."""
+    return exp_(segment_sums(g))
+
+
+def segment_sums(g: Tensor) -> Tensor:
+    """g_{j+1} + ... + g_i for j <= i, else -inf (.., c, c), from g (.., c, 1). Each exponent sums
+    its own span (Mamba2's segsum): no positive exponent, no cancellation, no -inf - -inf."""
     c = g.shape[-2]
     ones = torch.ones(c, c, dtype=torch.bool, device=g.device)
     spans = torch.where(ones.tril(-1), g, 0).cumsum(-2)  # [i, j]: g over (j, i]
-    return exp_(torch.where(ones.tril(), spans, float("-inf")))
+    return torch.where(ones.tril(), spans, float("-inf"))
 
 
 def _channel_within(

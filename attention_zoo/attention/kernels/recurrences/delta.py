@@ -20,6 +20,7 @@ from ..chunked import padded_length
 from ..exp import exp_
 from ..segments import backward_segments, forward_segments, needs_grad, segments
 from ..sums.plain import compute_dtype
+from .decay import exclusive_suffix, segment_sums
 from .reference import NORM_EPS, l2_normalised
 
 # Tokens per segment: a call runs segment by segment, and its backward recomputes one segment's
@@ -131,7 +132,7 @@ def _segment(
 ) -> tuple[Tensor, Tensor]:
     """chunk_delta with plain autograd, from an incoming state (b, h, dk, dv)."""
     b, h, n, _ = k.shape
-    c = min(chunk_length, n)  # a short call (a decode step) is one chunk of its own length
+    c = max(1, min(chunk_length, n))  # a short call (a decode step): one chunk of its length
     x = _prepared(q, k, v, beta, log_decay, c, normalise_qk)
     p = _within_chunks(*x, scale)[0]  # what only the backward reads goes at once
     starts, u, final = _carry(p, state.to(x[0].dtype).flatten(0, 1))
@@ -155,7 +156,7 @@ def _segment_grads(
     """The vector-Jacobian product of `_segment`: dq, dk, dv, dbeta, d log_decay (None without
     one) and the gradient of the state entering, from grad_o and that of the state leaving."""
     b, h, n, _ = k.shape
-    c = min(chunk_length, n)
+    c = max(1, min(chunk_length, n))
     qc, kc, vc, bc, gc = _prepared(q, k, v, beta, log_decay, c, normalise_qk)
     wide = qc.dtype
     p, solved = _within_chunks(qc, kc, vc, bc, gc, scale)
@@ -292,10 +293,11 @@ def _within_chunks(
         scores.masked_fill_(~causal, 0)
     else:
         cum = decay.cumsum(-1)  # (B, c): log of the decay from the chunk's start
-        # exp(c_i - c_j) only where i >= j (<= 0 there): never the exponential of a positive sum
-        gaps = _exp_decay((cum[:, :, None] - cum[:, None, :]).masked_fill_(~causal, -torch.inf))
+        # each span summed on its own (never c_i - c_j: it cancels, and is NaN at a decay of 0)
+        gaps = _exp_decay(segment_sums(decay[..., None]))
         last = cum[:, -1:]  # (B, 1)
-        from_start, to_end = _exp_decay(cum)[..., None], _exp_decay(last - cum)[..., None]
+        from_start = _exp_decay(cum)[..., None]
+        to_end = _exp_decay(exclusive_suffix(decay, -1))[..., None]
         whole = _exp_decay(last)[..., None]
         system, writes, keys = lower * gaps, k_beta * from_start, k * to_end
         q, scores = q * from_start, scores * gaps

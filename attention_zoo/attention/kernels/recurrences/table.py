@@ -117,6 +117,16 @@ def _fla_dtype(core: Any, call: Call) -> str | None:
     return None
 
 
+FLA_CHUNKS = (16, 32, 64)  # the chunk sizes fla's delta-rule kernels take
+
+
+def _fla_chunk(core: Any, call: Call) -> str | None:
+    chunk = core.cfg.chunk_length
+    if "beta" in {e.name for e in core.layout.extras} and chunk not in FLA_CHUNKS:
+        return f"fla's delta-rule kernels take chunk_length 16, 32 or 64, not {chunk}"
+    return None
+
+
 RECURRENCE_KERNELS = KernelTable(
     (
         Implementation(
@@ -133,7 +143,7 @@ RECURRENCE_KERNELS = KernelTable(
             devices=frozenset({"cuda"}),
             fake=False,
             environment=_fla_environment,
-            checks=(_fla_dtype,),
+            checks=(_fla_dtype, _fla_chunk),
         ),
     ),
     {"cpu": ("chunk",), "meta": ("chunk",), "cuda": ("fla", "chunk")},
