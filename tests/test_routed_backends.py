@@ -14,10 +14,11 @@ from attention_zoo.attention.kernels.routing.compressed import window_route
 from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask, routed_flex
 from attention_zoo.attention.kernels.routing.gathered import gathered_attention
 from attention_zoo.attention.kernels.routing.reference import routed_reference
-from attention_zoo.attention.kernels.routing.route import Route, block_means, token_mask
+from attention_zoo.attention.kernels.routing.route import Route, as_blocks, block_means, token_mask
 from attention_zoo.attention.kernels.routing.tiled import tiled_attention
 from attention_zoo.attention.moba import moba_route
 from attention_zoo.attention.nsa import GATES
+from attention_zoo.attention.state import StateShape
 from attention_zoo.errors import OptionError
 from attention_zoo.measure.memory import profiled_peak
 
@@ -359,3 +360,15 @@ def test_nsa_window_branch_stays_the_built_in_sliding_window_when_a_plugin_repla
     finally:
         BACKENDS.add("sliding-window", built_in, replace=True)
     assert type(core.window_core) is built_in.cls
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED))
+def test_a_routed_decoding_state_holds_whole_blocks(name):
+    """max_length not a multiple of the block: the cache is allocated in whole blocks, so a step
+    reads it as blocks (a view), not as a zero-padded copy of the whole cache every token."""
+    core = build_attention(name, causal=True, block_size=4)
+    shape = StateShape(1, 2, 8, max_length=10)
+    state = core.init_state(shape)
+    assert state.k.shape[2] == state.v.shape[2] == state.real.shape[1] == 12
+    assert as_blocks(state.k, 4).data_ptr() == state.k.data_ptr()
+    assert core.state_bytes(shape) == state.nbytes()

@@ -183,24 +183,26 @@ def capturable_state(core: AttentionCore, state: DecodeState) -> DecodeState | N
 Cache = TypeVar("Cache", bound=KVCache)
 
 
-def kv_cache(shape: StateShape, cls: type[Cache] = KVCache, **more: Any) -> Cache:
-    """An empty KV cache for max_length positions; a state that extends it (`cls`) is made the
-    same way, with its `more` fields besides."""
-    s = shape
+def kv_cache(
+    shape: StateShape, cls: type[Cache] = KVCache, *, capacity: int | None = None, **more: Any
+) -> Cache:
+    """An empty KV cache for max_length positions (its buffers `capacity` long, default
+    max_length); a state that extends it (`cls`) is made the same way, with its `more` fields."""
+    s, n = shape, capacity or shape.max_length
     return cls(
         shape=s,
-        k=s.tensor(s.batch, s.kv, s.max_length, s.head_dim),
-        v=s.tensor(s.batch, s.kv, s.max_length, s.dv),
-        real=s.tensor(s.batch, s.max_length, dtype=torch.bool),
+        k=s.tensor(s.batch, s.kv, n, s.head_dim),
+        v=s.tensor(s.batch, s.kv, n, s.dv),
+        real=s.tensor(s.batch, n, dtype=torch.bool),
         **more,
     )
 
 
-def kv_cache_bytes(shape: StateShape) -> int:
-    """kv_cache's bytes by formula: b kv max_length (d + d_v) values and b max_length bools:
-    shared KV heads divide it by the group."""
+def kv_cache_bytes(shape: StateShape, *, capacity: int | None = None) -> int:
+    """kv_cache's bytes by formula: b kv capacity (d + d_v) values and b capacity bools (capacity
+    default max_length): shared KV heads divide it by the group."""
     s = shape
-    return (s.kv * (s.head_dim + s.dv) * s.itemsize() + 1) * s.batch * s.max_length
+    return (s.kv * (s.head_dim + s.dv) * s.itemsize() + 1) * s.batch * (capacity or s.max_length)
 
 
 def append(cache: Cache, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Cache:
@@ -220,11 +222,13 @@ class BlocksState(KVCache):
 
 
 def blocks_state(shape: StateShape, *, block: int, pool_values: bool = False) -> BlocksState:
-    """An empty BlocksState for max_length positions in blocks of `block` keys."""
+    """An empty BlocksState for max_length positions in blocks of `block` keys; its cache holds
+    whole blocks, so the kernels read it as blocks without a copy each step."""
     s, nb, wide = shape, -(-shape.max_length // block), score_dtype(shape.dtype)
     return kv_cache(
         s,
         BlocksState,
+        capacity=nb * block,
         means=s.tensor(s.batch, s.kv, nb, s.head_dim, dtype=wide),
         has=s.tensor(s.batch, nb, dtype=torch.bool),
         pooled_values=s.tensor(s.batch, s.kv, nb, s.dv, dtype=wide) if pool_values else None,
@@ -235,7 +239,7 @@ def blocks_state_bytes(shape: StateShape, *, block: int, pool_values: bool = Fal
     """blocks_state's bytes by formula: the KV cache, and per block its pooled widths and a bool."""
     s, nb = shape, -(-shape.max_length // block)
     pooled = s.kv * (s.head_dim + (s.dv if pool_values else 0)) * s.itemsize(score_dtype(s.dtype))
-    return kv_cache_bytes(s) + s.batch * nb * (pooled + 1)
+    return kv_cache_bytes(s, capacity=nb * block) + s.batch * nb * (pooled + 1)
 
 
 def blocks_append(

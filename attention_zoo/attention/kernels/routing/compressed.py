@@ -28,12 +28,12 @@ def compressed_attention(
     see -> (b, h, t, d_v), and (b, 1, t) whether each query sees one (where not, the output is
     finite and meaningless: the caller's gate zeroes it). Segments of queries are recomputed in
     the backward, so no (t, nb) mask is kept for it."""
-    b, _, t, _ = q.shape
+    b, h, t, _ = q.shape
     nb = has.shape[1]
     positions = torch.arange(offset, offset + t, device=q.device)
     real_before = F.pad(has.long().cumsum(-1), (1, 0))  # (b, nb + 1): real blocks among the first
     seen = real_before[:, ((positions + 1) // block).clamp(max=nb)] > 0
-    step = max(1, ROUTE_BYTES // (b * nb * 4))
+    step = max(1, ROUTE_BYTES // (b * h * nb * 4))  # a segment's scores (b, h, step, nb)
     spans = [(s, min(s + step, t)) for s in range(0, t, step)]  # static: from the shapes
     parts = [
         checkpoint(_compressed, q[:, :, s:e], keys, values, has, positions[s:e], block,

@@ -30,7 +30,8 @@ class _Geometry:
         b, h, self.t, _ = q.shape
         kv, length = k.shape[1], k.shape[2]
         self.nb = -(-length // self.c)
-        self.real = F.pad(real, (0, self.nb * self.c - length))  # (b, nb c)
+        pad = self.nb * self.c - length
+        self.real = F.pad(real, (0, pad)) if pad else real  # (b, nb c)
         device = q.device
         heads = torch.arange(h, device=device) // (h // kv)
         self.base = (torch.arange(b, device=device)[:, None] * kv + heads) * self.nb  # (b, h)
