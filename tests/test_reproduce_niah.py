@@ -93,6 +93,12 @@ def test_no_verdict_where_the_run_cannot_tell() -> None:
     rows = _rows({"full": _ladder(0.99, 0.99), "gla": _ladder(0.9, 0.1)}, seeds=(0,))
     assert {verdict_class(v) for v in _verdicts(rows).values()} == {"undecided"}
     assert _verdicts(rows)["gla"] == FEW_SEEDS
+    floors = {c.floor.split("full keeps its accuracy: ")[-1] for c in ladder.claims(rows, PRESET)}
+    assert floors == {f"undecided ({FEW_SEEDS})"}  # not "no": one seed cannot tell
+    kept = _rows({"full": _ladder(0.99, 0.99)})
+    assert ladder.claims(kept, PRESET)[0].floor.endswith("full keeps its accuracy: yes")
+    fell = _rows({"full": _ladder(0.99, 0.40)})
+    assert ladder.claims(fell, PRESET)[0].floor.endswith("full keeps its accuracy: no")
 
 
 def test_accuracy_a_key_blind_rule_reaches_decides_nothing() -> None:

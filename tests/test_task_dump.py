@@ -8,7 +8,7 @@ import pytest
 
 from attention_zoo.cli import main
 from attention_zoo.tasks.base import TASKS
-from attention_zoo.tasks.suite import builtin_suite
+from attention_zoo.tasks.suite import builtin_suite, load_task_preset
 
 BUILT_IN = [name for name in TASKS.names() if builtin_suite(name) is not None]
 
@@ -33,6 +33,17 @@ def test_every_task_dumps_json_lines_reproducibly(
     else:  # token task: ids, and a target per position, null where nothing is scored
         assert len(example["target"]) == len(example["input"])
         assert None in example["target"] and any(t is not None for t in example["target"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["niah", "selective-copying", "associative-recall"])
+def test_dump_prints_what_a_run_trains_on_first(name: str, capsys) -> None:
+    """The first rows of the run's first batches (a batch draws its lengths and tensors at
+    once), evaluation sequences held out, as the trainer takes them."""
+    preset = load_task_preset(name, "smoke")
+    dumped = _dump(capsys, name, "--dump", "5", "--preset", "smoke", "--seed", "2")
+    batch = next(preset.task.build(2).batches(preset.train.batch_size))
+    assert dumped == preset.task.examples(batch)[:5]
 
 
 def test_listops_dump_is_lras_notation(capsys: pytest.CaptureFixture[str]) -> None:
@@ -66,6 +77,8 @@ def test_dump_split_prints_that_splits_sequences(capsys: pytest.CaptureFixture[s
         ),
         (["listops", "--seed", "1"], "--seed needs --dump"),
         (["listops", "--dump", "2", "--max-steps", "5"], "--dump and --max-steps cannot be"),
+        (["niah", "--dump", "1", "--seed", str(2**64)], "must be an integer from 0 to 4294967295"),
+        (["niah", "--preset", "smoke", "--seeds", "0,-1"], "must be an integer from 0 to"),
     ],
 )
 def test_dump_usage_errors(argv: list[str], message: str, capsys) -> None:

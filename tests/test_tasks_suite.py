@@ -158,6 +158,23 @@ def test_table2_pivot_mean_spread_and_order() -> None:
     assert header.index("Full") < header.index("LSH-8") < header.index("LSH-1")
 
 
+def test_stored_tables_read_each_backends_latest_definition(tmp_path: Path) -> None:
+    """A seed trained again with other steps (or after the preset was edited) is not averaged
+    with the runs of the old definition: the table reads the latest, and counts the rest."""
+    path = tmp_path / "zoo.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run(kind=KIND)
+        for seed, steps in ((0, 30), (1, 30), (1, 2)):
+            rows = _rows("shared-qk", seed, {"trained": steps / 100}, None)
+            save_trained(store, run_id, {"train": {"max_steps": steps}, "seed": seed}, rows, {})
+        other = _rows("full", 0, {"trained": 0.5}, None)  # another backend: its own latest
+        save_trained(store, run_id, {"train": {"max_steps": 30}, "seed": 0}, other, {})
+    back, left_out = load_rows(path)
+    kept = {(r["backend"], r["seed"], r["value"]) for r in back if r["metric"] == "accuracy"}
+    assert kept == {("shared-qk", 1, 0.02), ("full", 0, 0.5)} and left_out == 2
+    assert load_rows(path, task="associative-recall") == ([], 0)
+
+
 def test_results_round_trip_through_the_store(tmp_path: Path) -> None:
     path = tmp_path / "zoo.sqlite"
     rows = _rows("shared-qk", 0, {"trained": 1.0, "lsh-4": 0.9}, None)
@@ -166,13 +183,13 @@ def test_results_round_trip_through_the_store(tmp_path: Path) -> None:
         key = save_trained(store, run_id, {"spec": 1}, rows, {"loss": [[10, 2.5]]})
         assert key == case_key(case_config(rows[0], {"spec": 1}))
         assert store.held_cases(statuses={"ok"}, kind=KIND) == {key}
-    back = load_rows(path, task="duplication")
+    back, left_out = load_rows(path, task="duplication")
 
     def key(r):
         return (r["metric"], r["eval"])
 
-    assert sorted(back, key=key) == sorted(rows, key=key)
-    assert load_rows(path, task="associative-recall") == []
+    assert sorted(back, key=key) == sorted(rows, key=key) and left_out == 0
+    assert load_rows(path, task="associative-recall") == ([], 0)
     with ResultStore(path) as store:  # metrics as the store shows them, config carries the curves
         assert {r["metric"] for r in store.rows()} == {
             "accuracy",

@@ -16,7 +16,7 @@ from ..store import DEFAULT_STORE
 from ..tasks import results
 from ..tasks.base import TASKS, tabulation_of
 from ..tasks.driver import TaskRequest, train_task
-from ..tasks.suite import TaskPreset, find_suite, load_task_preset, preset_names
+from ..tasks.suite import MAX_SEED, TaskPreset, find_suite, load_task_preset, preset_names
 from ..tasks.tabulate import build_matrix, format_matrix
 from .parsers import add_command
 from .recording import recorded_command
@@ -72,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=names,
         help="attention mixes to train, comma-separated ('local+lsh' = alternating layers)",
     )
-    p.add_argument("--seeds", type=integers(0), help="run seeds, comma-separated")
+    p.add_argument("--seeds", type=integers(0, maximum=MAX_SEED), help="run seeds, comma-separated")
     p.add_argument(
         "--train-hashes", type=integers(1), help="num_hashes for lsh while training, e.g. 4,2,1"
     )
@@ -114,7 +114,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         '{"input": ..., "target": ...} (null targets: not scored) and exit',
     )
     p.add_argument(
-        "--seed", type=integer(0), help="with --dump: the run seed to draw from (default: 0)"
+        "--seed",
+        type=integer(0, MAX_SEED),
+        help="with --dump: the run seed to draw from (default: 0)",
     )
     p.add_argument(
         "--split",
@@ -216,12 +218,12 @@ def _train(args: argparse.Namespace, policy: RunPolicy) -> TaskPreset:
 
 def _dump(args: argparse.Namespace) -> int:
     """Print the preset's first generated training examples as JSON lines."""
-    task = load_task_preset(args.run_spec, args.preset).task
-    seed = args.seed or 0
+    preset = load_task_preset(args.run_spec, args.preset)
+    task, seed = preset.task, args.seed or 0
     if args.split is not None:
         examples = task.split_examples(seed, args.split, args.dump)
     else:
-        examples = task.first_examples(seed, args.dump)
+        examples = task.first_examples(seed, args.dump, preset.train.batch_size)
     for example in examples:
         print(json.dumps(example))
     return 0
@@ -232,7 +234,7 @@ def _tuple(values: list | None) -> tuple | None:
 
 
 def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
-    rows = results.load_rows(store, task=task, preset=preset)
+    rows, left_out = results.load_rows(store, task=task, preset=preset)
     if not rows:
         print(f"no stored task runs in {store}" + (f" for {task} / {preset}" if task else ""))
         return 1
@@ -242,6 +244,12 @@ def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
     for (t, p, n), group in sorted(groups.items()):
         print(f"\n{t} / preset {p} (length {n}): accuracy on the scored positions")
         print(format_matrix(build_matrix(group, tabulation_of(t))))
+    if left_out:
+        print(
+            f"\n({left_out} stored run{'s' if left_out != 1 else ''} of an earlier definition of "
+            "its preset (edited since, or other --max-steps) left out: each backend's latest "
+            "definition only)"
+        )
     return 0
 
 

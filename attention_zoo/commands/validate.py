@@ -22,16 +22,17 @@ from ..paths import require_folder
 # ---- argparse types: each raises ArgumentTypeError, which the parser turns into one line --------
 
 
-def integer(minimum: int = 1) -> Callable[[str], int]:
-    """An int >= minimum, e.g. `type=integer(1)` for --repeats."""
+def integer(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """An int >= minimum (and <= maximum), e.g. `type=integer(1)` for --repeats."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            within = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+            raise argparse.ArgumentTypeError(f"must be an integer {within}, got {value}")
         return value
 
     parse.__name__ = "integer"
@@ -58,9 +59,11 @@ def number(*, above: float | None = None, minimum: float | None = None) -> Calla
     return parse
 
 
-def integers(minimum: int = 1, *, allow_empty: bool = False) -> Callable[[str], list[int]]:
-    """A comma list of ints >= minimum, e.g. `--lengths 1024,4096`."""
-    one = integer(minimum)
+def integers(
+    minimum: int = 1, *, maximum: int | None = None, allow_empty: bool = False
+) -> Callable[[str], list[int]]:
+    """A comma list of ints >= minimum (and <= maximum), e.g. `--lengths 1024,4096`."""
+    one = integer(minimum, maximum)
 
     def parse(text: str) -> list[int]:
         values = [one(x.strip()) for x in text.split(",") if x.strip()]

@@ -131,10 +131,17 @@ class TaskConfig:
             for ids, lab in zip(batch.input_ids, batch.labels)
         ]
 
-    def first_examples(self, seed: int, n: int) -> list[dict[str, Any]]:
-        """The first `n` training sequences of run seed `seed`, drawn as one batch."""
-        generator = torch.Generator().manual_seed(stream_seed(seed, _TRAIN_STREAM))
-        return self.examples(self.sample(n, generator))
+    def first_examples(
+        self, seed: int, n: int, batch_size: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The first `n` training sequences of run seed `seed`, as a run drawing batches of
+        `batch_size` (None: one batch of n) trains on them: evaluation sequences held out."""
+        examples: list[dict[str, Any]] = []
+        for batch in self.build(seed).batches(batch_size or n):
+            examples += self.examples(batch)
+            if len(examples) >= n:
+                return examples[:n]
+        raise AssertionError("batches() is endless")
 
     def split_examples(self, seed: int, label: str, n: int) -> list[dict[str, Any]]:
         """The first `n` sequences of evaluation split `label` of run seed `seed`, as a run of

@@ -108,11 +108,31 @@ def save_failed(
 
 def stored_rows(
     store: ResultStore, *, task: str | None = None, preset: str | None = None
-) -> list[dict[str, Any]]:
-    """Tidy rows of every finished task run in `store`; a run stored twice counts once (latest)."""
+) -> tuple[list[dict[str, Any]], int]:
+    """Tidy rows of every finished task run in `store` (a run stored twice counts once, latest),
+    each backend's at a preset and length as its latest stored definition trained them
+    (`same_definition`: a preset edited since, or trained with other --max-steps, is not mixed
+    in), and how many runs of earlier definitions that leaves out."""
     task_runs = {r["run_id"] for r in store.runs(kind=KIND)}
-    records = (r for r in store.rows(status=OK) if r["run_id"] in task_runs)
-    return tidy_rows(records, task=task, preset=preset)
+    records = [r for r in store.rows(status=OK) if r["run_id"] in task_runs]
+    specs: dict[str, tuple[tuple[Any, ...], Any]] = {}  # case -> (its table cell, its spec)
+    for row in records:
+        config = row["config"]
+        config = json.loads(config) if isinstance(config, str) else config
+        if config.get("kind") == KIND:
+            cell = tuple(config[k] for k in ("task", "preset", "length", "backend"))
+            specs.pop(row["case_key"], None)  # re-stored: latest now
+            specs[row["case_key"]] = (cell, config.get("spec") or {})
+    latest = dict(specs.values())  # each cell's last stored spec
+    kept = {key for key, (cell, spec) in specs.items() if same_definition(spec, latest[cell])}
+    rows = tidy_rows((r for r in records if r["case_key"] in kept), task=task, preset=preset)
+    left_out = {
+        key
+        for key, (cell, _) in specs.items()
+        if key not in kept and (task is None or cell[0] == task)
+        and (preset is None or cell[1] == preset)
+    }  # fmt: skip
+    return rows, len(left_out)
 
 
 def tidy_rows(
@@ -153,9 +173,9 @@ def tidy_rows(
 
 def load_rows(
     path: str | Path, *, task: str | None = None, preset: str | None = None
-) -> list[dict[str, Any]]:
-    """Tidy rows of the stored task runs at `path` (an empty list when there is no store)."""
+) -> tuple[list[dict[str, Any]], int]:
+    """`stored_rows` of the store at `path` (none when there is no store)."""
     if not Path(path).exists():
-        return []
+        return [], 0
     with open_store(path, write=False) as store:
         return stored_rows(store, task=task, preset=preset)

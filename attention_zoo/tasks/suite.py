@@ -40,6 +40,9 @@ REQUIRED = {
 ENGINE_MODEL_FIELDS = ("attn_layers", "vocab_size", "max_position_embeddings", "is_decoder")
 
 
+MAX_SEED = 2**32 - 1  # run seeds are 0..MAX_SEED (each seeds its streams: tasks/base.py)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskGrid:
     """What to train (attention mixes x hash counts x seeds) and how to evaluate each model."""
@@ -49,6 +52,11 @@ class TaskGrid:
     train_hashes: tuple[int, ...] = (1,)  # num_hashes while training, for mixes containing "lsh"
     eval_hashes: tuple[int, ...] = ()  # num_hashes at evaluation for shared-QK models (Table 2)
     eval_full: bool = True  # also evaluate shared-QK models with shared-QK full attention
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.seeds if not (isinstance(s, int) and 0 <= s <= MAX_SEED)]
+        if bad:
+            raise ConfigError(f"grid seeds must be integers from 0 to {MAX_SEED}, got {bad[0]!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

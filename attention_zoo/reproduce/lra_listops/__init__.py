@@ -14,7 +14,14 @@ from ..base import GPU_SIZE, PRESETS, Reproduction, RunOptions, register_reprodu
 from ..training import task_rows, train_presets
 from . import claims as table1
 from .claims import SOURCE
-from .settings import LRA_SETTINGS, SETTINGS, listops_preset, scale_text, stored_presets
+from .settings import (
+    LRA_SETTINGS,
+    SETTINGS,
+    TASK,
+    listops_preset,
+    scale_text,
+    stored_presets,
+)
 
 GPU_SIZES = (GPU_SIZE, "paper")
 
@@ -50,7 +57,8 @@ class LRAListOps(Reproduction):
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
         names = stored_presets(tuple(self.defined_sizes()))
-        found = [n for n in names if any(r["preset"] == n for r in tidy)] or ["cpu"]
+        found = [n for n in names if any((r["task"], r["preset"]) == (TASK, n) for r in tidy)]
+        found = found or ["cpu"]
         out = []
         for name in found:
             size, settings = names[name]

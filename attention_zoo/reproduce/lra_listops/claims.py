@@ -27,8 +27,8 @@ from ..evidence import (
     point_class,
     seeds_text,
 )
+from .settings import TASK
 
-TASK = "listops"
 REFERENCE = "full"
 SOURCE = "Long Range Arena (Tay et al. 2021), Table 1, ListOps accuracy [%]"
 # LRA's model -> its accuracy [%]

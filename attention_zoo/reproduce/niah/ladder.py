@@ -181,6 +181,16 @@ def fall(
     return judged.gap, judged.cls, why
 
 
+def _kept(reference: Mapping[int, Any], cls: str | None, why: str | None) -> str:
+    """Whether full attention keeps its accuracy down the ladder: yes, no (it falls), undecided
+    (and why), or - when it was not trained."""
+    if not reference:
+        return "-"
+    if why:
+        return f"undecided ({why})"
+    return "yes" if cls == NOT_BELOW else "no"
+
+
 def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimRow]:
     """One claim per mechanism trained on the preset's ladder (reference first)."""
     accs, refs = accuracies(rows, preset)
@@ -193,7 +203,7 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimR
     floor_text = (
         f"learned: >= {floor:.1f}% at L {short} (key-blind rules {key_blind(preset):.1f}% + "
         f"{MARGIN:g}, at least {LEARNED:g}%); "
-        f"full keeps its accuracy: " + ("-" if not reference else "yes" if cleared else "no")
+        "full keeps its accuracy: " + _kept(reference, ref_cls, ref_why)
     )
     backends = sorted(accs, key=lambda b: (b != REFERENCE, b)) or [REFERENCE]
     scale = scale_text(preset)

@@ -54,7 +54,7 @@ class MambaSelectiveCopying(TaskReproduction):
         return [load_task_preset(TASK, size)]
 
     def claims(self, rows: Any) -> list[ClaimRow]:
-        tidy = task_rows(rows, self.defined_presets())
+        tidy = [r for r in task_rows(rows, self.defined_presets()) if r["task"] == TASK]
         found = [s for s in self.defined_sizes() if any(r["preset"] == s for r in tidy)] or ["cpu"]
         return [
             line
