@@ -1,12 +1,14 @@
-"""Executors: the flags and their errors, jobs measured by the same method wherever they run, and
-on a local Ray runtime (2 CPUs, one per module): the same cases and statuses as the local
-executor, a worker killed mid-case retried, a driver killed mid-sweep resumed with exactly the
-uninterrupted rows, a bad cluster address refused in seconds."""
+"""Executors: the flags and their errors, jobs measured by the same method wherever they run; in
+worker processes: training runs side by side with the local runs' results, timed cases one at a
+time, a killed worker's job retried; on a local Ray runtime (2 CPUs, one per module): the same cases
+and statuses as the local executor, a worker killed mid-case retried, a driver killed mid-sweep
+resumed with exactly the uninterrupted rows, a bad cluster address refused in seconds."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import logging
 import os
@@ -25,6 +27,7 @@ from attention_zoo.errors import UnavailableError, UsageError
 from attention_zoo.executors import (
     Job,
     LocalExecutor,
+    PoolExecutor,
     RayError,
     RayExecutor,
     add_executor_args,
@@ -60,11 +63,30 @@ def test_local_is_the_default_and_takes_no_ray_flags() -> None:
         executor_from_args(parse("--ray-address", "auto"))
 
 
+def test_workers_go_with_the_processes_executor() -> None:
+    executor = executor_from_args(parse("--executor", "processes", "--workers", "3"))
+    assert isinstance(executor, PoolExecutor) and executor.workers == 3
+    with pytest.raises(UsageError, match=r"--workers applies to --executor processes"):
+        executor_from_args(parse("--workers", "2"))
+    with pytest.raises(UsageError, match=r"--cpus-per-case applies to --executor ray"):
+        executor_from_args(parse("--executor", "processes", "--cpus-per-case", "1"))
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "1.5", "two"])
+def test_bad_worker_counts_are_refused(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--executor", "processes", "--workers", bad)
+    assert "expected a whole number >= 1" in capsys.readouterr().err
+
+
 def test_executor_flags_pass_on_to_a_nested_command() -> None:
     args = parse("--executor", "ray", "--ray-address", "auto", "--gpus-per-case", "0.5")
     again = parse(*executor_argv(args))
     assert vars(again) == vars(args)
     assert executor_argv(parse()) == ["--executor", "local"]
+    args = parse("--executor", "processes", "--workers", "4")
+    assert executor_argv(args) == ["--executor", "processes", "--workers", "4"]
+    assert vars(parse(*executor_argv(args))) == vars(args)
 
 
 def test_missing_ray_names_the_extra(
@@ -213,6 +235,93 @@ def test_a_cluster_without_timing_slots_is_refused_for_cpu_cases(monkeypatch) ->
     with pytest.raises(RayError, match=re.escape("""--resources '{"zoo_timing_slot": 1}'""")):
         executor.prepare([job])
     executor.prepare([Job(key="g", label="g", fn=json.loads, device="cuda", threads=1)])
+
+
+def test_training_runs_are_untimed_and_share_ray_nodes() -> None:
+    """A timed CPU case takes its node's timing slot; a training run (untimed) does not, so
+    runs train side by side on a node's CPUs."""
+    timed = Job(key="t", label="t", fn=json.loads, device="cpu", threads=1)
+    training = Job(key="r", label="r", fn=json.loads, device="cpu", threads=1, timed=False)
+    assert RayExecutor().slots(timed) == {TIMING_SLOT: 1.0}
+    assert RayExecutor().slots(training) == {}
+
+
+def _interval(seconds: float) -> tuple[float, float]:
+    start = time.monotonic()  # one clock for every process of the machine
+    time.sleep(seconds)
+    return start, time.monotonic()
+
+
+@pytest.mark.slow
+def test_processes_time_timed_jobs_one_at_a_time() -> None:
+    """Timed jobs (bench cases) never overlap each other or an untimed job, whatever --workers."""
+    timed = [Job(key=f"t{i}", label="t", fn=_interval, args=(0.3,)) for i in range(3)]
+    untimed = [Job(key=f"u{i}", label="u", fn=_interval, args=(0.3,), timed=False) for i in "01"]
+    outcomes = {o.key: o.value for o in PoolExecutor(workers=2).run([*timed, *untimed])}
+    spans = sorted(outcomes[j.key] for j in timed)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    assert max(outcomes[j.key][1] for j in untimed) <= spans[0][0]
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _suicide(marker: str) -> int:
+    """Kill this worker process the first time (marker file absent), return 7 after."""
+    if not Path(marker).exists():
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 7
+
+
+@pytest.mark.slow
+def test_processes_run_jobs_and_retry_a_killed_worker(tmp_path: Path) -> None:
+    """Outcomes of every job; an exception is an error outcome; a worker killed mid-job takes
+    its pool down, and the unfinished jobs run again in a fresh one (bounded)."""
+    jobs = [
+        Job(key="ok", label="ok", fn=json.loads, args=("[1]",), timed=False),
+        Job(key="raises", label="raises", fn=json.loads, args=("{",), timed=False),
+        Job(key="killed", label="killed", fn=_suicide, args=(str(tmp_path / "m"),), timed=False),
+    ]
+    executor = PoolExecutor(workers=2)
+    executor.prepare(jobs)
+    outcomes = {o.key: o for o in executor.run(jobs)}
+    assert outcomes["ok"].value == [1] and outcomes["ok"].environment is not None
+    assert outcomes["raises"].error.startswith("JSONDecodeError")
+    assert outcomes["killed"].ok and outcomes["killed"].value == 7  # its second try
+
+
+@pytest.mark.slow
+def test_a_worker_that_always_dies_is_an_error_after_its_retries() -> None:
+    dies = Job(key="d", label="d", fn=_die, timed=False)
+    (outcome,) = PoolExecutor(workers=1, max_retries=1).run([dies])
+    assert "worker process died" in outcome.error and "1 retry too" in outcome.error
+
+
+@pytest.mark.slow
+def test_task_runs_on_processes_give_the_local_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two seeds side by side in two workers: the local executor's runs, metric for metric and
+    value for value (wall time aside), and the driver alone writes the store."""
+    argv = ["task", "duplication", "--preset", "smoke", "--max-steps", "6", "--quiet"]
+    argv += ["--threads", "1", "--seeds", "0,1"]
+    local, pooled = tmp_path / "local.sqlite", tmp_path / "pool.sqlite"
+    assert main([*argv, "--store", str(local)]) == 0
+    assert main([*argv, "--store", str(pooled), "--executor", "processes", "--workers", "2"]) == 0
+    assert "executor processes (2 workers here)" in capsys.readouterr().out
+
+    def values(path: Path) -> dict[tuple[str, str], float]:
+        with ResultStore(path) as store:
+            return {
+                (r["case_key"], r["metric"]): r["value"]
+                for r in store.rows()
+                if r["metric"] != "wall_time_s"
+            }
+
+    want = values(local)
+    assert len({key for key, _ in want}) == 2 and values(pooled) == want
 
 
 def test_a_job_that_raises_is_an_error_outcome_with_the_environment() -> None:

@@ -1,4 +1,6 @@
-"""Where a sweep's cases run: `local` (this process, the default; nothing to install) or `ray`
+"""Where a sweep's cases run: `local` (this process, the default; nothing to install),
+`processes` (worker processes on this machine: training runs side by side, timed cases one at
+a time) or `ray`
 (one Ray task per case on a cluster, or on a Ray runtime started on this machine).
 
 Commands add the same flags with `add_executor_args(parser)`, build the executor with
@@ -15,10 +17,19 @@ from ..errors import UsageError
 from ..install import install_hint
 from .base import Executor, Job, Outcome, run_job
 from .local import LocalExecutor
+from .pool import PoolExecutor
 from .ray_cluster import RayError, RayExecutor, import_ray
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "processes", "ray")
 RAY_FLAGS = ("ray_address", "gpus_per_case", "cpus_per_case")
+FLAGS = {"processes": ("workers",), "ray": RAY_FLAGS}  # the flags each executor takes
+
+
+def _count(text: str) -> int:
+    """A whole number >= 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _amount(text: str) -> float:
@@ -39,8 +50,17 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
         "--executor",
         choices=EXECUTORS,
         default="local",
-        help="local: one case after another in this process (default); ray: one Ray task per "
-        f"case, results streamed into the store by this process (needs {install_hint('ray')})",
+        help="local: one case after another in this process (default); processes: training "
+        "runs side by side in worker processes here (timed cases one at a time after them, so "
+        "they do not time each other); ray: one Ray task per case, results streamed into the "
+        f"store by this process (needs {install_hint('ray')})",
+    )
+    g.add_argument(
+        "--workers",
+        type=_count,
+        metavar="N",
+        help="with --executor processes: worker processes (default: this machine's cores over "
+        "--threads, at most one per job); several may share one GPU",
     )
     g.add_argument(
         "--ray-address",
@@ -64,14 +84,20 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
 
 
 def executor_from_args(args: argparse.Namespace) -> Executor:
-    """The executor the flags ask for; a Ray flag without --executor ray, or --executor ray
-    without Ray installed, is a one-line error (ZooError) before anything runs."""
-    if args.executor == "local":
-        given = [f for f in RAY_FLAGS if getattr(args, f, None) is not None]
-        if given:
+    """The executor the flags ask for; another executor's flag (--workers without --executor
+    processes, a Ray flag without --executor ray), or --executor ray without Ray installed, is
+    a one-line error (ZooError) before anything runs."""
+    for executor, flags in FLAGS.items():
+        given = [f for f in flags if getattr(args, f, None) is not None]
+        if given and args.executor != executor:
             flag = "--" + given[0].replace("_", "-")
-            raise UsageError(f"{flag} applies to --executor ray; add --executor ray or drop it")
+            raise UsageError(
+                f"{flag} applies to --executor {executor}; add --executor {executor} or drop it"
+            )
+    if args.executor == "local":
         return LocalExecutor()
+    if args.executor == "processes":
+        return PoolExecutor(workers=args.workers)
     if args.cpus_per_case == 0:
         raise UsageError("--cpus-per-case must be > 0 (a Ray task holds at least part of a CPU)")
     import_ray()
@@ -85,7 +111,7 @@ def executor_from_args(args: argparse.Namespace) -> Executor:
 def executor_argv(args: argparse.Namespace) -> list[str]:
     """The executor flags of `args` as command-line words, for a command run from another."""
     argv = ["--executor", args.executor]
-    for flag in RAY_FLAGS:
+    for flag in FLAGS.get(args.executor, ()):
         value = getattr(args, flag, None)
         if value is not None:
             text = f"{value:g}" if isinstance(value, float) else str(value)
@@ -99,6 +125,7 @@ __all__ = [
     "Job",
     "LocalExecutor",
     "Outcome",
+    "PoolExecutor",
     "RayError",
     "RayExecutor",
     "add_executor_args",

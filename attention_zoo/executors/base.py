@@ -11,6 +11,13 @@ from ..measure.env import Environment, capture
 from ..measure.runner import describe_error, is_oom
 from ..plugins import ENV_VAR, child_environment, load_plugins, split_targets
 
+MAX_RETRIES = 2  # a job whose worker dies runs at most 1 + MAX_RETRIES times
+
+
+def retries_text(n: int) -> str:
+    """'1 retry', '2 retries'."""
+    return f"{n} retr{'y' if n == 1 else 'ies'}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Job:
@@ -29,6 +36,7 @@ class Job:
     local_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     threads: int | None = None  # torch threads the job uses; None: the worker's default
+    timed: bool = True  # its result holds timings (others sharing its cores would distort them)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,14 +17,13 @@ from typing import Any
 
 from ..errors import UnavailableError, ZooError
 from ..install import install_hint
-from .base import ExecutorBase, Job, Outcome, plugin_targets, run_job
+from .base import MAX_RETRIES, ExecutorBase, Job, Outcome, plugin_targets, retries_text, run_job
 
 log = logging.getLogger(__name__)
 
-MAX_RETRIES = 2  # a job whose worker dies runs at most 1 + MAX_RETRIES times
 CONNECT_TIMEOUT_S = 5.0
-# A custom Ray resource, 1 per node: a CPU case reserves it, so no two CPU cases (whose timings
-# would share the node's cores) run on one node at once. Nodes of a cluster are started with it.
+# A custom Ray resource, 1 per node: a timed CPU case reserves it, so no two such cases (whose
+# timings would share the node's cores) run on one node at once. Nodes of a cluster start with it.
 TIMING_SLOT = "zoo_timing_slot"
 NODE_RESOURCES = json.dumps({TIMING_SLOT: 1})
 
@@ -108,8 +107,9 @@ class RayExecutor(ExecutorBase):
         return float(cpus), float(gpus)
 
     def slots(self, job: Job) -> dict[str, float]:
-        """The custom resources a job reserves: a CPU case takes its node's one timing slot."""
-        return {} if job.device.startswith("cuda") else {TIMING_SLOT: 1.0}
+        """The custom resources a job reserves: a timed CPU case takes its node's one timing
+        slot (training runs, untimed, share nodes by their CPU requests alone)."""
+        return {TIMING_SLOT: 1.0} if job.timed and not job.device.startswith("cuda") else {}
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -229,8 +229,8 @@ class RayExecutor(ExecutorBase):
             return Outcome(
                 key=job.key,
                 error=(
-                    f"its Ray worker died ({type(err).__name__}), {self.max_retries} "
-                    f"retr{'y' if self.max_retries == 1 else 'ies'} too: {_first_line(err)}"
+                    f"its Ray worker died ({type(err).__name__}), "
+                    f"{retries_text(self.max_retries)} too: {_first_line(err)}"
                 ),
             )
 

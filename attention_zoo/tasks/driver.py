@@ -134,6 +134,7 @@ class TrainPlan(Plan):
                     local_kwargs={"on_step": steps},
                     device=self.device,
                     threads=self.threads,
+                    timed=False,  # steps and accuracies: wall time is information only
                 )
             )
         self.todo_runs = len(out)
