@@ -104,7 +104,7 @@ echo "$start $(date +%s.%N) $*" >>"$FAKE_LOG"
 CHECK_VARIABLES = (
     "GRID", "STEPS", "BUDGET", "BUDGET_FLOOR", "BUDGET_START", "STEP_LIMIT", "OUT", "STORE",
     "CAUSAL", "BIDIRECTIONAL", "DECODE", "WARM_JOBS", "WARM_LEAST", "COMPILE_CACHE",
-    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TASK_WORKERS",
 )  # fmt: skip
 
 
@@ -184,6 +184,19 @@ def test_the_check_warms_in_parallel_then_times_the_targets_grids_first(tmp_path
 
 
 TUNED = ("retention", "gla", "deltanet", "gated-deltanet")
+
+
+@pytest.mark.slow
+def test_the_task_presets_run_alone_and_side_by_side(tmp_path):
+    """STEPS=tasks: the niah and state-tracking gpu presets, runs side by side in TASK_WORKERS
+    processes, into the check's store; never part of the check itself (the order test)."""
+    commands, printed = _check_with_a_fake_gpu(tmp_path, STEPS="tasks", TASK_WORKERS="6")
+    runs = [c for _, _, c in commands]
+    assert [c.split("reproduce ")[1].split()[0] for c in runs] == ["niah", "state-tracking"]
+    store = str(tmp_path / "store.sqlite")
+    for c in runs:
+        assert "--preset gpu" in c and "--executor processes --workers 6" in c and store in c
+    assert "tasks-niah" in printed and "tasks-state" in printed
 
 
 @pytest.mark.slow

@@ -24,6 +24,10 @@
 #                                                   # the decoding step)
 #   WARM_JOBS=8 WARM_LEAST=20 ...                   # processes compiling at once; seconds left
 #                                                   # that make a warm-up run worth starting
+#   STEPS=tasks BUDGET=540 ...                      # instead: the gpu presets of the niah and
+#                                                   # state-tracking reproductions, TASK_WORKERS
+#                                                   # (default 8) training runs side by side on
+#                                                   # the GPU; their wall times calibrate them
 #
 # The steps run in the order of what they are for: the grids the targets are set on first, then
 # the targets' verdicts, then the rest. Each step's time and exit status are printed at the end;
@@ -82,7 +86,7 @@ steps_wanted=" ${STEPS:-warm attention decode targets accuracy tests block asv r
 wanted() { case "$steps_wanted" in *" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }
 source benchmarks/scripts/budget.sh
 for item in warm:8 attention-causal:6 attention-bidirectional:3 decode:3 targets:1 accuracy:3 \
-    tests:4 block-causal:3 block-bidirectional:2 asv:3; do
+    tests:4 block-causal:3 block-bidirectional:2 asv:3 tasks-niah:1 tasks-state:1; do
     wanted "${item%%:*}" && budget_plan "$item"
 done
 declare -a steps=()
@@ -213,6 +217,10 @@ step tests "$PY" -m pytest -v -rf --tb=line -m gpu -p no:cacheprovider tests/tes
 bench block true "$causal_backends"
 bench block false "$bidirectional_backends"
 step asv "$PY" benchmarks/scripts/record.py --device cuda
+for reproduction in niah state-tracking; do  # only with STEPS=tasks: not part of the check
+    step "tasks-${reproduction%%-*}" "$PY" -m attention_zoo reproduce "$reproduction" --preset gpu \
+        --threads 1 --executor processes --workers "${TASK_WORKERS:-8}" --store "$store" --no-progress
+done
 step report "$PY" -m attention_zoo report --store "$store" --out "$folder"
 
 echo
