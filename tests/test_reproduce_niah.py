@@ -101,6 +101,16 @@ def test_no_verdict_where_the_run_cannot_tell() -> None:
     assert ladder.claims(fell, PRESET)[0].floor.endswith("full keeps its accuracy: no")
 
 
+def test_a_backend_whose_state_cannot_be_sized_here_is_undecided() -> None:
+    """A run of a backend unavailable here (xformers on CPU) or of a mix of layers: which claim
+    applies (fixed or growing state) is unknown, so no verdict, and the other claims stand."""
+    rows = _rows({"full": _ladder(0.99, 0.97), "xformers": _ladder(0.99, 0.97),
+                  "local+lsh": _ladder(0.9, 0.5)})  # fmt: skip
+    verdicts = _verdicts(rows)
+    assert verdicts["xformers"] == verdicts["local+lsh"] == ladder.UNSIZED
+    assert verdicts["full"] == HOLDS
+
+
 def test_accuracy_a_key_blind_rule_reaches_decides_nothing() -> None:
     """With 2 needles in random filler and earlier answers in the input (answers="shown"),
     picking a context value not yet given scores ~76% without reading the asked key: a ladder at

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from ...errors import ZooError
 from ...measure.fair import FairSetting, fair_numbers
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
 from ...tasks.suite import TaskPreset, load_task_preset
@@ -59,6 +60,7 @@ SPLIT = re.compile(r"n(\d+)-d(\d+)")  # the task's evaluation split labels: n<le
 NO_FALL = f"{UNDECIDED}: it did not clear the floor at the shortest length"
 NO_REFERENCE = f"{UNDECIDED}: full attention did not keep its accuracy here (its claim must hold)"
 STRADDLES = f"{UNDECIDED}: the gap's interval crosses -{BAND:g} points"
+UNSIZED = f"{UNDECIDED}: its state cannot be sized here (fixed or growing: which claim applies)"
 RULE = (
     f"per mechanism, over >= {MIN_SEEDS} seeds: the paired gap of its accuracy at the longest "
     f"length minus the shortest (each the mean over depths), its 95% interval classed below "
@@ -152,7 +154,10 @@ def _state_bytes(
     backend: str, options: tuple[tuple[str, Any], ...], heads: int, width: int, length: int
 ) -> int | None:
     setting = FairSetting(heads=heads, head_dim=width, context=length)
-    return fair_numbers(backend, dict(options), setting).state_bytes
+    try:
+        return fair_numbers(backend, dict(options), setting).state_bytes
+    except ZooError:  # a backend unknown or unavailable here, a mix of layers: not sized
+        return None
 
 
 def key_blind(preset: TaskPreset) -> float:
@@ -216,6 +221,8 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimR
             verdict = NOT_MEASURED
         elif why:
             verdict = why
+        elif mem.long_bytes is None:
+            verdict = UNSIZED
         elif mem.fixed and not cleared:
             verdict = NO_REFERENCE
         elif mem.fixed:
