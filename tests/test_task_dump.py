@@ -78,6 +78,7 @@ def test_dump_split_prints_that_splits_sequences(capsys: pytest.CaptureFixture[s
         (["listops", "--seed", "1"], "--seed needs --dump"),
         (["listops", "--dump", "2", "--max-steps", "5"], "--dump and --max-steps cannot be"),
         (["niah", "--dump", "1", "--seed", str(2**64)], "must be an integer from 0 to 4294967295"),
+        (["niah", "--preset", "ladder-cpu-n32"], "`zoo reproduce niah --preset cpu` derives"),
         (["niah", "--preset", "smoke", "--seeds", "0,-1"], "must be an integer from 0 to"),
     ],
 )

@@ -10,8 +10,9 @@ from collections import defaultdict
 import torch
 
 from ..engine import RunPolicy
-from ..errors import UsageError, ZooError
+from ..errors import UnknownPresetError, UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
+from ..reproduce import REPRODUCTIONS
 from ..store import DEFAULT_STORE
 from ..tasks import results
 from ..tasks.base import TASKS, tabulation_of
@@ -170,6 +171,26 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except UnknownPresetError as err:  # a preset only a reproduction derives: say which
+        raise UnknownPresetError(f"{err}{_derived_hint(args.run_spec, args.preset)}") from None
+
+
+def _derived_hint(task: str | None, name: str | None) -> str:
+    """'; ... `zoo reproduce R --preset S` trains it' where a reproduction derives preset `name`
+    of `task` (a rung of a ladder, a sweep's length), else ''."""
+    for reproduction in (REPRODUCTIONS.get(r) for r in REPRODUCTIONS.names()):
+        for size in reproduction.defined_sizes():
+            if any((p.task.name, p.name) == (task, name) for p in reproduction.presets_of(size)):
+                return (
+                    f"; {name!r} is a preset `zoo reproduce {reproduction.name} --preset {size}` "
+                    "derives from the suite and trains: run that"
+                )
+    return ""
+
+
+def _run(args: argparse.Namespace) -> int:
     check_flags(args)
     if args.dump is not None:
         return _dump(args)
