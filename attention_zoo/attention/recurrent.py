@@ -123,15 +123,10 @@ class RecurrentCore(AttentionCore):
         )
 
     def reference_output(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Tensor | None = None,
-        **extras: Tensor,
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, **extras: Tensor
     ) -> Tensor:
-        """The same call through the token-by-token recurrence (kernels/recurrences/reference.py):
-        what every implementation is judged against. O(n) Python steps: for tests."""
+        """The same call as `attend` through the token-by-token recurrence (kernels/recurrences/
+        reference.py): what every implementation is judged against. O(n) Python steps: tests."""
         x = self.recurrence_inputs(q, k, v, key_padding_mask, extras)
         gates = {"log_decay": x.log_decay, "beta": x.beta, "normalise_qk": x.normalise_qk}
         out, _ = recurrence(x.q, x.k, x.v, scale=x.scale, **gates)

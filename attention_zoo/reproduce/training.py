@@ -15,6 +15,15 @@ from .base import Reproduction, RunOptions
 from .stored import as_defined
 
 
+def model_and_budget(preset: TaskPreset) -> str:
+    """'2 layers d 64, 400 steps x 32': a preset's model and training budget, for scale lines."""
+    model, train = preset.model, preset.train
+    return (
+        f"{model['num_hidden_layers']} layers d {model['hidden_size']}, {train.max_steps} steps "
+        f"x {train.batch_size}"
+    )
+
+
 def train_presets(
     presets: Sequence[TaskPreset], store: ResultStore, options: RunOptions, **meta: Any
 ) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ...tasks.suite import TaskPreset, load_task_preset
 from ..base import OWN_SETTINGS
+from ..training import model_and_budget
 
 TASK = "listops"
 LRA_SETTINGS = "lra"
@@ -81,10 +82,9 @@ def stored_presets(sizes: tuple[str, ...]) -> dict[str, tuple[str, str]]:
 
 def scale_text(preset: TaskPreset) -> str:
     """The size a claim was measured at, in one line."""
-    task, model, train = preset.task, preset.model, preset.train
+    task = preset.task
     return (
         f"expressions {task.min_length + 1}-{task.max_length - 1} tokens (depth <= "
-        f"{task.max_depth}, <= {task.max_args} arguments), {model['num_hidden_layers']} layers "
-        f"d {model['hidden_size']}, {train.max_steps} steps x {train.batch_size}, "
+        f"{task.max_depth}, <= {task.max_args} arguments), {model_and_budget(preset)}, "
         f"{task.eval_size} evaluation expressions"
     )

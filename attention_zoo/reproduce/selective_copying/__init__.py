@@ -15,19 +15,18 @@ from ..evidence import (
     cell_text,  # a cell of seeds: mean, interval, seed count
     per_seed,
 )
-from ..training import TaskReproduction, report_rows, task_rows
+from ..training import TaskReproduction, model_and_budget, report_rows, task_rows
 from . import table1
 from .table1 import REFERENCE, SOURCE, TABLE1, TASK
 
 
 def scale_text(preset: TaskPreset) -> str:
     """The size a claim was measured at, in one line (the paper's beside it)."""
-    task, model, train = preset.task, preset.model, preset.train
+    task = preset.task
     return (
         f"L {task.seq_len}, {task.num_tokens} tokens to copy, V {task.vocab_size}; "
-        f"{model['num_hidden_layers']} layers d {model['hidden_size']}; {train.max_steps} steps "
-        f"x {train.batch_size}; {task.eval_size} evaluation sequences (Table 1: L 4096, 16 "
-        "tokens, V 16)"
+        f"{model_and_budget(preset)}; {task.eval_size} evaluation sequences (Table 1: L 4096, "
+        "16 tokens, V 16)"
     )
 
 
