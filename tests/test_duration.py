@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from attention_zoo.cli import main
-from attention_zoo.measure import duration, rate
+from attention_zoo.measure import duration, rate, runner
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.predict import predict_flops
 from attention_zoo.measure.preflight import over_time
@@ -218,3 +218,35 @@ def test_ctrl_c_inside_a_long_case_leaves_the_run_interrupted_and_resumable(tmp_
     with ResultStore(store, write=False) as s:
         (run,) = s.runs()
         assert run_status(run) == "interrupted"
+
+
+def test_a_case_that_fails_while_timed_keeps_its_failure(monkeypatch):
+    """A step that raises once timing has started (out of memory, a timeout): that case is
+    stored with its failure, not as ok without a time; the case timed beside it is ok."""
+    build, time_until_stable = runner.build_runnable, runner.time_until_stable
+    timing = {"on": False}
+
+    def fragile(case):
+        built = build(case)
+        if case.backend == "local":
+            step = built.step
+
+            def failing():
+                if timing["on"]:
+                    raise RuntimeError("CUDA out of memory (planted) while timed")
+                step()
+
+            built.step = failing
+        return built
+
+    def timed(*args, **kwargs):
+        timing["on"] = True
+        return time_until_stable(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "build_runnable", fragile)
+    monkeypatch.setattr(runner, "time_until_stable", timed)
+    case = BenchCase(target="attention", backend="full", seq_len=64)
+    settings = MeasureSettings(time_budget_s=0.0, metrics=("time",))
+    full, local = runner.measure_group([case, case.replace(backend="local")], settings)
+    assert full.status == OK and "time_median" in {m.metric for m in full.rows}
+    assert local.status == "oom" and "planted" in local.error

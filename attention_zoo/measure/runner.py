@@ -199,7 +199,8 @@ def measure_group(
                 if live:
                     _time_round_robin(live, settings)
             for p in live:
-                p.finish(OK)
+                if p.result is None:  # not failed while timed (fail() stored its status)
+                    p.finish(OK)
         finally:
             for p in pending:
                 p.runnable = None
