@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import ZooError
+from .errors import UsageError, ZooError
 from .measure.cases import case_key
 from .measure.env import Environment, capture
 from .measure.labels import facts_of
@@ -745,13 +745,20 @@ def check_store_path(path: str | Path | None, *, write: bool, flag: str = "--sto
     return where
 
 
-def open_store(path: str | Path | None, *, write: bool, flag: str = "--store") -> ResultStore:
+def open_store(
+    path: str | Path | None, *, write: bool, flag: str = "--store", resume: bool = False
+) -> ResultStore:
     """The results store a command reads or writes, with every check and message in one place:
     None is DEFAULT_STORE (its folder created when writing); a given path to write must be in
     an existing folder (a mistyped folder is an error, not a new folder) and writable, checked
-    before anything is measured or trained; a store to read must exist. flag: the option that
-    gave the path, as messages name it."""
+    before anything is measured or trained; a store to read, or one --resume continues (resume),
+    must exist. flag: the option that gave the path, as messages name it."""
     where = check_store_path(path, write=write, flag=flag)
+    if resume and not Path(where).exists():
+        raise UsageError(
+            f"--resume: {where} does not exist, so it holds no run to continue; drop --resume "
+            "to start a new run"
+        )
     store = ResultStore(where, create=write, write=write)
     if write:
         try:

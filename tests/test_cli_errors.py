@@ -124,7 +124,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     (
         "results-unknown-reference",
         ["results", "--store", "{store}", "--reference", "sdpa"],
-        "no case of that backend in this run; backends: full",
+        "--reference 'sdpa' is not among the benchmarked backends (full)",
     ),
     ("import-missing-module", ["list", "--import", "no_such_zoo_plugin"], "No module named"),
     ("import-missing-file", ["--import", "nope/mine.py", "list"], "no file nope/mine.py"),
@@ -192,6 +192,16 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
             "--no-progress",
         ],
         "holds no earlier run of these 1 bench jobs to continue",
+    ),
+    (
+        "bench-resume-of-a-missing-store",
+        ["bench", "--backends", "full", "--lengths", "8", "--resume", "--store", "{missing}"],
+        "does not exist, so it holds no run to continue",
+    ),
+    (
+        "task-resume-of-a-missing-store",
+        ["task", "duplication", "--preset", "smoke", "--resume", "--store", "{missing}"],
+        "does not exist, so it holds no run to continue",
     ),
     (
         "report-unknown-reference",
@@ -263,6 +273,7 @@ def make_fixtures(root: Path) -> tuple[dict[str, str], list[Callable[[], None]]]
         "bad_toml": "bad.toml",
         "ro_store": "ro_store.sqlite",
         "ro_dir": "ro_dir",
+        "missing": "missing.sqlite",  # never created
     }
     return {k: str(root / v) for k, v in names.items()}, undo
 

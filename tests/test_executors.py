@@ -42,6 +42,8 @@ from attention_zoo.presets import load_sweep_preset
 from attention_zoo.store import ResultStore
 from attention_zoo.sweep import SweepGrid, measure_one, run_sweep
 
+from .test_plugins import clean_registries  # noqa: F401 (a fixture)
+
 REPO = Path(__file__).resolve().parents[1]
 FAST = MeasureSettings(metrics=("memory", "predict"), time_budget_s=0.0, min_repeats=1, threads=1)
 
@@ -293,10 +295,81 @@ def test_processes_run_jobs_and_retry_a_killed_worker(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_worker_that_always_dies_is_an_error_after_its_retries() -> None:
+def test_a_worker_that_always_dies_fails_its_own_job_only() -> None:
+    """The killer is found (run again alone) and stored as an error after its retries; the jobs
+    that were waiting, or running beside it, all run."""
+    others = [Job(key=f"s{i}", label="s", fn=time.sleep, args=(0.2,), timed=False) for i in "0123"]
     dies = Job(key="d", label="d", fn=_die, timed=False)
-    (outcome,) = PoolExecutor(workers=1, max_retries=1).run([dies])
-    assert "worker process died" in outcome.error and "1 retry too" in outcome.error
+    outcomes = {o.key: o for o in PoolExecutor(workers=2, max_retries=1).run([dies, *others])}
+    assert "worker process died" in outcomes["d"].error and "1 retry too" in outcomes["d"].error
+    assert all(outcomes[j.key].ok for j in others) and len(outcomes) == 5
+
+
+def _unpicklable_result() -> object:
+    return lambda: None
+
+
+@pytest.mark.slow
+def test_a_job_that_cannot_travel_is_its_own_error() -> None:
+    """Arguments that cannot be pickled, or a result that cannot come back: that job's error, and
+    the sweep goes on."""
+    jobs = [
+        Job(key="args", label="a", fn=json.loads, args=(lambda: None,), timed=False),
+        Job(key="result", label="r", fn=_unpicklable_result, timed=False),
+        Job(key="ok", label="o", fn=json.loads, args=("[2]",), timed=False),
+    ]
+    outcomes = {o.key: o for o in PoolExecutor(workers=1).run(jobs)}
+    assert "cannot go to a worker" in outcomes["args"].error
+    assert not outcomes["result"].ok and outcomes["ok"].value == [2]
+
+
+PLUGIN_TASK = '''
+from dataclasses import dataclass
+
+import torch
+
+from attention_zoo.tasks.base import Batch, TaskConfig, register_task
+
+
+@register_task("pool-task")
+@dataclass(frozen=True, kw_only=True)
+class PoolTask(TaskConfig):
+    """Repeat the input (a plugin)."""
+
+    def sample(self, batch_size, generator):
+        ids = torch.randint(0, self.vocab_size, (batch_size, self.seq_len), generator=generator)
+        return Batch(ids, ids.clone())
+
+    def chance_accuracy(self):
+        return 1 / self.vocab_size
+'''
+SUITE = """task = "pool-task"
+[presets.smoke]
+description = "a plugin's task"
+task = { seq_len = 16, vocab_size = 8, eval_size = 32 }
+model = { axial_pos_embds = false, hidden_size = 32, num_attention_heads = 2, \
+  feed_forward_size = 64, num_hidden_layers = 1 }
+train = { max_steps = 3, eval_every = 3, batch_size = 4, target_accuracy = 0.9 }
+grid = { backends = ["full"], seeds = [0, 1] }
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("clean_registries")
+def test_a_plugin_task_trains_in_worker_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task class a plugin file defines travels to the workers: they load the plugins before
+    they read a job."""
+    (tmp_path / "zoo_pool_plugin.py").write_text(PLUGIN_TASK)
+    (tmp_path / "pool-task.toml").write_text(SUITE)
+    store = tmp_path / "zoo.sqlite"
+    argv = ["task", str(tmp_path / "pool-task.toml"), "--preset", "smoke"]
+    argv += ["--import", str(tmp_path / "zoo_pool_plugin.py"), "--store", str(store), "--quiet"]
+    assert main([*argv, "--executor", "processes", "--workers", "2"]) == 0
+    capsys.readouterr()
+    with ResultStore(store) as s:
+        assert [(c["status"], c["error"]) for c in s.cases()] == [("ok", None)] * 2
 
 
 @pytest.mark.slow

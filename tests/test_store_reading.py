@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from attention_zoo.cli import main as zoo_main
+from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.env import Environment
 from attention_zoo.store import SCHEMA_VERSION, ResultStore, StoreError, open_store
 
@@ -183,3 +184,32 @@ def test_facts_round_trip_through_rows_frames_and_csv(tmp_path: Path) -> None:
         r["case_key"]: json.loads(r["facts"]) for r in csv.DictReader(io.StringIO(buf.getvalue()))
     }
     assert exported == rows
+
+
+def _two_runs(path: Path, peers: bool = False) -> None:
+    """Runs A and B of full and sdpa (or lsh and its hf peer), B ten times A's times."""
+    names = ("lsh", "hf:lsh") if peers else ("full", "sdpa")
+    cases = [BenchCase(target="attention", backend=b, seq_len=256) for b in names]
+    with ResultStore(path) as store:
+        for run_id, seconds in (("runA", 1.0), ("runB", 10.0)):
+            store.start_run(run_id=run_id)
+            for case in cases:
+                rows = [("time_median", seconds, "s"), ("time_iqr", 0.0, "s")]
+                store.add_rows(run_id, case.key(), case.to_dict(), rows)
+            store.finish_run(run_id)
+
+
+def test_results_of_several_runs_compare_each_case_within_its_run(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "zoo.sqlite"
+    _two_runs(path)
+    assert zoo_main(["results", "--store", str(path), "--run-id", "all"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("attention")]
+    assert len(lines) == 4 and all(ln.split()[-2] == "1.00x" for ln in lines), lines
+
+
+def test_results_take_a_peer_family_as_reference_as_bench_does(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "zoo.sqlite"
+    _two_runs(path, peers=True)
+    assert zoo_main(["results", "--store", str(path), "--reference", "hf"]) == 0
+    out = capsys.readouterr().out
+    assert "time x hf" in out and "1.00x" in out

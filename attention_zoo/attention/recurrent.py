@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import OptionError
+from ..errors import InputError, OptionError
 from .base import AttentionCore
 from .decode import DecodeState, StateShape
 from .inputs import Extra, InputLayout, default_layout, double_sigmoid, unit_sigmoid
@@ -77,6 +77,8 @@ class RecurrentState(DecodeState):
 
     def truncated(self, n: int) -> RecurrentState:
         """Padding changed nothing (zero keys and values, decay 1, step size 0): only the count."""
+        if not 0 <= n <= self.length:
+            raise InputError(f"cannot truncate a state of {self.length} positions to {n}")
         return dataclasses.replace(self, length=n)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..engine import RunInterrupted, continued_run
-from ..errors import Interrupted, UsageError, did_you_mean
+from ..errors import Interrupted, UsageError
 from ..executors import add_executor_args, executor_from_args
 from ..measure.capture import CUDA_GRAPHS, ON, graphs_apply
 from ..measure.cases import DECODERS, DTYPES, MODES, BenchCase
@@ -36,6 +36,7 @@ from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
 from .validate import (
     check_device,
+    check_reference,
     choices,
     integer,
     integers,
@@ -386,23 +387,6 @@ def check_graphs(request: str, cases: list[BenchCase]) -> None:
         )
 
 
-def check_reference(reference: str | None, cases: list) -> None:
-    """An explicit --reference must be a backend (or peer family) of the grid, else every ratio
-    would be '-'."""
-    if reference is None:
-        return
-    benched = sorted({c.backend for c in cases})
-    families = sorted({b.split(":", 1)[0] for b in benched if ":" in b})
-    if reference in benched or reference in families:
-        return
-    raise UsageError(
-        f"--reference {reference!r} is not among the benchmarked backends ({', '.join(benched)})"
-        + (f" or peer families ({', '.join(families)})" if families else "")
-        + "; add it to --backends or pick one of them"
-        + did_you_mean(reference, benched + families)
-    )
-
-
 def _torch_threads() -> int:
     return torch.get_num_threads()
 
@@ -460,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, preset)
     cases = grid.cases()
     check_options_used(args, cases)
-    check_reference(args.reference, cases)
+    check_reference(args.reference, [c.backend for c in cases])
     check_graphs(settings.cuda_graphs, cases)
     check_cases(cases, settings.metrics)  # a named kernel that cannot run: refused, not stored
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
@@ -476,7 +460,7 @@ def run(args: argparse.Namespace) -> int:
         check_store_path(args.store, write=True)  # refused before the cases' time predictions
         cases = _without_refused(cases, settings, local=args.executor == "local")
         where = executor.describe()  # connects: a bad cluster address fails before the store
-        store = open_store(args.store, write=True)
+        store = open_store(args.store, write=True, resume=policy.resume_required)
     except _AllRefused:
         executor.close()
         return 2

@@ -15,7 +15,7 @@ from ..measure.throughput import DERIVED, FLOP_RATE, PEAK_SHARE, derived_rows
 from ..recover import recover
 from ..store import ResultStore, open_store, run_status, write_csv
 from .parsers import add_command, add_store_argument
-from .validate import DeprecatedAlias, check_output_file, reject_together
+from .validate import DeprecatedAlias, check_output_file, check_reference, reject_together
 
 HELP = "show or export stored results (table, CSV, JSON)"
 DESCRIPTION = "Show or export the results store: a comparison table, or rows as CSV/JSON."
@@ -162,14 +162,8 @@ def _render(store: ResultStore, run_id: str | None, args: argparse.Namespace) ->
         return json.dumps([{**r, "config": json.loads(r["config"])} for r in rows], indent=2)
     cases = group_cases(rows)
     if all("seq_len" in c["config"] and "backend" in c["config"] for c in cases):
-        reference = args.reference or DEFAULT_REFERENCE
-        benched = sorted({c["config"]["backend"] for c in cases})
-        if args.reference is not None and reference not in benched:
-            raise UsageError(
-                f"--reference {reference!r}: no case of that backend in this run; backends: "
-                f"{', '.join(benched)}" + did_you_mean(reference, benched)
-            )
-        return comparison_table(cases, reference=reference)
+        check_reference(args.reference, [c["config"]["backend"] for c in cases])
+        return comparison_table(cases, reference=args.reference or DEFAULT_REFERENCE)
     # Rows from other writers (e.g. tasks): one line per metric.
     return format_table(
         ["run", "case", "status", "metric", "value", "unit", "config"],

@@ -223,3 +223,20 @@ def choices(allowed: Iterable[str], what: str) -> Callable[[str], list[str]]:
 
     parse.__name__ = what
     return parse
+
+
+def check_reference(reference: str | None, backends: Iterable[str]) -> None:
+    """An explicit --reference must be one of `backends` (or a peer family of them, 'hf' for
+    hf:lsh), else every ratio would be '-'."""
+    if reference is None:
+        return
+    benched = sorted(set(backends))
+    families = sorted({b.split(":", 1)[0] for b in benched if ":" in b})
+    if reference in benched or reference in families:
+        return
+    raise UsageError(
+        f"--reference {reference!r} is not among the benchmarked backends ({', '.join(benched)})"
+        + (f" or peer families ({', '.join(families)})" if families else "")
+        + "; add it to --backends or pick one of them"
+        + did_you_mean(reference, benched + families)
+    )

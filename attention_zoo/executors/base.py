@@ -3,6 +3,7 @@ a job wherever the executor puts it (this process, or a Ray worker on another ma
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -84,6 +85,25 @@ def run_job(
             environment=_environment(device, threads),
         )
     return Outcome(key=key, value=value, environment=_environment(device, threads))
+
+
+def run_pickled(
+    payload: bytes, *, key: str, device: str, threads: int | None, plugins: Sequence[str] = ()
+) -> Outcome:
+    """run_job of a pickled (fn, args, kwargs), read here after the plugins are loaded (a class a
+    plugin defines can be unpickled only then); one that cannot be read is an error outcome."""
+    failed = _load_plugins(plugins) if plugins else None
+    if failed:
+        return Outcome(key=key, error=failed, environment=_environment(device, threads))
+    try:
+        fn, args, kwargs = pickle.loads(payload)
+    except Exception as exc:
+        return Outcome(
+            key=key,
+            error=f"its worker could not read the job: {describe_error(exc)}",
+            environment=_environment(device, threads),
+        )
+    return run_job(fn, args, kwargs, key=key, device=device, threads=threads)
 
 
 def _load_plugins(plugins: Sequence[str]) -> str | None:

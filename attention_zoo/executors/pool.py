@@ -1,24 +1,38 @@
 """The processes executor: jobs side by side in worker processes on this machine (`--workers N`),
 for work whose results do not depend on what else runs: training runs (steps and accuracies;
-their wall time is information only). Timed jobs (bench cases) run one at a time after them, in
-a worker of their own, since jobs sharing cores or a GPU distort each other's timings.
+their wall time is information only). Timed jobs (bench cases) run after them one at a time, in
+one worker, since jobs sharing cores or a GPU distort each other's timings.
 
-Workers start by spawning (not forking a process that holds threads) and load the driver's
-plugins; a worker that dies (killed, out of memory) takes its pool with it, so the jobs that had
-not finished run again in a fresh pool, each at most 1 + MAX_RETRIES times.
+Workers start by spawning (not forking a process that holds threads; about as long as importing
+torch) and load the driver's plugins before they read a job. A worker that dies (killed, out of
+memory) takes its pool down: the jobs that had not started run again in a fresh pool, and those
+that had started run again alone, one at a time, so that the next death is charged to its own
+job; each job runs at most 1 + MAX_RETRIES times.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import torch
 
-from .base import MAX_RETRIES, ExecutorBase, Job, Outcome, plugin_targets, retries_text, run_job
+from ..measure.runner import describe_error
+from .base import (
+    MAX_RETRIES,
+    ExecutorBase,
+    Job,
+    Outcome,
+    plugin_targets,
+    retries_text,
+    run_pickled,
+)
 
 
 def default_workers(threads: int | None) -> int:
@@ -29,6 +43,13 @@ def default_workers(threads: int | None) -> int:
 def _start_worker(threads: int) -> None:
     """A worker's torch threads (a job that names its own sets them again)."""
     torch.set_num_threads(threads)
+
+
+def _work(marker: str, payload: bytes, **job: object) -> Outcome:
+    """A job in a worker: it marks that it started (a pool that breaks charges only the jobs
+    that had), then runs."""
+    Path(marker).touch()
+    return run_pickled(payload, **job)  # type: ignore[arg-type]
 
 
 class PoolExecutor(ExecutorBase):
@@ -59,10 +80,45 @@ class PoolExecutor(ExecutorBase):
 
     def _pooled(self, jobs: Sequence[Job], workers: int) -> Iterator[Outcome]:
         plugins = plugin_targets()
+        payloads: dict[str, bytes] = {}
+        todo: list[Job] = []
+        for job in jobs:
+            try:  # what cannot be sent to a worker is this job's error, not the sweep's
+                payloads[job.key] = pickle.dumps((job.fn, job.args, job.kwargs))
+                todo.append(job)
+            except Exception as exc:
+                yield Outcome(key=job.key, error=f"cannot go to a worker: {describe_error(exc)}")
+        tries = {job.key: 0 for job in todo}
+        suspects: list[Job] = []  # started when a pool broke: run again alone
+        while todo or suspects:
+            batch = [suspects.pop(0)] if suspects else todo
+            if batch is todo:
+                todo = []
+            broken: list[tuple[Job, bool]] = []  # (job, whether it had started)
+            yield from self._round(batch, min(workers, len(batch)), plugins, payloads, broken)
+            if not any(started for _, started in broken):  # a pool that never ran a job died:
+                broken = [(job, True) for job, _ in broken]  # each of them pays, no endless loop
+            for job, started in broken:
+                if not started:
+                    todo.append(job)
+                    continue
+                tries[job.key] += 1
+                if tries[job.key] > self.max_retries:
+                    yield self._died(job)
+                else:
+                    suspects.append(job)
+
+    def _round(
+        self,
+        jobs: Sequence[Job],
+        workers: int,
+        plugins: Sequence[str],
+        payloads: dict[str, bytes],
+        broken: list[tuple[Job, bool]],
+    ) -> Iterator[Outcome]:
+        """One pool over `jobs`: their outcomes, and in `broken` those a dying worker took."""
         threads = max(1, (os.cpu_count() or 1) // workers)
-        tries = {job.key: 0 for job in jobs}
-        todo = list(jobs)
-        while todo:
+        with tempfile.TemporaryDirectory(prefix="zoo-pool-") as marks:
             pool = ProcessPoolExecutor(
                 max_workers=workers,
                 mp_context=multiprocessing.get_context("spawn"),
@@ -70,24 +126,23 @@ class PoolExecutor(ExecutorBase):
                 initargs=(threads,),
             )
             try:
-                futures: dict[Future[Outcome], Job] = {
-                    pool.submit(
-                        run_job, job.fn, job.args, job.kwargs, key=job.key, device=job.device,
+                futures: dict[Future[Outcome], tuple[Job, Path]] = {}
+                for i, job in enumerate(jobs):
+                    marker = Path(marks) / str(i)
+                    future = pool.submit(
+                        _work, str(marker), payloads[job.key], key=job.key, device=job.device,
                         threads=job.threads, plugins=plugins,
-                    ): job
-                    for job in todo
-                }  # fmt: skip
-                todo = []
+                    )  # fmt: skip
+                    futures[future] = (job, marker)
                 for future in as_completed(futures):
-                    job = futures[future]
+                    job, marker = futures[future]
                     try:
                         outcome = future.result()
                     except BrokenProcessPool:
-                        tries[job.key] += 1
-                        if tries[job.key] <= self.max_retries:
-                            todo.append(job)
-                            continue
-                        outcome = self._died(job)
+                        broken.append((job, marker.exists()))
+                        continue
+                    except Exception as exc:  # e.g. a result that cannot come back
+                        outcome = Outcome(key=job.key, error=describe_error(exc))
                     yield outcome
             finally:
                 _end(pool)

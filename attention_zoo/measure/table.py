@@ -112,14 +112,15 @@ def comparison_table(
     its peer of each case's mechanism (lsh -> hf:lsh). A ratio is '-' when that case is missing
     or did not run.
     """
-    refs: dict[tuple[str, str], dict[str, Any]] = {}
+    refs: dict[tuple[Any, str, str], dict[str, Any]] = {}  # (run, backend, comparison)
 
     def has_options(c: dict[str, Any]) -> bool:
         return bool(resolve_options(c["config"].get("backend", ""), c["config"].get("options")))
 
     for c in sorted(cases, key=has_options):
         if c["status"] == OK:
-            refs.setdefault((c["config"].get("backend", ""), comparison_key(c["config"])), c)
+            key = (c.get("run_id"), c["config"].get("backend", ""), comparison_key(c["config"]))
+            refs.setdefault(key, c)  # a case is compared within its own run
     columns = table_columns()
     varying = _varying(cases)
     headers = [*CASE_HEADERS, *varying, "computes", KERNEL_HEADER, "status"]
@@ -164,7 +165,7 @@ def comparison_table(
         ]
         if reference:
             wanted = reference_backend(reference, cfg.get("backend", ""))
-            ref = refs.get((wanted or "", comparison_key(cfg)))
+            ref = refs.get((c.get("run_id"), wanted or "", comparison_key(cfg)))
             referenced = referenced or ref is not None
             rm = ref["metrics"] if ref else {}
             both_trusted = ref is not None and all(

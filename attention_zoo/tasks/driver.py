@@ -236,7 +236,7 @@ def train_task(
     with (
         nullcontext(store)
         if isinstance(store, ResultStore)
-        else open_store(store, write=True) as db
+        else open_store(store, write=True, resume=bool(policy and policy.resume_required)) as db
     ):
         return _train(
             preset,
