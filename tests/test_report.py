@@ -426,3 +426,21 @@ def test_a_new_section_is_a_function_and_its_entry_in_sections(tmp_path, monkeyp
     assert text.index("\n## Claims") < probe_at < text.index("\n## Provenance")  # in place
     assert "bench cases selected" in text[probe_at:].split("\n## ", 2)[1]
     assert "Probe section" in files.html.read_text()
+
+
+@pytest.mark.slow  # trains the smoke preset twice and measures its model's training step once
+def test_accuracy_x_cost_shows_the_latest_definition_as_the_task_tables_do(
+    tmp_path, capsys
+) -> None:
+    """A seed trained again with other steps: Accuracy x cost lists that seed once (the latest
+    definition's run), not once per stored definition."""
+    store = str(tmp_path / "zoo.sqlite")
+    argv = ["task", "duplication", "--preset", "smoke", "--cost", "--store", store, "--quiet"]
+    for steps in ("3", "6"):
+        assert zoo_main([*argv, "--threads", "1", "--max-steps", steps]) == 0
+    assert zoo_main(["report", "--store", store, "--out", str(tmp_path / "report")]) == 0
+    capsys.readouterr()
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Accuracy x cost")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `shared-qk` | `seed=0`")]
+    assert len(rows) == 1, section

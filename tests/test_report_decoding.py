@@ -47,6 +47,16 @@ def test_the_section_plots_and_tabulates_every_decode_case(built):
     assert "| 4.10 |" in row
 
 
+def test_the_scaling_plot_of_a_decode_setting_shows_its_state(built):
+    """The Scaling plot of a decode setting draws what its table fits: the decoding state, not
+    the peak of the step."""
+    _, files = built
+    markdown = files.markdown.read_text()
+    decode = [ln for ln in markdown.splitlines() if ln.startswith("![") and "decode" in ln]
+    scaling = [ln for ln in decode if "scaling-" in ln]
+    assert scaling and all(ln.startswith("![time and decoding state against") for ln in scaling)
+
+
 def test_exponents_and_the_recompute_ratio_follow_the_laws(built):
     _, files = built
     text = _section(files.markdown.read_text())

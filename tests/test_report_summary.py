@@ -212,14 +212,29 @@ def test_summary_md_is_the_summary_alone_linking_into_the_report(built):
 @pytest.mark.slow
 def test_a_folder_rebuilds_from_its_own_rows_with_the_same_numbers(tmp_path, capsys):
     # with every registered reproduction, as `zoo report` (and --from, rebuilding it) builds it
-    _, files = build_busy_report(tmp_path, reference="full", reproductions=list(REPRODUCTIONS))
+    _, files = build_busy_report(
+        tmp_path, reference="full", reproductions=list(REPRODUCTIONS), title="A titled report"
+    )
     source, again_dir = str(files.markdown.parent), str(tmp_path / "again")
     assert zoo_main(["report", "--from", source, "--out", again_dir, "--reference", "full"]) == 0
     again = (tmp_path / "again" / "report.md").read_text()
     strip = lambda t: t.split("## Provenance")[0]  # noqa: E731  (the build time differs)
     assert strip(again) == strip(files.markdown.read_text())
+    assert again.startswith("# A titled report\n")  # the folder's own title, not the default
     meta = json.loads((tmp_path / "again" / "report.json").read_text())
     assert meta["command"].startswith(f"zoo report --from {files.markdown.parent}")
     assert json.loads((tmp_path / "again" / "runs.json").read_text())
     assert zoo_main(["report", "--from", str(tmp_path)]) == 2
     assert "holds no rows.csv" in capsys.readouterr().err
+
+
+def test_summary_links_point_into_the_report_wherever_they_stand():
+    """A link to a section of the full report, in a paragraph, a table's caption or cell, or an
+    image's caption: into report.md from summary.md (it has no such section itself)."""
+    doc = Document("t")
+    doc.add(
+        Para("see [Decoding](#decoding)"),
+        Table(["a"], [["[Claims](#claims)"]], caption="as [Decoding](#decoding) shows"),
+    )
+    text = to_markdown(doc, links_to="report.md")
+    assert "(#" not in text and text.count("(report.md#") == 3

@@ -51,6 +51,9 @@ number with the stored rows it was computed from).
 """
 
 
+DEFAULT_TITLE = "attention-zoo comparison"
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "report", HELP, DESCRIPTION, EXAMPLE)
     add_store_argument(p)
@@ -79,7 +82,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="variant the report's ratios divide by, or a peer family (hf: each variant by "
         f"Hugging Face's module of the same mechanism) (default: {DEFAULT_REFERENCE})",
     )
-    p.add_argument("--title", default="attention-zoo comparison", help="report title")
+    p.add_argument(
+        "--title",
+        help=f"report title (default: with --from, the folder's own; else {DEFAULT_TITLE!r})",
+    )
     p.add_argument(
         "--equal",
         choices=sorted(EQUAL),
@@ -104,6 +110,8 @@ def _command(args: argparse.Namespace) -> str:
         words = ["report", "--store", args.store, "--out", args.out]
     if args.run_id:
         words += ["--run-id", args.run_id]
+    if args.title is not None:
+        words += ["--title", args.title]
     if args.reference is not None:
         words += ["--reference", args.reference]
     if args.equal:
@@ -164,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         runs=runs,
         reference=reference,
-        title=args.title,
+        title=args.title or (inputs.title if inputs else "") or DEFAULT_TITLE,
         command=_command(args),
         measured_by=measured_by,
         reproductions=list(REPRODUCTIONS),

@@ -41,7 +41,7 @@ def _front_of_trusted(cost_rows: list[Any], cost: list[float], acc: list[float])
 def accuracy_cost(ctx: Context) -> list[Any]:
     if ctx.tasks.empty:
         return empty_section("Accuracy x cost", TASK_COMMAND)
-    tasks = ctx.tasks.assign(task_row=range(len(ctx.tasks)))
+    tasks = _latest_runs(ctx.tasks.assign(task_row=range(len(ctx.tasks))))
     blocks = opening(
         "Accuracy x cost",
         (
@@ -220,6 +220,15 @@ def _by_preset(group: tuple[tuple, Any]) -> tuple:
     ladder's rungs come shortest first (ladder-n32 before ladder-n128)."""
     (task, preset, *rest), _ = group
     return task, natural_order(preset), *rest
+
+
+def _latest_runs(tasks: Any) -> Any:
+    """The runs `task_tables` shows: each (task, preset, length)'s, each backend's as its latest
+    stored definition trained them."""
+    import pandas as pd
+
+    parts = [_latest_definition(part)[0] for _, part in tasks.groupby(["task", "preset", "length"])]
+    return pd.concat(parts) if parts else tasks
 
 
 def _latest_definition(part: Any) -> tuple[Any, int]:

@@ -369,7 +369,8 @@ def scaling(ctx: Context) -> list[Any]:
     blocks = opening(
         "Scaling",
         (
-            "Median time and peak memory against length, log-log (bars: the interquartile range "
+            "Median time and peak memory (a decode setting: its decoding state) against length, "
+            "log-log (bars: the interquartile range "
             "of the time; solid lines exact variants, dashed ones not exact). The exponent is the "
             "slope of a least-squares line through the log-log points (time ∝ L^exponent), with "
             "its R² (1 = an exact power law); the crossover tables say from which length the "
@@ -384,13 +385,14 @@ def scaling(ctx: Context) -> list[Any]:
     for index, (setting, part) in enumerate(groups):
         blocks.append(Heading(2, f"`{setting}`"))
         ok = part[part["status"] == OK]
-        path = scaling_plot(ok, setting, ctx.out_dir / f"scaling-{index + 1}.png")
+        memory = memory_of(part)  # a decode setting's decoding state, else the peak
+        word = "state" if memory != MEMORY else "memory"
+        panels = {TIME: METRICS[TIME].column, memory: METRICS[memory].column}
+        path = scaling_plot(ok, setting, ctx.out_dir / f"scaling-{index + 1}.png", panels)
         if path is not None:
             ctx.plots.append(path)
-            alt = f"time and peak memory against length: {setting}"
-            blocks.append(Image(path, alt, caption(path)))
-        memory = memory_of(part)
-        word = "state" if memory != MEMORY else "memory"
+            what = "decoding state" if memory != MEMORY else "peak memory"
+            blocks.append(Image(path, f"time and {what} against length: {setting}", caption(path)))
         fits = []
         for variant, vpart in ok.groupby("variant", sort=True):
             fits.append(

@@ -100,22 +100,26 @@ def _md_cell(text: str) -> str:
 def to_markdown(doc: Document, *, links_to: str = "") -> str:
     """The Markdown text; links_to: the file the [text](#anchor) links point into ('' = this)."""
     out = [f"# {doc.title}", ""]
+
+    def linked(text: str) -> str:  # every [text](#anchor), wherever it stands, into links_to
+        return _LINK.sub(rf"[\1]({links_to}#\2)", str(text))
+
     for b in doc.blocks:
         if isinstance(b, Heading):
             out += [f"{'#' * (b.level + 1)} {b.text}", ""]
         elif isinstance(b, Para):
-            out += [_LINK.sub(rf"[\1]({links_to}#\2)", b.text), ""]
+            out += [linked(b.text), ""]
         elif isinstance(b, Table):
             if b.caption:
-                out += [b.caption, ""]
+                out += [linked(b.caption), ""]
             out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
             out.append("|" + "|".join("---" for _ in b.headers) + "|")
-            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out += ["| " + " | ".join(_md_cell(linked(c)) for c in row) + " |" for row in b.rows]
             out.append("")
         elif isinstance(b, Image):
             out += [f"![{b.alt}]({b.path.name})", ""]
             if b.caption:
-                out += [f"*{b.caption}*", ""]
+                out += [f"*{linked(b.caption)}*", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
