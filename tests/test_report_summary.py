@@ -24,6 +24,7 @@ from attention_zoo.measure.labels import (
 from attention_zoo.report.analysis import MIN_FIT_LENGTHS
 from attention_zoo.report.builder import select
 from attention_zoo.report.claims import ClaimRow
+from attention_zoo.report.cost import best, tie_text, tied
 from attention_zoo.report.document import (
     Document,
     Heading,
@@ -174,7 +175,8 @@ def test_the_summary_is_first_and_made_of_the_numbers(built):
     assert rows["4096"][2] == "`sdpa` 6.36 ms"
     # at the set-aside length neither exact time is ranked (busy full, unstable sdpa): said so
     assert rows["512"][2] == "not ranked: `full`, `sdpa` set aside"
-    assert rows["512"][4] == "`full` 1.00x"  # memory is never set aside
+    # memory is never set aside; equal peaks tie (and neither counts as a win)
+    assert rows["512"][4] == "`full` 1.00x (tied with `sdpa`)"
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     # the crossovers per setting, in a table of their own below
     crossovers = summary.split("| setting | time crossover |", 1)[1].splitlines()
@@ -238,3 +240,22 @@ def test_summary_links_point_into_the_report_wherever_they_stand():
     )
     text = to_markdown(doc, links_to="report.md")
     assert "(#" not in text and text.count("(report.md#") == 3
+
+
+def test_times_within_each_others_noise_are_tied_not_ranked():
+    """Medians closer than the larger interquartile range: a tie (no winner counted); farther
+    apart, or another class: a ranking."""
+    import pandas as pd  # after the module's importorskip
+
+    def row(variant, median, iqr, computes="exact pattern"):
+        metrics = {"time_median": median, "time_iqr": iqr, "peak_bytes": 1.0}
+        return {"variant": variant, "computes": computes, "status": "ok", "metrics": metrics,
+                "busy": False, "unstable": False}  # fmt: skip
+
+    at_n = pd.DataFrame([row("a", 1.00, 0.02), row("b", 1.01, 0.01), row("c", 1.10, 0.02),
+                         row("d", 1.005, 0.1, computes="full")])  # fmt: skip
+    winner = best(at_n, "time_median")["not exact"]
+    assert winner["variant"] == "a"
+    assert [r["variant"] for r in tied(at_n, winner, "time_median")] == ["b"]
+    assert tie_text(tied(at_n, winner, "time_median")) == " (tied with `b`)"
+    assert [r["variant"] for r in tied(at_n, winner, "peak_bytes")] == ["b", "c"]  # equal peaks

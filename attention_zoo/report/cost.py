@@ -173,6 +173,32 @@ def best(at_n: Any, metric: str) -> dict[str, Any]:
     return out
 
 
+def tied(at_n: Any, winner: Any, metric: str) -> list[Any]:
+    """The other rows of `winner`'s class that no ranking tells apart from it: a median time
+    within the larger of the two interquartile ranges; an equal value of another metric."""
+    iqr = metric.removesuffix("_median") + "_iqr"  # e.g. time_iqr; a metric without one: 0
+    if winner is None:
+        return []
+    cls, value = kind_class(winner["computes"]), winner["metrics"][metric]
+    return [
+        r
+        for _, r in at_n.iterrows()
+        if r["variant"] != winner["variant"]
+        and r["computes"] != UNKNOWN_KIND
+        and kind_class(r["computes"]) == cls
+        and trusted(r, metric)
+        and r["metrics"][metric] - value
+        <= max(winner["metrics"].get(iqr) or 0.0, r["metrics"].get(iqr) or 0.0)
+    ]
+
+
+def tie_text(ties: list[Any]) -> str:
+    """' (tied with `b`)' after a winner's cell, '' when it won outright."""
+    if not ties:
+        return ""
+    return " (tied with " + ", ".join(f"`{r['variant']}`" for r in ties) + ")"
+
+
 def note(row: Any) -> str:
     """A row's note: its status with the reason when it has no numbers, else its peer note."""
     if row["status"] != OK:
@@ -277,7 +303,9 @@ def _best_table(ctx: Context, part: Any) -> Table | None:
         for metric in (TIME, memory):
             found = best(at_n, metric)
             cells += [
-                "-" if found[cls] is None else named_value(ctx, found[cls], metric)
+                "-"
+                if found[cls] is None
+                else named_value(ctx, found[cls], metric) + tie_text(tied(at_n, found[cls], metric))
                 for cls in (EXACT_CLASS, APPROX_CLASS)
             ]
         rows.append(cells)

@@ -22,6 +22,8 @@ from .cost import (
     header,
     named_value,
     note,
+    tie_text,
+    tied,
     variant_cell,
 )
 from .document import Heading, Image, Table
@@ -214,7 +216,7 @@ def cheapest(ctx: Context) -> list[Any]:
                 if row is None:
                     cells.append("none ranked")
                     continue
-                cells.append(named_value(ctx, row, metric))
+                cells.append(named_value(ctx, row, metric) + tie_text(tied(at_n, row, metric)))
             rows.append(cells)
         if rows:
             blocks.append(

@@ -29,6 +29,8 @@ from .cost import (
     series,
     set_aside_rows,
     settings,
+    tie_text,
+    tied,
 )
 from .decoding import cheapest
 from .document import Heading, Para, Table, anchor
@@ -258,10 +260,10 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
             for word, metric in (("fastest", TIME), ("leanest", memory_of(part))):
                 found = best(at_n, metric)
                 for cls in (EXACT_CLASS, APPROX_CLASS):
-                    cells.append(
-                        _cell(ctx, part, part[part["seq_len"] == n], found[cls], metric, cls)
-                    )
-                    if found[cls] is not None:
+                    ties = tied(at_n, found[cls], metric)
+                    cell = _cell(ctx, part, part[part["seq_len"] == n], found[cls], metric, cls)
+                    cells.append(cell + tie_text(ties))
+                    if found[cls] is not None and not ties:  # a tie is nobody's win
                         wins.setdefault(f"{word} {cls}", []).append((found[cls], metric))
             rows.append(cells)
             first = False
@@ -280,7 +282,9 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         "setting's decoding state, what it keeps between tokens), with its ratio to "
         f"`{ctx.reference}` (not ranked: the named variants' times were set aside, and any of "
         "them might be the fastest; none ranked: no variant of that class has a number there; "
-        "none measured: no variant of that class at that length)."
+        "none measured: no variant of that class at that length; tied: another variant's median "
+        "time is within the larger of their interquartile ranges, or its memory is equal, so "
+        "neither is counted a win)."
     )
     return Table(headers, rows, caption=caption), wins
 
