@@ -56,3 +56,11 @@ def test_zoo_report_equal_keeps_the_variants_at_the_references_state(tmp_path: P
     assert main([*report, "--equal", "state", "--out", str(out / "equal")]) == 0
     fair = (out / "equal" / "report.md").read_text().split("# Fair comparison")[1]
     assert "`full`" in fair and "`retention`" not in fair
+    summary = (out / "equal" / "summary.md").read_text()
+    assert "Held equal (`--equal state`)" in summary and ", 2 of 3 (0 lack the number)" in summary
+    # a filter that keeps nothing is refused in one line, nothing written
+    bare = tmp_path / "bare.sqlite"
+    bench = [a if a != "predict,flops" else "memory" for a in bench[:-1]] + [str(bare)]
+    assert main([*bench, "--no-progress"]) == 0
+    argv = ["report", "--store", str(bare), "--equal", "params", "--out", str(out / "none")]
+    assert main(argv) == 2 and not (out / "none").exists()

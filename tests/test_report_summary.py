@@ -14,6 +14,7 @@ pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
 from attention_zoo.cli import main as zoo_main
+from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.labels import (
     DEFAULT_REFERENCE,
     backend_kind,
@@ -259,3 +260,20 @@ def test_times_within_each_others_noise_are_tied_not_ranked():
     assert [r["variant"] for r in tied(at_n, winner, "time_median")] == ["b"]
     assert tie_text(tied(at_n, winner, "time_median")) == " (tied with `b`)"
     assert [r["variant"] for r in tied(at_n, winner, "peak_bytes")] == ["b", "c"]  # equal peaks
+
+
+def test_a_store_of_failed_cases_summarises_without_ranking_nothing(tmp_path, capsys):
+    """No winner line over no wins, no table of no rows: one line that says where to look."""
+    path = tmp_path / "s.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run()
+        for backend in ("full", "sdpa"):
+            case = BenchCase(target="attention", backend=backend, seq_len=64)
+            store.add_rows(run_id, case.key(), case.to_dict(), [], status="error", error="boom")
+        store.finish_run(run_id)
+    assert zoo_main(["report", "--store", str(path), "--out", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "1 setting on" in summary and "length 64." in summary
+    assert "No case has numbers to rank" in summary
+    assert "Most often best" not in summary and "| setting | L |" not in summary

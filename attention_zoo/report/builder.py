@@ -165,7 +165,9 @@ def _write_report(
     ctx = select(df, runs)
     ctx.out_dir, ctx.reference = out_dir, reference
     if equal is not None:
-        ctx.bench = fair.hold_equal(ctx.bench, reference, equal)
+        kept = fair.hold_equal(ctx.bench, reference, equal)
+        ctx.held_equal = fair.held_equal_text(ctx.bench, kept, reference, equal)
+        ctx.bench = kept
     doc = Document(title)
     rows = _rows_used(df, ctx)
     ctx.rows, ctx.reproductions = rows, reproductions

@@ -34,6 +34,7 @@ class Context:
     plots: list[Path] = field(default_factory=list)
     rows: Any = None  # the stored rows used (rows.csv): what claims are judged on
     reproductions: Sequence[Any] = ()  # report.claims.ClaimsSource: whose claims to add
+    held_equal: str = ""  # what --equal kept, one sentence ('' without --equal)
 
     def ref(self, row: Any, what: str) -> Ref:
         return [row["run_id"], row["case_key"], what]

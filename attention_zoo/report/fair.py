@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import UsageError
 from ..measure.status import OK
 from .context import TIME, Context, empty_section
 from .cost import computes, header, ratio_cell, reference_row, settings
@@ -89,6 +90,24 @@ def hold_equal(bench: Any, reference: str, what: str) -> Any:
         return want is not None and got is not None and abs(got - want) <= EQUAL_WITHIN * want
 
     return bench[[kept(row) for _, row in bench.iterrows()]]
+
+
+def held_equal_text(before: Any, after: Any, reference: str, what: str) -> str:
+    """What --equal kept, for the summary; UsageError where it kept nothing (a report of no
+    case would read as an empty store)."""
+    metric = EQUAL[what]
+    lacking = sum(metric not in m for m in before["metrics"]) if len(before) else 0
+    rule = f"{what} within {EQUAL_WITHIN:.0%} of `{reference}`'s at the same setting and length"
+    if len(before) and after.empty:
+        raise UsageError(
+            f"--equal {what} keeps none of the {len(before)} cases ({lacking} lack "
+            f"{metric}: measure with --metrics predict; the others are not within "
+            f"{EQUAL_WITHIN:.0%} of {reference}'s or have no {reference} case); drop --equal"
+        )
+    return (
+        f"Held equal (`--equal {what}`): the cases with {rule}, {len(after)} of {len(before)} "
+        f"({lacking} lack the number)."
+    )
 
 
 def _has_fair(metrics: dict[str, Any]) -> bool:

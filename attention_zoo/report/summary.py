@@ -59,11 +59,23 @@ def summary(ctx: Context, rows: Any, reproductions: Sequence[ClaimsSource] = ())
     blocks: list[Any] = [Heading(1, TITLE)]
     if text := _unfinished(ctx):
         blocks.append(Para(text))
+    if ctx.held_equal:
+        blocks.append(Para(ctx.held_equal))
     groups = settings(ctx)
     if groups:
         table, wins = _table(ctx, groups)
-        blocks += [Para(_scope(ctx, groups)), Para(_winners(ctx, wins)), table]
-        blocks.append(_crossovers(ctx, groups))
+        blocks.append(Para(_scope(ctx, groups)))
+        if wins:
+            blocks.append(Para(_winners(ctx, wins)))
+        if table.rows:
+            blocks += [table, _crossovers(ctx, groups)]
+        else:  # every case failed or was skipped
+            blocks.append(
+                Para(
+                    "No case has numbers to rank: each says why in "
+                    f"[{MISSING_SECTION}](#{anchor(MISSING_SECTION)})."
+                )
+            )
         if text := _reference_unbeaten(ctx, groups):
             blocks.append(Para(text))
         blocks += cheapest(ctx)  # generation: the cheapest token per context length
@@ -136,9 +148,12 @@ def _scope(ctx: Context, groups: list[tuple[str, Any]]) -> str:
     longest = bench.loc[bench["seq_len"].idxmax()]
     firsts = [part.iloc[0] for _, part in groups]
     devices = ", ".join(sorted({f"`{d}`" for d in bench["device_name"]}))
+    short, long = ctx.config(shortest, "seq_len"), ctx.config(longest, "seq_len")
+    lengths = f"length {short}" if short == long else f"lengths {short} to {long}"
+    settings_word = "setting" if len(groups) == 1 else "settings"
     return (
-        f"{_count(ctx, [_length_input(r) for r in firsts])} settings on {devices}, lengths "
-        f"{ctx.config(shortest, 'seq_len')} to {ctx.config(longest, 'seq_len')}. "
+        f"{_count(ctx, [_length_input(r) for r in firsts])} {settings_word} on {devices}, "
+        f"{lengths}. "
         f"{_reference_text(ctx, groups)} "
         f"**{EXACT_CLASS}**: equals full softmax attention; **{APPROX_CLASS}**: computes something "
         "else — softmax under a fixed pattern such as a local window, a recurrence over a "
