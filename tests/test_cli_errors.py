@@ -193,6 +193,13 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
         ],
         "holds no earlier run of these 1 bench jobs to continue",
     ),
+    ("bench-run-id-a-path", ["bench", "--run-id", "a/b"], "a run name is letters, digits"),
+    ("task-run-id-empty", ["task", "duplication", "--run-id", ""], "a run name is letters"),
+    (
+        "bench-new-tokens-without-decoding",
+        ["bench", "--backends", "full", "--lengths", "8", "--new-tokens", "4"],
+        "--new-tokens applies to the prefill and decode modes",
+    ),
     (
         "bench-resume-of-a-missing-store",
         ["bench", "--backends", "full", "--lengths", "8", "--resume", "--store", "{missing}"],

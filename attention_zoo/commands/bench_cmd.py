@@ -15,7 +15,7 @@ from ..engine import RunInterrupted, continued_run
 from ..errors import Interrupted, UsageError
 from ..executors import add_executor_args, executor_from_args
 from ..measure.capture import CUDA_GRAPHS, ON, graphs_apply
-from ..measure.cases import DECODERS, DTYPES, MODES, BenchCase
+from ..measure.cases import DECODE_MODES, DECODERS, DTYPES, MODES, BenchCase
 from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.limits import auto_memory_limit
 from ..measure.load import busy_warning, cpu_count, machine_load
@@ -193,6 +193,12 @@ def grid_from_args(
             options.setdefault(backend, {})[name] = values if len(values) > 1 else values[0]
         changes["options"] = options
     grid = dataclasses.replace(base, **changes)
+    for flag in ("new_tokens", "decoders"):  # refused where they would change nothing
+        if getattr(args, flag) is not None and not set(grid.modes) & set(DECODE_MODES):
+            raise UsageError(
+                f"--{flag.replace('_', '-')} applies to the prefill and decode modes; add "
+                "--modes prefill,decode or drop it"
+            )
     for device in grid.devices:
         check_device(
             device, flag="--devices", present=devices_present, allow=("cpu", "cuda", "auto")

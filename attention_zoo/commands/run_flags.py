@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import textwrap
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ def add_run_args(
     parser.add_argument(
         "--run-id",
         metavar="ID",
+        type=_run_name,
         help="name of the run; an existing one is continued (the jobs it holds are not run again)",
     )
     parser.add_argument(
@@ -49,3 +51,12 @@ def policy_from_args(args: argparse.Namespace, *, default: RunPolicy | None = No
     if default is not None and policy == RunPolicy():
         return default
     return replace(policy, resume_required=args.resume and default is None)
+
+
+def _run_name(text: str) -> str:
+    """A run's name: letters, digits and . _ - : + (it names folders and goes into commands)."""
+    if not re.fullmatch(r"[\w.:+-]+", text):
+        raise argparse.ArgumentTypeError(
+            f"a run name is letters, digits and . _ - : + (e.g. 20261130-baseline), got {text!r}"
+        )
+    return text
