@@ -291,11 +291,13 @@ def _table(ctx: Context, groups: list[tuple[str, Any]]) -> tuple[Table, dict[str
         f"leanest {EXACT_CLASS}{by}",
         f"leanest {APPROX_CLASS}{by}",
     ]
+    divided = any(has_reference(part, ctx.reference) for _, part in groups)
+    ratio = f"its ratio to `{ctx.reference}`" if divided else "its value (no ratios: see above)"
     caption = (
         "Per setting (the parameters that differ between settings) and length: the variant with "
         "the smallest median time and the smallest memory in each class (peak memory; a decode "
-        "setting's decoding state, what it keeps between tokens), with its ratio to "
-        f"`{ctx.reference}` (not ranked: the named variants' times were set aside, and any of "
+        f"setting's decoding state, what it keeps between tokens), with {ratio} "
+        "(not ranked: the named variants' times were set aside, and any of "
         "them might be the fastest; none ranked: no variant of that class has a number there; "
         "none measured: no variant of that class at that length; tied: another variant's median "
         "time is within the larger of their interquartile ranges, or its memory is equal, so "
