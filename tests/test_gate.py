@@ -249,6 +249,18 @@ class FakeGate:
         return plumbing.Comparison(rows=self.answers.pop(0), log=Path("asv.log"))
 
 
+@pytest.mark.parametrize("second", [None, "missing"])
+def test_a_re_measure_without_a_result_cannot_clear_a_flagged_time(monkeypatch, second) -> None:
+    """Over its limit, then no number (head failed, or no row at all): undecided (a failure,
+    exit 2), never 'noise, not a regression'."""
+    monkeypatch.setattr(judging, "ensure_machine", lambda machine: None)
+    again = [] if second == "missing" else [row(0.010, None)]
+    verdict = judging.time_verdict(
+        FakeGate([row(0.010, 0.015)], again), "a" * 40, "b" * 40, UNIFORM
+    )
+    assert not verdict.notes and any("re-measure gave no result" in f for f in verdict.failures)
+
+
 @pytest.mark.parametrize("second", [0.0104, 0.015])
 def test_a_time_over_its_limit_is_re_measured_before_it_counts(monkeypatch, second) -> None:
     monkeypatch.setattr(judging, "ensure_machine", lambda machine: None)
@@ -512,3 +524,29 @@ def test_record_stores_results_under_the_machine(clone: Path, tmp_path: Path) ->
     assert "launch method forkserver" in proc.stdout
     head = sh("git", "rev-parse", "HEAD", cwd=clone).strip()
     assert list((results / "box").glob(f"{head[:8]}-*.json"))
+
+
+def test_a_damaged_limits_file_is_could_not_decide_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "limits.json"
+    for text in ("{}", "not json"):
+        bad.write_text(text)
+        run = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "scripts" / "gate.py"), "--limits",
+             str(bad), "--no-time"],
+            capture_output=True, text=True, cwd=ROOT,
+        )  # fmt: skip
+        assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "is not a time-limits file" in run.stderr
+
+
+def test_the_comment_is_written_when_the_gate_cannot_decide(tmp_path: Path) -> None:
+    comment = tmp_path / "gate.md"
+    argv = ["--head", "no-such-revision", "--comment", str(comment), "--no-time"]
+    assert gate.main(argv) == gate.ERROR
+    text = comment.read_text()
+    assert text.startswith("**Regression gate: could not decide**") and "no-such-revision" in text
+
+
+def test_a_ratio_metric_keeps_its_digits_in_a_regression_line() -> None:
+    assert judging.fmt(0.0123, "ratio") == "0.0123 ratio"
+    assert judging.fmt(1234567.0, "bytes") == "1,234,567 bytes"

@@ -155,6 +155,14 @@ def test_the_targets_script_judges_a_run_and_never_a_busy_one(tmp_path, capsys):
     assert "PASS" not in out and out.count("UNDECIDED: times set aside") == 4
 
 
+def test_the_targets_script_refuses_a_store_with_nothing_to_judge(tmp_path, capsys):
+    script = _targets_script()
+    ResultStore(tmp_path / "empty.sqlite").close()
+    for extra in ([], ["--run-id", "nope"]):
+        assert script.main(["--store", str(tmp_path / "empty.sqlite"), *extra]) == 2
+        assert "holds no run" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("time_ratio", "verdict"), [(0.9, "PASS"), (1.3, "FAIL")])
 def test_the_targets_script_judges_one_kv_head_beside_four(tmp_path, capsys, time_ratio, verdict):
     """sdpa with kv_heads=1 beside sdpa at the longest context both have: its state a quarter,

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attention_zoo.errors import ZooError
+from attention_zoo.errors import UsageError, ZooError
 from attention_zoo.report.analysis import fit_exponent
 from attention_zoo.report.context import trusted
 from attention_zoo.report.frame import bench_frame, case_frame
@@ -45,9 +45,17 @@ def decode_rows(store_path: str, run_id: str | None) -> Any:
     """The decode cases of the run (default: the store's latest), one row per case."""
     with open_store(store_path, write=False) as store:
         runs = store.runs()
+        if not runs:
+            raise UsageError(f"{store_path} holds no run to judge")
         run_id = run_id or runs[-1]["run_id"]
+        if run_id not in {r["run_id"] for r in runs}:
+            raise UsageError(f"{store_path} holds no run {run_id!r}")
         cases = case_frame(store.rows(run_id), runs)
     bench = bench_frame(cases)
+    if bench.empty or "mode" not in bench:
+        raise UsageError(
+            f"run {run_id} holds no bench case (a decode run: zoo bench --modes decode)"
+        )
     return bench[bench["mode"] == "decode"], run_id
 
 

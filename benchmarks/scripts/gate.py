@@ -234,11 +234,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--factor must be > 1")
     if args.calibrate is not None and (args.calibrate < 1 or args.no_time):
         parser.error("--calibrate needs N >= 1 and the time comparison (no --no-time)")
-    args.limits_used = (
-        time_limits.Limits.uniform(args.factor)
-        if args.factor
-        else time_limits.Limits.load(args.limits)
-    )
+    try:
+        args.limits_used = (
+            time_limits.Limits.uniform(args.factor)
+            if args.factor
+            else time_limits.Limits.load(args.limits)
+        )
+    except (ValueError, KeyError, TypeError) as err:  # a damaged file: exit 2, one line
+        parser.exit(
+            2,
+            f"gate: error: --limits {args.limits} is not a time-limits file (JSON with a "
+            f"'benchmarks' table, as gate.py --calibrate writes): {type(err).__name__}\n",
+        )
     return args
 
 
@@ -332,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = traceback.format_exc()
         print(error, file=sys.stderr)
         print("gate: error: unexpected failure (traceback above)", file=sys.stderr)
+    if error is not None:  # the comment is written whatever the outcome
+        write_comment(args, "could not decide", [error.strip().splitlines()[-1]], verdict.notes)
     if args.json:
         found = verdict.as_json(args.limits_used)
         found.update(exit=code, error=error, seconds=round(elapsed(), 1))

@@ -31,7 +31,10 @@ from plumbing import (
 def fmt(value: float, unit: str) -> str:
     from asv.util import human_value
 
-    return human_value(value, unit) if unit == "seconds" else f"{value:,.0f} {unit}"
+    if unit == "seconds":
+        return human_value(value, unit)
+    whole = float(value).is_integer() or abs(value) >= 1000  # counts, bytes, FLOPs
+    return f"{value:,.0f} {unit}" if whole else f"{value:.4g} {unit}"  # e.g. an approx_error
 
 
 def exact_tolerance(benchmark: str) -> float | None:
@@ -248,11 +251,14 @@ def time_verdict(gate: Gate, base: str, head: str, limits: time_limits.Limits) -
             kept_lines.append(line)
         elif name in still:
             kept_lines.append(f"{line}; re-measured: {still[name]:.2f}x")
+        elif not verdict.remeasured.get(name):  # no second number: it cannot be cleared
+            verdict.failures.append(
+                f"{name}: {flagged[name]:.2f}x over its limit, and its re-measure gave no result"
+            )
         else:
-            ratio = verdict.remeasured.get(name)
-            second = f"{ratio:.2f}x" if ratio else "no result"
             verdict.notes.append(
-                f"{name}: {flagged[name]:.2f}x, re-measured {second}: noise, not a regression"
+                f"{name}: {flagged[name]:.2f}x, re-measured {verdict.remeasured[name]:.2f}x: "
+                "noise, not a regression"
             )
     verdict.regressions = kept_lines
     return verdict

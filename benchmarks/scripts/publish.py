@@ -2,9 +2,10 @@
 
     python benchmarks/scripts/publish.py
 
-Results are stored (and committed) in reports/asv-results/ by `asv run` (README, section asv); the
-HTML goes to reports/asv/ (open reports/asv/index.html, or `asv preview`). Each machine is its own
-series, and within one the `device` parameter tells CPU results from CUDA ones.
+Results are stored (and committed) in reports/asv-results/ by benchmarks/scripts/record.py
+(docs/regression.md); the HTML goes to reports/asv/ (open reports/asv/index.html, or `asv
+preview`). Each machine is its own series, and within one the `device` parameter tells CPU results
+from CUDA ones.
 
 asv rewrites each machine's machine.json on every run, so it is not committed (.gitignore); asv
 publish skips a machine without one, so a missing one is written here from the machine facts every
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if not stored_results(results_dir):
         print(
             f"publish: error: no stored results in {results_dir}; record some first: "
-            "asv run (README.md, section asv)",
+            "python benchmarks/scripts/record.py (docs/regression.md)",
             file=sys.stderr,
         )
         return 2
