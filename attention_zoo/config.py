@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +154,18 @@ class ReformerConfig:
                 f"HF's Reformer is reversible; this model uses residual={self.residual!r}: "
                 "config.replace(residual='reversible') keeps the weights"
             )
+        for backend in sorted(set(backends)):
+            kv = self.attention_options(backend).get("kv_heads")
+            if kv not in (None, self.num_attention_heads):
+                raise ConfigError(
+                    f"HF's Reformer projects keys and values for every head; the {backend!r} "
+                    f"layers share them over kv_heads={kv} (drop kv_heads to convert)"
+                )
+        if self.axial_pos_embds and len(self.axial_pos_shape) != 2:
+            raise ConfigError(
+                "HF's Reformer factors axial positions in two; this model has "
+                f"axial_pos_shape={tuple(self.axial_pos_shape)}"
+            )
         data = dict(self.hf_extra)
         data.update({name: _thaw(getattr(self, name)) for name in SAME_FIELDS})
         data["attn_layers"] = backends
@@ -174,6 +187,14 @@ class ReformerConfig:
         return data
 
     # ---- derived values -------------------------------------------------------------------
+
+    @property
+    def max_positions(self) -> int:
+        """The most positions a sequence may have: max_position_embeddings, and the axial grid's
+        size where axial position embeddings are used (HF checkpoints may have it smaller)."""
+        if self.position_embeddings and self.axial_pos_embds:
+            return min(self.max_position_embeddings, math.prod(self.axial_pos_shape))
+        return self.max_position_embeddings
 
     @property
     def head_size(self) -> int:
@@ -269,8 +290,14 @@ class ReformerConfig:
                 f"unknown hidden_act {self.hidden_act!r}; known: {', '.join(ACTIVATIONS)}"
             )
         for name in ("chunk_size_feed_forward", "chunk_size_lm_head"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0 (0 = unchunked), got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0 (0 = unchunked), got {value!r}")
+        pad = self.pad_token_id
+        if pad is not None and not (isinstance(pad, int) and 0 <= pad < self.vocab_size):
+            raise ConfigError(
+                f"pad_token_id must be a token id (0..{self.vocab_size - 1}) or None, got {pad!r}"
+            )
         for name in (
             "hidden_dropout_prob",
             "attention_probs_dropout_prob",

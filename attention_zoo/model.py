@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -252,19 +252,7 @@ class ReformerModel(nn.Module):
             bad = [i for i in chosen if not 0 <= i < len(per_layer)]
             if bad:
                 raise ConfigError(f"layer indices {bad} out of range 0..{len(per_layer) - 1}")
-        options = self.config.attn_options.get(backend, {})
-        new = get_backend(backend).layout(**options)
         for i in chosen:
-            block = self.layers[i].attention
-            h, d = block.num_heads, block.head_size
-            if new.projections(h, d) != block.sizes:
-                same = [s.name for s in BACKENDS if _projections(s, h, d) == block.sizes]
-                raise OptionError(
-                    f"layer {i} uses {block.spec.name!r} with projections "
-                    f"{_describe(block.sizes)}; {backend!r} needs "
-                    f"{_describe(new.projections(h, d))}, so the weights cannot be kept. "
-                    f"Backends with the same projections: {', '.join(same)}"
-                )
             per_layer[i] = backend
         attn_layers = _shortest_cycle(per_layer)
         kept = {b: o for b, o in self.config.attn_options.items() if b in attn_layers}
@@ -273,18 +261,42 @@ class ReformerModel(nn.Module):
         return config
 
     def _rebuild_cores(self, config: ReformerConfig, indices: list[int]) -> None:
+        """Layers `indices` as `config` says, keeping their projection weights (and a core's own
+        parameters where its backend stays): refused, changing nothing, where the new input
+        layout needs other projections (shared QK or not, shared KV heads, extra inputs)."""
         backends = config.layer_backends()
+        layouts = {}
         for i in indices:
-            attention = self.layers[i].attention
-            name = backends[i]
+            attention, name = self.layers[i].attention, backends[i]
+            options = attention.core_options(name, config.attention_options(name))
+            layouts[i] = layout = get_backend(name).layout(**options)
+            h, d = attention.num_heads, attention.head_size
+            if layout.projections(h, d) != attention.sizes:
+                same = [s.name for s in BACKENDS if _projections(s, h, d) == attention.sizes]
+                raise OptionError(
+                    f"layer {i} uses {attention.spec.name!r} with projections "
+                    f"{_describe(attention.sizes)}; {name!r} with these options needs "
+                    f"{_describe(layout.projections(h, d))}, so the weights cannot be kept. "
+                    f"Backends with the same projections: {', '.join(same)}"
+                )
+        for i in indices:
+            attention, name = self.layers[i].attention, backends[i]
             core = attention.make_core(
                 name,
                 causal=config.is_decoder,
                 device=self._device,
                 **config.attention_options(name),
             )
-            reference = next(attention.parameters())
-            attention.core = core.to(device=reference.device)
+            core = core.to(device=next(attention.parameters()).device)
+            if attention.spec.name == name:  # the same mechanism: its learned parameters stay
+                kept = core.state_dict()
+                kept.update(
+                    (k, v)
+                    for k, v in attention.core.state_dict().items()
+                    if k in kept and kept[k].shape == v.shape
+                )
+                core.load_state_dict(kept)
+            attention.core, attention.layout = core, layouts[i]
             attention.spec = get_backend(name)
         self.config = config
         log.info("attention now: %s", config.layer_backends())
@@ -380,7 +392,7 @@ class ReformerLM(EncoderWithHead):
         seed: int | None = None,
         use_cache: bool = True,
         attention_mask: Tensor | None = None,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Literal["config"] | None = "config",
         pad_token_id: int | None = None,
     ) -> Tensor:
         """input_ids (b, n) and up to max_new_tokens generated tokens each: (b, n + new).
@@ -390,7 +402,11 @@ class ReformerLM(EncoderWithHead):
         generate gives. use_cache: every layer keeps its attention's decoding state (KV cache,
         window, running sums, LSH buckets; see attention/decode.py) and each new token runs
         one step; else each token runs the forward over the whole sequence. A sequence that
-        produced eos_token_id goes on with pad_token_id (default: the config's)."""
+        produced eos_token_id goes on with pad_token_id (default: the config's); eos_token_id
+        defaults to the config's own, as transformers reads it (an HF checkpoint's; a model built
+        here has none); None: never stop early."""
+        if eos_token_id == "config":
+            eos_token_id = self.config.hf_extra.get("eos_token_id")
         sampling = generation.Sampling(
             do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
         )
@@ -535,7 +551,7 @@ def check_generation_length(config: ReformerConfig, n: int, new: object, use_cac
             last += hf_padding(config, last)
         return max(n + hf_padding(config, n), last)
 
-    limit = config.max_position_embeddings
+    limit = config.max_positions
     if needed(new) <= limit:
         return
     most = max(0, min(new, limit - n + 1))
@@ -546,10 +562,14 @@ def check_generation_length(config: ReformerConfig, n: int, new: object, use_cac
         if most
         else "shorten the prompt"
     )
+    what = (
+        f"max_position_embeddings={limit}"
+        if limit == config.max_position_embeddings
+        else f"the {limit} positions of axial_pos_shape {tuple(config.axial_pos_shape)}"
+    )
     raise InputError(
         f"a prompt of {n} tokens and {new} new tokens need {needed(new)} positions, more than "
-        f"max_position_embeddings={limit}: {fix}, or build the model with a larger "
-        "max_position_embeddings"
+        f"{what}: {fix}, or build the model with more positions"
     )
 
 

@@ -175,11 +175,14 @@ def test_reversible_keeps_no_per_layer_activations() -> None:
 
 
 def test_reversible_without_recompute_is_the_same_network() -> None:
+    """The recomputing Function (it runs where gradients are wanted) and the plain two-stream
+    loop compute the same outputs, and both the formula by hand."""
     stack = _stack("reversible", 2)
     assert isinstance(stack, ReversibleResidual) and stack.recompute
-    x = torch.randn(2, 9, 64)
-    with torch.no_grad():
-        expected = stack(x)
+    x = torch.randn(2, 9, 64, requires_grad=True)
+    expected = stack(x)  # with grad: through the recomputing Function (the two streams joined)
+    streams = [f[0] for f in expected.grad_fn.next_functions if f[0] is not None]
+    assert any("Reversible" in type(f).__name__ for f in streams), streams
     stack.recompute = False
     torch.testing.assert_close(stack(x), expected)
     # the two-stream formula, by hand

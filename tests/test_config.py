@@ -103,8 +103,10 @@ def test_from_dict_rejects_unknown_fields_and_lists_the_known_ones() -> None:
             r"unknown residual 'revnet'.*checkpoint, reversible, standard",
         ),
         ({"hidden_act": "gleu"}, ConfigError, r"unknown hidden_act 'gleu'; known: gelu, gelu_10"),
-        ({"chunk_size_feed_forward": -1}, ConfigError, r"chunk_size_feed_forward must be >= 0"),
-        ({"chunk_size_lm_head": -2}, ConfigError, r"chunk_size_lm_head must be >= 0"),
+        ({"chunk_size_feed_forward": -1}, ConfigError, r"chunk_size_feed_forward must be an integ"),
+        ({"chunk_size_feed_forward": 2.5}, ConfigError, r"chunk_size_feed_forward must be an"),
+        ({"chunk_size_lm_head": -2}, ConfigError, r"chunk_size_lm_head must be an integer >= 0"),
+        ({"pad_token_id": 40}, ConfigError, r"pad_token_id must be a token id \(0\.\.12\)"),
         ({"hidden_dropout_prob": 1.0}, ConfigError, r"hidden_dropout_prob must be in \[0, 1\)"),
         (
             {"lsh_attention_probs_dropout_prob": -0.1},

@@ -159,6 +159,29 @@ def test_generation_stops_at_eos_as_transformers_does():
     assert torch.equal(got, want) and (got[0, 8:] == 0).all()
 
 
+def test_generation_stops_at_the_checkpoints_own_eos_as_transformers_does():
+    """An HF checkpoint's eos_token_id (HF's default is 2) ends generation here too, unasked;
+    eos_token_id=None generates on."""
+    probe, _ = _hf_pair(CASES[0])
+    ids = torch.randint(1, BASE["vocab_size"], (2, 5), generator=torch.Generator().manual_seed(3))
+    eos = int(probe.generate(ids, max_new_tokens=20, pad_token_id=0)[0, 7])
+    hf, ours = _hf_pair(CASES[0], eos_token_id=eos)
+    want = hf.generate(ids, max_new_tokens=20, pad_token_id=0)
+    got = ours.generate(ids, 20, pad_token_id=0)
+    assert torch.equal(got, want) and (got[0, 8:] == 0).all()
+    assert (ours.generate(ids, 20, eos_token_id=None)[0, 8:] != 0).any()
+
+
+def test_a_generation_past_the_axial_grid_is_refused_before_the_first_token():
+    """Axial position embeddings cover their grid's product (an HF checkpoint's may be smaller
+    than max_position_embeddings): a generation past it is refused before it starts."""
+    lm = _lm(("sdpa",), "standard", axial_pos_embds=True, axial_pos_shape=(4, 8),
+             axial_pos_embds_dim=(8, 8), max_position_embeddings=64)  # fmt: skip
+    with pytest.raises(InputError, match=r"the 32 positions of axial_pos_shape \(4, 8\)"):
+        lm.generate(torch.randint(1, 13, (1, 30)), 10)
+    assert lm.generate(torch.randint(1, 13, (1, 30)), 3).shape == (1, 33)
+
+
 def test_generation_refuses_what_it_cannot_do():
     lm = _lm(("sdpa",), "standard")
     ids = torch.randint(1, 13, (1, 4))

@@ -110,6 +110,9 @@ def test_our_own_model_goes_to_hf_and_back() -> None:
         ReformerLM(cfg.replace(attn_layers=("full", "lsh"))).to_hf()
     with pytest.raises(ConfigError, match=r"adds the previous token's embedding"):
         ReformerLM(cfg.replace(previous_token_embeddings=True)).to_hf()
+    shared = cfg.replace(attn_options={"local": {"kv_heads": 1}})
+    with pytest.raises(ConfigError, match=r"'local' layers share them over kv_heads=1"):
+        ReformerLM(shared).to_hf()  # not a raw state-dict error from an equal three-way split
 
 
 def test_from_a_saved_folder_and_a_state_dict(tmp_path) -> None:

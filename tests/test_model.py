@@ -229,7 +229,8 @@ def test_replace_attention_keeps_weights() -> None:
     assert config.attn_layers == ("sdpa", "shared-qk", "full")
     with pytest.raises(
         OptionError,
-        match=r"projections \[q 16, v 16\]; 'full' needs \[q 16, k 16, v 16\].*shared-qk, lsh",
+        match=r"projections \[q 16, v 16\]; 'full' with these options needs \[q 16, k 16, v 16\]"
+        r".*shared-qk, lsh",
     ):
         model.replace_attention(1, "full")
     with pytest.raises(ConfigError, match="no layer uses backend 'lsh'"):
@@ -246,6 +247,33 @@ def test_set_attention_options_rebuilds_cores_and_config() -> None:
     ]
     with pytest.raises(OptionError, match="it takes: kernel"):
         model.set_attention_options("sdpa", kernal="math")
+
+
+def test_set_attention_options_that_change_the_inputs_update_or_refuse() -> None:
+    """Options that change the block's inputs: other projections (fewer KV heads) are refused,
+    nothing changed; the same projections under another squash (step sizes in (0, 2)) take
+    effect; a core's learned parameters stay when only its options change."""
+    ids = torch.randint(0, 13, (1, 10))
+    model = ReformerLM(tiny_config(attn_layers=("full",))).eval()
+    with pytest.raises(OptionError, match=r"'full' with these options needs \[q 16, k 8, v 8\]"):
+        model.set_attention_options("full", kv_heads=1)
+    assert model.config.attn_options == {} and model(ids).logits.isfinite().all()
+    model = ReformerLM(tiny_config(attn_layers=("gated-deltanet",), is_decoder=True)).eval()
+    before = model(ids).logits
+    model.set_attention_options("gated-deltanet", negative_eigenvalues=True)
+    again = ReformerLM(model.config).eval()
+    again.load_state_dict(model.state_dict())
+    torch.testing.assert_close(model(ids).logits, again(ids).logits)  # as if built so
+    assert not torch.allclose(model(ids).logits, before)
+    model = ReformerLM(tiny_config(attn_layers=("differential",), is_decoder=True)).eval()
+    core = model.reformer.layers[0].attention.core
+    with torch.no_grad():
+        for p in core.parameters():
+            p.add_(0.5)
+    learned = {k: v.clone() for k, v in core.state_dict().items()}
+    model.set_attention_options("differential", kernel="math")
+    kept = model.reformer.layers[0].attention.core.state_dict()
+    assert kept.keys() == learned.keys() and all(torch.equal(kept[k], learned[k]) for k in kept)
 
 
 def test_lsh_layers_switch_hashes_and_to_full_shared_qk() -> None:
