@@ -358,7 +358,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     that no test sees another's planted change."""
     path = tmp_path_factory.mktemp("gate") / "repo"
     snapshot = sh("git", "stash", "create", cwd=ROOT).strip() or "HEAD"
-    ref = f"refs/zoo-test/gate-start-{path.parent.name}"
+    ref = f"refs/zoo-test/gate-start-{os.getpid()}-{path.parent.name}"  # one per xdist worker
     sh("git", "update-ref", ref, snapshot, cwd=ROOT)
     try:
         sh("git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(path), cwd=ROOT)

@@ -150,11 +150,19 @@ def table(outcomes: Sequence[Outcome], scenarios: dict[str, Scenario]) -> list[s
     return lines
 
 
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:  # no run meets no target: nothing to accept
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=5, help="gate runs per scenario (default 5)")
+    parser.add_argument(
+        "--runs", type=_at_least_one, default=5, help="gate runs per scenario (default 5)"
+    )
     parser.add_argument("--slowdown", type=float, default=1.25, help="planted time factor")
     parser.add_argument("--growth", type=float, default=2.0, help="planted memory factor")
     parser.add_argument(

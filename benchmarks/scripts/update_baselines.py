@@ -46,6 +46,11 @@ def check(path: str, as_json: bool, quick: bool, keys: list[str]) -> int:
     stored = baseline.load(path)["cases"]
     wanted = {c.key() for c in baseline.quick_cases()} if quick else set(stored)
     if keys:
+        if unknown := sorted(set(keys) - set(stored)):
+            print(
+                f"update_baselines: error: no stored case {unknown[0]!r} in {path}", file=sys.stderr
+            )
+            return 2
         wanted &= set(keys)
     records = []
     for key, entry in stored.items():
@@ -147,6 +152,11 @@ def main() -> int:
         help="write without comparing time (say why; for when the comparison cannot run here)",
     )
     args = parser.parse_args()
+    given = [f"--{f}" for f in ("json", "quick", "case") if getattr(args, f)]
+    if given and not args.check:  # they would be ignored, and the file regenerated
+        parser.error(f"{given[0]} goes with --check")
+    if not Path(args.path).is_file():
+        parser.error(f"--path {args.path}: no such baseline file")
     if args.check:
         return check(args.path, args.json, args.quick, args.case)
     return regenerate(args.path, args.base, args.skip_time_check)
