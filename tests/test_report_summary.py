@@ -260,6 +260,9 @@ def test_times_within_each_others_noise_are_tied_not_ranked():
     assert [r["variant"] for r in tied(at_n, winner, "time_median")] == ["b"]
     assert tie_text(tied(at_n, winner, "time_median")) == " (tied with `b`)"
     assert [r["variant"] for r in tied(at_n, winner, "peak_bytes")] == ["b", "c"]  # equal peaks
+    unknown = pd.DataFrame([row("a", 1.0, float("nan")), row("b", 1.05, 0.1)])  # no IQR: 0
+    assert [r["variant"] for r in tied(at_n=unknown, winner=unknown.iloc[0], metric="time_median")
+            ] == ["b"]  # fmt: skip
 
 
 def test_a_store_of_failed_cases_summarises_without_ranking_nothing(tmp_path, capsys):

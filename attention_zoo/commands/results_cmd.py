@@ -162,7 +162,7 @@ def _render(store: ResultStore, run_id: str | None, args: argparse.Namespace) ->
         return json.dumps([{**r, "config": json.loads(r["config"])} for r in rows], indent=2)
     cases = group_cases(rows)
     if all("seq_len" in c["config"] and "backend" in c["config"] for c in cases):
-        check_reference(args.reference, [c["config"]["backend"] for c in cases])
+        check_reference(args.reference, [c["config"]["backend"] for c in cases], "pick one")
         return comparison_table(cases, reference=args.reference or DEFAULT_REFERENCE)
     # Rows from other writers (e.g. tasks): one line per metric.
     return format_table(

@@ -225,9 +225,13 @@ def choices(allowed: Iterable[str], what: str) -> Callable[[str], list[str]]:
     return parse
 
 
-def check_reference(reference: str | None, backends: Iterable[str]) -> None:
+def check_reference(
+    reference: str | None,
+    backends: Iterable[str],
+    fix: str = "add it to --backends or pick one of them",
+) -> None:
     """An explicit --reference must be one of `backends` (or a peer family of them, 'hf' for
-    hf:lsh), else every ratio would be '-'."""
+    hf:lsh), else every ratio would be '-'; `fix`: what the command can do about it."""
     if reference is None:
         return
     benched = sorted(set(backends))
@@ -237,6 +241,6 @@ def check_reference(reference: str | None, backends: Iterable[str]) -> None:
     raise UsageError(
         f"--reference {reference!r} is not among the benchmarked backends ({', '.join(benched)})"
         + (f" or peer families ({', '.join(families)})" if families else "")
-        + "; add it to --backends or pick one of them"
+        + f"; {fix}"
         + did_you_mean(reference, benched + families)
     )

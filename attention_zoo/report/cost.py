@@ -187,9 +187,14 @@ def tied(at_n: Any, winner: Any, metric: str) -> list[Any]:
         and r["computes"] != UNKNOWN_KIND
         and kind_class(r["computes"]) == cls
         and trusted(r, metric)
-        and r["metrics"][metric] - value
-        <= max(winner["metrics"].get(iqr) or 0.0, r["metrics"].get(iqr) or 0.0)
+        and r["metrics"][metric] - value <= max(_spread(winner, iqr), _spread(r, iqr))
     ]
+
+
+def _spread(row: Any, iqr: str) -> float:
+    """A row's interquartile range of `iqr`, 0 where it has none (or NaN)."""
+    value = row["metrics"].get(iqr)
+    return 0.0 if value is None or value != value else float(value)
 
 
 def tie_text(ties: list[Any]) -> str:

@@ -348,9 +348,8 @@ def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
         if parts:
             sentences.append(f"**{cls.capitalize()}**: " + ", ".join(parts))
     return (
-        "Most often best, over every setting and length where its class has a ranked number: "
-        + "; ".join(sentences)
-        + "."
+        "Most often best, over every setting and length where its class has a ranked number "
+        "and no tie: " + "; ".join(sentences) + "."
     )
 
 

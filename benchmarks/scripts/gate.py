@@ -335,12 +335,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GateError as exc:
         error = str(exc)
         print(f"gate: error: {exc}", file=sys.stderr)
+        reason = [line.strip() for line in error.strip().splitlines()]  # e.g. failed benchmarks
     except Exception:  # a bug or an unexpected asv/git state is still "could not decide"
         error = traceback.format_exc()
         print(error, file=sys.stderr)
         print("gate: error: unexpected failure (traceback above)", file=sys.stderr)
+        reason = [error.strip().splitlines()[-1]]
     if error is not None:  # the comment is written whatever the outcome
-        write_comment(args, "could not decide", [error.strip().splitlines()[-1]], verdict.notes)
+        write_comment(args, "could not decide", reason, verdict.notes)
     if args.json:
         found = verdict.as_json(args.limits_used)
         found.update(exit=code, error=error, seconds=round(elapsed(), 1))

@@ -155,7 +155,7 @@ def main() -> int:
     given = [f"--{f}" for f in ("json", "quick", "case") if getattr(args, f)]
     if given and not args.check:  # they would be ignored, and the file regenerated
         parser.error(f"{given[0]} goes with --check")
-    if not Path(args.path).is_file():
+    if args.check and not Path(args.path).is_file():  # regenerating may write a new one
         parser.error(f"--path {args.path}: no such baseline file")
     if args.check:
         return check(args.path, args.json, args.quick, args.case)

@@ -257,9 +257,9 @@ def claim_text(backend: str, mem: Memory) -> str:
             f"{backend}, a fixed state ({_bytes(mem.long_bytes)} per layer and sequence; every "
             "recurrence here has the same heads and head width), falls as the length grows"
         )
-    state = (
-        "-" if mem.long_bytes is None else f"{_bytes(mem.short_bytes)} -> {_bytes(mem.long_bytes)}"
-    )
+    if mem.long_bytes is None:
+        return f"{backend}, a state this machine cannot size (fixed or growing: not judged)"
+    state = f"{_bytes(mem.short_bytes)} -> {_bytes(mem.long_bytes)}"
     return f"{backend}, a state that grows with the context ({state}), keeps its accuracy"
 
 
