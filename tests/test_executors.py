@@ -42,7 +42,7 @@ from attention_zoo.presets import load_sweep_preset
 from attention_zoo.store import ResultStore
 from attention_zoo.sweep import SweepGrid, measure_one, run_sweep
 
-from .test_plugins import clean_registries  # noqa: F401 (a fixture)
+from .test_plugins import PLUGIN_SOURCE, clean_registries  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = MeasureSettings(metrics=("memory", "predict"), time_budget_s=0.0, min_repeats=1, threads=1)
@@ -323,27 +323,7 @@ def test_a_job_that_cannot_travel_is_its_own_error() -> None:
     assert not outcomes["result"].ok and outcomes["ok"].value == [2]
 
 
-PLUGIN_TASK = '''
-from dataclasses import dataclass
-
-import torch
-
-from attention_zoo.tasks.base import Batch, TaskConfig, register_task
-
-
-@register_task("pool-task")
-@dataclass(frozen=True, kw_only=True)
-class PoolTask(TaskConfig):
-    """Repeat the input (a plugin)."""
-
-    def sample(self, batch_size, generator):
-        ids = torch.randint(0, self.vocab_size, (batch_size, self.seq_len), generator=generator)
-        return Batch(ids, ids.clone())
-
-    def chance_accuracy(self):
-        return 1 / self.vocab_size
-'''
-SUITE = """task = "pool-task"
+SUITE = """task = "mine-task"
 [presets.smoke]
 description = "a plugin's task"
 task = { seq_len = 16, vocab_size = 8, eval_size = 32 }
@@ -359,9 +339,9 @@ grid = { backends = ["full"], seeds = [0, 1] }
 def test_a_plugin_task_trains_in_worker_processes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A task class a plugin file defines travels to the workers: they load the plugins before
-    they read a job."""
-    (tmp_path / "zoo_pool_plugin.py").write_text(PLUGIN_TASK)
+    """A task class a plugin file defines (test_plugins' `mine-task`) travels to the workers:
+    they load the plugins before they read a job."""
+    (tmp_path / "zoo_pool_plugin.py").write_text(PLUGIN_SOURCE)
     (tmp_path / "pool-task.toml").write_text(SUITE)
     store = tmp_path / "zoo.sqlite"
     argv = ["task", str(tmp_path / "pool-task.toml"), "--preset", "smoke"]
