@@ -7,7 +7,7 @@ from typing import Any
 
 from ..measure.metrics import METRICS, metric_spec
 from ..tasks.base import tabulation_of
-from ..tasks.results import same_definition
+from ..tasks.results import kept_by_latest_definition
 from ..tasks.tabulate import natural_order
 from .analysis import join_tasks_costs, pareto_front
 from .context import Context, empty_section, opening, trusted
@@ -237,6 +237,5 @@ def _latest_definition(part: Any) -> tuple[Any, int]:
     that leaves out."""
     ordered = part.sort_values("created_at", kind="stable")
     specs = [(c.get("spec") or {}) for c in ordered["config"]]
-    latest = dict(zip(ordered["backend"], specs))  # each backend's last stored spec
-    keep = [same_definition(s, latest[b]) for b, s in zip(ordered["backend"], specs)]
+    keep = kept_by_latest_definition(list(zip(ordered["backend"], specs)))
     return ordered[keep], keep.count(False)

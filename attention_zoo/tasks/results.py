@@ -10,7 +10,7 @@ evaluation override is kept in the metric name ("accuracy@lsh-8"; "accuracy" = a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,14 @@ def same_definition(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     if "model" in a and "model" in b and a["model"] != b["model"]:
         return False
     return all(_agrees(a[k], b[k]) for k in a.keys() & b.keys() - {"seed", "evals", "model"})
+
+
+def kept_by_latest_definition(runs: Sequence[tuple[Hashable, Mapping[str, Any]]]) -> list[bool]:
+    """For runs (cell, spec), oldest first: whether each was trained as the latest stored spec of
+    its cell (a table cell: backend, preset and length) defines it (`same_definition`), so that
+    a table never averages runs of a preset edited since, or trained with other --max-steps."""
+    latest = dict(runs)  # each cell's last stored spec
+    return [same_definition(spec, latest[cell]) for cell, spec in runs]
 
 
 def _as_stored(spec: Mapping[str, Any]) -> Any:
@@ -123,8 +131,8 @@ def stored_rows(
             cell = tuple(config[k] for k in ("task", "preset", "length", "backend"))
             specs.pop(row["case_key"], None)  # re-stored: latest now
             specs[row["case_key"]] = (cell, config.get("spec") or {})
-    latest = dict(specs.values())  # each cell's last stored spec
-    kept = {key for key, (cell, spec) in specs.items() if same_definition(spec, latest[cell])}
+    flags = kept_by_latest_definition(list(specs.values()))
+    kept = {key for key, keep in zip(specs, flags) if keep}
     rows = tidy_rows((r for r in records if r["case_key"] in kept), task=task, preset=preset)
     left_out = {
         key
