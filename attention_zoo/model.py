@@ -268,8 +268,7 @@ class ReformerModel(nn.Module):
         layouts = {}
         for i in indices:
             attention, name = self.layers[i].attention, backends[i]
-            options = attention.core_options(name, config.attention_options(name))
-            layouts[i] = layout = get_backend(name).layout(**options)
+            layouts[i] = layout = attention.layout_of(name, config.attention_options(name))
             h, d = attention.num_heads, attention.head_size
             if layout.projections(h, d) != attention.sizes:
                 same = [s.name for s in BACKENDS if _projections(s, h, d) == attention.sizes]

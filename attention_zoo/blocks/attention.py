@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from ..attention import decode
 from ..attention.base import BlockWeights, check_key_padding_mask
-from ..attention.inputs import Inputs
+from ..attention.inputs import InputLayout, Inputs
 from ..attention.spec import build_attention, get_backend
 from ..declarative import field_names
 from ..errors import ConfigError, ShapeError
@@ -51,7 +51,7 @@ class SelfAttention(nn.Module):
             )
         self.spec = get_backend(backend)
         self.hidden_size, self.num_heads, self.head_size = hidden_size, num_heads, head_size
-        self.layout = self.spec.layout(**self.core_options(backend, options))
+        self.layout = self.layout_of(backend, options)
         self.sizes = self.layout.projections(num_heads, head_size)
         # One fused input projection: [q, k, v, extras...] or, under shared QK, [qk, v, ...].
         self.in_proj = nn.Linear(hidden_size, sum(self.sizes.values()), bias=False)
@@ -69,6 +69,10 @@ class SelfAttention(nn.Module):
         if "heads" in field_names(get_backend(backend).config):
             return {"heads": self.num_heads, **options}
         return dict(options)
+
+    def layout_of(self, backend: str, options: dict[str, Any]) -> InputLayout:
+        """The input layout `backend` with `options` declares for this block's core."""
+        return get_backend(backend).layout(**self.core_options(backend, options))
 
     def make_core(
         self, backend: str, *, causal: bool, device: str | None = None, **options: Any

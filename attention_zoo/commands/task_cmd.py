@@ -181,8 +181,9 @@ def _derived_hint(task: str | None, name: str | None) -> str:
     """'; ... `zoo reproduce R --preset S` trains it' where a reproduction derives preset `name`
     of `task` (a rung of a ladder, a sweep's length), else ''."""
     for reproduction in (REPRODUCTIONS.get(r) for r in REPRODUCTIONS.names()):
-        for size in reproduction.defined_sizes():
-            if any((p.task.name, p.name) == (task, name) for p in reproduction.presets_of(size)):
+        for size in reproduction.sizes:  # each size's presets read once (None: not defined)
+            presets = reproduction.presets_of(size) or []
+            if any((p.task.name, p.name) == (task, name) for p in presets):
                 return (
                     f"; {name!r} is a preset `zoo reproduce {reproduction.name} --preset {size}` "
                     "derives from the suite and trains: run that"

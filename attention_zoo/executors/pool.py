@@ -91,9 +91,10 @@ class PoolExecutor(ExecutorBase):
         tries = {job.key: 0 for job in todo}
         suspects: list[Job] = []  # started when a pool broke: run again alone
         while todo or suspects:
-            batch = [suspects.pop(0)] if suspects else todo
-            if batch is todo:
-                todo = []
+            if suspects:
+                batch = [suspects.pop(0)]
+            else:
+                batch, todo = todo, []
             broken: list[tuple[Job, bool]] = []  # (job, whether it had started)
             yield from self._round(batch, min(workers, len(batch)), plugins, payloads, broken)
             if not any(started for _, started in broken):  # a pool that never ran a job died:
