@@ -31,7 +31,8 @@ RUN_RULE = (
     "under that name), --resume the latest run of the same jobs. A training run is also not "
     "trained again when any earlier run stored it (same model, same seed); a bench case is "
     "measured anew unless its run is continued (a time belongs to the machine's state now). "
-    "A job stored as error, oom or timeout is run again; --force runs every job again."
+    "A job stored as error, oom or timeout is run again; --force runs every job again; "
+    "--dry-run prints the jobs that would run, and runs and writes nothing."
 )
 RETRIED = frozenset({ERROR, OOM, TIMEOUT})  # a failure that may not recur: run again
 DONE = frozenset(STATUSES) - RETRIED  # what a job did is known: not run again
@@ -47,6 +48,7 @@ class RunPolicy:
     force: bool = False  # run every job again
     # --resume asked for by the user: no earlier run of the same jobs is an error, not a new run
     resume_required: bool = False
+    dry_run: bool = False  # print what would run; run nothing, store nothing
 
     def __post_init__(self) -> None:
         if self.resume and self.run_id is not None:
@@ -94,6 +96,10 @@ class Plan:
 
     def reused(self, keys: Sequence[str]) -> None:
         """Told which units are not run again (RUN_RULE), before anything runs."""
+
+    def label(self, key: str) -> str:
+        """What a dry run calls the unit `key`."""
+        return key
 
     def begin(self, store: ResultStore, run_id: str, todo: set[str]) -> list[Stored]:
         """Store the units of `todo` known without running (e.g. a variant unavailable here).
@@ -158,10 +164,11 @@ def run_plan(
     """Run `plan`'s units that RUN_RULE does not skip, through `executor` (default: this
     process; the caller closes it), storing each outcome as it finishes: only this process
     writes the store. The run is finished once every unit is stored; Ctrl-C marks it
-    interrupted and raises RunInterrupted."""
+    interrupted and raises RunInterrupted. policy.dry_run: print what would run, touch nothing."""
     executor = executor or LocalExecutor()
     keys = plan.keys()
-    executor.prepare(plan.jobs(keys))  # a bad cluster fails here, before the store is touched
+    if not policy.dry_run:
+        executor.prepare(plan.jobs(keys))  # a bad cluster fails here, before the store is touched
     identity = fingerprint(keys)
     run_id = continued_run(store, plan.kind, keys, policy)
     if (
@@ -183,6 +190,9 @@ def run_plan(
     todo = [k for k in keys if k not in skip]
     skipped = [k for k in keys if k in skip]
     plan.reused(skipped)
+    if policy.dry_run:
+        print(_preview(plan, todo, len(keys)))
+        return RunResult(run_id=None, skipped=skipped, total=len(keys))
     if not todo and run_id is None:
         return RunResult(run_id=None, skipped=skipped, total=len(keys))
     run_id = store.start_run(
@@ -222,6 +232,17 @@ def run_plan(
         finally:
             bar.close()
     return result
+
+
+def _preview(plan: Plan, todo: Sequence[str], total: int) -> str:
+    """A dry run's account: how many of the plan's units are still to do (run, or stored as
+    unavailable), then each by name."""
+    held = total - len(todo)
+    lines = [
+        f"dry run, {plan.desc}: {len(todo)} of {total} to do"
+        + (f" ({held} already stored)" if held else "")
+    ]
+    return "\n".join([*lines, *(f"  {plan.label(key)}" for key in todo)])
 
 
 def _stopped_inside_a_job(plan: Plan, path: Path, run_id: str, keys: Sequence[str]) -> str:

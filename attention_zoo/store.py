@@ -769,6 +769,18 @@ def open_store(
     return store
 
 
+def preview_store(path: str | Path | None) -> ResultStore:
+    """The store a dry run reads: the file at `path` (None: DEFAULT_STORE) read-only where it
+    holds a store, else an empty store in memory named as that file (what messages call it);
+    nothing is created or written either way."""
+    where = Path(path or DEFAULT_STORE)
+    if where.exists() and not (where.is_file() and where.stat().st_size == 0):
+        return open_store(where, write=False)  # a folder or a foreign file: the run's error
+    store = ResultStore(":memory:")
+    store.path = where
+    return store
+
+
 def run_status(run: dict[str, Any]) -> str:
     """'finished', 'interrupted' (Ctrl-C; resumable) or 'unfinished' (running, or killed)."""
     if run["finished_at"]:
@@ -786,6 +798,7 @@ __all__ = [
     "check_store_path",
     "facts_of",
     "open_store",
+    "preview_store",
     "run_status",
     "write_csv",
 ]

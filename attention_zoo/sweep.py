@@ -219,7 +219,7 @@ def default_memory_limit() -> int | None:
 
 @dataclass
 class SweepResult:
-    run_id: str
+    run_id: str | None  # None: a dry run (nothing started)
     results: list[CaseResult]  # the cases measured now
     already_done: int  # cases found in the store and skipped (resume)
     total: int
@@ -348,6 +348,7 @@ class BenchPlan(Plan):
         **job_options: Any,
     ) -> None:
         self.cases, self.settings, self.environment = list(cases), settings, environment
+        self.names = {c.key(): c.name() for c in self.cases}
         self.job_options = job_options  # case_job's: isolate, memory_limit_bytes, ...
         self.interleave = (
             settings.interleave and not job_options.get("isolate") and not job_options["measure"]
@@ -357,6 +358,9 @@ class BenchPlan(Plan):
 
     def keys(self) -> list[str]:
         return [c.key() for c in self.cases]
+
+    def label(self, key: str) -> str:
+        return self.names[key]
 
     def jobs(self, todo: Sequence[str]) -> list[Job]:
         wanted = set(todo)
@@ -391,10 +395,7 @@ def run_sweep(
     store: ResultStore,
     *,
     settings: MeasureSettings = DEFAULT_SETTINGS,
-    run_id: str | None = None,
-    resume: bool = False,
-    force: bool = False,
-    resume_required: bool = False,
+    policy: RunPolicy | None = None,
     isolate: bool = False,
     memory_limit_bytes: int | str | None = None,
     timeout_s: float | None = None,
@@ -407,11 +408,11 @@ def run_sweep(
     """Measure `cases` into `store` through the run engine (engine.run_plan), one committed case
     at a time; returns what ran now.
 
-    run_id, resume, force: engine.RUN_RULE (continue that run, or the latest run of the same
-    cases; force measures every case again); resume_required: no such run to continue is an
-    error. isolate: each case in its own subprocess, under an address-space limit of
-    memory_limit_bytes. memory_limit_bytes also guards CPU cases by their
-    prediction (AUTO: from the memory available where each case runs). measure: replaces
+    policy: engine.RUN_RULE (default: a new run; run_id or resume continue one; force measures
+    every case again; dry_run prints the cases that would be measured, nothing else). isolate:
+    each case in its own subprocess, under an address-space limit of memory_limit_bytes, which
+    also guards CPU cases by their prediction (AUTO: from the memory available where each case
+    runs). measure: replaces
     measure_case (tests inject failures through it). executor: where the cases run (default:
     this process; the caller closes it, `with executor:`); whichever it is, only this process
     writes the store, case by case as each finishes. settings.interleave: the cases compared
@@ -434,9 +435,7 @@ def run_sweep(
     done = run_plan(
         plan,
         store,
-        policy=RunPolicy(
-            run_id=run_id, resume=resume, force=force, resume_required=resume_required
-        ),
+        policy=policy or RunPolicy(),
         executor=executor,
         device=cases[0].device,
         environment=environment,
@@ -449,7 +448,8 @@ def run_sweep(
         load_start=load_start,
         progress=progress,
     )
-    assert done.run_id is not None  # a bench plan never reuses earlier runs: always a run
+    # a bench plan never reuses earlier runs: a run was started unless this was a dry run
+    assert done.run_id is not None or (policy and policy.dry_run)
     return SweepResult(
         run_id=done.run_id,
         results=plan.results,

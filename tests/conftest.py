@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
 
 from attention_zoo.errors import PluginError
 from attention_zoo.measure import load
-from attention_zoo.plugins import load_plugins_for_command
+from attention_zoo.plugins import PLUGINS, load_plugins_for_command
+from attention_zoo.registry import pluggable_registries
 
 # One thread a pytest-xdist worker (a worker a core), else at most two.
 torch.set_num_threads(
@@ -63,3 +66,31 @@ def _idle_cpu_counters(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     ticks = iter(range(0, 10**12, 100))
     monkeypatch.setattr(load, "SAMPLE_S", 0.0)
     monkeypatch.setattr(load, "_cpu_times", lambda: (0, next(ticks)))
+
+
+@contextmanager
+def registrations_undone() -> Iterator[None]:
+    """Whatever is registered while open (backends, tasks, plugins...) is removed on exit, with
+    the plugin modules imported meanwhile, so no later test or child process sees them."""
+    registries = [*pluggable_registries(), PLUGINS]
+    before = {id(r): set(r.names()) for r in registries}
+    modules = set(sys.modules)
+    try:
+        yield
+    finally:
+        added = set(PLUGINS.names()) - before[id(PLUGINS)]
+        for registry in registries:
+            for name in set(registry.names()) - before[id(registry)]:
+                registry.remove(name)
+        for name in set(sys.modules) - modules:
+            if name.startswith("zoo_") or name.split(".")[0] in added:
+                del sys.modules[name]
+
+
+@pytest.fixture
+def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test's registrations and plugins removed afterwards (registrations_undone), and no
+    ZOO_IMPORT of the caller's taken in."""
+    monkeypatch.delenv("ZOO_IMPORT", raising=False)
+    with registrations_undone():
+        yield

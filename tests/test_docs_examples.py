@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 
 from attention_zoo import cli
-from attention_zoo.registry import pluggable_registries
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -144,7 +143,7 @@ def commands_of(where: str, script: str) -> list[Command]:
             cut = words.index("&&") if "&&" in words else len(words)
             part, words = words[:cut], words[cut + 1 :]
             env = {}
-            while part and re.fullmatch(r"[A-Z_]+=.*", part[0]):
+            while part and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", part[0]):
                 key, _, value = part.pop(0).partition("=")
                 env[key] = value
             if part:
@@ -261,18 +260,6 @@ def check(command: Command, monkeypatch: pytest.MonkeyPatch, known: set[str]) ->
     pytest.fail(f"{command}: a kind of command this test does not know; teach it here")
 
 
-@pytest.fixture
-def registries() -> Iterator[None]:
-    """Whatever an example registers is gone afterwards."""
-    saved = [(r, dict(r._items), dict(r._origins)) for r in pluggable_registries()]
-    yield
-    for registry, items, origins in saved:
-        registry._items.clear()
-        registry._items.update(items)
-        registry._origins.clear()
-        registry._origins.update(origins)
-
-
 def registered_by_modules() -> set[str]:
     return {n for b in MODULES for n in re.findall(r'register_attention\(\s*"([\w-]+)"', b.text)}
 
@@ -324,7 +311,7 @@ def _is_slow(block: Block) -> bool:
 
 @pytest.mark.parametrize("block", [b for b in PYTHON if not _is_slow(b)], ids=lambda b: b.where)
 def test_python_example_runs(
-    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registries: None
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None
 ) -> None:
     _run_python(block, tmp_path, monkeypatch)
 
@@ -333,14 +320,14 @@ def test_python_example_runs(
 @pytest.mark.long
 @pytest.mark.parametrize("block", [b for b in PYTHON if _is_slow(b)], ids=lambda b: b.where)
 def test_slow_python_example_runs(
-    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registries: None
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None
 ) -> None:
     _run_python(block, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("block", MODULES, ids=lambda b: b.where)
 def test_module_example_registers_a_working_backend(
-    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registries: None
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None
 ) -> None:
     """A `title="my_attention.py"` example is a module: imported, each backend it registers is
     built and run, causal and bidirectional, with padding."""

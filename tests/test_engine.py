@@ -125,7 +125,8 @@ def test_a_failed_case_is_run_again_on_resume_a_finished_one_is_not(tmp_path: Pa
 
     with ResultStore(tmp_path / "zoo.sqlite") as store:
         first = run_sweep(cases, store, measure=flaky, progress=False)
-        again = run_sweep(cases, store, measure=flaky, resume=True, progress=False)
+        resume = RunPolicy(resume=True)
+        again = run_sweep(cases, store, measure=flaky, policy=resume, progress=False)
         statuses = {c["config"]["seq_len"]: c["status"] for c in store.cases(first.run_id)}
     assert calls == [8, 16, 16] and again.run_id == first.run_id and again.already_done == 1
     assert statuses == {8: "ok", 16: "ok"}
@@ -187,3 +188,55 @@ def test_run_id_of_another_kind_of_run_is_refused(
     code, err = _zoo([*BENCH, "--run-id", "mine"], capsys)
     assert code == 2 and "--run-id mine: that run holds task jobs, not bench jobs" in err, err
     assert _runs("bench") == []
+
+
+def test_a_dry_run_says_what_the_rule_would_run_and_writes_nothing(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--dry-run applies the rule as a run would (what the store holds is not run again) and
+    leaves the store as it was: absent when there was none, byte for byte when there was."""
+    store = workdir / "results" / "zoo.sqlite"
+    for argv, _ in COMMANDS.values():
+        assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run, bench: 1 of 1 to do\n  block:full L=16" in out, out
+    assert "dry run, task: 1 of 1 to do\n  full seed 0" in out, out
+    assert not store.parent.exists()
+    for argv, _ in COMMANDS.values():
+        assert main(argv) == 0
+    before, runs = store.read_bytes(), _runs("task") + _runs("bench")
+    capsys.readouterr()
+    for argv in (TASK, BENCH, [*BENCH, "--resume"]):
+        assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run, task: 0 of 1 to do (1 already stored)" in out
+    assert "dry run, bench: 1 of 1 to do" in out  # a time is taken anew ...
+    assert "dry run, bench: 0 of 1 to do (1 already stored)" in out  # ... unless resumed
+    assert store.read_bytes() == before and _runs("task") + _runs("bench") == runs
+
+
+@pytest.mark.slow
+def test_a_reproduction_dry_run_lists_its_jobs_and_writes_nothing(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its sweeps and trainings are listed, its claims not printed, and neither a new store nor
+    an existing one is written (the Reformer's parameter counts included)."""
+    assert main(BENCH) == 0
+    store = workdir / "results" / "zoo.sqlite"
+    before = store.read_bytes()
+    for name, kind in (("reformer", "bench"), ("state-tracking", "task")):
+        for where in ("new.sqlite", str(store)):
+            argv = ["reproduce", name, "--preset", "smoke", "--store", where, "--no-progress"]
+            assert main([*argv, "--dry-run"]) == 0
+            out = capsys.readouterr().out
+            assert f"dry run, {kind}: " in out and ", reproduced\n" not in out, out
+    assert not (workdir / "new.sqlite").exists() and store.read_bytes() == before
+
+
+def test_a_dry_run_prints_no_table(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--table2 shows the table of what was trained; a dry run trains nothing, so shows none."""
+    assert main([*TASK, "--table2"]) == 0
+    assert "accuracy on the scored positions" in capsys.readouterr().out
+    assert main([*TASK, "--dry-run", "--table2"]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 1 to do" in out and "accuracy on the scored positions" not in out

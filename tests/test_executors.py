@@ -42,7 +42,7 @@ from attention_zoo.presets import load_sweep_preset
 from attention_zoo.store import ResultStore
 from attention_zoo.sweep import SweepGrid, measure_one, run_sweep
 
-from .test_plugins import PLUGIN_SOURCE, clean_registries  # noqa: F401 (a fixture)
+from .test_plugins import PLUGIN_SOURCE
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = MeasureSettings(metrics=("memory", "predict"), time_budget_s=0.0, min_repeats=1, threads=1)

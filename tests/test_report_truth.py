@@ -16,7 +16,6 @@ from attention_zoo.cli import main as zoo_main
 from attention_zoo.store import ResultStore
 
 from .report_fixtures import block_case
-from .test_plugins import clean_registries  # noqa: F401 (a fixture)
 
 PLUGIN = '''
 """Attention measured with --import, ranked without it: an approximation (its own kind)."""
@@ -59,7 +58,7 @@ def test_a_plugin_ranks_in_a_report_built_without_its_import(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    clean_registries: None,  # noqa: F811
+    clean_registries: None,
 ) -> None:
     """Before: without --import its kind was `?` and it dropped out of every ranking."""
     monkeypatch.chdir(tmp_path)

@@ -18,8 +18,6 @@ from attention_zoo.reproduce.reformer.published import PUBLISHED, table2
 from attention_zoo.store import ResultStore
 from attention_zoo.tasks.results import KIND, save_trained
 
-from .test_plugins import clean_registries  # noqa: F401  (fixture)
-
 MODULE = "zoo_throwaway_reproduction"
 SOURCE = '''
 """A throwaway task and a throwaway reproduction of it, from outside the package."""
@@ -82,7 +80,7 @@ class Throwaway(Reproduction):
 def plugin(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    clean_registries: None,  # noqa: F811
+    clean_registries: None,
 ) -> Path:
     (tmp_path / f"{MODULE}.py").write_text(SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -168,7 +166,7 @@ def test_zoo_reproduce_runs_an_imported_reproduction_s_task_and_prints_its_claim
         assert {c["config"]["task"] for c in store.cases()} == {"throwaway-task"}
 
 
-def test_a_reproduction_is_registered_once_by_name(clean_registries: None) -> None:  # noqa: F811
+def test_a_reproduction_is_registered_once_by_name(clean_registries: None) -> None:
     class Twice(Reproduction):
         name = "reformer"
 

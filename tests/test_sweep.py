@@ -16,6 +16,7 @@ import torch
 from attention_zoo import UnknownNameError, register_attention
 from attention_zoo.attention.base import AttentionCore
 from attention_zoo.attention.spec import BACKENDS
+from attention_zoo.engine import RunPolicy
 from attention_zoo.errors import ConfigError, OptionError
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.labels import DEFAULT_REFERENCE
@@ -227,6 +228,7 @@ def test_injected_measure_that_raises_is_stored(tmp_path: Path) -> None:
 
 KILLER = textwrap.dedent("""
     import os, sys
+    from attention_zoo.engine import RunPolicy
     from attention_zoo.measure.runner import CaseResult, Metric
     from attention_zoo.store import ResultStore
     from attention_zoo.sweep import SweepGrid, run_sweep
@@ -244,7 +246,7 @@ KILLER = textwrap.dedent("""
     grid = SweepGrid(target="attention", backends=("full", "sdpa"), seq_lens=(64, 128, 256))
     cases = grid.cases()
     with ResultStore(store_path) as store:
-        run_sweep(cases, store, measure=measure, resume=True, progress=False)
+        run_sweep(cases, store, measure=measure, policy=RunPolicy(resume=True), progress=False)
     print("completed", len(seen))
 """)
 
@@ -288,7 +290,9 @@ def test_resume_of_complete_run_measures_nothing(tmp_path: Path) -> None:
     with ResultStore(tmp_path / "zoo.sqlite") as store:
         first = run_sweep(cases, store, measure=fake_measure, progress=False)
         before = store.run(first.run_id)
-        again = run_sweep(cases, store, measure=fake_measure, resume=True, progress=False)
+        again = run_sweep(
+            cases, store, measure=fake_measure, policy=RunPolicy(resume=True), progress=False
+        )
         after = store.run(first.run_id)  # nothing measured: the run's times and loads unchanged
         fresh = run_sweep(cases, store, measure=fake_measure, progress=False)
     assert again.run_id == first.run_id and again.results == [] and again.already_done == 2

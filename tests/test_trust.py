@@ -23,7 +23,7 @@ from attention_zoo.plugins import import_target
 from attention_zoo.store import ResultStore
 from attention_zoo.sweep import run_sweep
 
-from .test_plugins import clean_registries, run  # noqa: F401 (a fixture)
+from .test_plugins import run
 
 MODULE = "zoo_broken_plugin"
 PLUGIN_SOURCE = '''
@@ -130,7 +130,7 @@ FAST = MeasureSettings(
 
 
 @pytest.fixture
-def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None) -> Path:  # noqa: F811
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registries: None) -> Path:
     path = tmp_path / f"{MODULE}.py"
     path.write_text(PLUGIN_SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -29,7 +29,7 @@ from ..measure.timing import CLOCKS, CPU_CLOCK, WALL
 from ..measure.trust import busy_threads
 from ..measure.units import format_bytes
 from ..presets import SweepPreset, builtin_presets, load_sweep_preset
-from ..store import DEFAULT_STORE, check_store_path, open_store
+from ..store import DEFAULT_STORE, check_store_path, open_store, preview_store
 from ..sweep import AUTO, BenchPlan, SweepGrid, run_sweep
 from .parsers import add_command
 from .recording import recorded_command
@@ -333,7 +333,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="backend the table's ratios divide by (default: the preset's, else "
         f"{DEFAULT_REFERENCE})",
     )
-    s.add_argument("--dry-run", action="store_true", help="list the cases and exit")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_executor_args(p)
     p.set_defaults(run=run)
@@ -456,11 +455,10 @@ def run(args: argparse.Namespace) -> int:
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)
     reference = args.reference or (preset.reference if preset else None) or DEFAULT_REFERENCE
-    if args.dry_run:
+    if policy.dry_run:
         executor.close()
-        for c in cases:
-            print(c.name())
-        print(f"{len(cases)} cases")
+        with preview_store(args.store) as store:
+            run_sweep(cases, store, settings=settings, policy=policy, progress=False)
         return 0
     try:
         check_store_path(args.store, write=True)  # refused before the cases' time predictions
@@ -494,10 +492,7 @@ def run(args: argparse.Namespace) -> int:
                 cases,
                 store,
                 settings=settings,
-                run_id=policy.run_id,
-                resume=policy.resume,
-                force=policy.force,
-                resume_required=policy.resume_required,
+                policy=policy,
                 isolate=args.isolate,
                 memory_limit_bytes=limit,
                 timeout_s=args.timeout,

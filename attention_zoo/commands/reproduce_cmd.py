@@ -16,7 +16,7 @@ from ..reproduce import (
     list_reproductions,
     render_claims,
 )
-from ..store import DEFAULT_STORE, open_store
+from ..store import DEFAULT_STORE, open_store, preview_store
 from ..tasks.driver import TaskRequest, train_task
 from .parsers import add_command
 from .recording import recorded_command
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     policy = policy_from_args(args, default=RunPolicy(resume=True))
     try:
         executor = executor_from_args(args)
-        store = open_store(args.store, write=True)
+        store = preview_store(args.store) if policy.dry_run else open_store(args.store, write=True)
     except ZooError as err:
         print(f"zoo reproduce: {err}", file=sys.stderr)
         return 2
@@ -155,12 +155,13 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 130
-        for sweep in sweeps:
-            counts = ", ".join(f"{n} {s}" for s, n in sorted(sweep.counts().items()))
-            print(
-                f"run {sweep.run_id}: {counts or 'nothing new'}"
-                + (f"; {sweep.already_done} already stored" if sweep.already_done else "")
-            )
+        if not policy.dry_run:
+            for sweep in sweeps:
+                counts = ", ".join(f"{n} {s}" for s, n in sorted(sweep.counts().items()))
+                print(
+                    f"run {sweep.run_id}: {counts or 'nothing new'}"
+                    + (f"; {sweep.already_done} already stored" if sweep.already_done else "")
+                )
         for task in reproduction.task_runs(size):
             if not task.optional or args.with_tasks:
                 request = TaskRequest(
@@ -178,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
                     progress=not args.no_progress,
                     meta=options.meta,
                 )
+        if policy.dry_run:
+            return 0
         claims = render_claims(reproduction, store.to_dataframe())  # what the store holds now
     print(claims)
     return 0

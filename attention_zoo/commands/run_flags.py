@@ -1,4 +1,5 @@
-"""--run-id, --resume and --force: one meaning on every command that runs jobs (engine.RUN_RULE)."""
+"""--run-id, --resume, --force and --dry-run: one meaning on every command that runs jobs
+(engine.RUN_RULE)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def add_run_args(
     *,
     force_aliases: tuple[str, ...] = (),
 ) -> None:
-    """The three flags, with the same help everywhere; force_aliases: older names of --force
+    """The four flags, with the same help everywhere; force_aliases: older names of --force
     that keep working (e.g. "--fresh")."""
     parser.add_argument(
         "--run-id",
@@ -36,6 +37,12 @@ def add_run_args(
         action="store_true",
         help="run every job again, also those the store holds",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the jobs the rule above would run (and how many the store already holds) and "
+        "exit: flags, names, presets and the store are checked; nothing runs, nothing is written",
+    )
 
 
 def run_rule_text() -> str:
@@ -49,8 +56,10 @@ def policy_from_args(args: argparse.Namespace, *, default: RunPolicy | None = No
     requires a run to continue (engine.run_plan refuses to start a new one in its name)."""
     policy = RunPolicy(run_id=args.run_id, resume=args.resume, force=args.force)
     if default is not None and policy == RunPolicy():
-        return default
-    return replace(policy, resume_required=args.resume and default is None)
+        policy = default
+    else:
+        policy = replace(policy, resume_required=args.resume and default is None)
+    return replace(policy, dry_run=args.dry_run)
 
 
 def _run_name(text: str) -> str:

@@ -144,6 +144,7 @@ TRAINING_FLAGS = (
     "run_id",
     "cost",
     "quiet",
+    "dry_run",
 )
 
 
@@ -208,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.run_spec is None:  # --table2 alone: every stored task/preset
         return _print_tables(store, task=None, preset=None)
     preset = _train(args, policy)
-    if args.table2:
+    if args.table2 and not policy.dry_run:  # the table of what was trained: none on a dry run
         return _print_tables(store, task=preset.task.name, preset=preset.name)
     return 0
 

@@ -72,7 +72,7 @@ class RunOptions:
     def task_policy(self) -> RunPolicy:
         """The policy of task trainings: --force carries over; --run-id names the benchmark run
         (a run holds one kind of job), and a stored training is reused (engine.RUN_RULE)."""
-        return RunPolicy(force=self.policy.force)
+        return RunPolicy(force=self.policy.force, dry_run=self.policy.dry_run)
 
 
 class Reproduction:

@@ -20,7 +20,7 @@ from ..measure.cases import case_key
 from ..measure.runner import MeasureSettings
 from ..measure.status import OK, SKIPPED
 from ..progress import progress
-from ..store import ResultStore, open_store
+from ..store import ResultStore, open_store, preview_store
 from ..sweep import run_sweep
 from .cost import cost_cases
 from .results import KIND, case_config, save_failed, save_trained
@@ -110,18 +110,21 @@ class TrainPlan(Plan):
 
     def reused(self, keys: Sequence[str]) -> None:
         for key in keys:
-            if spec := self.runs.get(key):
-                self.say(
-                    f"{spec.variant.label} seed {spec.seed}: already in the store "
-                    "(use --force to train again)"
-                )
+            if key in self.runs:
+                self.say(f"{self.label(key)}: already in the store (use --force to train again)")
+
+    def label(self, key: str) -> str:
+        if spec := self.runs.get(key):
+            return f"{spec.variant.label} seed {spec.seed}"
+        skipped, seed = self.unavailable[key]
+        return f"{skipped.label} seed {seed}: stored as skipped, not run ({skipped.reason})"
 
     def jobs(self, todo: Sequence[str]) -> list[Job]:
         out = []
         for key in todo:
             if (spec := self.runs.get(key)) is None:
                 continue
-            label = f"{spec.variant.label} seed {spec.seed}"
+            label = self.label(key)
             steps = StepProgress(label, spec.preset.train.max_steps, enabled=self.progress)
             self.steps[key] = steps
             out.append(
@@ -178,7 +181,7 @@ class TrainPlan(Plan):
             )
             text = f"{status} (stored): {outcome.error}"
         self.finished += 1
-        label = f"{spec.variant.label} seed {spec.seed}"
+        label = self.label(outcome.key)
         self.say(f"[{self.finished}/{self.todo_runs}] {label}: {text}")
         return [Stored(outcome.key, label, status)]
 
@@ -216,7 +219,8 @@ def train_task(
     stored, Interrupted says how many and how to go on. The caller holds the executor open.
 
     store: an open store, or a path (None: the default) opened for writing once the suite,
-    preset and grid are known to be good, so bad input leaves no store behind.
+    preset and grid are known to be good, so bad input leaves no store behind (a dry run's
+    policy: read, store.preview_store).
     preset: one built in code (a reproduction's sweep point), trained in place of the suite's.
     """
     if preset is None:
@@ -233,9 +237,12 @@ def train_task(
         eval_hashes=request.eval_hashes,
         device=request.device,
     )
+    dry_run = bool(policy and policy.dry_run)
     with (
         nullcontext(store)
         if isinstance(store, ResultStore)
+        else preview_store(store)
+        if dry_run
         else open_store(store, write=True, resume=bool(policy and policy.resume_required)) as db
     ):
         return _train(
@@ -266,9 +273,11 @@ def _train(
 ) -> TaskPreset:
     """train_task once its input is checked and its store open."""
     say(f"{preset.task.name} / preset {preset.name}: {preset.description}")
+    dry_run = bool(policy and policy.dry_run)
+    where = executor.name if dry_run else executor.describe()  # describe() connects a cluster
     say(
         f"{preset.task}; threads {request.threads or torch.get_num_threads()}; store "
-        f"{store.path}; executor {executor.describe()}"
+        f"{store.path}; executor {where}"
     )
     for s in skipped:
         say(f"skipped {s.label}: {s.reason}")
@@ -304,8 +313,17 @@ def _train(
     if request.cost and runs:
         cases = cost_cases(runs, device=request.device)
         settings = MeasureSettings(metrics=("time", "memory"), threads=torch.get_num_threads())
-        say(f"measuring the training-step cost of {len(cases)} model(s)")
-        run_sweep(cases, store, settings=settings, progress=progress, meta=meta, executor=executor)
+        doing = "would measure" if dry_run else "measuring"
+        say(f"{doing} the training-step cost of {len(cases)} model(s)")
+        run_sweep(
+            cases,
+            store,
+            settings=settings,
+            policy=RunPolicy(dry_run=dry_run),
+            progress=progress,
+            meta=meta,
+            executor=executor,
+        )
     return preset
 
 

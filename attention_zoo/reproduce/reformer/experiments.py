@@ -316,16 +316,15 @@ def run_reformer(size: str, store: ResultStore, options: RunOptions) -> list[Swe
                     cases,
                     store,
                     settings=MeasureSettings(metrics=metrics, threads=options.threads),
-                    run_id=options.policy.run_id,
-                    resume=options.policy.resume,
-                    force=options.policy.force,
+                    policy=options.policy,
                     memory_limit_bytes=limit,
                     progress=options.progress,
                     meta=meta,
                     executor=options.executor,
                 )
             )
-    store_parameter_counts(size, store, fresh=options.policy.force, meta=meta)
+    if not options.policy.dry_run:
+        store_parameter_counts(size, store, fresh=options.policy.force, meta=meta)
     return sweeps
 
 
