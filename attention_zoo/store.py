@@ -772,8 +772,9 @@ def open_store(
 def preview_store(path: str | Path | None) -> ResultStore:
     """The store a dry run reads: the file at `path` (None: DEFAULT_STORE) read-only where it
     holds a store, else an empty store in memory named as that file (what messages call it);
-    nothing is created or written either way."""
-    where = Path(path or DEFAULT_STORE)
+    nothing is created or written either way. A path a run could not write to is refused as the
+    run refuses it."""
+    where = check_store_path(path, write=True)
     if where.exists() and not (where.is_file() and where.stat().st_size == 0):
         return open_store(where, write=False)  # a folder or a foreign file: the run's error
     store = ResultStore(":memory:")

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,12 +79,15 @@ def registrations_undone() -> Iterator[None]:
     try:
         yield
     finally:
-        added = set(PLUGINS.names()) - before[id(PLUGINS)]
+        added = {
+            Path(t).stem if t.endswith(".py") else t
+            for t in set(PLUGINS.names()) - before[id(PLUGINS)]
+        }
         for registry in registries:
             for name in set(registry.names()) - before[id(registry)]:
                 registry.remove(name)
         for name in set(sys.modules) - modules:
-            if name.startswith("zoo_") or name.split(".")[0] in added:
+            if name.startswith("zoo_") or any(name == t or name.startswith(f"{t}.") for t in added):
                 del sys.modules[name]
 
 

@@ -128,18 +128,21 @@ def test_bench_unknown_backend_is_a_clear_error(capsys: pytest.CaptureFixture[st
     )
 
 
-def test_a_bad_store_path_is_refused_after_the_grid_and_never_on_a_dry_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_bad_store_path_is_refused_after_the_grid_on_a_dry_run_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The store's path is checked after the flags (their errors first) and before the cases'
-    time predictions; a dry run writes nothing, so a path it could not write is no error."""
+    time predictions; a dry run refuses it as the run would, and creates nothing."""
     missing = str(tmp_path / "nowhere" / "zoo.sqlite")
     code, _, err = run(capsys, "bench", "--backends", "flsh", "--store", str(tmp_path))
     assert code == 2 and "unknown attention backend 'flsh'" in err
     code, _, err = run(capsys, "bench", "--backends", "sdpa", "--store", str(tmp_path))
     assert code == 2 and "is a folder" in err
-    code, out, _ = run(capsys, "bench", "--backends", "sdpa", "--store", missing, "--dry-run")
-    assert code == 0 and "1 of 1 to do" in out and not (tmp_path / "nowhere").exists()
+    code, _, err = run(capsys, "bench", "--backends", "sdpa", "--store", missing, "--dry-run")
+    assert code == 2 and "nowhere" in err and not (tmp_path / "nowhere").exists()
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "bench", "--backends", "sdpa", "--store", "new.sqlite", "--dry-run")
+    assert code == 0 and "1 of 1 to do" in out and not (tmp_path / "new.sqlite").exists()
 
 
 def test_bench_malformed_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

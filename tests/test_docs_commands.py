@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from attention_zoo import cli
+from attention_zoo.report.browser import chromium
 
 from .conftest import registrations_undone
 from .test_docs_examples import COMMANDS, ROOT, SHELL, Command, blocks, commands_of
@@ -45,6 +46,11 @@ ELSEWHERE = [
     ),
     (r"^zoo .*--resume$", "continues the run the command above starts: tests/test_engine.py"),
     (
+        r"^zoo memory --preset crime-and-punishment",
+        "predicts a 0.5M-token training step op by op (about 100 s, past CI's budget); "
+        "test_cli_bench.py runs zoo memory --fits at 64k tokens",
+    ),
+    (
         r"^python benchmarks/scripts/busy_probe\.py",
         "the quick preset twice (minutes); tests/test_busy.py probes a small grid",
     ),
@@ -63,14 +69,29 @@ ELSEWHERE = [
     (r"^asv machine --yes$", "CI: the same command"),
     (r"^python benchmarks/scripts/gate\.py --fast --before-code-change$", "CI: the same command"),
     (
-        r"^asv run|^python benchmarks/scripts/gate\.py",
-        "asv on git history (minutes); tests/test_gate.py's long tests run the gate on clones",
+        r"^asv run --python=same --quick",
+        "every benchmark once (minutes); CI's `asv check` checks the suite, the gate runs asv",
     ),
     (
-        r"^python benchmarks/scripts/(acceptance|noise)\.py",
-        "an hour or more of timing on an idle machine (and reading its log); not run by the tests",
+        r"^asv run|^python benchmarks/scripts/gate\.py",
+        "asv on git history (minutes); tests/test_gate.py runs the gate and --calibrate on clones",
     ),
-    (r"^python benchmarks/scripts/publish\.py", "publishes results `asv run` recorded"),
+    (
+        r"^python benchmarks/scripts/noise\.py --series",
+        "an hour of timing on an idle machine; tests/test_noise.py logs and reads a 2-round series",
+    ),
+    (
+        r"^python benchmarks/scripts/noise\.py --read",
+        "reads the log the --series run above writes; tests/test_noise.py reads a 2-round one",
+    ),
+    (
+        r"^python benchmarks/scripts/acceptance\.py",
+        "the gate's acceptance runs: an hour of timing on an idle machine; not run by the tests",
+    ),
+    (
+        r"^python benchmarks/scripts/publish\.py",
+        "rewrites reports/asv/: tests/test_gate.py runs it in a clone",
+    ),
     (
         r"^python benchmarks/scripts/update_baselines\.py",
         "measures every baseline case (minutes); tests/test_benchmarks.py checks each case",
@@ -147,16 +168,17 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "my_attention.py").write_text(module.text)
     (folder / "reports").mkdir()  # the checkout's folder of published reports, and its index
     shutil.copy(ROOT / "reports" / "README.md", folder / "reports" / "README.md")
-    small = ["--lengths", "64", "--repeats", "2", "--no-progress"]
-    decoding = ["--modes", "prefill,decode", "--new-tokens", "4", *small]
-    mine = ["--store", "my.sqlite", *small]
+    small = ["--lengths", "64", "--repeats", "2", "--no-progress", "--metrics"]
+    decoding = ["--modes", "prefill,decode", "--new-tokens", "4"]
+    plugin = ["--import", "my_attention", "--store", "my.sqlite"]
     with pytest.MonkeyPatch.context() as patch, registrations_undone():
         patch.chdir(folder)
         patch.syspath_prepend(str(folder))
         for argv in (
-            ["bench", "--backends", "sdpa,local,lsh", "--peers", "hf", *small],
-            ["bench", "--target", "attention", "--backends", "sdpa,local,linear", *decoding],
-            ["bench", "--import", "my_attention", "--backends", "mine,sdpa,lsh", *mine],
+            ["bench", "--backends", "sdpa,local,lsh", "--peers", "hf", *small, "time,memory"],
+            # the state each decoder keeps is predicted (--equal state reads it)
+            ["bench", "--backends", "sdpa,local,linear", *decoding, *small, "time,predict"],
+            ["bench", *plugin, "--backends", "mine,sdpa,lsh", *small, "time,memory"],
         ):
             code, out = _zoo(argv)
             assert code == 0, out
@@ -218,6 +240,8 @@ def test_documented_commands_run(
 ) -> None:
     """A block's commands in order, from a copy of the prepared folder: each exits 0; a dry run
     says what it would do and leaves every file of the folder as it was."""
+    if any("--screenshot" in c.argv for c in RUNNABLE[where]) and chromium() is None:
+        pytest.skip("no Chromium on PATH for zoo report --screenshot (.ci/run installs it)")
     folder = tmp_path / "work"
     shutil.copytree(prepared, folder)
     monkeypatch.chdir(folder)
@@ -235,9 +259,9 @@ def test_documented_commands_run(
 
 
 def _files(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every file under `folder`: (size, modification time in ns), by relative path."""
+    """Every file and folder under `folder`: (size, modification time in ns; a folder's size
+    -1), by relative path."""
     return {
-        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        str(p.relative_to(folder)): (p.stat().st_size if p.is_file() else -1, p.stat().st_mtime_ns)
         for p in folder.rglob("*")
-        if p.is_file()
     }

@@ -240,3 +240,24 @@ def test_a_dry_run_prints_no_table(workdir: Path, capsys: pytest.CaptureFixture[
     assert main([*TASK, "--dry-run", "--table2"]) == 0
     out = capsys.readouterr().out
     assert "0 of 1 to do" in out and "accuracy on the scored positions" not in out
+
+
+def test_a_dry_run_leaves_out_what_the_time_limit_refuses(
+    workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where this machine's rates are known, a bench dry run refuses what the run would refuse,
+    so after a run that refused a case, --resume --dry-run continues that same run."""
+    from attention_zoo.commands import bench_cmd
+
+    def over_time(cases, settings) -> dict[str, str]:
+        return {c.key(): f"{c.name()}: past the limit" for c in cases if c.seq_len == 32}
+
+    monkeypatch.setattr(bench_cmd, "probes_to_time", lambda cases: 0)  # every rate known here
+    monkeypatch.setattr(bench_cmd, "over_time", over_time)
+    argv = [a if a != "16" else "16,32" for a in BENCH]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--resume", "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "dry run, bench: 0 of 1 to do (1 already stored)" in captured.out
+    assert "L=32 b=1 forward float32 cpu: past the limit" in captured.err

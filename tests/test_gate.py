@@ -526,6 +526,45 @@ def test_record_stores_results_under_the_machine(clone: Path, tmp_path: Path) ->
     assert list((results / "box").glob(f"{head[:8]}-*.json"))
 
 
+@pytest.mark.slow
+@pytest.mark.long
+def test_calibrate_writes_each_compared_benchmarks_noise_and_limit(
+    clone: Path, tmp_path: Path
+) -> None:
+    """--calibrate's whole path, at one run of one benchmark: head against a copy of itself, and
+    that benchmark's noise, the limit drawn from it and the commit written to --limits only."""
+    commit_change(clone, "no change")
+    head = sh("git", "rev-parse", "HEAD", cwd=clone).strip()
+    limits_file = tmp_path / "limits.json"
+    argv = ["--bench", LOCAL_FORWARD, "--rounds", "2", "--limits", str(limits_file)]
+    proc = run_gate(clone, "--calibrate", "1", *argv)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    written = json.loads(limits_file.read_text())["benchmarks"]
+    assert set(written) == {NAME}
+    entry = written[NAME]
+    assert entry["limit"] == limits.from_noise(entry["noise"]) and entry["runs"] == 1
+    assert entry["commit"] == head[:12]
+    assert sh("git", "diff", "--stat", cwd=clone).strip() == ""  # the committed limits untouched
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_publish_writes_the_history_of_the_committed_results(clone: Path) -> None:
+    """publish.py as docs/regression.md prints it, run in the clone (it rewrites reports/asv/
+    from reports/asv-results/): the history's page is written."""
+    page = clone / "reports" / "asv" / "index.html"
+    page.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/scripts/publish.py"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(clone)},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert page.is_file() and "publish: wrote" in proc.stdout
+
+
 def test_a_damaged_limits_file_is_could_not_decide_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "limits.json"
     for text in ("{}", "not json"):

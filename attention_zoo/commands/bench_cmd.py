@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..engine import RunInterrupted, continued_run
+from ..engine import RunInterrupted, RunPolicy, continued_run
 from ..errors import Interrupted, UsageError
 from ..executors import add_executor_args, executor_from_args
 from ..measure.capture import CUDA_GRAPHS, ON, graphs_apply
@@ -23,6 +23,7 @@ from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
 from ..measure.preflight import check_cases, over_time
+from ..measure.rate import probes_to_time
 from ..measure.runner import MeasureSettings
 from ..measure.table import comparison_table, group_cases
 from ..measure.timing import CLOCKS, CPU_CLOCK, WALL
@@ -443,6 +444,28 @@ def _without_refused(
     return left
 
 
+def _dry_run(
+    args: argparse.Namespace, cases: list[BenchCase], settings: MeasureSettings, policy: RunPolicy
+) -> int:
+    """What the run would measure: the cases its time limit keeps, where this machine's rates
+    are known (timing probes is the run's work), then the run rule's choice; nothing written."""
+    limited = settings.time_limit_s is not None or settings.timeout_s is not None
+    untimed = probes_to_time(cases) if limited and args.executor == "local" else 0
+    try:
+        if not untimed:
+            cases = _without_refused(cases, settings, local=args.executor == "local")
+    except _AllRefused:
+        return 2
+    with preview_store(args.store) as store:
+        run_sweep(cases, store, settings=settings, policy=policy, progress=False)
+    if untimed:
+        print(
+            f"({untimed} rate probe(s) not yet timed on this machine: the run times them first "
+            "and refuses any case predicted past the time limit)"
+        )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
     grid, preset = grid_from_args(args, devices_present=True)
@@ -457,9 +480,7 @@ def run(args: argparse.Namespace) -> int:
     reference = args.reference or (preset.reference if preset else None) or DEFAULT_REFERENCE
     if policy.dry_run:
         executor.close()
-        with preview_store(args.store) as store:
-            run_sweep(cases, store, settings=settings, policy=policy, progress=False)
-        return 0
+        return _dry_run(args, cases, settings, policy)
     try:
         check_store_path(args.store, write=True)  # refused before the cases' time predictions
         cases = _without_refused(cases, settings, local=args.executor == "local")

@@ -323,7 +323,9 @@ def run_reformer(size: str, store: ResultStore, options: RunOptions) -> list[Swe
                     executor=options.executor,
                 )
             )
-    if not options.policy.dry_run:
+    if options.policy.dry_run:
+        print(f"dry run: would store claim d's {len(parameter_models(size))} parameter counts")
+    else:
         store_parameter_counts(size, store, fresh=options.policy.force, meta=meta)
     return sweeps
 
