@@ -238,11 +238,10 @@ def _preview(plan: Plan, todo: Sequence[str], total: int) -> str:
     """A dry run's account: how many of the plan's units are still to do (run, or stored as
     unavailable), then each by name."""
     held = total - len(todo)
-    lines = [
-        f"dry run, {plan.desc}: {len(todo)} of {total} to do"
-        + (f" ({held} already stored)" if held else "")
-    ]
-    return "\n".join([*lines, *(f"  {plan.label(key)}" for key in todo)])
+    head = f"dry run, {plan.desc}: {len(todo)} of {total} to do" + (
+        f" ({held} already stored)" if held else ""
+    )
+    return "\n".join([head, *(f"  {plan.label(key)}" for key in todo)])
 
 
 def _stopped_inside_a_job(plan: Plan, path: Path, run_id: str, keys: Sequence[str]) -> str:

@@ -774,9 +774,9 @@ def preview_store(path: str | Path | None) -> ResultStore:
     holds a store, else an empty store in memory named as that file (what messages call it);
     nothing is created or written either way. A path a run could not write to is refused as the
     run refuses it."""
-    where = check_store_path(path, write=True)
-    if where.exists() and not (where.is_file() and where.stat().st_size == 0):
-        return open_store(where, write=False)  # a folder or a foreign file: the run's error
+    where = check_store_path(path, write=True)  # a folder, or a missing one, refused here
+    if where.exists() and where.stat().st_size > 0:
+        return open_store(where, write=False)  # a foreign file: the run's error too
     store = ResultStore(":memory:")
     store.path = where
     return store

@@ -450,10 +450,11 @@ def _dry_run(
     """What the run would measure: the cases its time limit keeps, where this machine's rates
     are known (timing probes is the run's work), then the run rule's choice; nothing written."""
     limited = settings.time_limit_s is not None or settings.timeout_s is not None
-    untimed = probes_to_time(cases) if limited and args.executor == "local" else 0
+    local = args.executor == "local"
+    untimed = probes_to_time(cases) if limited and local else 0
     try:
         if not untimed:
-            cases = _without_refused(cases, settings, local=args.executor == "local")
+            cases = _without_refused(cases, settings, local=local)
     except _AllRefused:
         return 2
     with preview_store(args.store) as store:
