@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attention_zoo import build_attention, get_backend
+from attention_zoo.attention import nsa as nsa_module
 from attention_zoo.attention.kernels.flex import TILE
 from attention_zoo.attention.kernels.routing import tiled
 from attention_zoo.attention.kernels.routing.compressed import window_route
@@ -232,7 +233,12 @@ ROUTED = {
 def test_implementations_agree_with_gradients(name, kv, padded):
     """tiled, gathered, eager flex and the dense reference: outputs and every gradient (float64),
     the gates of nsa included."""
-    q, k, v, gates = _nsa_inputs(kv=kv, n=77, seed=3)
+    _kernels_agree(name, KERNELS, kv, padded, seed=3)
+
+
+def _kernels_agree(name, kernels, kv, padded, seed):
+    """Each kernel's output and gradients equal the last one's (the reference), in float64."""
+    q, k, v, gates = _nsa_inputs(kv=kv, n=77, seed=seed)
     gates = gates if name == "nsa" else {}
     mask = None
     if padded:
@@ -241,17 +247,17 @@ def test_implementations_agree_with_gradients(name, kv, padded):
         mask[1, 10:20] = False
     kw = {} if kv is None else {"kv_heads": kv}
     runs = []
-    for kernel in KERNELS:
+    for kernel in kernels:
         core = build_attention(name, causal=True, device="cpu", kernel=kernel, **ROUTED[name], **kw)
 
         def run(q, k, v, *g, core=core):
             return core(q, k, v, mask, **dict(zip(gates, g)))
 
         runs.append(with_grads(run, [q, k, v, *gates.values()]))
-    (ref, ref_grads), *others = runs[::-1]  # math last: the reference
+    (ref, ref_grads), *others = runs[::-1]  # the last: the reference
     for out, grads in others:
         torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
-        for got, want in zip(grads, ref_grads):
+        for got, want in zip(grads, ref_grads, strict=True):
             torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
 
 
@@ -273,6 +279,79 @@ def test_tiled_backward_holds_the_output_gradients_and_one_segment():
     step()
     peak = profiled_peak(step)[1].peak_bytes
     assert peak <= 4 * q.numel() * q.element_size() + tiled.SCRATCH_BYTES, peak
+
+
+@pytest.fixture
+def mixed_always(monkeypatch):
+    """nsa's CPU node at every length (it runs where it saves a lot of memory: long inputs)."""
+    monkeypatch.setattr(nsa_module, "pays", lambda q, v: True)
+
+
+@pytest.mark.parametrize("kv", [None, 1])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])
+def test_nsa_mixed_node_agrees_with_the_reference(mixed_always, kv, padded):
+    """The one-node form of nsa's branches: output and every gradient (gates included) equal the
+    dense reference's, in float64."""
+    _kernels_agree("nsa", ("tiled", "math"), kv, padded, seed=4)
+
+
+def test_nsa_mixed_node_runs_only_where_a_backward_follows_on_long_inputs(monkeypatch):
+    """Inference, and inputs whose outputs are small beside the tiles' scratch, run the branches
+    one by one; a training step on long inputs runs the node."""
+    assert not nsa_module.pays(*[torch.empty(1, 4, 1024, 64, device="meta")] * 2)
+    assert nsa_module.pays(*[torch.empty(1, 4, 16384, 64, device="meta")] * 2)
+    calls = []
+    monkeypatch.setattr(nsa_module.MixedNSA, "apply", lambda *a: calls.append(a) or a[0])
+    monkeypatch.setattr(nsa_module, "pays", lambda q, v: True)
+    core = build_attention("nsa", causal=True, device="cpu", **ROUTED["nsa"])
+    q, k, v, gates = _nsa_inputs(n=40)
+    with torch.no_grad():
+        core(q.requires_grad_(), k, v, **gates)
+    assert not calls
+    core(q, k, v, **gates)
+    assert len(calls) == 1
+
+
+@pytest.mark.slow  # a profiled forward and backward at 4096 tokens: ~1 s
+def test_nsa_tiled_keeps_two_branch_outputs_and_one_set_of_gradients(mixed_always):
+    """nsa's CPU node at (1, 4, 4096, 64): the forward leaves its output and the selected and
+    window branches' outputs (the compressed one is recomputed); the backward frees those two
+    before it makes the gradients, and makes one set of dq, dk, dv, not one per branch."""
+    g = torch.Generator().manual_seed(0)
+    core = build_attention("nsa", causal=True, device="cpu")
+    x = core.layout.sample(1, 4, 4096, 64, requires_grad=True, generator=g)
+    assert core.kernel_for(x.q, None, x.k).name == "tiled"
+    unit = x.q.numel() * x.q.element_size()
+    grad = torch.randn(1, 4, 4096, 64, generator=g)
+    held = {}
+
+    def forward():
+        held["loss"] = torch.linalg.vecdot(core(x.q, x.k, x.v, **x.extras), grad).sum()
+
+    def backward():
+        held.pop("loss").backward()
+        for t in x.leaves():
+            t.grad = None
+
+    forward(), backward()
+    forward_peak = profiled_peak(forward)[1]
+    # two branch outputs and the tiles' plans (the autograd composition keeps three outputs)
+    assert forward_peak.net_bytes <= 2.5 * unit, forward_peak.net_bytes / unit
+    backward_peak = profiled_peak(backward)[1].peak_bytes
+    assert backward_peak <= 3 * unit + tiled.SCRATCH_BYTES, backward_peak / unit
+
+
+def test_nsa_tiled_backward_twice_through_a_retained_graph(mixed_always):
+    """The node drops its branch outputs in the backward: a second backward remakes them."""
+    q, k, v, gates = _nsa_inputs(kv=2, n=50, seed=5)
+    leaves = [t.requires_grad_() for t in (q, k, v, *gates.values())]
+    nsa = build_attention("nsa", causal=True, device="cpu", kv_heads=2, kernel="tiled",
+                          **ROUTED["nsa"])  # fmt: skip
+    out = nsa(q, k, v, **gates)
+    first = torch.autograd.grad(out.sum(), leaves, retain_graph=True)
+    second = torch.autograd.grad(out.sum(), leaves)
+    for a, b in zip(first, second, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
 def test_nsa_declares_its_gates_as_inputs():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -149,6 +149,14 @@ class KernelTable:
             f"{backend}: no implementation runs on {call.device} {_dtype_name(call.dtype)}"
             + (f" ({' | '.join(why)})" if why else "")
         )
+
+    def replacing(self, name: str, **changes: Any) -> KernelTable:
+        """This table with implementation `name` changed (a backend that composes a family's
+        kernels its own way), in the same order of preference."""
+        implementations = tuple(
+            replace(i, **changes) if i.name == name else i for i in self.implementations
+        )
+        return KernelTable(implementations, self.priority, self.choose)
 
     def _auto_name(self, core: Any, call: Call) -> str:
         try:

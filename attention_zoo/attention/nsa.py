@@ -5,8 +5,9 @@ o_cmp attends to mean-pooled key and value blocks of `block_size` (the paper lea
 pools by mean, as here), a block once it is complete; o_slc reads `num_selected` key blocks: the
 first, the previous and the query's own, and those the compressed attention's probabilities
 (summed over the heads sharing a KV head) rank highest; o_swa reads the `window` latest keys
-(the sliding-window backend's kernels; decoding steps read the window from the cache). The
-gates are sigmoids of projections of the hidden states (inputs declared as extras). Causal.
+(the sliding-window backend's computation: its kernels, or on the CPU's tiles the window's blocks
+as a route; decoding steps read the window from the cache). The gates are sigmoids of projections
+of the hidden states (inputs declared as extras). Causal.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ from .base import AttentionCore
 from .decode import BlocksState, StateShape, blocks_append, blocks_state, blocks_state_bytes
 from .inputs import Extra, check_kv_heads, unit_sigmoid
 from .kernels.masks import real_keys
-from .kernels.routing.compressed import compressed_attention, nsa_route, window_route
+from .kernels.routing.compressed import (
+    compressed_attention,
+    compressed_seen,
+    nsa_route,
+    window_route,
+)
 from .kernels.routing.gathered import gathered_attention
+from .kernels.routing.mixed import Branches, MixedNSA, pays
 from .kernels.routing.route import block_means
 from .kernels.routing.table import ROUTED_KERNELS, Attend
+from .kernels.routing.tiled import plan_tiles, tiled_attention
 from .options import check_int
 from .spec import ROUTED, get_backend, register_attention
 
@@ -84,6 +92,31 @@ class NSAAttention(AttentionCore):
         # the branch's output instead would keep a second copy of it for the backward)
         gates = {**gates, "g_swa": gates["g_swa"] * window_seen(real, self.cfg.window)}
         return self._mix(attend, q, k, v, real, means, values, has, gates, o_swa, 0)
+
+    def mixed(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, **gates: Tensor
+    ) -> Tensor:
+        """The three branches in one autograd node, the window's on key-block tiles too
+        (`kernels/routing/mixed.py`): one set of gradients, each branch's output freed early.
+        Where that saves little (no backward, or short inputs) the branches run as `routed`."""
+        inputs = (q, k, v, *gates.values())
+        if not (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)) or not pays(q, v):
+            return self.routed(tiled_attention, q, k, v, key_padding_mask, **gates)
+        cfg, (b, h, t, _) = self.cfg, q.shape
+        c = cfg.block_size
+        real = real_keys(key_padding_mask, b, t, q.device)
+        with torch.no_grad():
+            means, has = block_means(k, real, c)
+            values, _ = block_means(v, real, c)
+            selected = nsa_route(q, means, has, block=c, slots=cfg.num_selected)
+        window = window_route(b, h, t, block=c, window=cfg.window, offset=0, device=q.device)
+        branches = Branches(
+            plan_tiles(selected, real, q, k), plan_tiles(window, real, q, k),
+            means.to(k.dtype), values.to(v.dtype), has, real, c,
+        )  # fmt: skip
+        g_cmp = gates["g_cmp"] * compressed_seen(has, t, block=c)  # no block seen: nothing
+        g_swa = gates["g_swa"] * window_seen(real, cfg.window)
+        return MixedNSA.apply(q, k, v, g_cmp, gates["g_slc"], g_swa, branches)
 
     def _mix(
         self,
@@ -152,4 +185,14 @@ def window_seen(real: Tensor, window: int) -> Tensor:
     return (count[:, window:] > count[:, :-window])[:, None, :]
 
 
-NSAAttention.kernels = ROUTED_KERNELS
+def _mixed(core: NSAAttention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, **gates):
+    return core.mixed(q, k, v, mask, **gates)
+
+
+# on the CPU's tiles, a training step's three branches can be one node (`mixed`)
+NSAAttention.kernels = ROUTED_KERNELS.replacing(
+    "tiled",
+    run=_mixed,
+    summary="key-block tiles for the selected blocks; training on long inputs: the three "
+    "branches in one autograd node, the window on tiles too, one set of gradients",
+)

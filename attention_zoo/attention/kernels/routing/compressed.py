@@ -28,22 +28,35 @@ def compressed_attention(
     see -> (b, h, t, d_v), and (b, 1, t) whether each query sees one (where not, the output is
     finite and meaningless: the caller's gate zeroes it). Segments of queries are recomputed in
     the backward, so no (t, nb) mask is kept for it."""
-    b, h, t, _ = q.shape
-    nb = has.shape[1]
+    t = q.shape[2]
     positions = torch.arange(offset, offset + t, device=q.device)
-    real_before = F.pad(has.long().cumsum(-1), (1, 0))  # (b, nb + 1): real blocks among the first
-    seen = real_before[:, ((positions + 1) // block).clamp(max=nb)] > 0
-    step = max(1, ROUTE_BYTES // (b * h * nb * 4))  # a segment's scores (b, h, step, nb)
-    spans = [(s, min(s + step, t)) for s in range(0, t, step)]  # static: from the shapes
     parts = [
-        checkpoint(_compressed, q[:, :, s:e], keys, values, has, positions[s:e], block,
+        checkpoint(compressed_part, q[:, :, s:e], keys, values, has, positions[s:e], block,
                    use_reentrant=False, preserve_rng_state=False)
-        for s, e in spans
+        for s, e in query_spans(q, has)
     ]  # fmt: skip
-    return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)), seen[:, None]
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+    return out, compressed_seen(has, t, block=block, offset=offset)
 
 
-def _compressed(
+def compressed_seen(has: Tensor, t: int, *, block: int, offset: int = 0) -> Tensor:
+    """(b, 1, t): whether each of t queries at positions offset.. sees a complete pooled block
+    that holds a real key."""
+    nb = has.shape[1]
+    positions = torch.arange(offset, offset + t, device=has.device)
+    real_before = F.pad(has.long().cumsum(-1), (1, 0))  # (b, nb + 1): real blocks among the first
+    return (real_before[:, ((positions + 1) // block).clamp(max=nb)] > 0)[:, None]
+
+
+def query_spans(q: Tensor, has: Tensor) -> list[tuple[int, int]]:
+    """The segments of queries whose compressed scores (b, h, step, nb) fit ROUTE_BYTES: static,
+    from the shapes."""
+    b, h, t, _ = q.shape
+    step = max(1, ROUTE_BYTES // (b * h * has.shape[1] * 4))
+    return [(s, min(s + step, t)) for s in range(0, t, step)]
+
+
+def compressed_part(
     q: Tensor, keys: Tensor, values: Tensor, has: Tensor, positions: Tensor, block: int
 ) -> Tensor:
     """compressed_attention's output for queries q at `positions` (a finite mask value: a query

@@ -62,6 +62,16 @@ def block_means(k: Tensor, real: Tensor, block: int) -> tuple[Tensor, Tensor]:
     return (blocks * weight).sum(-2) / count.clamp(min=1), count[:, 0, :, 0] > 0
 
 
+def add_block_means_grad(acc: Tensor, grad: Tensor, real: Tensor, block: int) -> None:
+    """acc (b, kv, nb, block, d), keys laid out in whole blocks, += the gradient of `block_means`
+    (its means' gradient grad (b, kv, nb, d)): each real key gets its block's share."""
+    b, _, nb, _, _ = acc.shape
+    pad = nb * block - real.shape[1]
+    weight = F.pad(real, (0, pad)).to(acc.dtype).view(b, 1, nb, block, 1)
+    count = weight.sum(-2).clamp(min=1)  # (b, 1, nb, 1)
+    acc.addcmul_((grad.to(acc.dtype) / count).unsqueeze(-2), weight)
+
+
 def as_blocks(x: Tensor, block: int) -> Tensor:
     """(b, kv, L, e) -> (b kv nb, block e): one row per block, zero-padded to whole blocks (a view
     when L is a multiple of the block and x is laid out so)."""

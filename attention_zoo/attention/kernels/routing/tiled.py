@@ -24,7 +24,7 @@ from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
 
 TILE = 64  # queries per tile: one product of (TILE x d) by (d x block)
-SCRATCH_BYTES = 16 << 20  # a segment of tiles' scores, probabilities and gathered blocks
+SCRATCH_BYTES = 24 << 20  # a segment of tiles' scores, probabilities and gathered blocks
 FAR = 1 << 62  # a position after every query
 
 
@@ -54,7 +54,7 @@ def _plan(route: Route, nb: int) -> tuple[Tensor, Tensor]:
     return holder[..., :-1].view(b, h, n_tiles, TILE), reads[..., :-1]
 
 
-class _Tiles:
+class Tiles:
     """One call's tiles: which queries and which key block each holds, gathered a segment at a
     time from flat (b h t, d) queries and (b kv nb, c d) blocks (views where the layout allows;
     an empty tile slot reads a real row, masked). Kept for the backward, so it holds one small
@@ -120,46 +120,120 @@ class _Tiles:
         return rows, queries, keys, scores.masked_fill_(hidden, mask_value(scores.dtype))
 
 
+def tiled_forward(
+    q: Tensor, k: Tensor, v: Tensor, tiles: Tiles, scale: float
+) -> tuple[Tensor, Tensor]:
+    """The routed softmax's output (b, h, t, d_v) and log-sum-exp (b, h, t), in the score dtype
+    (a query that sees no key: output 0, lse 0)."""
+    wide = score_dtype(q.dtype)
+    b, h, t, d = q.shape
+    dv = v.shape[-1]
+    q_flat = q.to(wide).reshape(b * h * t, d)
+    k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
+    floor = mask_value(wide)
+    # per query: the largest score so far, and the sum of exp(score - it) and its weighted
+    # values, rescaled as it grows (online softmax: each tile's scores are made once)
+    top = q.new_full((b * h * t,), floor, dtype=wide)
+    total = q.new_zeros(b * h * t, dtype=wide)
+    out = q.new_zeros(b * h * t, dv, dtype=wide)
+    for s, e in tiles.segments(max(d, dv)):
+        rows, _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
+        rows = rows.reshape(-1)
+        pair_top = scores.amax(-1)  # (b, h, e - s, TILE): floor exactly where it sees no key
+        # such a pair's probabilities are 0, not 1 over the masked keys: it adds nothing
+        shift = torch.where(pair_top > floor, pair_top, torch.inf)
+        p = exp_(scores.sub_(shift[..., None]))
+        values = tiles.rows(v_flat, tiles.block_rows[:, :, s:e], dv)
+        part, part_total = torch.matmul(p, values).reshape(-1, dv), p.sum(-1).reshape(-1)
+        pair_top = pair_top.reshape(-1)
+        before = top[rows]  # a query in two tiles of the segment: the same row twice
+        top.scatter_reduce_(0, rows, pair_top, "amax")
+        after = top[rows]
+        keep, weight = exp_(before.sub_(after)), exp_(pair_top.sub_(after))
+        out.index_copy_(0, rows, out[rows].mul_(keep[:, None]))
+        total.index_copy_(0, rows, total[rows].mul_(keep))
+        out.index_add_(0, rows, part.mul_(weight[:, None]))
+        total.index_add_(0, rows, part_total.mul_(weight))
+        del p, values, part
+    # a query that sees no key gets lse 0 and output 0: in the backward its scores, all the
+    # mask value, then give probabilities of exactly 0, so its share of every gradient is 0
+    seen = top > floor  # masked scores are floor exactly; a real one above it counts
+    lse = torch.where(seen, top + total.log(), 0.0).view(b, h, t)
+    out = out.div_(total[:, None]).masked_fill_(~seen[:, None], 0.0).view(b, h, t, dv)
+    return out, lse
+
+
+def tiled_backward(
+    g: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lse: Tensor,
+    delta: Tensor,
+    tiles: Tiles,
+    scale: float,
+    grads: tuple[Tensor, Tensor, Tensor],
+    gate: Tensor | None = None,
+) -> None:
+    """Add the gradients of a routed softmax's output to grads = (dq (b h t, d), dk and dv in
+    `as_blocks` rows), in the score dtype. The output's gradient is g (b, h, t, d_v) times the
+    optional per-query gate (b, h, t); delta (b, h, t) is rowsum(that gradient * output)."""
+    wide = lse.dtype
+    b, h, t, d = q.shape
+    dv = v.shape[-1]
+    q_flat, g_flat = q.to(wide).reshape(b * h * t, d), g.to(wide).reshape(b * h * t, dv)
+    k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
+    lse_flat, delta = lse.reshape(-1), delta.reshape(-1)
+    gate = None if gate is None else gate.to(wide).reshape(-1)
+    grad_q, grad_k, grad_v = grads
+    for s, e in tiles.segments(max(d, dv)):
+        rows, queries, keys, scores = tiles.scores(q_flat, k_flat, s, e, scale)
+        p = exp_(scores.sub_(lse_flat[rows][..., None]))  # (b, h, e - s, TILE, c)
+        block_rows = tiles.block_rows[:, :, s:e]
+        values = tiles.rows(v_flat, block_rows, dv)
+        outer = tiles.rows(g_flat, rows, dv)
+        if gate is not None:
+            outer.mul_(gate[rows][..., None])
+        ds = torch.matmul(outer, values.transpose(-1, -2))
+        ds = ds.sub_(delta[rows][..., None]).mul_(p).mul_(scale)
+        blocks = block_rows.reshape(-1)
+        grad_q.index_add_(0, rows.reshape(-1), torch.matmul(ds, keys).reshape(-1, d))
+        grad_k.index_add_(
+            0, blocks, torch.matmul(ds.transpose(-1, -2), queries).reshape(blocks.numel(), -1)
+        )
+        grad_v.index_add_(
+            0, blocks, torch.matmul(p.transpose(-1, -2), outer).reshape(blocks.numel(), -1)
+        )
+        del queries, keys, p, values, outer, ds  # before the next segment's are made
+
+
+def zero_grads(q: Tensor, k: Tensor, v: Tensor, block: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Zeroed accumulators for `tiled_backward`: dq (b h t, d), dk and dv in `as_blocks` rows
+    (b kv nb, block e), in the score dtype."""
+    wide = score_dtype(q.dtype)
+    b, h, t, d = q.shape
+    nb = -(-k.shape[2] // block)
+    rows = b * k.shape[1] * nb
+    return (
+        q.new_zeros(b * h * t, d, dtype=wide),
+        k.new_zeros(rows, block * k.shape[-1], dtype=wide),
+        v.new_zeros(rows, block * v.shape[-1], dtype=wide),
+    )
+
+
+def row_dots(a: Tensor, b: Tensor) -> Tensor:
+    """(..., t) the dot products of a's and b's last dimensions, in the score dtype, without an
+    elementwise product of their size."""
+    wide = score_dtype(b.dtype)
+    return torch.matmul(a.to(wide).unsqueeze(-2), b.to(wide).unsqueeze(-1))[..., 0, 0]
+
+
 class TiledRouted(Function):
     """softmax over the routed keys by key-block tiles; see the module docstring."""
 
     @staticmethod
     def forward(ctx, q, k, v, tiles, scale):  # type: ignore[override]
-        wide = score_dtype(q.dtype)
-        b, h, t, d = q.shape
-        dv = v.shape[-1]
-        q_flat = q.to(wide).reshape(b * h * t, d)
-        k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
-        floor = mask_value(wide)
-        # per query: the largest score so far, and the sum of exp(score - it) and its weighted
-        # values, rescaled as it grows (online softmax: each tile's scores are made once)
-        top = q.new_full((b * h * t,), floor, dtype=wide)
-        total = q.new_zeros(b * h * t, dtype=wide)
-        out = q.new_zeros(b * h * t, dv, dtype=wide)
-        for s, e in tiles.segments(max(d, dv)):
-            rows, _, _, scores = tiles.scores(q_flat, k_flat, s, e, scale)
-            rows = rows.reshape(-1)
-            pair_top = scores.amax(-1)  # (b, h, e - s, TILE): floor exactly where it sees no key
-            # such a pair's probabilities are 0, not 1 over the masked keys: it adds nothing
-            shift = torch.where(pair_top > floor, pair_top, torch.inf)
-            p = exp_(scores.sub_(shift[..., None]))
-            values = tiles.rows(v_flat, tiles.block_rows[:, :, s:e], dv)
-            part, part_total = torch.matmul(p, values).reshape(-1, dv), p.sum(-1).reshape(-1)
-            pair_top = pair_top.reshape(-1)
-            before = top[rows]  # a query in two tiles of the segment: the same row twice
-            top.scatter_reduce_(0, rows, pair_top, "amax")
-            after = top[rows]
-            keep, weight = exp_(before.sub_(after)), exp_(pair_top.sub_(after))
-            out.index_copy_(0, rows, out[rows].mul_(keep[:, None]))
-            total.index_copy_(0, rows, total[rows].mul_(keep))
-            out.index_add_(0, rows, part.mul_(weight[:, None]))
-            total.index_add_(0, rows, part_total.mul_(weight))
-            del p, values, part
-        # a query that sees no key gets lse 0 and output 0: in the backward its scores, all the
-        # mask value, then give probabilities of exactly 0, so its share of every gradient is 0
-        seen = top > floor  # masked scores are floor exactly; a real one above it counts
-        lse = torch.where(seen, top + total.log(), 0.0).view(b, h, t)
-        out = torch.where(seen[:, None], out / total[:, None], 0.0).view(b, h, t, dv)
+        out, lse = tiled_forward(q, k, v, tiles, scale)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.tiles, ctx.scale = tiles, scale
         return out.to(q.dtype)
@@ -167,40 +241,21 @@ class TiledRouted(Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        tiles, scale = ctx.tiles, ctx.scale
-        wide = lse.dtype
-        b, h, t, d = q.shape
-        dv = v.shape[-1]
-        g = g.to(wide)
-        q_flat, g_flat = q.to(wide).reshape(b * h * t, d), g.reshape(b * h * t, dv)
-        k_flat, v_flat = as_blocks(k.to(wide), tiles.c), as_blocks(v.to(wide), tiles.c)
-        lse_flat, delta = lse.reshape(-1), torch.linalg.vecdot(g, out).reshape(-1)
-        grad_q = torch.zeros_like(q_flat)
-        grad_k, grad_v = torch.zeros_like(k_flat), torch.zeros_like(v_flat)
-        for s, e in tiles.segments(max(d, dv)):
-            rows, queries, keys, scores = tiles.scores(q_flat, k_flat, s, e, scale)
-            p = exp_(scores.sub_(lse_flat[rows][..., None]))  # (b, h, e - s, TILE, c)
-            block_rows = tiles.block_rows[:, :, s:e]
-            values = tiles.rows(v_flat, block_rows, dv)
-            grads = tiles.rows(g_flat, rows, dv)
-            ds = torch.matmul(grads, values.transpose(-1, -2))
-            ds = ds.sub_(delta[rows][..., None]).mul_(p).mul_(scale)
-            blocks = block_rows.reshape(-1)
-            grad_q.index_add_(0, rows.reshape(-1), torch.matmul(ds, keys).reshape(-1, d))
-            grad_k.index_add_(
-                0, blocks, torch.matmul(ds.transpose(-1, -2), queries).reshape(blocks.numel(), -1)
-            )
-            grad_v.index_add_(
-                0, blocks, torch.matmul(p.transpose(-1, -2), grads).reshape(blocks.numel(), -1)
-            )
-            del queries, keys, p, values, grads, ds  # before the next segment's are made
-        grad_q = grad_q.view(b, h, t, d).to(q.dtype)
+        delta = row_dots(g, out)
+        grads = zero_grads(q, k, v, ctx.tiles.c)
+        tiled_backward(g, q, k, v, lse, delta, ctx.tiles, ctx.scale, grads)
+        grad_q, grad_k, grad_v = grads
+        grad_q = grad_q.view(q.shape).to(q.dtype)
         return grad_q, from_blocks(grad_k, k), from_blocks(grad_v, v), None, None
 
 
 def tiled_attention(q: Tensor, k: Tensor, v: Tensor, route: Route, real: Tensor) -> Tensor:
     """q (b, h, t, d) at the route's positions, keys and values (b, kv, L, d) at 0..L-1, real
     (b, L) -> (b, h, t, d_v): softmax(q k^T / sqrt(d)) v over the routed keys."""
+    return TiledRouted.apply(q, k, v, plan_tiles(route, real, q, k), q.shape[-1] ** -0.5)
+
+
+def plan_tiles(route: Route, real: Tensor, q: Tensor, k: Tensor) -> Tiles:
+    """The tiles that compute `route` for queries q over keys k (real (b, L) their real keys)."""
     pairs, reads = _plan(route, -(-k.shape[2] // route.block))
-    tiles = _Tiles(route, real, q, k, pairs, reads)
-    return TiledRouted.apply(q, k, v, tiles, q.shape[-1] ** -0.5)
+    return Tiles(route, real, q, k, pairs, reads)

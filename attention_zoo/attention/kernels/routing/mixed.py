@@ -1,0 +1,118 @@
+"""NSA's three branches in one autograd node: o = g_cmp o_cmp + g_slc o_slc + g_swa o_swa, the
+selected and the window branches on key-block tiles (tiled.py), the compressed one a segment of
+queries at a time.
+
+Each branch's output is added into o as it is made. The backward first takes each branch's row
+sums of dO * o (its gate's gradient and, gated, its softmax's delta) and frees the outputs it
+kept, then adds every branch's gradients into one set of q, k, v gradients, recomputing the
+compressed branch a segment at a time. Composed by autograd instead, each branch would keep its
+output until its own backward and hand back a fresh set of gradients to be summed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.autograd import Function
+
+from .compressed import compressed_part, query_spans
+from .route import add_block_means_grad, from_blocks, score_dtype
+from .tiled import SCRATCH_BYTES, Tiles, row_dots, tiled_backward, tiled_forward, zero_grads
+
+
+def pays(q: Tensor, v: Tensor) -> bool:
+    """Whether the node is worth its time (its window on tiles is slower than the window kernel):
+    when what it saves, about a branch output and a set of gradients (four outputs' size), is at
+    least a segment of the tiles' scratch, which bounds both peaks at short lengths."""
+    out_bytes = q.shape[0] * q.shape[1] * q.shape[2] * v.shape[-1] * 4  # (b, h, t, d_v) float32
+    return 4 * out_bytes >= SCRATCH_BYTES
+
+
+@dataclass(frozen=True)
+class Branches:
+    """What the three branches read besides q, k, v and the gates."""
+
+    selected: Tiles  # the routed blocks
+    window: Tiles  # the blocks of each query's window
+    pooled_k: Tensor  # (b, kv, nb, d) block means of the keys, in k's dtype
+    pooled_v: Tensor  # (b, kv, nb, d_v) of the values
+    has: Tensor  # (b, nb) which blocks hold a real key
+    real: Tensor  # (b, L) which keys are real
+    block: int
+
+
+class MixedNSA(Function):
+    """The gated sum of NSA's branches; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g_cmp, g_slc, g_swa, branches):  # type: ignore[override]
+        scale = q.shape[-1] ** -0.5
+        wide = score_dtype(q.dtype)
+        out = q.new_empty(*q.shape[:3], v.shape[-1], dtype=wide)
+        positions = torch.arange(q.shape[2], device=q.device)
+        pooled = branches.pooled_k, branches.pooled_v, branches.has
+        for s, e in query_spans(q, branches.has):
+            part = compressed_part(q[:, :, s:e], *pooled, positions[s:e], branches.block)
+            torch.mul(part, g_cmp[:, :, s:e, None], out=out[:, :, s:e])
+        kept = []
+        for tiles, gate in ((branches.selected, g_slc), (branches.window, g_swa)):
+            o, lse = tiled_forward(q, k, v, tiles, scale)
+            out.addcmul_(o, gate.to(wide).unsqueeze(-1))
+            kept.append((o, lse))
+        ctx.save_for_backward(q, k, v, g_cmp, g_slc, g_swa, *(lse for _, lse in kept))
+        ctx.outputs = [o for o, _ in kept]  # dropped by the backward once it has their row sums
+        ctx.branches, ctx.scale = branches, scale
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        q, k, v, g_cmp, g_slc, g_swa, lse_slc, lse_swa = ctx.saved_tensors
+        br, scale = ctx.branches, ctx.scale
+        wide = lse_slc.dtype
+        routed = ((br.selected, lse_slc, g_slc), (br.window, lse_swa, g_swa))
+        outputs = ctx.outputs
+        if outputs is None:  # a second backward through a retained graph: remake them
+            outputs = [tiled_forward(q, k, v, tiles, scale)[0] for tiles, _, _ in routed]
+        ctx.outputs = None
+        sums = [row_dots(g, o) for o in outputs]  # rowsum(dO * o): each gate's gradient
+        del outputs
+        grads = zero_grads(q, k, v, br.block)
+        for (tiles, lse, gate), r in zip(routed, sums, strict=True):
+            tiled_backward(g, q, k, v, lse, gate.to(wide) * r, tiles, scale, grads, gate)
+        grad_q, grad_k, grad_v = grads
+        r_cmp = _compressed_backward(g, q, g_cmp, br, grad_q, grad_k, grad_v)
+        grad_q = grad_q.view(q.shape).to(q.dtype)
+        grad_k, grad_v = from_blocks(grad_k, k), from_blocks(grad_v, v)
+        gate_grads = (r.to(gate.dtype) for r, gate in zip((r_cmp, *sums), (g_cmp, g_slc, g_swa)))
+        return grad_q, grad_k, grad_v, *gate_grads, None
+
+
+def _compressed_backward(
+    g: Tensor, q: Tensor, gate: Tensor, br: Branches, grad_q: Tensor, grad_k: Tensor, grad_v: Tensor
+) -> Tensor:
+    """Add the compressed branch's gradients (recomputed a segment of queries at a time) into
+    grad_q (b h t, d) and, through the block means, grad_k and grad_v (`as_blocks` rows); return
+    its rowsum(dO * o_cmp), (b, h, t)."""
+    wide = grad_q.dtype
+    b, h, t, d = q.shape
+    keys, values = (x.detach().requires_grad_() for x in (br.pooled_k, br.pooled_v))
+    grad_keys = torch.zeros_like(keys, dtype=wide)
+    grad_values = torch.zeros_like(values, dtype=wide)
+    sums = q.new_empty(b, h, t, dtype=wide)
+    positions = torch.arange(t, device=q.device)
+    for s, e in query_spans(q, br.has):
+        with torch.enable_grad():
+            part_q = q[:, :, s:e].detach().requires_grad_()
+            o = compressed_part(part_q, keys, values, br.has, positions[s:e], br.block)
+        outer = g[:, :, s:e]
+        sums[:, :, s:e] = row_dots(outer, o.detach())
+        dq, dk, dv = torch.autograd.grad(o, (part_q, keys, values), outer * gate[:, :, s:e, None])
+        grad_q.view(b, h, t, d)[:, :, s:e] += dq
+        grad_keys += dk
+        grad_values += dv
+    nb = br.has.shape[1]
+    for acc, grad in ((grad_k, grad_keys), (grad_v, grad_values)):
+        add_block_means_grad(acc.view(b, grad.shape[1], nb, br.block, -1), grad, br.real, br.block)
+    return sums
