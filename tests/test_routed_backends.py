@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attention_zoo import build_attention, get_backend
 from attention_zoo.attention import nsa as nsa_module
 from attention_zoo.attention.kernels.flex import TILE
-from attention_zoo.attention.kernels.routing import tiled
+from attention_zoo.attention.kernels.routing import mixed, tiled
 from attention_zoo.attention.kernels.routing.compressed import window_route
 from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask, routed_flex
 from attention_zoo.attention.kernels.routing.gathered import gathered_attention
@@ -21,6 +22,8 @@ from attention_zoo.attention.moba import moba_route
 from attention_zoo.attention.nsa import GATES
 from attention_zoo.attention.state import StateShape
 from attention_zoo.errors import OptionError
+from attention_zoo.measure.cases import BenchCase, build_runnable
+from attention_zoo.measure.kernels import kernel_names
 from attention_zoo.measure.memory import profiled_peak
 
 from .contract import with_grads
@@ -284,7 +287,7 @@ def test_tiled_backward_holds_the_output_gradients_and_one_segment():
 @pytest.fixture
 def mixed_always(monkeypatch):
     """nsa's CPU node at every length (it runs where it saves a lot of memory: long inputs)."""
-    monkeypatch.setattr(nsa_module, "pays", lambda q, v: True)
+    monkeypatch.setattr(nsa_module, "pays", lambda *shape: True)
 
 
 @pytest.mark.parametrize("kv", [None, 1])
@@ -298,15 +301,18 @@ def test_nsa_mixed_node_agrees_with_the_reference(mixed_always, kv, padded):
 def test_nsa_mixed_node_runs_only_where_a_backward_follows_on_long_inputs(monkeypatch):
     """Inference, and inputs whose outputs are small beside the tiles' scratch, run the branches
     one by one; a training step on long inputs runs the node."""
-    assert not nsa_module.pays(*[torch.empty(1, 4, 1024, 64, device="meta")] * 2)
-    assert nsa_module.pays(*[torch.empty(1, 4, 16384, 64, device="meta")] * 2)
+    assert not nsa_module.pays(4, 1024, 64)
+    assert nsa_module.pays(4, 16384, 64)
     calls = []
     monkeypatch.setattr(nsa_module.MixedNSA, "apply", lambda *a: calls.append(a) or a[0])
-    monkeypatch.setattr(nsa_module, "pays", lambda q, v: True)
+    monkeypatch.setattr(nsa_module, "pays", lambda *shape: True)
     core = build_attention("nsa", causal=True, device="cpu", **ROUTED["nsa"])
     q, k, v, gates = _nsa_inputs(n=40)
     with torch.no_grad():
         core(q.requires_grad_(), k, v, **gates)
+    assert not calls
+    with torch.autograd.graph.save_on_cpu():  # saved-tensor hooks: the node would bypass them
+        core(q, k, v, **gates)
     assert not calls
     core(q, k, v, **gates)
     assert len(calls) == 1
@@ -338,7 +344,7 @@ def test_nsa_tiled_keeps_two_branch_outputs_and_one_set_of_gradients(mixed_alway
     # two branch outputs and the tiles' plans (the autograd composition keeps three outputs)
     assert forward_peak.net_bytes <= 2.5 * unit, forward_peak.net_bytes / unit
     backward_peak = profiled_peak(backward)[1].peak_bytes
-    assert backward_peak <= 3 * unit + tiled.SCRATCH_BYTES, backward_peak / unit
+    assert backward_peak <= 3 * unit + mixed.SCRATCH_BYTES, backward_peak / unit
 
 
 def test_nsa_tiled_backward_twice_through_a_retained_graph(mixed_always):
@@ -451,3 +457,20 @@ def test_a_routed_decoding_state_holds_whole_blocks(name):
     assert state.k.shape[2] == state.v.shape[2] == state.real.shape[1] == 12
     assert as_blocks(state.k, 4).data_ptr() == state.k.data_ptr()
     assert core.state_bytes(shape) == state.nbytes()
+
+
+@pytest.mark.parametrize(
+    ("mode", "length", "reported"),
+    [
+        ("forward+backward", 16384, {"nsa": "tiled"}),
+        ("forward", 16384, {"nsa": "tiled", "sliding-window": "cpu-fused"}),
+        ("forward+backward", 1024, {"nsa": "tiled", "sliding-window": "cpu-fused"}),
+    ],
+)
+def test_nsa_reports_its_window_kernel_only_where_it_runs(mode, length, reported):
+    """A case's kernels name the window core where the branches run one by one, and leave it out
+    where a training step's one node computes the window on tiles."""
+    case = BenchCase(target="attention", backend="nsa", seq_len=length, mode=mode, causal=True)
+    with FakeTensorMode():
+        module = build_runnable(case, "meta").module
+    assert kernel_names(case, module) == reported

@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .base import AttentionCore
 from .decode import BlocksState, StateShape, blocks_append, blocks_state, blocks_state_bytes
+from .dispatch import Call
 from .inputs import Extra, check_kv_heads, unit_sigmoid
 from .kernels.masks import real_keys
 from .kernels.routing.compressed import (
@@ -28,7 +29,7 @@ from .kernels.routing.compressed import (
     window_route,
 )
 from .kernels.routing.gathered import gathered_attention
-from .kernels.routing.mixed import Branches, MixedNSA, pays
+from .kernels.routing.mixed import SCRATCH_BYTES, Branches, MixedNSA, hooks_saving, pays
 from .kernels.routing.route import block_means
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .kernels.routing.tiled import plan_tiles, tiled_attention
@@ -98,11 +99,14 @@ class NSAAttention(AttentionCore):
     ) -> Tensor:
         """The three branches in one autograd node, the window's on key-block tiles too
         (`kernels/routing/mixed.py`): one set of gradients, each branch's output freed early.
-        Where that saves little (no backward, or short inputs) the branches run as `routed`."""
-        inputs = (q, k, v, *gates.values())
-        if not (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)) or not pays(q, v):
-            return self.routed(tiled_attention, q, k, v, key_padding_mask, **gates)
+        Where that saves little (no backward, short inputs) or under saved-tensor hooks, the
+        branches run as `routed`."""
         cfg, (b, h, t, _) = self.cfg, q.shape
+        backward = torch.is_grad_enabled() and any(
+            x.requires_grad for x in (q, k, v, *gates.values())
+        )
+        if not (backward and pays(b * h, t, v.shape[-1])) or hooks_saving():
+            return self.routed(tiled_attention, q, k, v, key_padding_mask, **gates)
         c = cfg.block_size
         real = real_keys(key_padding_mask, b, t, q.device)
         with torch.no_grad():
@@ -111,7 +115,8 @@ class NSAAttention(AttentionCore):
             selected = nsa_route(q, means, has, block=c, slots=cfg.num_selected)
         window = window_route(b, h, t, block=c, window=cfg.window, offset=0, device=q.device)
         branches = Branches(
-            plan_tiles(selected, real, q, k), plan_tiles(window, real, q, k),
+            plan_tiles(selected, real, q, k, SCRATCH_BYTES),
+            plan_tiles(window, real, q, k, SCRATCH_BYTES),
             means.to(k.dtype), values.to(v.dtype), has, real, c,
         )  # fmt: skip
         g_cmp = gates["g_cmp"] * compressed_seen(has, t, block=c)  # no block seen: nothing
@@ -144,6 +149,12 @@ class NSAAttention(AttentionCore):
         gates = {**gates, "g_cmp": gates["g_cmp"] * seen}  # no block seen: nothing from them
         g_cmp, g_slc, g_swa = (gates[name].unsqueeze(-1) for name in GATES)
         return g_cmp * o_cmp + g_slc * o_slc + g_swa * o_swa
+
+    def idle_cores(self, call: Call, mode: str, rows: int) -> tuple[nn.Module, ...]:
+        """The window core, where a training step runs the one node (its window on tiles)."""
+        backward = mode in ("forward+backward", "train-step")
+        node = self.pick(call).name == "tiled" and pays(rows, call.length, call.head_dim)
+        return (self.window_core,) if backward and node else ()
 
     # ---- decoding: a KV cache and the pooled keys and values of every complete block
 

@@ -19,7 +19,14 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
     if case.mode == "decode" and case.decoder == "own":  # each token: the core's decoding step
         return {type(core).spec.name: "step" for core in attention_cores(module)}
     found: dict[str, list[str]] = {}
-    for core in attention_cores(module):
+    cores = attention_cores(module)
+    rows = case.batch * case.num_heads
+    idle = {
+        id(c) for core in cores for c in core.idle_cores(case_call(case, core), case.mode, rows)
+    }
+    for core in cores:
+        if id(core) in idle:  # an inner core this step does not run
+            continue
         names = found.setdefault(type(core).spec.name, [])
         name = core.pick(case_call(case, core)).name
         if name not in names:

@@ -16,18 +16,26 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from torch.autograd import Function
+from torch.autograd.function import once_differentiable
 
 from .compressed import compressed_part, query_spans
 from .route import add_block_means_grad, from_blocks, score_dtype
-from .tiled import SCRATCH_BYTES, Tiles, row_dots, tiled_backward, tiled_forward, zero_grads
+from .tiled import Tiles, tiled_backward, tiled_forward, zero_grads
+
+SCRATCH_BYTES = 24 << 20  # the node's segments of tiles: larger than alone, it runs on long inputs
 
 
-def pays(q: Tensor, v: Tensor) -> bool:
-    """Whether the node is worth its time (its window on tiles is slower than the window kernel):
-    when what it saves, about a branch output and a set of gradients (four outputs' size), is at
-    least a segment of the tiles' scratch, which bounds both peaks at short lengths."""
-    out_bytes = q.shape[0] * q.shape[1] * q.shape[2] * v.shape[-1] * 4  # (b, h, t, d_v) float32
-    return 4 * out_bytes >= SCRATCH_BYTES
+def pays(rows: int, length: int, value_dim: int) -> bool:
+    """Whether the node is worth its time (its window on tiles is slower than the window kernel)
+    for `rows` = batch x query heads: when what it saves, about a branch output and a set of
+    gradients (four float32 outputs' size), is at least a segment of the tiles' scratch."""
+    return 4 * rows * length * value_dim * 4 >= SCRATCH_BYTES
+
+
+def hooks_saving() -> bool:
+    """Whether saved-tensor hooks are active (activation checkpointing, offloading): the node's
+    kept outputs would bypass them, so the branches then run one by one."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 @dataclass(frozen=True)
@@ -64,9 +72,10 @@ class MixedNSA(Function):
         ctx.save_for_backward(q, k, v, g_cmp, g_slc, g_swa, *(lse for _, lse in kept))
         ctx.outputs = [o for o, _ in kept]  # dropped by the backward once it has their row sums
         ctx.branches, ctx.scale = branches, scale
-        return out.to(q.dtype)
+        return out.to(torch.promote_types(q.dtype, g_slc.dtype))  # as the gated sum's dtype
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, g_cmp, g_slc, g_swa, lse_slc, lse_swa = ctx.saved_tensors
         br, scale = ctx.branches, ctx.scale
@@ -116,3 +125,10 @@ def _compressed_backward(
     for acc, grad in ((grad_k, grad_keys), (grad_v, grad_values)):
         add_block_means_grad(acc.view(b, grad.shape[1], nb, br.block, -1), grad, br.real, br.block)
     return sums
+
+
+def row_dots(a: Tensor, b: Tensor) -> Tensor:
+    """(..., t) the dot products of a's and b's last dimensions, in the score dtype, as a batched
+    matmul (no product of their size when both are already in it)."""
+    wide = score_dtype(torch.promote_types(a.dtype, b.dtype))
+    return torch.matmul(a.to(wide).unsqueeze(-2), b.to(wide).unsqueeze(-1))[..., 0, 0]

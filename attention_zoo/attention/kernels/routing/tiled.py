@@ -18,13 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
+from torch.autograd.function import once_differentiable
 
 from ..exp import exp_
 from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
 
 TILE = 64  # queries per tile: one product of (TILE x d) by (d x block)
-SCRATCH_BYTES = 24 << 20  # a segment of tiles' scores, probabilities and gathered blocks
+SCRATCH_BYTES = 16 << 20  # a segment of tiles' scores, probabilities and gathered blocks
 FAR = 1 << 62  # a position after every query
 
 
@@ -62,9 +63,16 @@ class Tiles:
     segment when it is read."""
 
     def __init__(
-        self, route: Route, real: Tensor, q: Tensor, k: Tensor, pairs: Tensor, reads: Tensor
+        self,
+        route: Route,
+        real: Tensor,
+        q: Tensor,
+        k: Tensor,
+        pairs: Tensor,
+        reads: Tensor,
+        scratch: int = SCRATCH_BYTES,
     ) -> None:
-        """pairs (b, h, T, TILE), reads (b, h, T): `_plan`'s."""
+        """pairs (b, h, T, TILE), reads (b, h, T): `_plan`'s; scratch: bytes a segment may hold."""
         b, h, self.t, _ = q.shape
         kv, length = k.shape[1], k.shape[2]
         self.c, self.slots, self.offset = route.block, route.blocks.shape[-1], route.offset
@@ -78,7 +86,7 @@ class Tiles:
         self.first_row = ((bi * h + hi) * self.t)[..., None]  # (b, h, 1, 1): row of query 0
         self.block_rows = (bi * kv + hi // (h // kv)) * self.nb + self.reads.clamp(max=self.nb - 1)
         self.real = F.pad(real, (0, (self.nb + 1) * self.c - length))  # (b, (nb + 1) c)
-        self.window = route.window
+        self.window, self.scratch = route.window, scratch
         self.shape, self.length = (b, h, kv), length
 
     def query_rows(self, s: int, e: int) -> Tensor:
@@ -97,7 +105,7 @@ class Tiles:
     def segments(self, width: int) -> list[tuple[int, int]]:
         b, h, _ = self.shape
         per_tile = b * h * (TILE * self.c * 4 + 2 * self.c * width + 2 * TILE * width) * 8
-        n, step = self.reads.shape[-1], max(1, SCRATCH_BYTES // per_tile)
+        n, step = self.reads.shape[-1], max(1, self.scratch // per_tile)
         return [(s, min(s + step, n)) for s in range(0, n, step)]
 
     def rows(self, flat: Tensor, rows: Tensor, per_row: int) -> Tensor:
@@ -221,13 +229,6 @@ def zero_grads(q: Tensor, k: Tensor, v: Tensor, block: int) -> tuple[Tensor, Ten
     )
 
 
-def row_dots(a: Tensor, b: Tensor) -> Tensor:
-    """(..., t) the dot products of a's and b's last dimensions, in the score dtype, without an
-    elementwise product of their size."""
-    wide = score_dtype(b.dtype)
-    return torch.matmul(a.to(wide).unsqueeze(-2), b.to(wide).unsqueeze(-1))[..., 0, 0]
-
-
 class TiledRouted(Function):
     """softmax over the routed keys by key-block tiles; see the module docstring."""
 
@@ -239,9 +240,10 @@ class TiledRouted(Function):
         return out.to(q.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        delta = row_dots(g, out)
+        delta = torch.linalg.vecdot(g.to(lse.dtype), out)
         grads = zero_grads(q, k, v, ctx.tiles.c)
         tiled_backward(g, q, k, v, lse, delta, ctx.tiles, ctx.scale, grads)
         grad_q, grad_k, grad_v = grads
@@ -255,7 +257,10 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, route: Route, real: Tensor)
     return TiledRouted.apply(q, k, v, plan_tiles(route, real, q, k), q.shape[-1] ** -0.5)
 
 
-def plan_tiles(route: Route, real: Tensor, q: Tensor, k: Tensor) -> Tiles:
-    """The tiles that compute `route` for queries q over keys k (real (b, L) their real keys)."""
+def plan_tiles(
+    route: Route, real: Tensor, q: Tensor, k: Tensor, scratch: int = SCRATCH_BYTES
+) -> Tiles:
+    """The tiles that compute `route` for queries q over keys k (real (b, L) their real keys),
+    a segment of at most `scratch` bytes at a time."""
     pairs, reads = _plan(route, -(-k.shape[2] // route.block))
-    return Tiles(route, real, q, k, pairs, reads)
+    return Tiles(route, real, q, k, pairs, reads, scratch)
