@@ -167,11 +167,11 @@ def test_the_check_warms_in_parallel_then_times_the_targets_grids_first(tmp_path
     ]  # fmt: skip
     warm = [(a, b, c) for a, b, c in commands if _kind(c) == "warm"]
     assert all("--cuda-graphs off" in c and "--repeats 1" in c for _, _, c in warm)
-    # the stand-in's answer: 4 + 3 + 3 grids compile (causal, bidirectional, decoding), 4 + 4 tune
-    assert "warm: 10 grids to compile, 8 to tune: 18 ran, 0 stopped" in printed
+    # the stand-in's answer: 6 + 3 + 3 grids compile (causal, bidirectional, decoding), 4 + 4 tune
+    assert "warm: 12 grids to compile, 8 to tune: 20 ran, 0 stopped" in printed
     compiling = [w for w in warm if not any(f" {b} " in w[2] for b in TUNED)]
     tuning = [w for w in warm if w not in compiling]
-    assert (len(compiling), len(tuning)) == (10, 8)
+    assert (len(compiling), len(tuning)) == (12, 8)
     at_once = max(sum(a <= t < b for a, b, _ in compiling) for t, _, _ in compiling)
     assert 2 <= at_once <= 4
     # a tuning run has the GPU alone: it starts after every other warm-up run ended
@@ -206,7 +206,7 @@ def test_warming_stops_at_its_share_of_the_budget(tmp_path):
         tmp_path, FAKE_SECONDS="30", WARM_JOBS="2", WARM_LEAST="1", STEPS="warm", BUDGET="3"
     )
     assert commands == []  # each warm-up run was stopped before it logged its end
-    assert "warm: 10 grids to compile, 8 to tune: 0 ran, 2 stopped at the limit" in printed
+    assert "warm: 12 grids to compile, 8 to tune: 0 ran, 2 stopped at the limit" in printed
     assert time.monotonic() - start < 15
 
 

@@ -474,3 +474,32 @@ def test_nsa_reports_its_window_kernel_only_where_it_runs(mode, length, reported
     with FakeTensorMode():
         module = build_runnable(case, "meta").module
     assert kernel_names(case, module) == reported
+
+
+def test_nsa_mixed_node_in_bfloat16_matches_the_branches_one_by_one(mixed_always, monkeypatch):
+    """16-bit inputs: the node (float32 scores and sums inside) and the composition agree to
+    bfloat16's rounding, gradients included."""
+    q, k, v, *gates = (x.to(torch.bfloat16) for x in _nsa_inputs_flat(kv=2, n=70, seed=6))
+    core = build_attention("nsa", causal=True, device="cpu", kv_heads=2, **ROUTED["nsa"])
+    node = with_grads(lambda *x: core(*x[:3], **dict(zip(GATES, x[3:]))), [q, k, v, *gates])
+    monkeypatch.setattr(nsa_module, "pays", lambda *shape: False)
+    one_by_one = with_grads(lambda *x: core(*x[:3], **dict(zip(GATES, x[3:]))), [q, k, v, *gates])
+    assert node[0].dtype == one_by_one[0].dtype == torch.bfloat16
+    torch.testing.assert_close(node[0], one_by_one[0], atol=2e-2, rtol=2e-2)
+    for got, want in zip(node[1], one_by_one[1], strict=True):
+        torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
+
+
+def test_nsa_mixed_node_refuses_a_double_backward(mixed_always):
+    """Its backward is not differentiable: asking for a graph of it raises, not a wrong number."""
+    q, k, v, gates = _nsa_inputs(n=30)
+    leaves = [t.requires_grad_() for t in (q, k, v, *gates.values())]
+    core = build_attention("nsa", causal=True, device="cpu", **ROUTED["nsa"])
+    (grad_q,) = torch.autograd.grad(core(q, k, v, **gates).sum(), leaves[:1], create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        grad_q.sum().backward()
+
+
+def _nsa_inputs_flat(**kw):
+    q, k, v, gates = _nsa_inputs(**kw)
+    return (q, k, v, *gates.values())

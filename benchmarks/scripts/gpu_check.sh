@@ -106,7 +106,7 @@ step() {  # step NAME COMMAND...: run it (if STEPS names its kind) within its sh
     steps+=("$(printf '%-28s %5ds  exit %d' "$name" $((SECONDS - start)) "$status")")
 }
 
-causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}
+causal_backends=${CAUSAL:-sdpa,local,sliding-window,bigbird,lsh,linear,performer,retention,gla,deltanet,gated-deltanet,moba,nsa}
 bidirectional_backends=${BIDIRECTIONAL:-sdpa,nystrom,linformer,sliding-window,bigbird,linear,performer}
 decode_backends=${DECODE:-sdpa,local,sliding-window,lsh,linear,performer,retention,gla,deltanet,gated-deltanet}
 
