@@ -24,9 +24,13 @@ from attention_zoo.attention.kernels.flex import (
 from attention_zoo.attention.kernels.patterns.reference import pattern_reference
 from attention_zoo.attention.kernels.rounds.lsh_hashing import sort_by_bucket
 from attention_zoo.attention.kernels.rounds.reference import lsh_reference
+from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask
+from attention_zoo.attention.kernels.routing.reference import routed_reference
+from attention_zoo.attention.kernels.routing.route import block_means
 from attention_zoo.attention.kernels.sums import table as sums_table
 from attention_zoo.attention.kernels.sums.fla import fla_sums
 from attention_zoo.attention.kernels.sums.reference import quadratic_sums
+from attention_zoo.attention.moba import moba_route
 from attention_zoo.errors import OptionError, UnavailableError
 from attention_zoo.measure.accuracy import compare, outputs_and_grads
 
@@ -549,6 +553,31 @@ def test_compiled_flex_on_the_cpu_equals_the_dense_pattern_and_compiles_once():
         ref = dense_attention(q, k, v, allowed, scale=0.125) * allowed.any(-1, keepdim=True)
         torch.testing.assert_close(out * allowed.any(-1, keepdim=True), ref, atol=2e-6, rtol=2e-6)
     assert graphs == [1, 0, 0, 0], graphs  # other padding values, another module: nothing new
+
+
+@pytest.mark.long
+@pytest.mark.slow  # one compile: seconds on 2 cores
+def test_compiled_flex_follows_each_route_without_recompiling():
+    """moba's routes as compiled FlexAttention block masks on the CPU: other inputs (so other
+    selected blocks) and other padding reuse the one compiled kernel, and each equals the dense
+    reference under its route."""
+    n = 600
+    g = torch.Generator().manual_seed(7)
+    torch._dynamo.reset()
+    graphs = []
+    for cut in (600, 600, 500):
+        q, k, v = (torch.randn(1, 2, n, 64, generator=g) for _ in range(3))
+        real = torch.ones(1, n, dtype=torch.bool)
+        real[0, cut:] = False
+        means, has = block_means(k, real, 64)
+        route = moba_route(q, means, has, block=64, top_k=3)
+        before = counters["stats"]["unique_graphs"]
+        with torch.no_grad():
+            out = _compiled_on_cpu(q, k, v, route_block_mask(route, n, real))
+        graphs.append(counters["stats"]["unique_graphs"] - before)
+        want = routed_reference(q, k, v, route, real)
+        torch.testing.assert_close(out, want, atol=2e-6, rtol=2e-6)
+    assert graphs == [1, 0, 0], graphs
 
 
 def _compiled_on_cpu(q, k, v, block_mask):
