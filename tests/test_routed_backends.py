@@ -4,6 +4,8 @@ others (outputs and gradients), and FlexAttention's block lists against the sele
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -286,8 +288,13 @@ def test_tiled_backward_holds_the_output_gradients_and_one_segment():
 
 @pytest.fixture
 def mixed_always(monkeypatch):
-    """nsa's CPU node at every length (it runs where it saves a lot of memory: long inputs)."""
+    """nsa's CPU node at every length (it runs on long inputs); the test must have run it."""
     monkeypatch.setattr(nsa_module, "pays", lambda *shape: True)
+    calls = []
+    apply = nsa_module.MixedNSA.apply
+    monkeypatch.setattr(nsa_module.MixedNSA, "apply", lambda *a: calls.append(1) or apply(*a))
+    yield
+    assert calls, "the node never ran"
 
 
 @pytest.mark.parametrize("kv", [None, 1])
@@ -298,24 +305,50 @@ def test_nsa_mixed_node_agrees_with_the_reference(mixed_always, kv, padded):
     _kernels_agree("nsa", ("tiled", "math"), kv, padded, seed=4)
 
 
-def test_nsa_mixed_node_runs_only_where_a_backward_follows_on_long_inputs(monkeypatch):
-    """Inference, and inputs whose outputs are small beside the tiles' scratch, run the branches
-    one by one; a training step on long inputs runs the node."""
+def test_nsa_mixed_node_runs_on_long_inputs_only(monkeypatch):
+    """Inputs whose outputs are small beside the tiles' scratch run the branches one by one;
+    long ones run the node, with or without a backward to follow (a recomputed forward, as a
+    reversible residual's, computes what the forward did)."""
     assert not nsa_module.pays(4, 1024, 64)
     assert nsa_module.pays(4, 16384, 64)
     calls = []
     monkeypatch.setattr(nsa_module.MixedNSA, "apply", lambda *a: calls.append(a) or a[0])
-    monkeypatch.setattr(nsa_module, "pays", lambda *shape: True)
     core = build_attention("nsa", causal=True, device="cpu", **ROUTED["nsa"])
     q, k, v, gates = _nsa_inputs(n=40)
-    with torch.no_grad():
-        core(q.requires_grad_(), k, v, **gates)
-    assert not calls
-    with torch.autograd.graph.save_on_cpu():  # saved-tensor hooks: the node would bypass them
-        core(q, k, v, **gates)
-    assert not calls
     core(q, k, v, **gates)
-    assert len(calls) == 1
+    assert not calls
+    monkeypatch.setattr(nsa_module, "pays", lambda *shape: True)
+    with torch.no_grad():
+        core(q, k, v, **gates)
+    core(q.requires_grad_(), k, v, **gates)
+    assert len(calls) == 2
+
+
+def test_nsa_mixed_node_under_saved_tensor_hooks_keeps_no_outputs(mixed_always):
+    """Under checkpointing or offloading hooks the node keeps no outputs of its own (the hooks
+    would not see them); its backward remakes them and gives the same gradients."""
+    q, k, v, gates = _nsa_inputs(kv=2, n=50, seed=8)
+    core = build_attention("nsa", causal=True, device="cpu", kv_heads=2, **ROUTED["nsa"])
+    seen = []
+    forward = nsa_module.MixedNSA.forward
+
+    def spying(ctx, *args):
+        out = forward(ctx, *args)
+        seen.append(ctx.outputs)
+        return out
+
+    def run(*x):
+        return core(*x[:3], **dict(zip(GATES, x[3:])))
+
+    inputs = [q, k, v, *gates.values()]
+    plain = with_grads(run, inputs)
+    with mock.patch.object(nsa_module.MixedNSA, "forward", staticmethod(spying)):
+        with torch.autograd.graph.save_on_cpu():
+            hooked = with_grads(run, inputs)
+    assert seen == [None]
+    torch.testing.assert_close(hooked[0], plain[0], atol=0, rtol=0)
+    for got, want in zip(hooked[1], plain[1], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
 
 
 @pytest.mark.slow  # a profiled forward and backward at 4096 tokens: ~1 s
@@ -463,13 +496,13 @@ def test_a_routed_decoding_state_holds_whole_blocks(name):
     ("mode", "length", "reported"),
     [
         ("forward+backward", 16384, {"nsa": "tiled"}),
-        ("forward", 16384, {"nsa": "tiled", "sliding-window": "cpu-fused"}),
+        ("forward", 16384, {"nsa": "tiled"}),
         ("forward+backward", 1024, {"nsa": "tiled", "sliding-window": "cpu-fused"}),
     ],
 )
 def test_nsa_reports_its_window_kernel_only_where_it_runs(mode, length, reported):
     """A case's kernels name the window core where the branches run one by one, and leave it out
-    where a training step's one node computes the window on tiles."""
+    where the one node computes the window on tiles (long inputs)."""
     case = BenchCase(target="attention", backend="nsa", seq_len=length, mode=mode, causal=True)
     with FakeTensorMode():
         module = build_runnable(case, "meta").module

@@ -217,9 +217,9 @@ class AttentionCore(nn.Module):
             return "its own attend does not say it can be captured (capture_obstacle)"
         return None
 
-    def idle_cores(self, call: Call, mode: str, rows: int) -> tuple[nn.Module, ...]:
-        """The inner cores a step of `mode` (a bench mode) on `call`, with `rows` = batch x query
-        heads, does not run, so the kernels a case reports leave them out; by default none."""
+    def idle_cores(self, call: Call, rows: int) -> tuple[nn.Module, ...]:
+        """The inner cores a call with `rows` = batch x query heads does not run, so the kernels
+        a case reports leave them out; by default none."""
         return ()
 
     def attend_block(

@@ -5,9 +5,9 @@ o_cmp attends to mean-pooled key and value blocks of `block_size` (the paper lea
 pools by mean, as here), a block once it is complete; o_slc reads `num_selected` key blocks: the
 first, the previous and the query's own, and those the compressed attention's probabilities
 (summed over the heads sharing a KV head) rank highest; o_swa reads the `window` latest keys
-(the sliding-window backend's computation: its kernels, or on the CPU's tiles the window's blocks
-as a route; decoding steps read the window from the cache). The gates are sigmoids of projections
-of the hidden states (inputs declared as extras). Causal.
+(the sliding-window backend's computation: its kernels, or with `tiled` on long inputs the
+window's blocks as a route; decoding steps read the window from the cache). The gates are
+sigmoids of projections of the hidden states (inputs declared as extras). Causal.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from .kernels.routing.compressed import (
     window_route,
 )
 from .kernels.routing.gathered import gathered_attention
-from .kernels.routing.mixed import SCRATCH_BYTES, Branches, MixedNSA, hooks_saving, pays
+from .kernels.routing.mixed import MixedNSA, pays, plan_branches
 from .kernels.routing.route import block_means
 from .kernels.routing.table import ROUTED_KERNELS, Attend
-from .kernels.routing.tiled import plan_tiles, tiled_attention
+from .kernels.routing.tiled import tiled_attention
 from .options import check_int
 from .spec import ROUTED, get_backend, register_attention
 
@@ -97,15 +97,11 @@ class NSAAttention(AttentionCore):
     def mixed(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, **gates: Tensor
     ) -> Tensor:
-        """The three branches in one autograd node, the window's on key-block tiles too
-        (`kernels/routing/mixed.py`): one set of gradients, each branch's output freed early.
-        Where that saves little (no backward, short inputs) or under saved-tensor hooks, the
-        branches run as `routed`."""
+        """On long inputs, the three branches in one autograd node, the window's on key-block
+        tiles too (`kernels/routing/mixed.py`): one set of gradients, the branches' outputs freed
+        early. On short ones, where the tiles' scratch sets the peak anyway, as `routed`."""
         cfg, (b, h, t, _) = self.cfg, q.shape
-        backward = torch.is_grad_enabled() and any(
-            x.requires_grad for x in (q, k, v, *gates.values())
-        )
-        if not (backward and pays(b * h, t, v.shape[-1])) or hooks_saving():
+        if not pays(b * h, t, v.shape[-1]):
             return self.routed(tiled_attention, q, k, v, key_padding_mask, **gates)
         c = cfg.block_size
         real = real_keys(key_padding_mask, b, t, q.device)
@@ -114,11 +110,7 @@ class NSAAttention(AttentionCore):
             values, _ = block_means(v, real, c)
             selected = nsa_route(q, means, has, block=c, slots=cfg.num_selected)
         window = window_route(b, h, t, block=c, window=cfg.window, offset=0, device=q.device)
-        branches = Branches(
-            plan_tiles(selected, real, q, k, SCRATCH_BYTES),
-            plan_tiles(window, real, q, k, SCRATCH_BYTES),
-            means.to(k.dtype), values.to(v.dtype), has, real, c,
-        )  # fmt: skip
+        branches = plan_branches(q, k, v, selected, window, (means, values, has), real)
         g_cmp = gates["g_cmp"] * compressed_seen(has, t, block=c)  # no block seen: nothing
         g_swa = gates["g_swa"] * window_seen(real, cfg.window)
         return MixedNSA.apply(q, k, v, g_cmp, gates["g_slc"], g_swa, branches)
@@ -150,11 +142,10 @@ class NSAAttention(AttentionCore):
         g_cmp, g_slc, g_swa = (gates[name].unsqueeze(-1) for name in GATES)
         return g_cmp * o_cmp + g_slc * o_slc + g_swa * o_swa
 
-    def idle_cores(self, call: Call, mode: str, rows: int) -> tuple[nn.Module, ...]:
-        """The window core, where a training step runs the one node (its window on tiles)."""
-        backward = mode in ("forward+backward", "train-step")
+    def idle_cores(self, call: Call, rows: int) -> tuple[nn.Module, ...]:
+        """The window core, where the one node computes the window on tiles (long inputs)."""
         node = self.pick(call).name == "tiled" and pays(rows, call.length, call.head_dim)
-        return (self.window_core,) if backward and node else ()
+        return (self.window_core,) if node else ()
 
     # ---- decoding: a KV cache and the pooled keys and values of every complete block
 
@@ -200,10 +191,10 @@ def _mixed(core: NSAAttention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | N
     return core.mixed(q, k, v, mask, **gates)
 
 
-# on the CPU's tiles, a training step's three branches can be one node (`mixed`)
+# on key-block tiles, long inputs run the three branches as one node (`mixed`)
 NSAAttention.kernels = ROUTED_KERNELS.replacing(
     "tiled",
     run=_mixed,
-    summary="key-block tiles for the selected blocks; training on long inputs: the three "
-    "branches in one autograd node, the window on tiles too, one set of gradients",
+    summary="key-block tiles for the selected blocks; on long inputs the three branches in "
+    "one autograd node, the window on tiles too, one set of gradients",
 )

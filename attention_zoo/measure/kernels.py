@@ -11,9 +11,10 @@ from .cases import DTYPES, BenchCase
 
 
 def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, str]:
-    """{backend: implementation} for every registered core in `module`, as the pick rule
-    chooses for the case's device, dtype, length and head size (several layers of one backend
-    that pick differently are joined with '+'); a decode case's own decoding: "step"."""
+    """{backend: implementation} for every registered core in `module` that the case runs (not
+    the inner cores a core says it leaves idle), as the pick rule chooses for the case's device,
+    dtype, length and head size (several layers of one backend that pick differently are joined
+    with '+'); a decode case's own decoding: "step"."""
     if module is None:
         return {}
     if case.mode == "decode" and case.decoder == "own":  # each token: the core's decoding step
@@ -21,9 +22,7 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
     found: dict[str, list[str]] = {}
     cores = attention_cores(module)
     rows = case.batch * case.num_heads
-    idle = {
-        id(c) for core in cores for c in core.idle_cores(case_call(case, core), case.mode, rows)
-    }
+    idle = {id(c) for core in cores for c in core.idle_cores(case_call(case, core), rows)}
     for core in cores:
         if id(core) in idle:  # an inner core this step does not run
             continue

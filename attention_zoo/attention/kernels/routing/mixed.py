@@ -2,11 +2,12 @@
 selected and the window branches on key-block tiles (tiled.py), the compressed one a segment of
 queries at a time.
 
-Each branch's output is added into o as it is made. The backward first takes each branch's row
-sums of dO * o (its gate's gradient and, gated, its softmax's delta) and frees the outputs it
-kept, then adds every branch's gradients into one set of q, k, v gradients, recomputing the
-compressed branch a segment at a time. Composed by autograd instead, each branch would keep its
-output until its own backward and hand back a fresh set of gradients to be summed.
+Each branch's output is added into o as it is made. The backward first takes the selected and
+window branches' row sums of dO * o (their gates' gradients and, gated, their softmax's deltas)
+and frees the outputs it kept, then adds every branch's gradients into one set of q, k, v
+gradients; the compressed branch is recomputed a segment at a time, its row sums with it.
+Composed by autograd instead, each branch would keep its output until its own backward and hand
+back a fresh set of gradients to be summed.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 from .compressed import compressed_part, query_spans
-from .route import add_block_means_grad, from_blocks, score_dtype
-from .tiled import Tiles, tiled_backward, tiled_forward, zero_grads
+from .route import Route, add_block_means_grad, from_blocks, score_dtype
+from .tiled import Tiles, plan_tiles, tiled_backward, tiled_forward, zero_grads
 
 SCRATCH_BYTES = 24 << 20  # the node's segments of tiles: larger than alone, it runs on long inputs
 
@@ -33,9 +34,13 @@ def pays(rows: int, length: int, value_dim: int) -> bool:
 
 
 def hooks_saving() -> bool:
-    """Whether saved-tensor hooks are active (activation checkpointing, offloading): the node's
-    kept outputs would bypass them, so the branches then run one by one."""
-    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+    """Whether saved-tensor hooks are active (checkpointing, offloading): outputs the node kept
+    would bypass them, so it then keeps none and its backward remakes them. A torch without
+    the query counts as hooks active (correct, only slower)."""
+    try:
+        return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+    except (AttributeError, TypeError, RuntimeError):
+        return True
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,22 @@ class Branches:
     has: Tensor  # (b, nb) which blocks hold a real key
     real: Tensor  # (b, L) which keys are real
     block: int
+
+
+def plan_branches(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    selected: Route,
+    window: Route,
+    pooled: tuple[Tensor, Tensor, Tensor],
+    real: Tensor,
+) -> Branches:
+    """The node's inputs besides q, k, v and the gates: both routes' tiles (with the node's
+    scratch) and pooled = (block means of the keys, of the values, which blocks are real)."""
+    means, values, has = pooled
+    tiles = [plan_tiles(r, real, q, k, SCRATCH_BYTES) for r in (selected, window)]
+    return Branches(*tiles, means.to(k.dtype), values.to(v.dtype), has, real, selected.block)
 
 
 class MixedNSA(Function):
@@ -70,7 +91,8 @@ class MixedNSA(Function):
             out.addcmul_(o, gate.to(wide).unsqueeze(-1))
             kept.append((o, lse))
         ctx.save_for_backward(q, k, v, g_cmp, g_slc, g_swa, *(lse for _, lse in kept))
-        ctx.outputs = [o for o, _ in kept]  # dropped by the backward once it has their row sums
+        # dropped by the backward once it has their row sums (remade there when not kept)
+        ctx.outputs = None if hooks_saving() else [o for o, _ in kept]
         ctx.branches, ctx.scale = branches, scale
         return out.to(torch.promote_types(q.dtype, g_slc.dtype))  # as the gated sum's dtype
 
@@ -82,7 +104,7 @@ class MixedNSA(Function):
         wide = lse_slc.dtype
         routed = ((br.selected, lse_slc, g_slc), (br.window, lse_swa, g_swa))
         outputs = ctx.outputs
-        if outputs is None:  # a second backward through a retained graph: remake them
+        if outputs is None:  # not kept, or a second backward through a retained graph
             outputs = [tiled_forward(q, k, v, tiles, scale)[0] for tiles, _, _ in routed]
         ctx.outputs = None
         sums = [row_dots(g, o) for o in outputs]  # rowsum(dO * o): each gate's gradient
