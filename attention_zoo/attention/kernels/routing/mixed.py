@@ -107,7 +107,8 @@ class MixedNSA(Function):
         if outputs is None:  # not kept, or a second backward through a retained graph
             outputs = [tiled_forward(q, k, v, tiles, scale)[0] for tiles, _, _ in routed]
         ctx.outputs = None
-        sums = [row_dots(g, o) for o in outputs]  # rowsum(dO * o): each gate's gradient
+        # rowsum(dO * o): each gate's gradient
+        sums = [torch.linalg.vecdot(g.to(wide), o) for o in outputs]
         del outputs
         grads = zero_grads(q, k, v, br.block)
         for (tiles, lse, gate), r in zip(routed, sums, strict=True):
@@ -138,7 +139,7 @@ def _compressed_backward(
             part_q = q[:, :, s:e].detach().requires_grad_()
             o = compressed_part(part_q, keys, values, br.has, positions[s:e], br.block)
         outer = g[:, :, s:e]
-        sums[:, :, s:e] = row_dots(outer, o.detach())
+        sums[:, :, s:e] = torch.linalg.vecdot(outer.to(wide), o.detach().to(wide))
         dq, dk, dv = torch.autograd.grad(o, (part_q, keys, values), outer * gate[:, :, s:e, None])
         grad_q.view(b, h, t, d)[:, :, s:e] += dq
         grad_keys += dk
@@ -147,10 +148,3 @@ def _compressed_backward(
     for acc, grad in ((grad_k, grad_keys), (grad_v, grad_values)):
         add_block_means_grad(acc.view(b, grad.shape[1], nb, br.block, -1), grad, br.real, br.block)
     return sums
-
-
-def row_dots(a: Tensor, b: Tensor) -> Tensor:
-    """(..., t) the dot products of a's and b's last dimensions, in the score dtype, as a batched
-    matmul (no product of their size when both are already in it)."""
-    wide = score_dtype(torch.promote_types(a.dtype, b.dtype))
-    return torch.matmul(a.to(wide).unsqueeze(-2), b.to(wide).unsqueeze(-1))[..., 0, 0]
