@@ -354,8 +354,8 @@ def test_nsa_mixed_node_under_saved_tensor_hooks_keeps_no_outputs(mixed_always):
 @pytest.mark.slow  # a profiled forward and backward at 4096 tokens: ~1 s
 def test_nsa_tiled_keeps_two_branch_outputs_and_one_set_of_gradients(mixed_always):
     """nsa's CPU node at (1, 4, 4096, 64): the forward leaves its output and the selected and
-    window branches' outputs (the compressed one is recomputed); the backward frees those two
-    before it makes the gradients, and makes one set of dq, dk, dv, not one per branch."""
+    window branches' outputs (the compressed one is recomputed), an inference forward none; the
+    backward frees those two before it makes the gradients, and makes one set of dq, dk, dv."""
     g = torch.Generator().manual_seed(0)
     core = build_attention("nsa", causal=True, device="cpu")
     x = core.layout.sample(1, 4, 4096, 64, requires_grad=True, generator=g)
@@ -372,10 +372,17 @@ def test_nsa_tiled_keeps_two_branch_outputs_and_one_set_of_gradients(mixed_alway
         for t in x.leaves():
             t.grad = None
 
-    forward(), backward()
+    def inference():
+        with torch.no_grad():
+            core(x.q, x.k, x.v, **x.extras)
+
+    forward(), backward(), inference()
     forward_peak = profiled_peak(forward)[1]
     # two branch outputs and the tiles' plans (the autograd composition keeps three outputs)
     assert forward_peak.net_bytes <= 2.5 * unit, forward_peak.net_bytes / unit
+    # without a backward to follow, a branch's output is freed once added in
+    inference_peak = profiled_peak(inference)[1].peak_bytes
+    assert inference_peak <= forward_peak.peak_bytes - 0.9 * unit, inference_peak / unit
     backward_peak = profiled_peak(backward)[1].peak_bytes
     assert backward_peak <= 3 * unit + mixed.SCRATCH_BYTES, backward_peak / unit
 

@@ -113,7 +113,9 @@ class NSAAttention(AttentionCore):
         branches = plan_branches(q, k, v, selected, window, (means, values, has), real)
         g_cmp = gates["g_cmp"] * compressed_seen(has, t, block=c)  # no block seen: nothing
         g_swa = gates["g_swa"] * window_seen(real, cfg.window)
-        return MixedNSA.apply(q, k, v, g_cmp, gates["g_slc"], g_swa, branches)
+        inputs = (q, k, v, g_cmp, gates["g_slc"], g_swa)
+        backward_follows = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
+        return MixedNSA.apply(*inputs, branches, backward_follows)
 
     def _mix(
         self,

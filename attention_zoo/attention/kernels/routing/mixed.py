@@ -76,7 +76,7 @@ class MixedNSA(Function):
     """The gated sum of NSA's branches; see the module docstring."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g_cmp, g_slc, g_swa, branches):  # type: ignore[override]
+    def forward(ctx, q, k, v, g_cmp, g_slc, g_swa, branches, backward_follows):  # type: ignore[override]
         scale = q.shape[-1] ** -0.5
         wide = score_dtype(q.dtype)
         out = q.new_empty(*q.shape[:3], v.shape[-1], dtype=wide)
@@ -85,14 +85,18 @@ class MixedNSA(Function):
         for s, e in query_spans(q, branches.has):
             part = compressed_part(q[:, :, s:e], *pooled, positions[s:e], branches.block)
             torch.mul(part, g_cmp[:, :, s:e, None], out=out[:, :, s:e])
-        kept = []
+        # the branch outputs, kept for a backward to follow and dropped by it once it has their
+        # row sums (remade there when not kept)
+        keep = backward_follows and not hooks_saving()
+        outputs, lses = [], []
         for tiles, gate in ((branches.selected, g_slc), (branches.window, g_swa)):
             o, lse = tiled_forward(q, k, v, tiles, scale)
             out.addcmul_(o, gate.to(wide).unsqueeze(-1))
-            kept.append((o, lse))
-        ctx.save_for_backward(q, k, v, g_cmp, g_slc, g_swa, *(lse for _, lse in kept))
-        # dropped by the backward once it has their row sums (remade there when not kept)
-        ctx.outputs = None if hooks_saving() else [o for o, _ in kept]
+            outputs.append(o if keep else None)
+            lses.append(lse)
+            del o
+        ctx.save_for_backward(q, k, v, g_cmp, g_slc, g_swa, *lses)
+        ctx.outputs = outputs if keep else None
         ctx.branches, ctx.scale = branches, scale
         return out.to(torch.promote_types(q.dtype, g_slc.dtype))  # as the gated sum's dtype
 
@@ -118,7 +122,7 @@ class MixedNSA(Function):
         grad_q = grad_q.view(q.shape).to(q.dtype)
         grad_k, grad_v = from_blocks(grad_k, k), from_blocks(grad_v, v)
         gate_grads = (r.to(gate.dtype) for r, gate in zip((r_cmp, *sums), (g_cmp, g_slc, g_swa)))
-        return grad_q, grad_k, grad_v, *gate_grads, None
+        return grad_q, grad_k, grad_v, *gate_grads, None, None
 
 
 def _compressed_backward(
