@@ -157,7 +157,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     (
         "bench-named-kernel-that-cannot-run-here",
         ["bench", "--backends", "linear", "--option", "linear.kernel=fla", "--lengths", "64"],
-        "linear kernel='fla' cannot run here: runs on cuda, not cpu; takes bfloat16, float16, "
+        "linear kernel='fla' cannot run here: runs on cuda, not cpu; takes bfloat16, "
         "not float32; use kernel='auto' (picks scan); nothing was run or stored",
     ),
     (

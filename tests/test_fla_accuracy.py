@@ -211,7 +211,7 @@ def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, dtype, n):
 
     row = {"backend": name, "kernel": "fla", "dtype": str(dtype).removeprefix("torch."),
            "length": n, "reference": f"{FLA_BACKENDS[name]} float64"}  # fmt: skip
-    # the generic dtype refusal ("takes bfloat16, float16, not float32") is what is measured;
+    # the generic dtype refusal ("takes bfloat16, not float32") is what is measured;
     # a kernel's own refusal (the delta rule without a decay in float32) is recorded and skipped
     fla = type(cores["fla"]).kernels.by_name["fla"]
     reasons = fla.reasons(cores["fla"], Call("cuda", dtype, n, D))

@@ -145,19 +145,31 @@ def test_zoo_list_shows_the_fair_numbers(capsys):
 
 
 def test_fla_is_refused_where_its_kernels_would_fail():
-    """fla's delta rule without a decay takes no float32: auto then picks our chunks on CUDA;
-    with a decay (Gated DeltaNet) fla is not refused for it."""
+    """fla runs bfloat16 only (its float32 products are TF32): auto then picks our chunks on CUDA.
+    Its chunk sizes, odd widths (its 16-bit backward) and the delta rule's widest keys too."""
     fla = RECURRENCE_KERNELS.by_name["fla"]
-    call = Call("cuda", torch.float32, 4096, 64)
-    plain = build_attention("deltanet", causal=True, device="cpu")
-    gated = build_attention("gated-deltanet", causal=True, device="cpu")
-    assert any("16-bit" in r for r in fla.reasons(plain, call))
-    assert not any("16-bit" in r for r in fla.reasons(gated, call))
+    call = Call("cuda", torch.bfloat16, 4096, 64)
+    for name in ("retention", "gla", "deltanet", "gated-deltanet"):
+        core = build_attention(name, causal=True, device="cpu")
+        for dtype in (torch.float32, torch.float16):
+            wide = Call("cuda", dtype, 4096, 64)
+            assert f"takes bfloat16, not {str(dtype)[6:]}" in fla.reasons(core, wide)
+        assert not any("bfloat16" in r or "fla's" in r for r in fla.reasons(core, call)), name
     # fla's delta-rule kernels take chunks of 16, 32 or 64 tokens; its decays any of ours
     for name, chunk, refused in [("gated-deltanet", 8, True), ("gated-deltanet", 128, True),
                                  ("gated-deltanet", 32, False), ("gla", 8, False)]:  # fmt: skip
         core = build_attention(name, causal=True, device="cpu", chunk_length=chunk)
         assert any("chunk_length 16, 32 or 64" in r for r in fla.reasons(core, call)) == refused
+    odd = build_attention("gla", causal=True, device="cpu")
+    assert "fla's 16-bit backward needs even key and value widths, not 63 and 63" in fla.reasons(
+        odd, Call("cuda", torch.bfloat16, 4096, 63)
+    )
+    wide_keys = Call("cuda", torch.bfloat16, 4096, 512)
+    delta = build_attention("deltanet", causal=True, device="cpu")
+    assert "fla's delta-rule kernels take key widths up to 256, not 512" in fla.reasons(
+        delta, wide_keys
+    )
+    assert not any("key widths" in r for r in fla.reasons(odd, wide_keys))
 
 
 def test_recurrences_take_chunks_of_a_power_of_two():

@@ -12,6 +12,7 @@ from torch.nn.attention.flex_attention import flex_attention
 from attention_zoo import build_attention, list_backends
 from attention_zoo.attention import dispatch
 from attention_zoo.attention.dispatch import Call
+from attention_zoo.attention.kernels import fla_package
 from attention_zoo.attention.kernels.compiled import run_compiled
 from attention_zoo.attention.kernels.dense import dense_attention
 from attention_zoo.attention.kernels.flex import (
@@ -27,7 +28,6 @@ from attention_zoo.attention.kernels.rounds.reference import lsh_reference
 from attention_zoo.attention.kernels.routing.flex_routed import route_block_mask
 from attention_zoo.attention.kernels.routing.reference import routed_reference
 from attention_zoo.attention.kernels.routing.route import block_means
-from attention_zoo.attention.kernels.sums import table as sums_table
 from attention_zoo.attention.kernels.sums.fla import fla_sums
 from attention_zoo.attention.kernels.sums.reference import quadratic_sums
 from attention_zoo.attention.moba import moba_route
@@ -359,7 +359,7 @@ def test_auto_on_the_cpu_keeps_the_cpu_kernels(name):
 def triton_present(monkeypatch):
     """As on a CUDA machine with Triton and fla-core."""
     monkeypatch.setattr(dispatch, "has_triton", lambda: True)
-    monkeypatch.setattr(sums_table, "fla_reason", lambda: None)
+    monkeypatch.setattr(fla_package, "fla_reason", lambda: None)
     dispatch.compile_reason.cache_clear()
     yield
     dispatch.compile_reason.cache_clear()
@@ -388,10 +388,19 @@ def test_auto_on_cuda_takes_the_library_kernels(triton_present, name, options, c
     assert core.pick(Call("cuda", torch.bfloat16, 16384, 64)).name == expected
 
 
-def test_float32_on_cuda_keeps_fla_off(triton_present):
-    """fla's Triton products of float32 inputs run in TF32: float32 runs the exact sums."""
-    core = build_attention("linear", causal=True, device="meta")
-    assert core.pick(Call("cuda", torch.float32, 16384, 64)).name == "math"
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_fla_sums_take_bfloat16_only(triton_present, name):
+    """fla's Triton products of float32 inputs run in TF32, and in float16 performer's features
+    underflow and linear attention's sums overflow: those run the exact sums; fla by name refuses
+    them."""
+    for dtype in (torch.float32, torch.float16):
+        core = build_attention(name, causal=True, device="meta")
+        assert core.pick(Call("cuda", dtype, 16384, 64)).name == "math"
+        named = build_attention(name, causal=True, device="meta", kernel="fla")
+        with pytest.raises(UnavailableError, match=f"takes bfloat16, not {str(dtype)[6:]}"):
+            named.pick(Call("cuda", dtype, 16384, 64))
+    named = build_attention(name, causal=True, device="meta", kernel="fla")
+    assert named.pick(Call("cuda", torch.bfloat16, 16384, 64)).name == "fla"
 
 
 def test_dropout_falls_back_with_auto_and_a_named_kernel_refuses_in_one_line():

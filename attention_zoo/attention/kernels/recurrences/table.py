@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from ...dispatch import Call, Implementation, KernelTable, compile_reason, package_reason
+from ...dispatch import Call, Implementation, KernelTable
+from ..fla_package import FLA_DTYPES, fla_environment
 from .decay import chunk_decay
 from .delta import chunk_delta
 from .fla import fla_recurrence
@@ -104,20 +104,18 @@ def _run(fn: Callable[..., tuple[Tensor, Tensor]]) -> Any:
     return run
 
 
-def _fla_environment(device: str) -> str | None:
-    return package_reason("fla", "fla-core") or compile_reason(device)
-
-
-def _fla_dtype(core: Any, call: Call) -> str | None:
-    if call.dtype == torch.float64:
-        return "fla's Triton kernels take no float64"
-    extras = {e.name for e in core.layout.extras}
-    if call.dtype == torch.float32 and "beta" in extras and "log_decay" not in extras:
-        return "fla's delta rule without a decay takes 16-bit inputs only"
+def _fla_shape(core: Any, call: Call) -> str | None:
+    keys, values = call.head_dim, call.head_dim * core.cfg.expand_v
+    if keys % 2 or values % 2:
+        return f"fla's 16-bit backward needs even key and value widths, not {keys} and {values}"
+    delta = "beta" in {e.name for e in core.layout.extras}
+    if delta and keys > FLA_DELTA_KEYS:
+        return f"fla's delta-rule kernels take key widths up to {FLA_DELTA_KEYS}, not {keys}"
     return None
 
 
 FLA_CHUNKS = (16, 32, 64)  # the chunk sizes fla's delta-rule kernels take
+FLA_DELTA_KEYS = 256  # the widest keys they take
 
 
 def _fla_chunk(core: Any, call: Call) -> str | None:
@@ -141,9 +139,10 @@ RECURRENCE_KERNELS = KernelTable(
             summary="fla-core's chunked Triton kernels (CUDA)",
             run=_run(fla_chunked),
             devices=frozenset({"cuda"}),
+            dtypes=FLA_DTYPES,
             fake=False,
-            environment=_fla_environment,
-            checks=(_fla_dtype, _fla_chunk),
+            environment=fla_environment,
+            checks=(_fla_shape, _fla_chunk),
         ),
     ),
     {"cpu": ("chunk",), "meta": ("chunk",), "cuda": ("fla", "chunk")},

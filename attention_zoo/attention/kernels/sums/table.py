@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from ...dispatch import (
@@ -15,32 +13,12 @@ from ...dispatch import (
     Implementation,
     KernelTable,
     Run,
-    compile_reason,
     materialised,
-    package_reason,
 )
+from ..fla_package import FLA_DTYPES, fla_environment
 from .fla import fla_sums
 from .plain import plain_sums
 from .scan import scan_sums
-
-FLA_VERSION = (0, 6)  # fla-core from 0.6 takes (b, n, h, *) only (earlier: head_first=True)
-
-
-def fla_reason() -> str | None:
-    """Why fla-core cannot be used here (found without importing it), or None."""
-    if reason := package_reason("fla", "fla-core"):
-        return reason
-    try:
-        version = tuple(int(p) for p in importlib.metadata.version("fla-core").split(".")[:2])
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        version = (0, 0)
-    if version < FLA_VERSION:
-        return f"needs fla-core >= {'.'.join(map(str, FLA_VERSION))} (its (b, n, h, *) layout)"
-    return None
-
-
-def _fla_environment(device: str) -> str | None:
-    return fla_reason() or compile_reason(device)
 
 
 def _causal(core: Any, call: Call) -> str | None:
@@ -51,7 +29,7 @@ def _causal(core: Any, call: Call) -> str | None:
 
 def _even(core: Any, call: Call) -> str | None:
     m = core.feature_dim(call.head_dim)
-    if call.dtype in (torch.float16, torch.bfloat16) and m % 2:
+    if m % 2:
         return f"fla's 16-bit backward needs an even feature count, not {m}"
     return None
 
@@ -78,10 +56,9 @@ SUMS_KERNELS = KernelTable(
             "(by name only: auto takes it once its CUDA accuracy test passes)",
             run=_run(fla_sums),
             devices=frozenset({"cuda"}),
-            # its Triton products of float32 inputs run in TF32: float32 calls run math
-            dtypes=frozenset({torch.bfloat16, torch.float16}),
+            dtypes=FLA_DTYPES,
             fake=False,
-            environment=_fla_environment,
+            environment=fla_environment,
             checks=(_causal, _even),
         ),
     ),
