@@ -246,3 +246,34 @@ def test_memory_rows_of_an_option_axis_are_told_apart(capsys: pytest.CaptureFixt
     assert code == 0, err
     # 1 is lsh's default: that row is plain `lsh`, one label per configuration
     assert "  lsh  " in out and "lsh(num_hashes=2)" in out and "num_hashes=1" not in out
+
+
+def test_interleave_times_a_flag_built_grid_round_robin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--interleave: the cases of one length timed in one rotation (ratios of one run); without
+    it a flag-built grid times each case alone, and --no-interleave turns a preset's off."""
+    from attention_zoo import cli
+    from attention_zoo.commands.bench_cmd import settings_from_args
+    from attention_zoo.measure import runner
+    from attention_zoo.presets import load_sweep_preset
+
+    rotations: list[int] = []
+    real = runner.time_until_stable
+
+    def spy(fns, **kw):
+        rotations.append(len(fns))
+        return real(fns, **kw)
+
+    monkeypatch.setattr(runner, "time_until_stable", spy)
+    grid = ["bench", "--target", "attention", "--backends", "full,sdpa", "--lengths", "32,64"]
+    for flag, expected in (("--interleave", [2, 2]), ("--no-interleave", [1, 1, 1, 1])):
+        rotations.clear()
+        store = str(tmp_path / f"{flag}.sqlite")
+        code, _, err = run(capsys, *grid, "--modes", "forward", "--metrics", "time",
+                           "--store", store, flag, *FAST)  # fmt: skip
+        assert code == 0, err
+        assert rotations == expected, flag
+    args = cli.parse(cli.build_parser(), ["bench", "--preset", "standard", "--no-interleave"])
+    assert load_sweep_preset("standard").settings.interleave
+    assert not settings_from_args(args, load_sweep_preset("standard")).interleave

@@ -285,6 +285,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the preset's, else wall)",
     )
     m.add_argument(
+        "--interleave",
+        action=argparse.BooleanOptionalAction,
+        help="time the cases that differ only in backend or options round-robin, so the "
+        "machine's load hits them alike and their ratios come from one run (default: the "
+        "preset's, else off)",
+    )
+    m.add_argument(
         "--cuda-graphs",
         choices=CUDA_GRAPHS,
         help="a CUDA step timed as the replay of a CUDA graph, so its time is the kernels' and "
@@ -357,6 +364,8 @@ def settings_from_args(args: argparse.Namespace, preset: SweepPreset | None) -> 
         changes["metrics"] = tuple(args.metrics)
     if args.cuda_graphs is not None:
         changes["cuda_graphs"] = args.cuda_graphs
+    if args.interleave is not None:
+        changes["interleave"] = args.interleave
     if args.time_limit is not None:
         changes["time_limit_s"] = None if math.isinf(args.time_limit) else args.time_limit
     elif base.time_limit_s is None:
