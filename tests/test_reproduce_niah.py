@@ -195,3 +195,10 @@ def test_smoke_reproduction_trains_stores_and_says_undecided(
     assert stored == {ladder.rung_name(PRESET_SMOKE, n) for n in PRESET_SMOKE.task.lengths}
     assert main([*argv, "--no-progress"]) == 0  # again: everything is found in the store
     assert "[1/" not in capsys.readouterr().out
+
+
+def test_the_plot_legend_names_how_each_state_grows():
+    assert ladder.Memory(4096, 4096).kind == "fixed state"
+    assert ladder.Memory(4096, 65536).kind == "growing cache"
+    assert ladder.Memory(None, None).kind == "state not sized here"  # neither, and not drawn so
+    assert not ladder.Memory(None, None).fixed

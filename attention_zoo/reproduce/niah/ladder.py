@@ -85,6 +85,13 @@ class Memory:
     def fixed(self) -> bool:
         return self.short_bytes is not None and self.short_bytes == self.long_bytes
 
+    @property
+    def kind(self) -> str:
+        """How the state grows, as a plot's legend says it."""
+        if self.short_bytes is None or self.long_bytes is None:
+            return "state not sized here"
+        return "fixed state" if self.fixed else "growing cache"
+
 
 def ladder_presets(size: str) -> list[TaskPreset]:
     """The niah suite presets trained at `size`."""

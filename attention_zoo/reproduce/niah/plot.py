@@ -30,11 +30,10 @@ def plot(rows: Iterable[Mapping[str, Any]], preset: TaskPreset, path: Path) -> P
             xs.append(length)
             ys.append(mean)
             errs.append(err)
-        fixed = memory(preset, backend).fixed
+        state = memory(preset, backend)
         ax.errorbar(
-            xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if fixed else "-",
-            linewidth=2.5 if backend == REFERENCE else 1.2,
-            label=f"{backend} ({'fixed state' if fixed else 'growing cache'})",
+            xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if state.fixed else "-",
+            linewidth=2.5 if backend == REFERENCE else 1.2, label=f"{backend} ({state.kind})",
         )  # fmt: skip
     chance = 100 * preset.task.chance_accuracy()
     ax.axhline(chance, color="grey", linestyle=":", label=f"chance ({chance:.1f}%)")
