@@ -1,10 +1,11 @@
 """The GPU check's CPU side: its time budget (benchmarks/scripts/budget.sh) shares BUDGET seconds
-by weight among the steps still to run, and the script refuses a machine without CUDA in one
-line."""
+by weight among the steps still to run, the script refuses a machine without CUDA in one line, and
+gpu_check.sh's steps run in order, with a stand-in interpreter for the GPU machine's."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -72,12 +73,20 @@ def test_budgets_that_are_not_whole_seconds_are_refused():
 
 
 # A stand-in interpreter: logs each command with its start and end time, answers the script's
-# device questions as a GPU machine would, and takes FAKE_SECONDS for each zoo bench run.
+# device questions as a GPU machine would, and takes FAKE_SECONDS for each zoo bench run (one
+# with --backends FAKE_FAIL fails). Its CUDA check takes FAKE_SETUP_SECONDS; without fla with
+# FAKE_NO_FLA; record.py logs the repository
+# it runs from in FAKE_LOG.asv and leaves a result in --results-dir; zoo report makes its folder
+# with FAKE_REPORT.
 FAKE_PYTHON = r"""#!/usr/bin/env bash
 start=$(date +%s.%N)
 case "$*" in
     *re.search*) echo h200; exit 0 ;;
     *get_device_name*) echo "Fake GPU torch 0"; exit 0 ;;
+    *is_available*) sleep "${FAKE_SETUP_SECONDS:-0}"; exit 0 ;;
+    "-c import fla")
+        [ -z "${FAKE_NO_FLA:-}" ] && exit 0
+        echo "ModuleNotFoundError: No module named 'fla'" >&2; exit 1 ;;
     *core.pick*)  # what needs warming: fla tunes, the low-rank and plain sums need nothing
         for grid in "${@:3}"; do
             IFS=: read -r target causal names <<<"$grid"
@@ -92,9 +101,24 @@ case "$*" in
         exit 0 ;;
     -c*|"-m pip"*) exit 0 ;;
     *"attention_zoo bench"*)  # a compile: a file in the cache; what it found there, counted
+        echo "fake bench: started"
+        case " $* " in
+            *" --backends ${FAKE_FAIL:-none} "*) echo "fake bench: failed"; exit 1 ;;
+        esac
         ls "$TORCHINDUCTOR_CACHE_DIR" 2>/dev/null | wc -l >>"$FAKE_LOG.cache"
         mkdir -p "$TORCHINDUCTOR_CACHE_DIR" && touch "$TORCHINDUCTOR_CACHE_DIR/kernel-$$"
         sleep "$FAKE_SECONDS" ;;
+    *record.py*)
+        tree=$(cd "$(dirname "$1")/../.." && pwd)
+        echo "$tree $(git -C "$tree" rev-list --count HEAD) $(git -C "$tree" status --porcelain |
+            wc -l) $(git -C "$tree" ls-files | tr '\n' ,)" >>"$FAKE_LOG.asv"
+        for arg in "$@"; do
+            [ "${last:-}" = --results-dir ] && mkdir -p "$arg/cuda-fake" &&
+                touch "$arg/cuda-fake/result.json"
+            last=$arg
+        done ;;
+    *"attention_zoo report"*)
+        [ -z "${FAKE_REPORT:-}" ] || { mkdir -p "${@: -1}" && touch "${@: -1}/index.html"; } ;;
 esac
 echo "$start $(date +%s.%N) $*" >>"$FAKE_LOG"
 """
@@ -104,17 +128,20 @@ echo "$start $(date +%s.%N) $*" >>"$FAKE_LOG"
 CHECK_VARIABLES = (
     "GRID", "STEPS", "BUDGET", "BUDGET_FLOOR", "BUDGET_START", "STEP_LIMIT", "OUT", "STORE",
     "CAUSAL", "BIDIRECTIONAL", "DECODE", "WARM_JOBS", "WARM_LEAST", "COMPILE_CACHE",
-    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TASK_WORKERS",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TASK_WORKERS", "CACHE_MAX_MIB",
 )  # fmt: skip
 
 
-def _run_with_a_fake_gpu(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    """gpu_check.sh run with the stand-in interpreter, its commands logged in tmp_path."""
+def _run_with_a_fake_gpu(
+    tmp_path: Path, root: Path = ROOT, **env: str
+) -> subprocess.CompletedProcess:
+    """gpu_check.sh (of the tree at root) run with the stand-in interpreter, its commands logged
+    in tmp_path."""
     python = tmp_path / "python"
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
     return subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "scripts" / "gpu_check.sh")],
+        ["bash", str(root / "benchmarks" / "scripts" / "gpu_check.sh")],
         capture_output=True,
         text=True,
         env={
@@ -124,16 +151,16 @@ def _run_with_a_fake_gpu(tmp_path: Path, **env: str) -> subprocess.CompletedProc
             "STORE": str(tmp_path / "store.sqlite"),
             **env,
         },
-        cwd=ROOT,
+        cwd=root,
     )
 
 
 def _check_with_a_fake_gpu(
-    tmp_path: Path, **env: str
+    tmp_path: Path, root: Path = ROOT, **env: str
 ) -> tuple[list[tuple[float, float, str]], str]:
     """gpu_check.sh run with the stand-in interpreter: (start, end, command) of each command, and
     what the check printed."""
-    run = _run_with_a_fake_gpu(tmp_path, **env)
+    run = _run_with_a_fake_gpu(tmp_path, root, **env)
     assert run.returncode == 0, run.stderr
     log = tmp_path / "commands.log"
     lines = [line.split(" ", 2) for line in log.read_text().splitlines()] if log.exists() else []
@@ -181,6 +208,20 @@ def test_the_check_warms_in_parallel_then_times_the_targets_grids_first(tmp_path
     benches = [c for _, _, c in commands if "attention_zoo bench" in c]
     assert all(c.split().count("--time-limit") == 1 and "--time-limit none" in c for c in benches)
     assert all("--lengths 16384,65536" in c for c in benches)
+    # the decoding targets' backends are timed first
+    (decode,) = [c for c in benches if "--run-id decode" in c]
+    assert decode.split("--backends ")[1].startswith("sdpa,linear,performer,")
+    # four pytest workers on the one GPU, not one a core
+    pytests = [c for _, _, c in commands if "-m pytest" in c]
+    assert len(pytests) == 2 and all(" -n 4 " in f"{c} " for c in pytests)
+    # each step says its time and status as it ends, before the next starts
+    said = [line for line in printed.splitlines() if line.startswith("=== ")]
+    assert len(said) == 2 * len(order)
+    for (started, ended), kind in zip(zip(said[::2], said[1::2]), order):
+        assert started.startswith(f"=== {kind} (at most ")
+        name, seconds, word, status = ended.split()[1:]
+        assert (name, seconds[-1], word, status) == (kind, "s", "exit", "0")
+    assert "=== report (at most 40s)" in printed
 
 
 TUNED = ("retention", "gla", "deltanet", "gated-deltanet")
@@ -201,13 +242,32 @@ def test_the_task_presets_run_alone_and_side_by_side(tmp_path):
 
 @pytest.mark.slow
 def test_warming_stops_at_its_share_of_the_budget(tmp_path):
+    """Compiling stops at 60% of the warm-up's share (10 s: the floor), tuning gets the rest;
+    each stopped run's log ends the warm-up's output."""
     start = time.monotonic()
     commands, printed = _check_with_a_fake_gpu(
         tmp_path, FAKE_SECONDS="30", WARM_JOBS="2", WARM_LEAST="1", STEPS="warm", BUDGET="3"
     )
     assert commands == []  # each warm-up run was stopped before it logged its end
-    assert "warm: 12 grids to compile, 8 to tune: 0 ran, 2 stopped at the limit" in printed
+    assert "warm: 12 grids to compile, 8 to tune: 0 ran, 3 stopped at the limit" in printed
+    stopped = [line for line in printed.splitlines() if line.endswith(": stopped at the limit")]
+    assert stopped == [
+        "warm: attention true local: stopped at the limit",
+        "warm: attention true sliding-window: stopped at the limit",
+        "warm: attention true retention: stopped at the limit",
+    ]
+    assert printed.count("\n    fake bench: started\n") == 3
     assert time.monotonic() - start < 15
+
+
+def test_a_failed_warm_up_run_shows_the_end_of_its_log(tmp_path):
+    _, printed = _check_with_a_fake_gpu(
+        tmp_path, FAKE_SECONDS="0", FAKE_FAIL="nystrom", STEPS="warm", WARM_LEAST="1"
+    )
+    lines = printed.splitlines()
+    at = lines.index("warm: attention false nystrom: failed (exit 1)")
+    assert lines[at + 1 : at + 3] == ["    fake bench: started", "    fake bench: failed"]
+    assert "19 ran, 0 stopped at the limit, 1 failed" in printed
 
 
 @pytest.mark.parametrize("jobs", ["0", "two"])
@@ -231,3 +291,73 @@ def test_a_run_hands_its_compile_caches_to_the_next(tmp_path):
     assert f"compile caches from {tarball}" in printed
     found = [int(n) for n in (second / "commands.log.cache").read_text().split()]
     assert min(found) >= 18  # every run of the first left a kernel; each of the second sees them
+
+
+def test_compile_caches_larger_than_cache_max_mib_are_not_kept(tmp_path):
+    (tmp_path / "out").mkdir()
+    _, printed = _check_with_a_fake_gpu(
+        tmp_path, OUT=str(tmp_path / "out"), STEPS="targets", CACHE_MAX_MIB="0"
+    )
+    assert not (tmp_path / "out" / "compile-cache.tgz").exists()
+    (line,) = [line for line in printed.splitlines() if line.startswith("compile caches:")]
+    assert line.startswith("compile caches: not kept: their tarball has ")
+    assert line.endswith(" KiB, more than CACHE_MAX_MIB=0")
+
+
+def test_the_budget_counts_from_the_start_of_the_script(tmp_path):
+    _, printed = _check_with_a_fake_gpu(
+        tmp_path, STEPS="targets", BUDGET="100", FAKE_SETUP_SECONDS="2"
+    )
+    (line,) = [line for line in printed.splitlines() if line.startswith("=== targets (")]
+    assert int(line.split("at most ")[1].split("s)")[0]) <= 98
+
+
+def test_without_fla_the_check_says_so_first(tmp_path):
+    _, printed = _check_with_a_fake_gpu(tmp_path, STEPS="targets", FAKE_NO_FLA="1")
+    first = printed.splitlines()[0]
+    assert first.startswith(
+        "gpu_check.sh: WARNING: fla cannot be imported (ModuleNotFoundError: No module named "
+        "'fla'): fla's accuracy tests will skip"
+    )
+    _, printed = _check_with_a_fake_gpu(tmp_path, STEPS="targets")
+    assert "WARNING" not in printed
+
+
+@pytest.mark.slow
+def test_a_tree_without_git_records_asv_from_a_scratch_commit_and_keeps_its_tarballs(tmp_path):
+    """A copy without .git: record.py runs from a scratch repository of the tree's files (what
+    .gitignore leaves out left out), one commit, removed after; its results, the report and the
+    caches land in OUT, the report's tarball before the caches'."""
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    (tree / "benchmarks" / "scripts").mkdir(parents=True)
+    for name in ("gpu_check.sh", "budget.sh"):
+        shutil.copy(ROOT / "benchmarks" / "scripts" / name, tree / "benchmarks" / "scripts")
+    (tree / ".gitignore").write_text("ignored/\n")
+    (tree / "ignored").mkdir()
+    (tree / "ignored" / "big").write_text("not committed")
+    out.mkdir()
+    _, printed = _check_with_a_fake_gpu(
+        tmp_path,
+        tree,
+        OUT=str(out),
+        STEPS="warm asv report",
+        FAKE_SECONDS="0",
+        WARM_LEAST="1",
+        FAKE_REPORT="1",
+        GIT_CEILING_DIRECTORIES=str(tmp_path),
+    )
+    (asv,) = (tmp_path / "commands.log.asv").read_text().splitlines()
+    repo, commits, changed, files = asv.split()
+    assert (commits, changed) == ("1", "0")
+    assert files == ".gitignore,benchmarks/scripts/budget.sh,benchmarks/scripts/gpu_check.sh,"
+    assert not Path(repo).exists() and not (tree / ".git").exists()
+    assert "asv: no git repository here: recording from a scratch repository" in printed
+    assert f"results in {out}/asv-results" in printed
+    assert (out / "asv-results" / "cuda-fake" / "result.json").exists()
+    lines = printed.splitlines()
+    at = {
+        key: next(i for i, line in enumerate(lines) if line.startswith(key))
+        for key in ("=== asv ", "report folder: ", "GPU check on", "compile caches: ")
+    }
+    assert at["=== asv "] < at["report folder: "] < at["GPU check on"] < at["compile caches: "]
+    assert (out / "gpu-report.tgz").exists() and (out / "compile-cache.tgz").exists()

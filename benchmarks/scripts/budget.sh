@@ -6,6 +6,8 @@
 #   budget_limit NAME             sets budget_now to the seconds NAME may take now (at least
 #                                 BUDGET_FLOOR; STEP_LIMIT, when set, caps it); NAME leaves the
 #                                 plan (call it directly, not in $(...): the plan is kept here)
+#
+# BUDGET counts from BUDGET_START (a value of SECONDS; default: when this file is sourced).
 
 BUDGET=${BUDGET:-480}
 BUDGET_FLOOR=${BUDGET_FLOOR:-10}
