@@ -1,10 +1,14 @@
 """Captured steps (`zoo bench --cuda-graphs`): which cases can be replayed from a CUDA graph and
 why not, the decode step's device-side token and in-place state, and the runner's use of a
 recording. CUDA graphs need a GPU; here a recorder that warms up and replays by calling the
-kernels stands in for one, so everything around the capture runs on the CPU."""
+kernels stands in for one, so everything around the capture runs on the CPU, and a stand-in for
+torch.cuda's streams, graphs and allocator checks what a capture leaves behind when it fails."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -14,16 +18,19 @@ import torch
 from attention_zoo.attention import decode
 from attention_zoo.attention.base import AttentionCore
 from attention_zoo.attention.dispatch import Call
+from attention_zoo.attention.kernels.rounds.circular import CircularPlan
 from attention_zoo.attention.spec import build_attention
 from attention_zoo.attention.state import DecodeState, StateShape
 from attention_zoo.cli import main
 from attention_zoo.errors import ConfigError
-from attention_zoo.measure import capture
+from attention_zoo.measure import capture, runner
 from attention_zoo.measure.capture import (
     GRAPH_WARMUP,
     Capture,
+    GraphPool,
     captured_step,
     choose_capture,
+    cuda_graph,
     step_obstacle,
 )
 from attention_zoo.measure.cases import BenchCase, build_runnable
@@ -76,6 +83,12 @@ def test_the_requests_and_the_one_device_check():
         ("sdpa", {"target": "block", "mode": "train-step"}, None),
         ("sdpa", {"target": "model", "mode": "forward"}, "attention and block targets"),
         ("lsh", {"mode": "prefill", "new_tokens": 4}, "its prefill sets the RNG state"),
+        ("lsh", {"mode": "decode", "new_tokens": 4, "options": {"seed": 3}}, None),
+        (
+            "lsh",
+            {"mode": "decode", "new_tokens": 4, "options": {"seed": 3, "semantics": "hf"}},
+            "(LSHCache) attends over the cache",
+        ),
         ("linear", {"mode": "decode", "new_tokens": 4, "decoder": "recompute"}, "RecomputeState"),
         ("linear", {"mode": "decode", "new_tokens": 4}, None),
         ("retention", {"mode": "decode", "new_tokens": 4}, None),
@@ -274,6 +287,312 @@ def test_on_refuses_cases_off_cuda_in_one_line(capsys, tmp_path):
     err = capsys.readouterr().err
     assert code == 2 and "--cuda-graphs on captures CUDA steps" in err
     assert "Traceback" not in err and not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_seeded_lsh_decode_is_captured_and_decodes_as_the_plain_one():
+    """A decode step draws no rotations (it hashes with its state's), so a seeded LSH decode is
+    captured, and replays what the plain step computes."""
+    case = BenchCase(backend="lsh", mode="decode", new_tokens=3, options={"seed": 3}, **SMALL)
+    torch.manual_seed(0)
+    plain = build_runnable(case)
+    torch.manual_seed(0)
+    graphed = build_runnable(case)
+    assert step_obstacle(graphed) is None
+    step = captured_step(graphed, record=Recorder())
+    for call in range(2 * case.new_tokens + 1):
+        plain.step()
+        step()
+        if call >= case.new_tokens:
+            for a, b in zip(plain.state().tensors(), graphed.state().tensors(), strict=True):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_replay_over_the_whole_cache_says_so(monkeypatch):
+    """A decode step on a KV cache replays on the whole cache, masked past its count, where the
+    plain step attends the keys so far: the stored fact and the kernel label say so; a state
+    replayed as it is says nothing."""
+    monkeypatch.setattr(capture, "graphs_apply", lambda device: True)
+    monkeypatch.setattr(capture, "cuda_graph", Recorder())
+    settings = MeasureSettings(time_budget_s=0.0, metrics=("time",), cuda_graphs="on")
+    cache = measure_case(BenchCase(backend="sdpa", mode="decode", new_tokens=4, **SMALL), settings)
+    differs = "attends all 68 cache slots, masked past its count"
+    assert cache.status == "ok" and cache.facts["cuda_graphs"] == {"on": True, "differs": differs}
+    assert kernel_text(cache.facts).endswith(f" (captured; {differs})")
+    own = measure_case(BenchCase(backend="linear", mode="decode", new_tokens=4, **SMALL), settings)
+    assert own.facts["cuda_graphs"] == {"on": True}
+    assert Capture(False, "why", differs=differs).fact() == {"on": False, "why": "why"}
+
+
+def _optimizers_built(monkeypatch) -> list[torch.optim.Optimizer]:
+    """The optimizers of the runnables the runner builds from now on."""
+    built: list[torch.optim.Optimizer] = []
+
+    def build(case):
+        run = build_runnable(case)
+        built.append(run.optimizer)
+        return run
+
+    monkeypatch.setattr(runner, "build_runnable", build)
+    return built
+
+
+def test_a_failed_capture_leaves_the_optimizer_as_it_was(monkeypatch):
+    """The optimizer is in capturable mode only while captured: a capture that fails, and under
+    auto the others of its group that did not, put it back, so the plain steps timed after are
+    the ones a plain run times (a capturable AdamW refuses to step on the CPU)."""
+    monkeypatch.setattr(capture, "graphs_apply", lambda device: True)
+    built = _optimizers_built(monkeypatch)
+    outcomes = iter([SimpleNamespace(replay=lambda: None), RuntimeError(NOT_PERMITTED)])
+
+    def record(kernels, device, pool):
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(capture, "cuda_graph", record)
+    settings = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time",))
+    case = BenchCase(backend="sdpa", target="block", mode="train-step", **SMALL)
+    results = measure_group([case, case.replace(backend="local")], settings)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert not any(r.facts["cuda_graphs"]["on"] for r in results)
+    for optimizer in built:
+        assert not any(group["capturable"] for group in optimizer.param_groups)
+
+    run = build_runnable(case)
+    run.step()
+    with pytest.raises(RuntimeError, match="not permitted"):
+        captured_step(run, record=failing)
+    assert not run.optimizer.param_groups[0]["capturable"]
+    step = captured_step(run, record=lambda kernels, device, pool: SimpleNamespace())
+    assert run.optimizer.param_groups[0]["capturable"]
+    step.restore()
+    assert not run.optimizer.param_groups[0]["capturable"]
+    assert all(s["step"].device.type == "cpu" for s in run.optimizer.state.values())
+
+
+def test_a_group_captures_on_one_stream_into_one_pool(monkeypatch):
+    """Every capture of a group gets the group's one pool and stream."""
+    monkeypatch.setattr(capture, "graphs_apply", lambda device: True)
+    shared = GraphPool("pool", "stream")
+    monkeypatch.setattr(runner, "graph_pool", lambda device: shared)
+    pools = []
+
+    def record(kernels, device, pool):
+        pools.append(pool)
+        return SimpleNamespace(replay=kernels)
+
+    monkeypatch.setattr(capture, "cuda_graph", record)
+    settings = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time",))
+    plain = BenchCase(backend="sdpa", mode="forward+backward", **SMALL)
+    measure_group([plain, plain.replace(backend="local"), plain.replace(backend="lsh")], settings)
+    assert len(pools) == 3 and all(pool is shared for pool in pools)
+
+
+# ---- cuda_graph against a stand-in for torch.cuda: the allocator's bookkeeping of a capture --
+
+
+class FakeCuda:
+    """What cuda_graph calls of torch.cuda, recorded: streams, the caching allocator's captures
+    under way and its pools' counts of graphs (as CUDACachingAllocator.cpp keeps them: ending a
+    capture that is not under way raises, a pool released more often than used asserts, and
+    emptying the cache while a capture is under way asserts)."""
+
+    def __init__(self) -> None:
+        self.default = SimpleNamespace(name="default", wait_stream=lambda other: None)
+        self.current = self.default
+        self.underway: list = []
+        self.uses: Counter = Counter()
+        self.log: list[str] = []
+        self.capturing: FakeGraph | None = None
+        self.handles = itertools.count(1)
+
+    def install(self, monkeypatch) -> None:
+        cuda = torch.cuda
+        for name, value in {
+            "device": lambda device: contextlib.nullcontext(),
+            "Stream": lambda device=None: SimpleNamespace(name="side", wait_stream=lambda o: None),
+            "current_stream": lambda device=None: self.current,
+            "stream": self.stream,
+            "synchronize": lambda device=None: self.log.append("synchronize"),
+            "empty_cache": self.empty_cache,
+            "CUDAGraph": self.graph,
+            "current_device": lambda: 0,
+            "graph_pool_handle": lambda: (0, next(self.handles)),
+        }.items():
+            monkeypatch.setattr(cuda, name, value)
+        monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", self.end, raising=False)
+        monkeypatch.setattr(torch._C, "_cuda_releasePool", self.release, raising=False)
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        before, self.current = self.current, stream
+        try:
+            yield
+        finally:
+            self.current = before
+
+    def graph(self) -> FakeGraph:
+        return FakeGraph(self)
+
+    def begin(self, pool) -> None:
+        self.uses[pool] += 1
+        self.underway.append(pool)
+
+    def end(self, index: int, pool) -> None:
+        if pool not in self.underway:
+            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
+        self.underway.remove(pool)
+
+    def release(self, index: int, pool) -> None:
+        self.uses[pool] -= 1
+        assert self.uses[pool] >= 0, "use_count >= 0 INTERNAL ASSERT FAILED"
+
+    def empty_cache(self) -> None:
+        assert not self.underway, "captures_underway.empty() INTERNAL ASSERT FAILED"
+        self.log.append("empty_cache")
+
+
+class FakeGraph:
+    """torch.cuda.CUDAGraph as CUDAGraph.cpp runs it: capture_end ends the stream's capture
+    (raising for an invalidated one) before the allocator's, then checks the graph; reset
+    releases the pool of a capture that ended."""
+
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda, self.invalid, self.empty, self.ended = cuda, False, False, False
+
+    def capture_begin(self, pool) -> None:
+        if self.cuda.current is self.cuda.default:
+            raise RuntimeError("CUDA graphs must be captured on a non-default stream.")
+        self.pool, self.stream = pool, self.cuda.current
+        self.cuda.begin(pool)
+        self.cuda.capturing = self
+        self.cuda.log.append("capture_begin")
+
+    def capture_end(self) -> None:
+        self.cuda.capturing = None
+        if self.invalid:
+            raise RuntimeError(
+                "CUDA error: operation failed due to a previous error during capture"
+            )
+        self.cuda.end(0, self.pool)
+        if self.empty:
+            raise RuntimeError("Invalid capture.")
+        self.ended = True
+
+    def reset(self) -> None:
+        if self.ended:
+            self.cuda.release(0, self.pool)
+            self.ended = False
+
+    def replay(self) -> None:
+        self.cuda.log.append("replay")
+
+
+def _kernels(cuda: FakeCuda, fails: str | None):
+    """A step's kernels that, while captured, sync (the capture is invalidated), record nothing
+    (capture_end fails past the allocator's end), or are stopped by --timeout (a valid capture)."""
+
+    def kernels() -> None:
+        graph = cuda.capturing
+        if graph is None:
+            cuda.log.append("warm-up")
+        elif fails == "syncs":
+            graph.invalid = True
+            raise RuntimeError(NOT_PERMITTED)
+        elif fails == "records nothing":
+            graph.empty = True
+        elif fails == "stopped":
+            raise CaseTimedOut("stopped past --timeout")
+
+    return kernels
+
+
+@pytest.mark.parametrize("fails", ["syncs", "records nothing", "stopped", "on the default"])
+def test_a_failed_capture_leaves_the_allocator_as_it_was(monkeypatch, fails):
+    """However a capture fails (inside the capture, in capture_end before or after it ends the
+    allocator's capture, or at capture_begin), it raises its own error, and the allocator has no
+    capture under way and the pool no graph using it: the cache can be emptied again."""
+    cuda = FakeCuda()
+    cuda.install(monkeypatch)
+    stream = cuda.default if fails == "on the default" else SimpleNamespace(name="capture")
+    pool = GraphPool((0, 99), stream)
+    kernels = _kernels(cuda, None if fails == "on the default" else fails)
+    with pytest.raises((RuntimeError, CaseTimedOut)):
+        cuda_graph(kernels, torch.device("cuda"), pool)
+    assert cuda.underway == [] and cuda.uses[pool.handle] == 0
+    torch.cuda.empty_cache()
+
+
+def test_a_capture_runs_on_the_pools_stream_after_the_cache_is_emptied(monkeypatch):
+    """The warm-up runs on a side stream, the cache is emptied after it (its blocks would sit
+    beside the capture's pool), and every capture given one GraphPool records on its stream into
+    its pool, which each graph then uses."""
+    cuda = FakeCuda()
+    cuda.install(monkeypatch)
+    pool = capture.graph_pool("cuda")
+    first = cuda_graph(_kernels(cuda, None), torch.device("cuda"), pool)
+    second = cuda_graph(_kernels(cuda, None), torch.device("cuda"), pool)
+    warm = ["warm-up"] * GRAPH_WARMUP
+    assert cuda.log == 2 * [
+        *warm,
+        "synchronize",
+        "empty_cache",
+        "capture_begin",
+        "replay",
+        "synchronize",
+    ]
+    assert first.stream is second.stream is pool.stream and first.pool == second.pool == pool.handle
+    assert cuda.underway == [] and cuda.uses[pool.handle] == 2
+    alone = cuda_graph(_kernels(cuda, None), torch.device("cuda"))
+    assert alone.pool != pool.handle and alone.stream is not pool.stream
+
+
+def test_lsh_and_local_windows_are_made_on_the_device():
+    """The wrapped windows' shifts and per-offset counts are made by device ops (a copy from the
+    host cannot be captured), equal to the host's rule, offsets past every chunk clamped."""
+    for before, after, rounds, npad in [(1, 0, 1, 16), (3, 2, 1, 16), (7, 9, 2, 16), (2, 2, 3, 32)]:
+        perm = torch.stack([torch.randperm(npad) for _ in range(rounds)]).expand(2, 2, -1, -1)
+        plan = CircularPlan(
+            chunk=8, before=before, after=after, causal=True, groups=[(0, rounds)], perm=perm,
+            key_real=torch.ones(2, npad, dtype=torch.bool), scale=1.0, key_eps=None,
+            self_partial=True,
+        )  # fmt: skip
+        shifts = plan.shift_tensor(perm.device)
+        assert shifts.dtype == torch.long and shifts.tolist() == plan.shifts()
+        total = plan.total_chunks
+        reached = Counter(shift % total for shift in plan.shifts())
+        per_offset = torch.tensor([reached[d] for d in range(total)], dtype=torch.int32)
+        slot = torch.argsort(perm, dim=-1) + torch.arange(rounds)[:, None] * npad  # all rounds'
+        chunk = slot // 8
+        expected = per_offset[(chunk.unsqueeze(2) - chunk.unsqueeze(3)) % total].sum(3)
+        assert torch.equal(plan.self_copies(), expected)
+
+
+@pytest.mark.parametrize(
+    "backend, options",
+    [("lsh", {"kernel": "math"}), ("lsh", {"kernel": "math", "semantics": "hf"}),
+     ("local", {"kernel": "math", "semantics": "hf"})],
+)  # fmt: skip
+def test_the_math_paths_a_graph_captures_make_no_tensor_from_host_values(
+    monkeypatch, backend, options
+):
+    """LSH's and local's CUDA path (math) makes every tensor by device ops, never with
+    torch.tensor, whose copy from pageable host memory a capture refuses; same outputs."""
+    extra = {"num_buckets": 4, "seed": 1} if backend == "lsh" else {}
+    core = build_attention(backend, causal=True, chunk_length=8, **extra, **options)
+    q, k, v = (torch.randn(2, 2, 40, 16) for _ in range(3))
+    k = q if backend == "lsh" else k
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 35:] = False
+    expected = core(q, k, v, mask)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a tensor made from host values")
+
+    monkeypatch.setattr(torch, "tensor", refused)
+    monkeypatch.setattr(torch, "as_tensor", refused)
+    torch.testing.assert_close(core(q, k, v, mask), expected, rtol=0, atol=0)
 
 
 # ---- on CUDA: real graphs (the gpu marker; the GPU check runs them) --------------------------

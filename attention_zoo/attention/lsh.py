@@ -129,10 +129,11 @@ class LSHAttention(AttentionCore):
 
     def capture_obstacle(self, call: Call, mode: str) -> str | None:
         """Seeded rotations come from a generator seeded on the host every call, and a prefill
-        draws its rotations again by setting the RNG state on the host."""
+        draws its rotations again by setting the RNG state on the host. An exact decode step
+        draws none: it hashes with the rotations its state keeps."""
         if mode == "prefill":
             return "its prefill sets the RNG state on the host to draw its rotations again"
-        if self.cfg.seed is None:
+        if self.cfg.seed is None or (mode == "decode" and self.cfg.semantics == "exact"):
             return None
         return (
             "its seeded rotations come from a generator seeded on the host every call (leave "

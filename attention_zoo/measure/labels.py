@@ -132,12 +132,16 @@ KERNEL_HEADER = "kernel"  # the implementation column: bench, results and the re
 def kernel_text(facts: dict[str, Any] | None) -> str:
     """The implementation a case ran (its facts' "kernels"): 'flex'; several backends
     'local: cpu-fused, lsh: flex'; ' (captured)' after it when its step was a CUDA graph's
-    replay; '-' when not stored (rows of older versions, peers)."""
+    replay, with what the replay computes apart from the plain step where it differs
+    (' (captured; attends all 80 cache slots, masked past its count)'); '-' when not stored
+    (rows of older versions, peers)."""
     kernels = (facts or {}).get("kernels") or {}
     if not isinstance(kernels, dict) or not kernels:
         return "-"
     graphs = (facts or {}).get("cuda_graphs") or {}
-    replayed = " (captured)" if isinstance(graphs, dict) and graphs.get("on") else ""
+    replayed = ""
+    if isinstance(graphs, dict) and graphs.get("on"):
+        replayed = f" (captured; {graphs['differs']})" if graphs.get("differs") else " (captured)"
     if len(kernels) == 1:
         return f"{next(iter(kernels.values()))}{replayed}"
     return ", ".join(f"{backend}: {name}" for backend, name in kernels.items()) + replayed

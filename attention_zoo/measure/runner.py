@@ -31,6 +31,8 @@ from .capture import (
     OFF,
     ON,
     Capture,
+    CapturedStep,
+    GraphPool,
     captured_step,
     check_cuda_graphs,
     choose_capture,
@@ -202,8 +204,8 @@ def measure_group(
                 if p.result is None:  # not failed while timed (fail() stored its status)
                     p.finish(OK)
         finally:
-            for p in pending:
-                p.runnable = None
+            for p in pending:  # its tensors and graphs freed, for the cache to be emptied
+                p.runnable = p.plain = p.replay = None
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -223,6 +225,7 @@ class _Pending:
         self.expected: Expected | None = None  # its predicted duration, where a limit asked
         self.capture: Capture | None = None  # whether its timed step is a graph's replay
         self.plain: Runnable | None = None  # the runnable with its (watched) step, uncaptured
+        self.replay: CapturedStep | None = None  # its captured step, once captured
 
     def finish(self, status: str, error: str | None = None) -> None:
         text = "; ".join(([error] if error else []) + self.notes) or None
@@ -308,12 +311,20 @@ class _Pending:
         else:
             self.finish(OK)
 
-    def capture_into(self, settings: MeasureSettings, pool: Any) -> None:
+    def capture_into(self, settings: MeasureSettings, pool: GraphPool | None) -> None:
         """Its timed step becomes a CUDA graph's replay (watched, as the step was); the capture's
         own calls run the watched step. Raises what the capture raised."""
         assert self.plain is not None and self.runnable is not None
-        replay = captured_step(self.plain, pool)
-        self.runnable.step = self.watched(replay, settings, announce=False)
+        self.replay = captured_step(self.plain, pool)
+        self.runnable.step = self.watched(self.replay, settings, announce=False)
+
+    def uncapture(self) -> None:
+        """Its timed step back to the plain one, as it ran before a capture."""
+        if self.replay is not None:
+            self.replay.restore()
+            self.replay = None
+        if self.runnable is not None and self.plain is not None:
+            self.runnable.step = self.plain.step  # the watched step it had
 
     def expect(self, settings: MeasureSettings, flops: float) -> str | None:
         """Predict the case's duration where a limit asks for it; why it is not run when the
@@ -358,7 +369,7 @@ def _capture_group(live: list[_Pending], settings: MeasureSettings) -> None:
                     False, f"timed as it is, as {_group_reason(blocked)}", p.capture.told
                 )
         return
-    pool = graph_pool(live[0].case.device)
+    pool = graph_pool(live[0].case.device)  # one pool and capture stream for the group
     for p in live:
         try:
             p.capture_into(settings, pool)
@@ -371,7 +382,7 @@ def _capture_group(live: list[_Pending], settings: MeasureSettings) -> None:
             for q in live:
                 if q.runnable is None or q.plain is None:  # failed before: nothing to time
                     continue
-                q.runnable.step = q.plain.step  # the watched step it had
+                q.uncapture()
                 if q is not p and q.capture is not None:
                     q.capture = Capture(
                         False, f"timed as it is, as {_group_reason(p)}", q.capture.told

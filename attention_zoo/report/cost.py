@@ -227,7 +227,9 @@ COMPUTES_RULE = (
     "recurrent or approximate). "
     "The **kernel** is the implementation that ran (`zoo list` lists each backend's); "
     "`(captured)` after it: the CUDA step was timed as a CUDA graph's replay, without the "
-    "time Python takes to launch its kernels."
+    "time Python takes to launch its kernels; `(captured; ...)`: a replay that computes what "
+    "it says apart from the plain step (a decode step over every slot of its cache, masked), "
+    "timed as such."
 )
 
 

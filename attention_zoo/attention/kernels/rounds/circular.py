@@ -65,6 +65,11 @@ class CircularPlan(SlotPlan):
         total = self.total_chunks
         return [i if abs(i) <= total else 0 for i in range(-self.before, self.after + 1)]
 
+    def shift_tensor(self, device: torch.device) -> Tensor:
+        """shifts() made on `device` (no copy from the host, which a CUDA graph cannot capture)."""
+        offsets = torch.arange(-self.before, self.after + 1, device=device)
+        return offsets.masked_fill(offsets.abs() > self.total_chunks, 0)
+
     @property
     def consecutive(self) -> bool:
         """Every window is consecutive chunks (mod the concatenation): what the fused kernel's
@@ -75,7 +80,7 @@ class CircularPlan(SlotPlan):
         """(b * h, chunks, W): the position of every key slot of every query chunk's window."""
         b, h = self.perm.shape[:2]
         total, device = self.total_chunks, self.perm.device
-        shifts = torch.tensor(self.shifts(), device=device)
+        shifts = self.shift_tensor(device)
         chunks = (torch.arange(total, device=device)[:, None] + shifts) % total  # (total, nw)
         positions = self.perm.reshape(b * h, total, self.chunk)
         return positions[:, chunks].reshape(b * h, total, -1)
@@ -83,11 +88,11 @@ class CircularPlan(SlotPlan):
     def self_copies(self) -> Tensor:
         """(b, h, R, npad) int: how often each position's own slot is in its window, per round
         (the windows' chunks of every round, its own round's included)."""
-        total = self.total_chunks
-        counts = [0] * total  # how many of a window's chunks are d chunks after the query's
-        for shift in self.shifts():
-            counts[shift % total] += 1
-        per_offset = torch.tensor(counts, dtype=torch.int32, device=self.perm.device)
+        total, device = self.total_chunks, self.perm.device
+        # how many of a window's chunks are d chunks after the query's, for every d
+        reached = self.shift_tensor(device) % total
+        per_offset = (torch.arange(total, device=device)[:, None] == reached).sum(1)
+        per_offset = per_offset.to(torch.int32)
         chunk = (undo_perm(self.perm) // self.chunk).to(torch.int32)  # (b, h, R, npad)
         offset = (chunk.unsqueeze(2) - chunk.unsqueeze(3)) % total  # (b, h, R, R', npad)
         return per_offset[offset].sum(3)

@@ -114,7 +114,7 @@ class BucketMasks:
 
     def _fill(self, keys: Tensor, delta: Tensor, name: str) -> Tensor:
         """where(same code, position pattern, masked) for keys (rows, chunks, K), delta (c, K)."""
-        mv = torch.tensor(mask_value(self.dtype), dtype=self.dtype, device=delta.device)
+        mv = torch.full((), mask_value(self.dtype), dtype=self.dtype, device=delta.device)
         bad = delta == 0
         if self.plan.causal:
             bad = bad | (delta > 0) | (delta < -self.win.front)
