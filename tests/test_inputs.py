@@ -175,3 +175,19 @@ def test_fla_is_refused_where_its_kernels_would_fail():
 def test_recurrences_take_chunks_of_a_power_of_two():
     with pytest.raises(OptionError, match=r"retention option chunk_length must be a power of two"):
         build_attention("retention", causal=True, chunk_length=48)
+
+
+def test_a_case_s_call_carries_its_shared_kv_heads():
+    """The kernel a case reports is picked for its call as run: four query heads per key/value
+    head under kv_heads=1."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from attention_zoo.measure.cases import BenchCase, build_runnable
+    from attention_zoo.measure.kernels import attention_cores, case_call
+
+    for kv_heads, group in ((None, 1), (1, 4), (2, 2)):
+        case = BenchCase(target="attention", backend="sdpa", seq_len=64,
+                         options={"kv_heads": kv_heads})  # fmt: skip
+        with FakeTensorMode():
+            (core,) = attention_cores(build_runnable(case, "meta").module)
+        assert case_call(case, core).group == group

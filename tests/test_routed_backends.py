@@ -516,6 +516,21 @@ def test_nsa_reports_its_window_kernel_only_where_it_runs(mode, length, reported
     assert kernel_names(case, module) == reported
 
 
+def test_a_model_case_reports_the_kernels_of_its_own_heads():
+    """A model case's overrides set the heads its attention runs with: one head of 64 at 8192
+    tokens is too small for nsa's node, four heads (the case's own) are not."""
+    reported = {}
+    for heads in (1, 4):
+        case = BenchCase(target="model", backend="nsa", seq_len=8192, mode="forward",
+                         causal=True, model={"num_attention_heads": heads,
+                                             "attention_head_size": 64})  # fmt: skip
+        assert case.attention_shape() == (heads, 64)
+        with FakeTensorMode():
+            module = build_runnable(case, "meta").module
+        reported[heads] = kernel_names(case, module)
+    assert reported == {1: {"nsa": "tiled", "sliding-window": "cpu-fused"}, 4: {"nsa": "tiled"}}
+
+
 def test_nsa_mixed_node_in_bfloat16_matches_the_branches_one_by_one(mixed_always, monkeypatch):
     """16-bit inputs: the node (float32 scores and sums inside) and the composition agree to
     bfloat16's rounding, gradients included."""

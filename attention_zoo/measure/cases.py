@@ -199,6 +199,14 @@ class BenchCase:
                     return decode.refusal(name)
         return None
 
+    def attention_shape(self) -> tuple[int, int]:
+        """(query heads, head size) the case's attention runs with: a model case's overrides
+        (num_attention_heads, attention_head_size, hidden_size) included."""
+        if self.target != "model":
+            return self.num_heads, self.head_dim
+        config = self.reformer_config()
+        return config.num_attention_heads, config.head_size
+
     def reformer_config(self) -> Any:
         """The ReformerConfig of a model case (imports the model lazily)."""
         fields = {

@@ -21,7 +21,7 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
         return {type(core).spec.name: "step" for core in attention_cores(module)}
     found: dict[str, list[str]] = {}
     cores = attention_cores(module)
-    rows = case.batch * case.num_heads
+    rows = case.batch * case.attention_shape()[0]
     idle = {id(c) for core in cores for c in core.idle_cores(case_call(case, core), rows)}
     for core in cores:
         if id(core) in idle:  # an inner core this step does not run
@@ -34,9 +34,13 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
 
 
 def case_call(case: BenchCase, core: AttentionCore) -> Call:
-    """The call `case` makes of `core`: its device, dtype, length, head size, dropout."""
+    """The call `case` makes of `core`: its device, dtype, length, head size, dropout and query
+    heads per key/value head."""
     device = torch.device(case.device).type
-    return Call(device, DTYPES[case.dtype], case.seq_len, case.head_dim, bool(core.dropout_p))
+    heads, head_dim = case.attention_shape()
+    group = heads // core.layout.kv_heads_for(heads)
+    dropout = bool(core.dropout_p)
+    return Call(device, DTYPES[case.dtype], case.seq_len, head_dim, dropout, group=group)
 
 
 def attention_cores(module: torch.nn.Module) -> list[AttentionCore]:
