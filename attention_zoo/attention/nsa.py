@@ -85,9 +85,7 @@ class NSAAttention(AttentionCore):
     ) -> Tensor:
         """The three branches, the selected and window ones computed by `attend`."""
         real = real_keys(key_padding_mask, q.shape[0], q.shape[2], q.device)
-        c = self.cfg.block_size
-        means, has = block_means(k, real, c)
-        values, _ = block_means(v, real, c)
+        means, values, has = self._pooled(k, v, real)
         o_swa = self.window_core(q, k, v, key_padding_mask)
         # a query whose window holds no real key takes nothing from it: its gate is 0 (gating
         # the branch's output instead would keep a second copy of it for the backward)
@@ -105,9 +103,8 @@ class NSAAttention(AttentionCore):
             return self.routed(tiled_attention, q, k, v, key_padding_mask, **gates)
         c = cfg.block_size
         real = real_keys(key_padding_mask, b, t, q.device)
-        with torch.no_grad():
-            means, has = block_means(k, real, c)
-            values, _ = block_means(v, real, c)
+        with torch.no_grad():  # the node adds the block means' gradients itself
+            means, values, has = self._pooled(k, v, real)
             selected = nsa_route(q, means, has, block=c, slots=cfg.num_selected)
         window = window_route(b, h, t, block=c, window=cfg.window, offset=0, device=q.device)
         branches = plan_branches(q, k, v, selected, window, (means, values, has), real)
@@ -116,6 +113,13 @@ class NSAAttention(AttentionCore):
         inputs = (q, k, v, g_cmp, gates["g_slc"], g_swa)
         backward_follows = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
         return MixedNSA.apply(*inputs, branches, backward_follows)
+
+    def _pooled(self, k: Tensor, v: Tensor, real: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The block means of the keys and of the values (b, kv, nb, d) over their real keys, and
+        which blocks hold one (b, nb)."""
+        means, has = block_means(k, real, self.cfg.block_size)
+        values, _ = block_means(v, real, self.cfg.block_size)
+        return means, values, has
 
     def _mix(
         self,
