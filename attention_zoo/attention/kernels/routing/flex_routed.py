@@ -18,7 +18,7 @@ def route_block_mask(route: Route, n: int, real: Tensor) -> BlockMask:
     query's, it is not after the query and it is real."""
     b, h = route.blocks.shape[:2]
     c, device = route.block, route.blocks.device
-    nq, nb = tiles(n), -(-n // c)
+    nq = tiles(n)
     # key tiles each selected block spans: a block of c keys covers at most ceil(c / TILE) + 1
     span = -(-c // TILE) + 1
     first = route.blocks * c // TILE
@@ -32,13 +32,16 @@ def route_block_mask(route: Route, n: int, real: Tensor) -> BlockMask:
     listed = listed[..., :nq]
     counts = listed.sum(-1).to(torch.int32)
     order = listed.to(torch.int8).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
-    picked = torch.zeros(b, h, n, nb + 1, dtype=torch.bool, device=device)
-    picked.scatter_(-1, torch.where(route.used, route.blocks, nb), True)
-    last_q, last_block, window = n - 1, nb, route.window  # plain values: no object guarded
+    # each query's blocks, -1 in unused slots: K per query, not an (n, blocks) table
+    chosen = torch.where(route.used, route.blocks, -1).to(torch.int32)
+    last_q, slots, window = n - 1, chosen.shape[-1], route.window  # plain values: none guarded
 
     def mod(bi: Tensor, hi: Tensor, i: Tensor, j: Tensor) -> Tensor:
-        chosen = picked[bi, hi, i.clamp(max=last_q), (j // c).clamp(max=last_block)]
-        return chosen & near(j, i, window) & real[bi, j.clamp(max=last_q)] & (j < n)
+        row, block = i.clamp(max=last_q), j // c
+        hit = chosen[bi, hi, row, 0] == block
+        for slot in range(1, slots):  # the slots one by one: a mask_mod reads scalars
+            hit = hit | (chosen[bi, hi, row, slot] == block)
+        return hit & near(j, i, window) & real[bi, j.clamp(max=last_q)] & (j < n)
 
     return BlockMask.from_kv_blocks(
         counts, order, BLOCK_SIZE=TILE, mask_mod=mod, seq_lengths=(n, n)
