@@ -606,11 +606,19 @@ DRAWS_NOTHING = (
 GRAPHED = [*DRAWS_NOTHING, "lsh"]
 
 
+# the GPU check's grid shape, whose kernels its warm-up compiled and tuned
+GRID_CASE = {"device": "cuda", "dtype": "bfloat16", "seq_len": 16384}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", DRAWS_NOTHING)
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param(b, marks=() if not i else pytest.mark.slow) for i, b in enumerate(DRAWS_NOTHING)],
+)
 def test_a_replayed_forward_equals_the_forward_on_cuda(backend):
-    """A recording of the forward, replayed, writes what the forward returns (bf16, 4k)."""
-    case = BenchCase(backend=backend, device="cuda", dtype="bfloat16", seq_len=4096)
+    """A recording of the forward, replayed, writes what the forward returns (bf16, 16k; each
+    forward without autograd compiles kernels of its own: all but the first are slow)."""
+    case = BenchCase(backend=backend, **GRID_CASE)
     plain = build_runnable(case)
     expected = plain.output()
     static = torch.empty_like(expected)
@@ -644,14 +652,17 @@ def test_a_captured_decode_step_decodes_as_the_plain_one_on_cuda(backend):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["forward", "forward+backward"])
+@pytest.mark.parametrize(
+    "mode", [pytest.param("forward", marks=pytest.mark.slow), "forward+backward"]
+)
 def test_every_grid_backend_is_captured_on_cuda(mode):
     """--cuda-graphs on: every backend of the GPU check's grids is captured and timed (bf16,
-    4k), and its facts say so."""
+    16k: the grid's compiled kernels; the forward alone compiles its own: slow), and its facts
+    say so."""
     settings = MeasureSettings(time_budget_s=0.0, metrics=("time",), cuda_graphs="on")
     failed = {}
     for backend in GRAPHED:
-        case = BenchCase(backend=backend, device="cuda", dtype="bfloat16", seq_len=4096, mode=mode)
+        case = BenchCase(backend=backend, mode=mode, **GRID_CASE)
         result = measure_case(case, settings)
         if result.status != "ok" or result.facts.get("cuda_graphs") != {"on": True}:
             failed[backend] = result.error or result.status

@@ -26,9 +26,12 @@ from .test_recurrence_delta import _fla_naive
 
 LENGTHS = (4096, 16384)  # the GPU check's grid lengths that the targets are set at
 B, H, D = 1, 4, 64  # the targets' (1, 4, n, 64)
-# RMS ratio a kernel may reach on inputs of its dtype against the float64 reference on the same
-# rounded inputs: bfloat16 keeps 8 bits; fla's float32 products run in TF32 (10 bits)
-TOLERANCE = {torch.bfloat16: 1e-2, torch.float32: 5e-3}
+# RMS ratio fla's kernels (bfloat16, the dtype they run in here) may reach against the float64
+# reference on the same rounded inputs: fla's own chunk tests allow 0.008 for outputs and q, k
+# gradients and 0.02 for the gates' and betas' in float16 at a few hundred tokens; bfloat16 keeps
+# three bits fewer
+TOLERANCE = {"out": 2e-2, "dq": 2e-2, "dk": 2e-2, "dv": 2e-2}
+EXTRA_TOLERANCE = 5e-2  # the gradients of the extra inputs (decays, betas)
 CPU_TOLERANCE = 1e-5  # float32 against float32: the same sums in another order
 
 
@@ -80,9 +83,11 @@ def _report(case: str, ratios: dict) -> str:
     )
 
 
-def _assert_within(case: str, ratios: dict, tolerance: float) -> None:
+def _assert_within(case: str, ratios: dict, tolerance: float | dict[str, float]) -> None:
+    """Every ratio within its tolerance (one for all, or one per tensor name)."""
     print(_report(case, ratios))  # the numbers, in -s or -rA output
-    bad = {n: r for n, r in ratios.items() if not r.ratio <= tolerance}
+    limit = tolerance if isinstance(tolerance, dict) else dict.fromkeys(ratios, tolerance)
+    bad = {n: r for n, r in ratios.items() if not r.ratio <= limit[n]}
     assert not bad, f"over {tolerance}: {_report(case, bad)}"
 
 
@@ -186,11 +191,11 @@ def _record(row: dict) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", LENGTHS)
-@pytest.mark.parametrize("dtype", sorted(TOLERANCE, key=str), ids=str)
 @pytest.mark.parametrize("name", sorted(FLA_BACKENDS))
-def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, dtype, n):
-    """The fla implementation's run (its dtype checks bypassed: float32 is measured too) on inputs
-    rounded to `dtype`, against the reference implementation in float64 on the same values."""
+def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, n):
+    """The fla implementation's run on inputs rounded to bfloat16 (the dtype fla runs in here),
+    against the reference implementation in float64 on the same values."""
+    dtype = torch.bfloat16
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device; none is visible")
     pytest.importorskip("fla")
@@ -211,11 +216,9 @@ def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, dtype, n):
 
     row = {"backend": name, "kernel": "fla", "dtype": str(dtype).removeprefix("torch."),
            "length": n, "reference": f"{FLA_BACKENDS[name]} float64"}  # fmt: skip
-    # the generic dtype refusal ("takes bfloat16, not float32") is what is measured;
-    # a kernel's own refusal (the delta rule without a decay in float32) is recorded and skipped
+    # a refusal (no fla here, a shape its kernels do not take) is recorded and skipped
     fla = type(cores["fla"]).kernels.by_name["fla"]
-    reasons = fla.reasons(cores["fla"], Call("cuda", dtype, n, D))
-    if refused := [r for r in reasons if not r.startswith("takes ")]:
+    if refused := fla.reasons(cores["fla"], Call("cuda", dtype, n, D)):
         _record({**row, "refused": "; ".join(refused)})
         pytest.skip("; ".join(refused))
     try:
@@ -225,7 +228,7 @@ def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, dtype, n):
         _record({**row, "error": f"{type(error).__name__}: {error}"})
         raise
     ratios = compare(got, want, ["out", "dq", "dk", "dv", *(f"d{e}" for e in names)])
-    tolerance = TOLERANCE[dtype]
+    tolerance = {**dict.fromkeys(ratios, EXTRA_TOLERANCE), **TOLERANCE}
     for tensor, r in ratios.items():
-        _record({**row, "tensor": tensor, **r.row(), "passed": r.ratio <= tolerance})
+        _record({**row, "tensor": tensor, **r.row(), "passed": r.ratio <= tolerance[tensor]})
     _assert_within(f"{name} {row['dtype']} n={n}", ratios, tolerance)

@@ -83,11 +83,13 @@ def _with_grads(fn, x: dict) -> list[torch.Tensor]:
     return [o, state, *torch.autograd.grad(loss, leaves)]
 
 
-def _assert_close_scaled(got: list, want: list, tol: float) -> None:
-    """Each tensor within tol of its reference, relative to the reference's largest entry."""
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+def _assert_close_scaled(got: list, want: list, tol: float | list[float]) -> None:
+    """Each tensor within tol (one for all, or one each) of its reference, relative to the
+    reference's largest entry."""
+    tols = tol if isinstance(tol, list) else [tol] * len(want)
+    for i, (g, w, t) in enumerate(zip(got, want, tols, strict=True)):
         err = (g.double() - w.double()).abs().max() / w.double().abs().max().clamp(min=1e-30)
-        assert err <= tol, f"tensor {i}: relative error {err:.2e} > {tol:.0e}"
+        assert err <= t, f"tensor {i}: relative error {err:.2e} > {t:.0e}"
 
 
 @pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
@@ -404,4 +406,10 @@ def test_fla_kernels_match_the_chunks_on_cuda(decay, kind):
         return _with_grads(call, inputs)
 
     got, want = run(fla, x), run(chunk_delta, _leaves(x, torch.float32, "cuda"))
-    _assert_close_scaled(got, want, 2e-2 if dtype == torch.bfloat16 else 1e-4)
+    if dtype != torch.bfloat16:
+        _assert_close_scaled(got, want, 1e-4)
+        return
+    # bfloat16: the betas' and decays' gradients sum over a whole key row, looser (as fla's own)
+    names = ["out", "state", *(name for name, t in x.items() if t is not None)]
+    loose = ("beta", "log_decay")
+    _assert_close_scaled(got, want, [5e-2 if n in loose else 2e-2 for n in names[: len(got)]])

@@ -529,3 +529,29 @@ def test_an_attempt_is_long_by_the_clock_it_was_timed_with(monkeypatch) -> None:
             fns, device="cpu", warmup=0, repeats=5, budget_s=0.01, max_repeats=5, clock=clock
         )
         assert timed["a"].attempts == attempts
+
+
+@pytest.mark.parametrize(
+    ("mode", "grad"), [("forward", False), ("forward+backward", True), ("train-step", True)]
+)
+def test_the_output_check_runs_in_the_step_s_grad_mode(mode, grad):
+    """The check's forward has autograd exactly where the step has a backward: a compiled kernel
+    it triggers is the step's own (a grad mode change compiles another)."""
+    import dataclasses
+
+    import torch
+
+    from attention_zoo.measure.cases import build_runnable
+    from attention_zoo.measure.validate import invalid_output
+
+    target = "block" if mode == "train-step" else "attention"
+    runnable = build_runnable(BenchCase(target=target, backend="sdpa", seq_len=32, mode=mode))
+    seen = []
+    output = runnable.output
+
+    def spying():
+        seen.append(torch.is_grad_enabled())
+        return output()
+
+    assert invalid_output(dataclasses.replace(runnable, output=spying)) is None
+    assert seen == [grad]

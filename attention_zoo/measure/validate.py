@@ -51,10 +51,13 @@ def expected_output(case: BenchCase) -> tuple[tuple[int, ...], torch.dtype]:
 
 
 def invalid_output(runnable: Runnable) -> str | None:
-    """Why the case's output breaks the contract, or None: one forward on the case's inputs."""
+    """Why the case's output breaks the contract, or None: one forward on the case's inputs,
+    with autograd where the step has a backward (a compiled kernel is then the step's own, not
+    a forward-only one compiled for the check)."""
     case = runnable.case
-    with torch.no_grad():
+    with torch.set_grad_enabled(case.mode in ("forward+backward", "train-step")):
         out = runnable.output()
+    out = out.detach() if isinstance(out, Tensor) else out
     shape, dtype = expected_output(case)
     if not isinstance(out, Tensor):
         return f"the {case.target} returned {type(out).__name__}, not a tensor"

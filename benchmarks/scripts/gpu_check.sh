@@ -242,7 +242,10 @@ step targets "$PY" benchmarks/scripts/gpu_targets.py --store "$store"
 # four test processes: pyproject's -n auto would start one a core, each with its CUDA context
 step accuracy env ZOO_ACCURACY_OUT="${OUT:-$(dirname "$store")}" "$PY" -m pytest -n 4 -v -rA \
     --tb=line -m gpu -p no:cacheprovider tests/test_fla_accuracy.py
-step tests "$PY" -m pytest -n 4 -v -rf --tb=line -m gpu -p no:cacheprovider tests/test_kernels.py \
+# the CUDA tests but those marked slow (each compiles shapes no grid warmed): GPU_TESTS="gpu"
+# runs them all (minutes: a run of its own, STEPS=tests)
+step tests "$PY" -m pytest -n 4 -v -rf --tb=line -m "${GPU_TESTS:-gpu and not slow}" \
+    -p no:cacheprovider tests/test_kernels.py \
     tests/test_cuda.py tests/test_capture.py tests/test_attention_contract.py tests/test_throughput.py \
     tests/test_recurrence_decay.py tests/test_recurrence_delta.py
 bench block true "$causal_backends"
