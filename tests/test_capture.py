@@ -374,8 +374,13 @@ def test_a_failed_capture_leaves_the_optimizer_as_it_was(monkeypatch):
 def test_a_group_captures_on_one_stream_into_one_pool(monkeypatch):
     """Every capture of a group gets the group's one pool and stream."""
     monkeypatch.setattr(capture, "graphs_apply", lambda device: True)
-    shared = GraphPool("pool", "stream")
-    monkeypatch.setattr(runner, "graph_pool", lambda device: shared)
+    made = []  # a new pool each call: one call per group, or the captures' pools differ
+
+    def graph_pool(device):
+        made.append(GraphPool(f"pool {len(made)}", f"stream {len(made)}"))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "graph_pool", graph_pool)
     pools = []
 
     def record(kernels, device, pool):
@@ -386,7 +391,7 @@ def test_a_group_captures_on_one_stream_into_one_pool(monkeypatch):
     settings = MeasureSettings(time_budget_s=0.0, min_repeats=3, metrics=("time",))
     plain = BenchCase(backend="sdpa", mode="forward+backward", **SMALL)
     measure_group([plain, plain.replace(backend="local"), plain.replace(backend="lsh")], settings)
-    assert len(pools) == 3 and all(pool is shared for pool in pools)
+    assert len(made) == 1 and len(pools) == 3 and all(pool is made[0] for pool in pools)
 
 
 # ---- cuda_graph against a stand-in for torch.cuda: the allocator's bookkeeping of a capture --
@@ -406,6 +411,7 @@ class FakeCuda:
         self.log: list[str] = []
         self.capturing: FakeGraph | None = None
         self.handles = itertools.count(1)
+        self.graphs: list[FakeGraph] = []
 
     def install(self, monkeypatch) -> None:
         cuda = torch.cuda
@@ -433,7 +439,8 @@ class FakeCuda:
             self.current = before
 
     def graph(self) -> FakeGraph:
-        return FakeGraph(self)
+        self.graphs.append(FakeGraph(self))
+        return self.graphs[-1]
 
     def begin(self, pool) -> None:
         self.uses[pool] += 1
@@ -460,11 +467,12 @@ class FakeGraph:
 
     def __init__(self, cuda: FakeCuda) -> None:
         self.cuda, self.invalid, self.empty, self.ended = cuda, False, False, False
+        self.uninstantiable = False
 
     def capture_begin(self, pool) -> None:
         if self.cuda.current is self.cuda.default:
             raise RuntimeError("CUDA graphs must be captured on a non-default stream.")
-        self.pool, self.stream = pool, self.cuda.current
+        self.pool_id, self.stream = pool, self.cuda.current
         self.cuda.begin(pool)
         self.cuda.capturing = self
         self.cuda.log.append("capture_begin")
@@ -475,14 +483,21 @@ class FakeGraph:
             raise RuntimeError(
                 "CUDA error: operation failed due to a previous error during capture"
             )
-        self.cuda.end(0, self.pool)
+        self.cuda.end(0, self.pool_id)
         if self.empty:
             raise RuntimeError("Invalid capture.")
         self.ended = True
+        if self.uninstantiable:
+            raise RuntimeError("CUDA error: cudaGraphInstantiate failed")
+
+    def pool(self):
+        if not self.ended:
+            raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
+        return self.pool_id
 
     def reset(self) -> None:
         if self.ended:
-            self.cuda.release(0, self.pool)
+            self.cuda.release(0, self.pool_id)
             self.ended = False
 
     def replay(self) -> None:
@@ -502,13 +517,17 @@ def _kernels(cuda: FakeCuda, fails: str | None):
             raise RuntimeError(NOT_PERMITTED)
         elif fails == "records nothing":
             graph.empty = True
+        elif fails == "cannot be instantiated":
+            graph.uninstantiable = True
         elif fails == "stopped":
             raise CaseTimedOut("stopped past --timeout")
 
     return kernels
 
 
-@pytest.mark.parametrize("fails", ["syncs", "records nothing", "stopped", "on the default"])
+@pytest.mark.parametrize(
+    "fails", ["syncs", "records nothing", "cannot be instantiated", "stopped", "on the default"]
+)
 def test_a_failed_capture_leaves_the_allocator_as_it_was(monkeypatch, fails):
     """However a capture fails (inside the capture, in capture_end before or after it ends the
     allocator's capture, or at capture_begin), it raises its own error, and the allocator has no
@@ -520,6 +539,8 @@ def test_a_failed_capture_leaves_the_allocator_as_it_was(monkeypatch, fails):
     kernels = _kernels(cuda, None if fails == "on the default" else fails)
     with pytest.raises((RuntimeError, CaseTimedOut)):
         cuda_graph(kernels, torch.device("cuda"), pool)
+    for graph in cuda.graphs:  # as their destructors do: released once in all (uses >= 0)
+        graph.reset()
     assert cuda.underway == [] and cuda.uses[pool.handle] == 0
     torch.cuda.empty_cache()
 
@@ -542,10 +563,11 @@ def test_a_capture_runs_on_the_pools_stream_after_the_cache_is_emptied(monkeypat
         "replay",
         "synchronize",
     ]
-    assert first.stream is second.stream is pool.stream and first.pool == second.pool == pool.handle
+    assert first.stream is second.stream is pool.stream
+    assert first.pool() == second.pool() == pool.handle
     assert cuda.underway == [] and cuda.uses[pool.handle] == 2
     alone = cuda_graph(_kernels(cuda, None), torch.device("cuda"))
-    assert alone.pool != pool.handle and alone.stream is not pool.stream
+    assert alone.pool() != pool.handle and alone.stream is not pool.stream
 
 
 def test_lsh_and_local_windows_are_made_on_the_device():

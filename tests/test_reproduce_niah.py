@@ -202,3 +202,7 @@ def test_the_plot_legend_names_how_each_state_grows():
     assert ladder.Memory(4096, 65536).kind == "growing cache"
     assert ladder.Memory(None, None).kind == "state not sized here"  # neither, and not drawn so
     assert not ladder.Memory(None, None).fixed
+    from attention_zoo.reproduce.niah.plot import LINES
+
+    kinds = [ladder.Memory(*m).kind for m in ((1, 1), (1, 2), (None, None))]
+    assert sorted(kinds) == sorted(LINES) and len(set(LINES.values())) == 3  # a style each

@@ -33,6 +33,7 @@ from .kernels.routing.mixed import MixedNSA, pays, plan_branches
 from .kernels.routing.route import block_means
 from .kernels.routing.table import ROUTED_KERNELS, Attend
 from .kernels.routing.tiled import tiled_attention
+from .kernels.segments import needs_grad
 from .options import check_int
 from .spec import ROUTED, get_backend, register_attention
 
@@ -111,8 +112,7 @@ class NSAAttention(AttentionCore):
         g_cmp = gates["g_cmp"] * compressed_seen(has, t, block=c)  # no block seen: nothing
         g_swa = gates["g_swa"] * window_seen(real, cfg.window)
         inputs = (q, k, v, g_cmp, gates["g_slc"], g_swa)
-        backward_follows = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
-        return MixedNSA.apply(*inputs, branches, backward_follows)
+        return MixedNSA.apply(*inputs, branches, needs_grad(*inputs))
 
     def _pooled(self, k: Tensor, v: Tensor, real: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The block means of the keys and of the values (b, kv, nb, d) over their real keys, and

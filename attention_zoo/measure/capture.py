@@ -191,8 +191,12 @@ def record_graph(graph: Any, kernels: Callable[[], None], pool: Any) -> None:
             raise
         graph.capture_end()
     except BaseException:
+        if not ended:  # capture_end may raise past ending the capture (a failed instantiation)
+            with contextlib.suppress(RuntimeError):
+                graph.pool()  # raises unless the capture ended
+                ended = True
         if ended:
-            graph.reset()  # a capture that ended: the graph releases its pool itself
+            graph.reset()  # a capture that ended: the graph releases its pool itself, once
         else:
             end_failed_capture(pool, began)
         raise

@@ -11,6 +11,9 @@ from ...tasks.suite import TaskPreset
 from ..evidence import error_bar
 from .ladder import REFERENCE, accuracies, memory
 
+# a line's style by how the mechanism's state grows (ladder.Memory.kind)
+LINES = {"fixed state": "--", "growing cache": "-", "state not sized here": ":"}
+
 
 def plot(rows: Iterable[Mapping[str, Any]], preset: TaskPreset, path: Path) -> Path | None:
     """Write the preset's plot to `path`; None when no row of the preset is stored."""
@@ -32,7 +35,7 @@ def plot(rows: Iterable[Mapping[str, Any]], preset: TaskPreset, path: Path) -> P
             errs.append(err)
         state = memory(preset, backend)
         ax.errorbar(
-            xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if state.fixed else "-",
+            xs, ys, yerr=errs, marker="o", capsize=3, linestyle=LINES[state.kind],
             linewidth=2.5 if backend == REFERENCE else 1.2, label=f"{backend} ({state.kind})",
         )  # fmt: skip
     chance = 100 * preset.task.chance_accuracy()

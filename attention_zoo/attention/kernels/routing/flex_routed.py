@@ -1,7 +1,7 @@
 """Routed attention through FlexAttention: the route's key blocks become the BlockMask's kv lists
-per (batch, head, query tile), and the mask_mod reads each query's own blocks. Built from the
-block indices (a (queries, blocks) table, never an n x n mask); its shapes depend on the length
-only, so the compiled kernel is reused across inputs."""
+per (batch, head, query tile), and the mask_mod compares a key's block with each query's K chosen
+ones (never an n x n mask); its shapes depend on the length only, so the compiled kernel is
+reused across inputs."""
 
 from __future__ import annotations
 
