@@ -64,13 +64,14 @@ def generate(
     use_cache: bool = True,
     attention_mask: Tensor | None = None,
     prompt_padding: int = 0,
-    eos_token_id: int | None = None,
+    eos_token_id: int | list[int] | None = None,
     pad_token_id: int | None = None,
 ) -> Tensor:
     """input_ids (b, n) followed by up to max_new_tokens tokens each: (b, n + new). The prompt's
     attention_mask (b, n) bool; prompt_padding: positions the model appends to it (HF pads to
-    whole chunks), forgotten after the prefill. A sequence that produced eos_token_id is
-    continued with pad_token_id; all of them done, generation stops."""
+    whole chunks), forgotten after the prefill. A sequence that produced eos_token_id (or one of
+    a list) is continued with pad_token_id (the config's, else the first eos, as HF); all of them
+    done, generation stops."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
         raise InputError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if max_new_tokens < 0:
@@ -84,8 +85,13 @@ def generate(
             "generate with the cache runs the model for inference: call model.eval() first "
             "(or generate with use_cache=False)"
         )
-    if pad_token_id is None:
-        pad_token_id = lm.config.pad_token_id if eos_token_id is not None else None
+    eos = None if eos_token_id is None else torch.as_tensor(eos_token_id, device=input_ids.device)
+    if eos is not None:
+        eos = eos.flatten()
+        if pad_token_id is None:
+            pad_token_id = lm.config.pad_token_id
+        if pad_token_id is None:
+            pad_token_id = int(eos[0])
     generator = None
     if sampling.seed is not None:
         generator = torch.Generator(device=input_ids.device).manual_seed(sampling.seed)
@@ -103,13 +109,13 @@ def generate(
                 new = ids if prompt else ids[:, -1:]
                 logits = states.logits(new, mask if prompt else None, prompt_padding * prompt)
             token = sampling.pick(logits.float(), generator)
-            if eos_token_id is not None:
-                token = torch.where(done, pad_token_id if pad_token_id is not None else 0, token)
-                done = done | (token == eos_token_id)
+            if eos is not None:
+                token = torch.where(done, pad_token_id, token)
+                done = done | torch.isin(token, eos)
             ids = torch.cat([ids, token[:, None]], dim=1)
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-            if eos_token_id is not None and bool(done.all()):
+            if eos is not None and bool(done.all()):
                 break
     return ids
 

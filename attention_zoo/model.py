@@ -391,7 +391,7 @@ class ReformerLM(EncoderWithHead):
         seed: int | None = None,
         use_cache: bool = True,
         attention_mask: Tensor | None = None,
-        eos_token_id: int | Literal["config"] | None = "config",
+        eos_token_id: int | list[int] | Literal["config"] | None = "config",
         pad_token_id: int | None = None,
     ) -> Tensor:
         """input_ids (b, n) and up to max_new_tokens generated tokens each: (b, n + new).
@@ -401,9 +401,10 @@ class ReformerLM(EncoderWithHead):
         generate gives. use_cache: every layer keeps its attention's decoding state (KV cache,
         window, running sums, LSH buckets; see attention/decode.py) and each new token runs
         one step; else each token runs the forward over the whole sequence. A sequence that
-        produced eos_token_id goes on with pad_token_id (default: the config's); eos_token_id
-        defaults to the config's own, as transformers reads it (an HF checkpoint's; a model built
-        here has none); None: never stop early."""
+        produced eos_token_id (or one of a list) goes on with pad_token_id (default: the config's,
+        else the first eos, as transformers does); eos_token_id defaults to the config's own, as
+        transformers reads it (an HF checkpoint's; a model built here has none); None: never stop
+        early."""
         if eos_token_id == "config":
             eos_token_id = self.config.hf_extra.get("eos_token_id")
         sampling = generation.Sampling(

@@ -159,6 +159,29 @@ def test_generation_stops_at_eos_as_transformers_does():
     assert torch.equal(got, want) and (got[0, 8:] == 0).all()
 
 
+def test_a_list_of_eos_ids_stops_as_transformers_does():
+    """eos_token_id as a list stops a sequence at any of them."""
+    hf, ours = _hf_pair(CASES[0])
+    ids = torch.randint(1, BASE["vocab_size"], (2, 5), generator=torch.Generator().manual_seed(3))
+    free = ours.generate(ids, 20)
+    eos = [int(free[0, 7]), int(free[1, 9])]  # tokens each row produces early
+    want = hf.generate(ids, max_new_tokens=20, eos_token_id=eos, pad_token_id=0)
+    got = ours.generate(ids, 20, eos_token_id=eos, pad_token_id=0)
+    assert torch.equal(got, want), f"{got.tolist()} != {want.tolist()}"
+    assert got.shape[1] < 25
+
+
+def test_without_a_pad_id_finished_sequences_go_on_with_the_first_eos():
+    """No pad_token_id given nor in the config: transformers pads a finished sequence with the
+    first eos_token_id (HF's Reformer itself needs a pad id to pad a prompt, so ours alone)."""
+    lm = _lm(("sdpa",), "standard", pad_token_id=None).eval()
+    ids = torch.randint(1, 13, (2, 5), generator=torch.Generator().manual_seed(3))
+    free = lm.generate(ids, 12, eos_token_id=None)
+    eos = [int(free[0, 6]), 99]  # the first row's second new token; 99 never comes
+    got = lm.generate(ids, 12, eos_token_id=eos)
+    assert (got[0, 6:] == eos[0]).all() and torch.equal(got[:, :7], free[:, :7])
+
+
 def test_generation_stops_at_the_checkpoints_own_eos_as_transformers_does():
     """An HF checkpoint's eos_token_id (HF's default is 2) ends generation here too, unasked;
     eos_token_id=None generates on."""
