@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -149,6 +150,27 @@ def continued_run(
     return run_id
 
 
+# the settings that change what a stored number means: a run is continued only under its own
+SETTINGS_OF_A_RUN = ("metrics", "threads", "clock", "cuda_graphs", "interleave")
+
+
+def _check_same_settings(run: dict[str, Any], meta: dict[str, Any] | None) -> None:
+    """Refuse to add cases to `run` measured under other settings than its own (UsageError)."""
+    was = run["meta"].get("settings") or {}
+    now = json.loads(json.dumps((meta or {}).get("settings") or {}))  # as the store keeps it
+    differ = [
+        f"{name} {was[name]!r}, now {now[name]!r}"
+        for name in SETTINGS_OF_A_RUN
+        if name in was and name in now and was[name] != now[name]
+    ]
+    if differ:
+        raise UsageError(
+            f"run {run['run_id']} was measured with other settings ({'; '.join(differ)}): cases "
+            "added to it would not compare; continue it with its own settings, or start a new "
+            "run (leave out --resume, or give another --run-id)"
+        )
+
+
 def run_plan(
     plan: Plan,
     store: ResultStore,
@@ -189,6 +211,8 @@ def run_plan(
             skip |= store.held_cases(statuses=DONE, kind=plan.kind)
     todo = [k for k in keys if k not in skip]
     skipped = [k for k in keys if k in skip]
+    if todo and run_id is not None and (run := store.run(run_id)) is not None:
+        _check_same_settings(run, meta)
     plan.reused(skipped)
     if policy.dry_run:
         print(_preview(plan, todo, len(keys)))

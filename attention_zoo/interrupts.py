@@ -43,7 +43,11 @@ def stop_when_stuck(
                 continue
             if taken.wait(grace_s) or done.is_set():
                 return
-            print(last_words(), file=sys.stderr, flush=True)
+            try:
+                words = last_words()
+            except Exception as exc:  # a locked store, a full disk: the process ends anyway
+                words = f"interrupted (its run could not be marked interrupted: {exc})"
+            print(words, file=sys.stderr, flush=True)
             sys.stdout.flush()
             os._exit(EXIT_INTERRUPTED)
 

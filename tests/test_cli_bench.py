@@ -277,3 +277,41 @@ def test_interleave_times_a_flag_built_grid_round_robin(
     args = cli.parse(cli.build_parser(), ["bench", "--preset", "standard", "--no-interleave"])
     assert load_sweep_preset("standard").settings.interleave
     assert not settings_from_args(args, load_sweep_preset("standard")).interleave
+
+
+def test_a_run_is_continued_only_under_its_own_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cases added to a run (--run-id, --resume) are measured as its others were: other metrics,
+    threads or clock are refused in one line, before anything runs; the same settings continue."""
+    store = str(tmp_path / "s.sqlite")
+    grid = ["bench", "--target", "attention", "--backends", "sdpa", "--modes", "forward",
+            "--store", store, "--run-id", "r1", *FAST]  # fmt: skip
+    code, _, err = run(capsys, *grid, "--lengths", "32", "--metrics", "time")
+    assert code == 0, err
+    code, _, err = run(capsys, *grid, "--lengths", "32,64", "--metrics", "memory")
+    refused = "zoo bench: error: run r1 was measured with other settings (metrics ['time'], now"
+    assert code == 2 and err.strip().splitlines()[-1].startswith(refused), err
+    code, _, err = run(capsys, *grid, "--lengths", "32,64", "--metrics", "time")
+    assert code == 0, err
+    code, out, _ = run(capsys, "results", "--store", store, "--run-id", "r1", "--format", "csv")
+    rows = csv.DictReader(io.StringIO(out))
+    assert {json.loads(row["config"])["seq_len"] for row in rows} == {32, 64}
+
+
+def test_results_output_never_overwrites_a_results_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o naming a results store (this one or another) is refused in one line; the store stays."""
+    store = tmp_path / "s.sqlite"
+    code, _, err = run(capsys, "bench", "--target", "attention", "--backends", "sdpa",
+                       "--lengths", "32", "--modes", "forward", "--metrics", "time",
+                       "--store", str(store), *FAST)  # fmt: skip
+    assert code == 0, err
+    before = store.read_bytes()
+    rows = ["results", "--store", str(store), "--format", "csv"]
+    code, _, err = run(capsys, *rows, "-o", str(store))
+    assert code == 2 and f"--output {store} is a results store; give another file name" in err
+    assert store.read_bytes() == before
+    code, _, err = run(capsys, *rows, "-o", str(tmp_path / "rows.csv"))
+    assert code == 0 and (tmp_path / "rows.csv").read_text().startswith("run_id,"), err

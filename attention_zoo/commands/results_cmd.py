@@ -13,6 +13,7 @@ from ..measure.labels import DEFAULT_REFERENCE
 from ..measure.table import comparison_table, format_table, group_cases
 from ..measure.throughput import DERIVED, FLOP_RATE, PEAK_SHARE, derived_rows
 from ..recover import recover
+from ..report.output import write_text_atomic
 from ..store import ResultStore, open_store, run_status, write_csv
 from .parsers import add_command, add_store_argument
 from .validate import DeprecatedAlias, check_output_file, check_reference, reject_together
@@ -120,8 +121,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             text = _render(store, run_id, args)
     if args.output:
-        with open(args.output, "w", newline="") as f:
-            f.write(text)
+        write_text_atomic(Path(args.output), text)  # all of it, or the file as it was
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -18,6 +18,7 @@ import torch
 from ..errors import UnavailableError, UsageError, did_you_mean
 from ..measure.units import parse_bytes
 from ..paths import require_folder
+from ..store import is_ours
 
 # ---- argparse types: each raises ArgumentTypeError, which the parser turns into one line --------
 
@@ -179,6 +180,8 @@ def check_output_file(path: str, flag: str) -> Path:
     _probe_writable(out.parent, f"{flag} {path}")
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"{flag} {path}: the file is not writable")
+    if out.is_file() and is_ours(out):
+        raise UsageError(f"{flag} {path} is a results store; give another file name")
     return out
 
 
