@@ -4,7 +4,6 @@ reading them is salvage.py's job."""
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,14 +36,15 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
     if dest.exists():
         raise StoreError(f"{dest} exists; give --recover a new file name")
     try:
-        db = open_damaged(path)
-        present = set(table_names(db))
+        with open_damaged(path) as db:
+            present = set(table_names(db))
+            tables = {
+                t: (column_names(db, t), list(table_rows(db, t))) for t in TABLES if t in present
+            }
     except sqlite3.DatabaseError as err:
         raise StoreError(
             f"no row of {path} can be read (SQLite says: {err}); nothing was written"
         ) from None
-    with closing(db):
-        tables = {t: (column_names(db, t), list(table_rows(db, t))) for t in TABLES if t in present}
     counts = {t: len(rows) for t, (_, rows) in tables.items()}
     if not sum(counts.values()):
         raise StoreError(f"no row of {path} can be read; nothing was written")

@@ -1,16 +1,20 @@
 """Read what a damaged results store still holds, without writing it.
 
-The file is opened read-only and immutable (never written, its journal ignored), with SQLite's
-writable_schema on so a file shorter than its header says (a crash, a full disk) still opens. Each
-table is read in rowid order; where a page cannot be read, the scan looks further on for the next
-readable row, so the rows on either side of the damage come back.
+The file is opened read-only and immutable (never written; a journal of an unfinished write is
+rolled back in a copy first), with SQLite's writable_schema on so a file shorter than its header
+says (a crash, a full disk) still opens. Each table is read in rowid order; where a page cannot be
+read, the scan looks further on for the next readable row, so the rows on either side of the
+damage come back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 TABLES = ("runs", "cases", "results")  # in the order they are copied: a case's run comes first
@@ -20,12 +24,35 @@ _MAX_RESTARTS = 10_000  # a scan gives up after this many unreadable stretches
 _STEP_BUDGET = 500_000_000  # SQLite VM steps for reading a whole damaged file, then it stops
 
 
-def open_damaged(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-    db.execute("PRAGMA writable_schema = ON")  # read a file shorter than its header's page count
-    calls = iter(range(10**18))  # a damaged tree must not keep a query going for ever
-    db.set_progress_handler(lambda: next(calls) > _STEP_BUDGET // 1000, 1000)
-    return db
+def journal_of(path: Path) -> Path:
+    """SQLite's rollback journal of the store at `path` (non-empty: a write that did not finish,
+    which the journal undoes)."""
+    return path.with_name(path.name + "-journal")
+
+
+@contextmanager
+def open_damaged(path: Path) -> Iterator[sqlite3.Connection]:
+    """The store at `path`, read-only and immutable. With a journal beside it (a process killed
+    while writing), a copy of both, the unfinished write rolled back there, is read instead:
+    immutable ignores a journal, and would read what was never committed."""
+    with tempfile.TemporaryDirectory() as scratch:
+        journal = journal_of(path)
+        if journal.is_file() and journal.stat().st_size:
+            copy = Path(scratch, path.name)
+            shutil.copyfile(path, copy)
+            shutil.copyfile(journal, journal_of(copy))
+            with closing(sqlite3.connect(copy)) as rolled_back:  # a reader rolls it back
+                with contextlib.suppress(sqlite3.DatabaseError):  # damaged: read as it is
+                    rolled_back.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            path = copy
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            db.execute("PRAGMA writable_schema = ON")  # read a file shorter than its header says
+            calls = iter(range(10**18))  # a damaged tree must not keep a query going for ever
+            db.set_progress_handler(lambda: next(calls) > _STEP_BUDGET // 1000, 1000)
+            yield db
+        finally:
+            db.close()
 
 
 def column_names(db: sqlite3.Connection, table: str) -> list[str]:
@@ -88,7 +115,7 @@ def _next_readable(db: sqlite3.Connection, table: str, after: int) -> int | None
 def readable_rows(path: Path) -> dict[str, int]:
     """How many rows of each table can still be read ({} when not even the schema can)."""
     try:
-        with closing(open_damaged(path)) as db:
+        with open_damaged(path) as db:
             present = set(table_names(db))
             return {t: sum(1 for _ in table_rows(db, t)) for t in TABLES if t in present}
     except sqlite3.DatabaseError:

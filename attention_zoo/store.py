@@ -39,10 +39,12 @@ import csv
 import io
 import json
 import logging
+import os
 import sqlite3
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,7 +55,7 @@ from .measure.labels import facts_of
 from .measure.load import Load, cpu_count, machine_load
 from .measure.status import OK, STATUSES
 from .paths import require_folder
-from .salvage import readable_rows
+from .salvage import journal_of, readable_rows
 from .version import __version__
 
 log = logging.getLogger(__name__)
@@ -164,6 +166,27 @@ def is_ours(path: Path) -> bool:
     return header.startswith(SQLITE_MAGIC) and header[68:72] == APPLICATION_ID.to_bytes(4, "big")
 
 
+def _roll_back_unfinished_write(path: Path) -> None:
+    """A journal beside the store (a process killed while writing) keeps a read-only connection
+    from reading it: SQLite undoes that write in the first connection that may write, so one is
+    opened for a moment, as any writing command would. A store that cannot be written is refused
+    in one line (the journal must stay: it holds what the write changed)."""
+    journal = journal_of(path)
+    if not (journal.is_file() and journal.stat().st_size):
+        return
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        raise StoreError(
+            f"{path} holds an unfinished write of a process that was stopped ({journal.name} "
+            "beside it undoes it, but only where the store can be written): make the store and "
+            f"its folder writable and run the command again; do not delete {journal.name}"
+        )
+    try:
+        with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError:
+        pass  # damaged, or busy: the read-only open below says which
+
+
 def damaged(path: Path, err: sqlite3.Error) -> StoreError:
     """The error for a store of ours that SQLite cannot read, saying what can still be saved."""
     counts = readable_rows(path)
@@ -248,6 +271,8 @@ class ResultStore:
                     f"({err.strerror or err}); run where you can write, or pass --store PATH "
                     "in a folder you can write"
                 ) from None
+        if not write and exists:
+            _roll_back_unfinished_write(self.path)
         try:
             self._db = (
                 sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)

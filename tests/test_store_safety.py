@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sqlite3
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,65 @@ def test_a_foreign_file_is_not_called_damaged(
         ResultStore(path)
     assert zoo_main(["results", "--store", str(path), "--recover"]) == 2
     assert "is not an attention-zoo results store" in capsys.readouterr().err
+
+
+TORN = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA cache_size = 1")  # the write spills into the file before its commit
+db.execute("BEGIN")
+db.execute("UPDATE results SET unit = 'TORN'")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _torn(path: Path) -> None:
+    """A process killed in the middle of a write to the store: a journal beside it undoes it."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", TORN, str(path)], check=False)
+    assert Path(f"{path}-journal").stat().st_size > 0
+
+
+def test_an_unfinished_write_is_undone_by_a_reader_and_by_recover(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A killed writer's journal: --recover copies what was committed (not the torn write), the
+    store left as it was; a reading command undoes the write, as SQLite's next writer would."""
+    path = tmp_path / "zoo.sqlite"
+    total = _store_with_rows(path, runs=1, cases=30)
+    _torn(path)
+    torn = path.read_bytes()
+    assert zoo_main(["results", "--store", str(path), "--recover"]) == 0
+    capsys.readouterr()
+    assert path.read_bytes() == torn and Path(f"{path}-journal").exists()  # only read
+    with ResultStore(tmp_path / "zoo.recovered.sqlite", create=False) as store:
+        units = {r["unit"] for r in store.rows() if r["metric"]}
+    assert units == {"s", "B"}
+    assert zoo_main(["results", "--store", str(path), "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "TORN" not in out and out.count("\n") == total + 1
+
+
+def test_an_unfinished_write_in_a_store_that_cannot_be_written_is_said_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "zoo.sqlite"
+    _store_with_rows(path, runs=1, cases=30)
+    _torn(path)
+    if os.geteuid() == 0:  # root writes whatever the mode says: stand in for a read-only store
+        pytest.importorskip("unittest.mock")
+        from unittest import mock
+
+        real = os.access
+        patch = mock.patch("os.access", lambda p, mode: mode != os.W_OK and real(p, mode))
+    else:
+        path.chmod(0o444)
+        patch = nullcontext()
+    with patch:
+        assert zoo_main(["results", "--store", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "holds an unfinished write" in err
+    assert "do not delete zoo.sqlite-journal" in err
+    assert Path(f"{path}-journal").stat().st_size > 0
