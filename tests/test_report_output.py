@@ -68,6 +68,18 @@ def test_a_complete_build_replaces_the_report_and_keeps_other_files(tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir()] == ["report"]
 
 
+def test_a_rebuild_drops_only_the_plots_the_last_build_wrote(tmp_path: Path) -> None:
+    """A user's file named like a plot stays: report.json lists what the last build wrote."""
+    out = tmp_path / "report"
+    _old_report(out)
+    meta = {"generator": "zoo report", "files": ["report.md", "scaling-3.png", "report.json"]}
+    (out / "report.json").write_text(json.dumps(meta))
+    (out / "scaling-mine.png").write_bytes(b"my plot")
+    with staged_folder(out, regenerated=("scaling-*.png",)) as stage:
+        (stage / "report.md").write_text("new")
+    assert sorted(_contents(out)) == ["notes.txt", "report.json", "report.md", "scaling-mine.png"]
+
+
 def _digest(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
 

@@ -167,7 +167,16 @@ def writing(path: Path) -> Iterator[Path]:
 
 
 def _carry_over(old: Path, new: Path, regenerated: Sequence[str]) -> None:
-    dropped = {p.name for pattern in regenerated for p in old.glob(pattern)}
+    """The old folder's files that the new build did not write, copied into it, but for the old
+    build's own files matching `regenerated` (by its report.json's list; a folder without one:
+    every match)."""
+    built = (report_meta(old) or {}).get("files")
+    dropped = {
+        p.name
+        for pattern in regenerated
+        for p in old.glob(pattern)
+        if not isinstance(built, list) or p.name in built
+    }
     for entry in old.iterdir():
         if entry.name in dropped or (new / entry.name).exists():
             continue
