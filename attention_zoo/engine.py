@@ -150,8 +150,9 @@ def continued_run(
     return run_id
 
 
-# the settings that change what a stored number means: a run is continued only under its own
-SETTINGS_OF_A_RUN = ("metrics", "threads", "clock", "cuda_graphs", "interleave")
+# the settings that change what a stored time means: a run is continued only under its own
+# (which metrics a case measures may differ: each is a row of its own)
+SETTINGS_OF_A_RUN = ("threads", "clock", "cuda_graphs", "interleave")
 
 
 def _check_same_settings(run: dict[str, Any], meta: dict[str, Any] | None) -> None:

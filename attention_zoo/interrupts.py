@@ -44,12 +44,14 @@ def stop_when_stuck(
             if taken.wait(grace_s) or done.is_set():
                 return
             try:
-                words = last_words()
-            except Exception as exc:  # a locked store, a full disk: the process ends anyway
-                words = f"interrupted (its run could not be marked interrupted: {exc})"
-            print(words, file=sys.stderr, flush=True)
-            sys.stdout.flush()
-            os._exit(EXIT_INTERRUPTED)
+                try:
+                    words = last_words()
+                except Exception as exc:  # a locked store, a full disk: the process ends anyway
+                    words = f"interrupted (its run could not be marked interrupted: {exc})"
+                print(words, file=sys.stderr, flush=True)
+                sys.stdout.flush()
+            finally:
+                os._exit(EXIT_INTERRUPTED)
 
     watcher = threading.Thread(target=watch, name="zoo-ctrl-c", daemon=True)
     watcher.start()

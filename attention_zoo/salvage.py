@@ -36,11 +36,13 @@ def open_damaged(path: Path) -> Iterator[sqlite3.Connection]:
     while writing), a copy of both, the unfinished write rolled back there, is read instead:
     immutable ignores a journal, and would read what was never committed."""
     with tempfile.TemporaryDirectory() as scratch:
-        journal = journal_of(path)
-        if journal.is_file() and journal.stat().st_size:
-            copy = Path(scratch, path.name)
+        copy = Path(scratch, path.name)
+        try:
+            shutil.copyfile(journal_of(path), journal_of(copy))
             shutil.copyfile(path, copy)
-            shutil.copyfile(journal, journal_of(copy))
+        except OSError:  # no journal (or it went: its write committed), or no room for a copy
+            pass
+        else:
             with closing(sqlite3.connect(copy)) as rolled_back:  # a reader rolls it back
                 with contextlib.suppress(sqlite3.DatabaseError):  # damaged: read as it is
                     rolled_back.execute("SELECT count(*) FROM sqlite_master").fetchone()

@@ -166,25 +166,34 @@ def is_ours(path: Path) -> bool:
     return header.startswith(SQLITE_MAGIC) and header[68:72] == APPLICATION_ID.to_bytes(4, "big")
 
 
+def _has_journal(path: Path) -> bool:
+    """A rollback journal beside the store: a write under way, or one a killed process left."""
+    try:
+        return journal_of(path).stat().st_size > 0
+    except OSError:  # none, or a writer's just committed
+        return False
+
+
 def _roll_back_unfinished_write(path: Path) -> None:
-    """A journal beside the store (a process killed while writing) keeps a read-only connection
-    from reading it: SQLite undoes that write in the first connection that may write, so one is
-    opened for a moment, as any writing command would. A store that cannot be written is refused
-    in one line (the journal must stay: it holds what the write changed)."""
-    journal = journal_of(path)
-    if not (journal.is_file() and journal.stat().st_size):
+    """A journal a killed writer left keeps a read-only connection from reading the store:
+    SQLite undoes that write in the first connection that may write (never a live writer's), so
+    one is opened for a moment, as any writing command would, where the store can be written."""
+    if not (_has_journal(path) and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return
-    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
-        raise StoreError(
-            f"{path} holds an unfinished write of a process that was stopped ({journal.name} "
-            "beside it undoes it, but only where the store can be written): make the store and "
-            f"its folder writable and run the command again; do not delete {journal.name}"
-        )
     try:
         with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as db:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError:
-        pass  # damaged, or busy: the read-only open below says which
+        pass  # damaged, or busy: the read-only open says which
+
+
+def _unfinished_write(path: Path) -> StoreError:
+    journal = journal_of(path).name
+    return StoreError(
+        f"{path} holds an unfinished write of a process that was stopped ({journal} beside it "
+        "undoes it, but only where the store can be written): make the store and its folder "
+        f"writable and run the command again; do not delete {journal}"
+    )
 
 
 def damaged(path: Path, err: sqlite3.Error) -> StoreError:
@@ -288,6 +297,8 @@ class ResultStore:
             self._open()
         except sqlite3.OperationalError as err:
             self._db.close()
+            if not write and "readonly" in str(err) and _has_journal(self.path):
+                raise _unfinished_write(self.path) from None
             what = "create" if create and not exists else "read"
             raise StoreError(f"cannot {what} the results store {self.path} ({err})") from None
         except sqlite3.DatabaseError as err:

@@ -282,17 +282,18 @@ def test_interleave_times_a_flag_built_grid_round_robin(
 def test_a_run_is_continued_only_under_its_own_settings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Cases added to a run (--run-id, --resume) are measured as its others were: other metrics,
-    threads or clock are refused in one line, before anything runs; the same settings continue."""
+    """Cases added to a run (--run-id, --resume) are timed as its others were: other threads (or
+    clock, CUDA graphs, interleaving) are refused in one line before anything runs; other
+    metrics are rows of their own, and continue it."""
     store = str(tmp_path / "s.sqlite")
     grid = ["bench", "--target", "attention", "--backends", "sdpa", "--modes", "forward",
             "--store", store, "--run-id", "r1", *FAST]  # fmt: skip
     code, _, err = run(capsys, *grid, "--lengths", "32", "--metrics", "time")
     assert code == 0, err
-    code, _, err = run(capsys, *grid, "--lengths", "32,64", "--metrics", "memory")
-    refused = "zoo bench: error: run r1 was measured with other settings (metrics ['time'], now"
+    code, _, err = run(capsys, *grid, "--lengths", "32,64", "--threads", "2")
+    refused = "zoo bench: error: run r1 was measured with other settings (threads 1, now 2)"
     assert code == 2 and err.strip().splitlines()[-1].startswith(refused), err
-    code, _, err = run(capsys, *grid, "--lengths", "32,64", "--metrics", "time")
+    code, _, err = run(capsys, *grid, "--lengths", "32,64", "--metrics", "memory")
     assert code == 0, err
     code, out, _ = run(capsys, "results", "--store", store, "--run-id", "r1", "--format", "csv")
     rows = csv.DictReader(io.StringIO(out))

@@ -216,7 +216,7 @@ def _write_report(
         "measured_by": measured_by,
         "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         # what this build wrote: a rebuild drops only these, never a user's file of a like name
-        "files": sorted({p.name for p in out_dir.iterdir()} | {META_FILE}),
+        "files": sorted({p.name for p in out_dir.iterdir()} | {META_FILE, FIRST_SCREEN}),
     }
     with writing(out_dir / META_FILE) as path:
         path.write_text(json.dumps(meta, indent=1))
