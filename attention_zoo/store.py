@@ -229,13 +229,15 @@ def _copy_to(path: Path, dest: Path) -> None:
     """Copy the store at `path` into a new file through a second SQLite connection, which may
     read while this process holds the write lock (a backup through the locking connection waits
     on itself; opening the file outside SQLite and closing it would drop SQLite's POSIX locks)."""
+    part = dest.with_name(f".{dest.name}.part")  # a copy cut short never looks like a backup
     source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    copy = sqlite3.connect(dest)
     try:
-        source.backup(copy)
+        with closing(sqlite3.connect(part)) as copy:
+            source.backup(copy)
+        os.replace(part, dest)
     finally:
-        copy.close()
         source.close()
+        part.unlink(missing_ok=True)
 
 
 def backup_path(path: Path, version: int) -> Path:

@@ -80,6 +80,16 @@ def test_a_rebuild_drops_only_the_plots_the_last_build_wrote(tmp_path: Path) -> 
     assert sorted(_contents(out)) == ["notes.txt", "report.json", "report.md", "scaling-mine.png"]
 
 
+def test_a_report_folder_named_by_a_link_is_replaced_behind_the_link(tmp_path: Path) -> None:
+    real, link = tmp_path / "real", tmp_path / "link"
+    _old_report(real)
+    link.symlink_to(real)
+    with staged_folder(link, regenerated=("scaling-*.png",)) as stage:
+        (stage / "report.md").write_text("new")
+    assert link.is_symlink() and (link / "report.md").read_text() == "new"
+    assert (real / "notes.txt").read_bytes() == b"mine"
+
+
 def _digest(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
 

@@ -87,6 +87,8 @@ def staged_folder(target: Path, *, regenerated: Sequence[str] = ()) -> Iterator[
     matching `regenerated` (glob patterns of files a build writes only when it has something to
     show, such as plots). Any OSError becomes a ReportWriteError naming the file and target."""
     target = Path(target)
+    if target.is_symlink():  # the folder it names is replaced, the link kept
+        target = target.resolve()
     with _one_writer(target):
         check_report_target(target)
         mode = stat.S_IMODE(target.stat().st_mode) if target.is_dir() else _default_mode(0o777)
