@@ -152,8 +152,8 @@ def cuda_graph(
     once (a graph's first replay uploads it). A failed capture raises its own error and leaves
     the current stream and the allocator as they were (see `record_graph`)."""
     with torch.cuda.device(device):
-        if pool is None:
-            pool = GraphPool(torch.cuda.graph_pool_handle(), torch.cuda.Stream(device))
+        pool = pool or graph_pool(device)
+        assert pool is not None  # a CUDA device
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):

@@ -92,7 +92,8 @@ class MixedNSA(Function):
         for tiles, gate in ((branches.selected, g_slc), (branches.window, g_swa)):
             o, lse = tiled_forward(q, k, v, tiles, scale)
             out.addcmul_(o, gate.to(wide).unsqueeze(-1))
-            outputs.append(o if keep else None)
+            if keep:
+                outputs.append(o)
             lses.append(lse)
             del o
         ctx.save_for_backward(q, k, v, g_cmp, g_slc, g_swa, *lses)
