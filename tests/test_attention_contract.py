@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from einops import rearrange
@@ -306,6 +308,40 @@ def test_padding_keys_never_change_real_outputs(spec):
         torch.testing.assert_close(out, want, atol=1e-10, rtol=1e-10)
     if not checked:
         pytest.skip(f"{spec.id}'s pattern at length 30 differs from its first 30 at 39")
+
+
+def _projected_in_bfloat16(block: SelfAttention) -> SelfAttention:
+    """A copy of the block whose projections are bfloat16 (its core's own parameters, if any, stay
+    float32, as autocast leaves them)."""
+    half = copy.deepcopy(block)
+    half.in_proj.to(torch.bfloat16)
+    half.out_proj.to(torch.bfloat16)
+    return half
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_a_block_under_autocast_computes_as_in_its_dtype(spec):
+    """Under autocast the core computes in autocast's dtype with autocast off: the block's output
+    is the one its bfloat16 projections give, and a backward run under autocast too (the custom
+    Functions' own backwards) reaches every parameter."""
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, dtype="bfloat16", causal=causal)
+        torch.manual_seed(0)
+        block = SelfAttention(32, 4, spec.name, causal=causal, **small_options(spec))
+        half = _projected_in_bfloat16(block)
+        x = torch.randn(2, 37, 32)
+        mask = torch.ones(2, 37, dtype=torch.bool)
+        mask[1, :3] = False
+        x16 = half.project(x.bfloat16())  # projected, then the core (a folded block fuses the two)
+        out = half.core(x16.q, x16.k, x16.v, mask, **x16.extras)
+        want = half.out_proj(rearrange(out, "b h n d -> b n (h d)"))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = block(x, mask)
+            got.float().square().sum().backward()
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+        for name, p in block.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+            assert p.grad.abs().sum() > 0, name
 
 
 @pytest.mark.gpu

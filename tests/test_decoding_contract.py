@@ -3,18 +3,25 @@ against its own causal forward (attention/decode.py)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass
 
 import pytest
 import torch
 
-from attention_zoo import AttentionCore, Capabilities, RunTarget, register_attention
+from attention_zoo import (
+    AttentionCore,
+    Capabilities,
+    RunTarget,
+    SelfAttention,
+    register_attention,
+)
 from attention_zoo.attention import decode
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.errors import InputError, OptionError, ShapeError
 
-from .contract import build, make_inputs, make_qkv, variants
+from .contract import build, make_inputs, make_qkv, small_options, variants
 
 SPECS = variants()
 IDS = [s.id for s in SPECS]
@@ -92,6 +99,36 @@ def test_prefill_and_steps_equal_the_causal_forward(spec, padded):
     ref = core(x.q, x.k, x.v, key_padding_mask=mask, **x.extras)
     torch.testing.assert_close(out[:, :, 3:], ref[:, :, 3:], atol=1e-10, rtol=1e-10)
     assert state.length == CUTS[-1]
+
+
+DECODERS = _decoders((decode.CACHED, decode.CACHED_HF, decode.RECOMPUTE))
+
+
+@pytest.mark.parametrize("spec", DECODERS, ids=[s.id for s in DECODERS])
+def test_a_block_decodes_under_autocast_as_in_its_dtype(spec):
+    """Under autocast a block's state takes autocast's dtype and each step computes in it with
+    autocast off: prefill and steps are those of the block with bfloat16 projections."""
+    _runs(spec, dtype="bfloat16")
+    torch.manual_seed(0)
+    block = SelfAttention(32, 4, spec.name, causal=True, **small_options(spec))
+    half = copy.deepcopy(block)
+    half.in_proj.to(torch.bfloat16)
+    half.out_proj.to(torch.bfloat16)  # the core's own parameters stay float32, as under autocast
+    x = torch.randn(2, CUTS[-1], 32)
+    mask = _padding(2, CUTS[-1])
+    outs: dict[str, list[torch.Tensor]] = {"autocast": [], "bfloat16": []}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        state = block.init_state(2, CUTS[-1])
+    assert state.shape.dtype == torch.bfloat16
+    states = {"autocast": state, "bfloat16": half.init_state(2, CUTS[-1])}
+    for s, e in itertools.pairwise(CUTS):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, states["autocast"] = block.step(x[:, s:e], states["autocast"], mask[:, s:e])
+        outs["autocast"].append(out)
+        out, states["bfloat16"] = half.step(x[:, s:e].bfloat16(), states["bfloat16"], mask[:, s:e])
+        outs["bfloat16"].append(out)
+    got, want = (torch.cat(o, dim=1) for o in outs.values())
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
 
 
 HF = _decoders((decode.CACHED_HF,))

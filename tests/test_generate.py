@@ -79,6 +79,20 @@ def test_generating_with_the_cache_equals_recomputing(layers, residual):
         assert torch.equal(cached, lm.generate(ids, 20, use_cache=False, **kw)), kw
 
 
+@pytest.mark.parametrize("layers", MIXES, ids="+".join)
+def test_generating_under_autocast_keeps_states_in_its_dtype(layers):
+    """Under CPU autocast every layer's decoding state is bfloat16 (the dtype its steps compute
+    in), and cached generation picks the tokens that recomputing the forward picks."""
+    lm = _lm(layers, "standard").float()
+    ids = torch.randint(1, 13, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        states = [layer.attention.init_state(2, 9) for layer in lm.reformer.layers]
+        cached = lm.generate(ids, 12)
+        recomputed = lm.generate(ids, 12, use_cache=False)
+    assert {s.shape.dtype for s in states} == {torch.bfloat16}
+    assert torch.equal(cached, recomputed)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layers", [MIXES[0], MIXES[2]], ids="+".join)
 def test_previous_token_embeddings_decode_as_the_forward(layers):

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from ..errors import OptionError, ShapeError
 from .dispatch import AUTO, Call, Check, Implementation, KernelTable, cpu_fused, materialised
 from .inputs import Extra, InputLayout, default_layout
+from .kernels.autocast import autocast_dtype, in_dtype
 from .kernels.dense import allowed_mask
 from .kernels.flex import TileMasks, tile_masks
 
@@ -164,7 +165,13 @@ class AttentionCore(nn.Module):
         **extras: Tensor,
     ) -> Tensor:
         """q (b, h, n, d), k (b, kv, n, d), v (b, kv, n, d_v) and the declared extras ->
-        (b, h, n, d_v); key_padding_mask (b, n) bool, True = real token."""
+        (b, h, n, d_v); key_padding_mask (b, n) bool, True = real token. Under autocast the core
+        computes in autocast's dtype with autocast off: mixed dtypes would meet in its scatters,
+        solves and fused kernels."""
+        if (dtype := autocast_dtype(q)) is not None:
+            with torch.autocast(q.device.type, enabled=False):
+                q, k, v, extras = in_dtype(dtype, q, k, v, extras)
+                return self.forward(q, k, v, key_padding_mask, **extras)
         check_qkv(q, k, v, key_padding_mask, self.layout, extras)
         if type(self).kernels is OWN_KERNELS:  # its own attend, or flex standing in for it
             impl = self.kernel_for(q, key_padding_mask, k)

@@ -36,6 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InputError, OptionError, ShapeError
 from .base import AttentionCore, check_key_padding_mask, check_qkv
+from .kernels.autocast import autocast_dtype, in_dtype
 from .kernels.dense import dense_attention
 from .kernels.masks import MaskMod, real_keys
 from .kernels.routing.route import block_means, score_dtype
@@ -543,7 +544,11 @@ def step(
 ) -> tuple[Tensor, DecodeState]:
     """The outputs (b, h, t, d_v) of t new tokens (q, k, v and the core's extras, as its input
     layout declares) against `state`, and the state after them; key_padding_mask (b, t) bool,
-    True = real token."""
+    True = real token. Under autocast the core computes in the state's dtype with autocast off."""
+    if autocast_dtype(q) is not None:
+        with torch.autocast(q.device.type, enabled=False):
+            q, k, v, extras = in_dtype(state.shape.dtype, q, k, v, extras)
+            return step(core, q, k, v, state, key_padding_mask, **extras)
     check_qkv(q, k, v, key_padding_mask, getattr(core, "layout", None), extras)
     b, h, t, d = q.shape
     s = state.shape

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 from ..attention import decode
 from ..attention.base import BlockWeights, check_key_padding_mask
 from ..attention.inputs import InputLayout, Inputs
+from ..attention.kernels.autocast import autocast_dtype
 from ..attention.spec import build_attention, get_backend
 from ..declarative import field_names
 from ..errors import ConfigError, ShapeError
@@ -93,7 +94,7 @@ class SelfAttention(nn.Module):
             attend_block is not None
             and self.layout.plain
             and x.dtype == self.in_proj.weight.dtype  # else the projections' own error
-            and not _autocasting(x)  # autocast casts each projection on its own
+            and autocast_dtype(x) is None  # autocast casts each projection on its own
         ):
             check_key_padding_mask(key_padding_mask, x.shape[0], x.shape[1])
             w_q, w_k, w_v = self.in_proj.weight.split(list(self.sizes.values()))
@@ -139,14 +140,15 @@ class SelfAttention(nn.Module):
         recompute: bool = False,
     ) -> decode.DecodeState:
         """An empty decoding state of the core for `batch` sequences of up to max_length
-        positions, in the projections' dtype and device unless `dtype` is given."""
+        positions, in the projections' dtype (autocast's, under it) and device unless `dtype` is
+        given."""
         weight = self.in_proj.weight
         shape = decode.StateShape(
             batch,
             self.num_heads,
             self.head_size,
             max_length,
-            dtype or weight.dtype,
+            dtype or autocast_dtype(weight) or weight.dtype,
             weight.device,
             kv_heads=self.kv_heads,
             value_dim=self.head_size * self.layout.expand_v,
@@ -162,11 +164,6 @@ class SelfAttention(nn.Module):
             self.core, inputs.q, inputs.k, inputs.v, state, key_padding_mask, **inputs.extras
         )
         return self.out_proj(rearrange(out, "b h n d -> b n (h d)")), state
-
-
-def _autocasting(x: Tensor) -> bool:
-    device = x.device.type
-    return torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
 
 
 def _divisors(n: int) -> str:

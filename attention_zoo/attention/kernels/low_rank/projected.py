@@ -12,12 +12,11 @@ the inputs' gradients, the projection's and a few MiB of scratch.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
-
 import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from ..autocast import backward_without_autocast
 from ..exp import exp_
 
 _flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -26,15 +25,6 @@ _flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 # and values (projection gradient). The Python loops over segments bound the memory; their count
 # comes from shapes only, so the meta device and torch.compile (fullgraph, unrolled) still hold.
 SCRATCH_BYTES = 2 << 20
-
-
-def _exact_dtypes(t: Tensor) -> AbstractContextManager:
-    """Autocast off on t's device: the kernel fills buffers of its inputs' dtype in place, and
-    its caller has chosen that dtype (autocast would hand it bfloat16 products)."""
-    device = t.device.type
-    if torch.amp.is_autocast_available(device):
-        return torch.autocast(device, enabled=False)
-    return nullcontext()
 
 
 def _segments(n: int, row_bytes: int) -> list[tuple[int, int]]:
@@ -158,27 +148,26 @@ class ProjectedAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, proj_k, proj_v, scale):  # type: ignore[override]
         n = q.shape[2]
-        with _exact_dtypes(q):
-            keys = project(proj_k[:, :n], k)
-            values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
-            out, lse = few_keys_forward(q, keys, values, scale)
+        keys = project(proj_k[:, :n], k)
+        values = project((proj_k if proj_v is None else proj_v)[:, :n], v)
+        out, lse = few_keys_forward(q, keys, values, scale)
         ctx.save_for_backward(q, k, v, proj_k, proj_v, keys, values, lse)
         ctx.scale = scale
         return out
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, proj_k, proj_v, keys, values, lse = ctx.saved_tensors
         scale = ctx.scale
         need = ctx.needs_input_grad
-        with _exact_dtypes(q):
-            dq, dkeys, dvalues = few_keys_backward(g.to(q.dtype), q, keys, values, lse, scale)
-            if proj_v is None:  # one projection: its gradient sums both uses
-                dproj_k, (dk, dv) = _project_backward(
-                    proj_k, [(dkeys, k), (dvalues, v)], (need[3], need[1] or need[2])
-                )
-                dproj_v = None
-            else:
-                dproj_k, (dk,) = _project_backward(proj_k, [(dkeys, k)], (need[3], need[1]))
-                dproj_v, (dv,) = _project_backward(proj_v, [(dvalues, v)], (need[4], need[2]))
+        dq, dkeys, dvalues = few_keys_backward(g.to(q.dtype), q, keys, values, lse, scale)
+        if proj_v is None:  # one projection: its gradient sums both uses
+            dproj_k, (dk, dv) = _project_backward(
+                proj_k, [(dkeys, k), (dvalues, v)], (need[3], need[1] or need[2])
+            )
+            dproj_v = None
+        else:
+            dproj_k, (dk,) = _project_backward(proj_k, [(dkeys, k)], (need[3], need[1]))
+            dproj_v, (dv,) = _project_backward(proj_v, [(dvalues, v)], (need[4], need[2]))
         return dq, dk, dv, dproj_k, dproj_v, None

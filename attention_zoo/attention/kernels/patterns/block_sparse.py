@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
+from ..autocast import backward_without_autocast
 from ..masks import MaskMod, additive_mask, real_positions
 
 
@@ -162,6 +163,7 @@ class BlockSparseFlash(Function):
         return out
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         geo, scale, global_rows = ctx.geo, ctx.scale, ctx.global_rows

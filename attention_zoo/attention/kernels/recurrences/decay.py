@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..autocast import backward_without_autocast
 from ..chunked import padded_length
 from ..exp import exp, exp_
 from ..segments import backward_segments, forward_segments, needs_grad, segments
@@ -100,6 +101,7 @@ class _SegmentedDecay(torch.autograd.Function):
         return o, state
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx, do, dstate):
         q, k, v, log_decay, *entering = ctx.saved_tensors
         inputs = (q, k, v, log_decay)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, linalg
 from torch.nn import functional as F
 
+from ..autocast import backward_without_autocast
 from ..chunked import padded_length
 from ..exp import exp_
 from ..segments import backward_segments, forward_segments, needs_grad, segments
@@ -103,6 +104,7 @@ class _Segments(torch.autograd.Function):
         return out, state
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx, grad_o, grad_state):
         q, k, v, beta, log_decay, *entering = ctx.saved_tensors
         inputs = (q, k, v, beta, log_decay)

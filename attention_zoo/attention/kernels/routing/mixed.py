@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
+from ..autocast import backward_without_autocast
 from .compressed import compressed_part, query_spans
 from .route import Route, add_block_means_grad, from_blocks, score_dtype
 from .tiled import Tiles, plan_tiles, tiled_backward, tiled_forward, zero_grads
@@ -103,6 +104,7 @@ class MixedNSA(Function):
 
     @staticmethod
     @once_differentiable
+    @backward_without_autocast
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, g_cmp, g_slc, g_swa, lse_slc, lse_swa = ctx.saved_tensors
         br, scale = ctx.branches, ctx.scale

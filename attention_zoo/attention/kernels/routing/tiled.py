@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
+from ..autocast import backward_without_autocast
 from ..exp import exp_
 from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
@@ -241,6 +242,7 @@ class TiledRouted(Function):
 
     @staticmethod
     @once_differentiable
+    @backward_without_autocast
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         delta = torch.linalg.vecdot(g.to(lse.dtype), out)
