@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,3 +161,12 @@ def with_grads(fn: Any, tensors: list[Tensor], seed: int = 5) -> tuple[Tensor, l
     weight = weight.to(out.device)
     (out * weight).sum().backward()
     return out.detach(), [t.grad for t in leaves]
+
+
+def projected_in_bfloat16(block: Any) -> Any:
+    """A copy of a SelfAttention block whose projections are bfloat16 (its core's own parameters,
+    if any, stay float32, as autocast leaves them)."""
+    half = copy.deepcopy(block)
+    half.in_proj.to(torch.bfloat16)
+    half.out_proj.to(torch.bfloat16)
+    return half

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from einops import rearrange
@@ -18,6 +16,7 @@ from .contract import (
     build,
     make_inputs,
     make_qkv,
+    projected_in_bfloat16,
     reference,
     small_options,
     variants,
@@ -310,15 +309,6 @@ def test_padding_keys_never_change_real_outputs(spec):
         pytest.skip(f"{spec.id}'s pattern at length 30 differs from its first 30 at 39")
 
 
-def _projected_in_bfloat16(block: SelfAttention) -> SelfAttention:
-    """A copy of the block whose projections are bfloat16 (its core's own parameters, if any, stay
-    float32, as autocast leaves them)."""
-    half = copy.deepcopy(block)
-    half.in_proj.to(torch.bfloat16)
-    half.out_proj.to(torch.bfloat16)
-    return half
-
-
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_a_block_under_autocast_computes_as_in_its_dtype(spec):
     """Under autocast the core computes in autocast's dtype with autocast off: the block's output
@@ -328,7 +318,7 @@ def test_a_block_under_autocast_computes_as_in_its_dtype(spec):
         _skip_unless_runs(spec, dtype="bfloat16", causal=causal)
         torch.manual_seed(0)
         block = SelfAttention(32, 4, spec.name, causal=causal, **small_options(spec))
-        half = _projected_in_bfloat16(block)
+        half = projected_in_bfloat16(block)
         x = torch.randn(2, 37, 32)
         mask = torch.ones(2, 37, dtype=torch.bool)
         mask[1, :3] = False

@@ -3,7 +3,6 @@ against its own causal forward (attention/decode.py)."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 from dataclasses import dataclass
 
@@ -21,7 +20,14 @@ from attention_zoo.attention import decode
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.errors import InputError, OptionError, ShapeError
 
-from .contract import build, make_inputs, make_qkv, small_options, variants
+from .contract import (
+    build,
+    make_inputs,
+    make_qkv,
+    projected_in_bfloat16,
+    small_options,
+    variants,
+)
 
 SPECS = variants()
 IDS = [s.id for s in SPECS]
@@ -111,9 +117,7 @@ def test_a_block_decodes_under_autocast_as_in_its_dtype(spec):
     _runs(spec, dtype="bfloat16")
     torch.manual_seed(0)
     block = SelfAttention(32, 4, spec.name, causal=True, **small_options(spec))
-    half = copy.deepcopy(block)
-    half.in_proj.to(torch.bfloat16)
-    half.out_proj.to(torch.bfloat16)  # the core's own parameters stay float32, as under autocast
+    half = projected_in_bfloat16(block)
     x = torch.randn(2, CUTS[-1], 32)
     mask = _padding(2, CUTS[-1])
     outs: dict[str, list[torch.Tensor]] = {"autocast": [], "bfloat16": []}
@@ -129,6 +133,23 @@ def test_a_block_decodes_under_autocast_as_in_its_dtype(spec):
         outs["bfloat16"].append(out)
     got, want = (torch.cat(o, dim=1) for o in outs.values())
     assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+
+
+def test_a_step_computes_in_its_states_dtype():
+    """A float32 state stepped under autocast computes in float32; a bfloat16 state (made under
+    autocast) stepped outside it is refused in one line that says which state would do."""
+    torch.manual_seed(0)
+    block = SelfAttention(32, 4, "local", causal=True, chunk_length=8)
+    x = torch.randn(2, 5, 32)
+    want, _ = block.step(x, block.init_state(2, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, state = block.step(x, block.init_state(2, 8, dtype=torch.float32))
+        half = block.init_state(2, 8)
+    assert state.shape.dtype == torch.float32 and got.dtype == torch.bfloat16  # out_proj's
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    refused = r"against a state made for torch\.bfloat16.*dtype=torch\.float32"
+    with pytest.raises(ShapeError, match=refused):
+        block.step(x, half)
 
 
 HF = _decoders((decode.CACHED_HF,))

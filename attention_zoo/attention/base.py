@@ -165,14 +165,13 @@ class AttentionCore(nn.Module):
         **extras: Tensor,
     ) -> Tensor:
         """q (b, h, n, d), k (b, kv, n, d), v (b, kv, n, d_v) and the declared extras ->
-        (b, h, n, d_v); key_padding_mask (b, n) bool, True = real token. Under autocast the core
-        computes in autocast's dtype with autocast off: mixed dtypes would meet in its scatters,
-        solves and fused kernels."""
-        if (dtype := autocast_dtype(q)) is not None:
-            with torch.autocast(q.device.type, enabled=False):
-                q, k, v, extras = in_dtype(dtype, q, k, v, extras)
-                return self.forward(q, k, v, key_padding_mask, **extras)
+        (b, h, n, d_v); key_padding_mask (b, n) bool, True = real token; under autocast, computed
+        in its dtype with autocast off (kernels/autocast.py)."""
         check_qkv(q, k, v, key_padding_mask, self.layout, extras)
+        if (dtype := autocast_dtype(q)) is not None:
+            q, k, v, extras = in_dtype(dtype, q, k, v, extras)
+            with torch.autocast(q.device.type, enabled=False):
+                return self.forward(q, k, v, key_padding_mask, **extras)
         if type(self).kernels is OWN_KERNELS:  # its own attend, or flex standing in for it
             impl = self.kernel_for(q, key_padding_mask, k)
             return impl.run(self, q, k, v, key_padding_mask, **extras)

@@ -544,14 +544,19 @@ def step(
 ) -> tuple[Tensor, DecodeState]:
     """The outputs (b, h, t, d_v) of t new tokens (q, k, v and the core's extras, as its input
     layout declares) against `state`, and the state after them; key_padding_mask (b, t) bool,
-    True = real token. Under autocast the core computes in the state's dtype with autocast off."""
-    if autocast_dtype(q) is not None:
-        with torch.autocast(q.device.type, enabled=False):
-            q, k, v, extras = in_dtype(state.shape.dtype, q, k, v, extras)
-            return step(core, q, k, v, state, key_padding_mask, **extras)
+    True = real token; under autocast, computed in the state's dtype with autocast off."""
     check_qkv(q, k, v, key_padding_mask, getattr(core, "layout", None), extras)
-    b, h, t, d = q.shape
     s = state.shape
+    if autocast_dtype(q) is not None:
+        q, k, v, extras = in_dtype(s.dtype, q, k, v, extras)
+        with torch.autocast(q.device.type, enabled=False):
+            return step(core, q, k, v, state, key_padding_mask, **extras)
+    if q.dtype != s.dtype:
+        raise ShapeError(
+            f"new tokens of dtype {q.dtype} against a state made for {s.dtype} (a state made "
+            f"under autocast takes its dtype); make the state with dtype={q.dtype}"
+        )
+    b, h, t, d = q.shape
     got = (b, h, d, k.shape[1], v.shape[-1])
     if got != (s.batch, s.heads, s.head_dim, s.kv, s.dv):
         raise ShapeError(

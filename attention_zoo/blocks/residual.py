@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from ..attention.kernels.autocast import autocasting
 from ..registry import Registry
 from ..rng import RNGState, record_rng, replay_rng
 from .layer import ReformerLayer
@@ -93,7 +94,7 @@ class ReversibleResidual(StandardResidual):
 
 def _autocast_state(device_type: str) -> tuple[str, torch.dtype] | None:
     """The autocast (device type, dtype) active now, or None."""
-    if device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type):
+    if autocasting(device_type):
         return device_type, torch.get_autocast_dtype(device_type)
     return None
 

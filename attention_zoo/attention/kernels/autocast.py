@@ -34,9 +34,10 @@ def autocast_dtype(t: Tensor) -> torch.dtype | None:
 def in_dtype(
     dtype: torch.dtype, q: Tensor, k: Tensor, v: Tensor, extras: dict[str, Tensor]
 ) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
-    """q, k, v and the floating extras in `dtype`."""
+    """q, k, v and the floating extras in `dtype` (k still q under shared QK)."""
     cast = {n: t.to(dtype) if t.is_floating_point() else t for n, t in extras.items()}
-    return q.to(dtype), k.to(dtype), v.to(dtype), cast
+    q_cast = q.to(dtype)
+    return q_cast, q_cast if k is q else k.to(dtype), v.to(dtype), cast
 
 
 def backward_without_autocast(backward: F) -> F:
