@@ -91,6 +91,25 @@ def test_the_gate_says_when_its_limits_were_calibrated_on_another_machine(tmp_pa
     assert limits.Limits(old).calibrated_elsewhere("other", "any") is not None
 
 
+def test_the_gate_reads_the_limits_of_its_own_processor(tmp_path: Path) -> None:
+    """Each processor's calibration is kept beside the others'; a machine reads its own, and one
+    never calibrated takes each benchmark's loosest limit and says where they come from."""
+    path = tmp_path / "time-limits.json"
+    other = NAME.replace("'local'", "'lsh'")
+    limits.write({NAME: 1.02, other: 1.20}, runs=3, machine="vm", commit="a", path=path, cpu="A")
+    limits.write({NAME: 1.15}, runs=3, machine="vm", commit="b", path=path, cpu="B")
+    a, b = limits.Limits.load(path, cpu="A"), limits.Limits.load(path, cpu="B")
+    assert a.for_benchmark(NAME).factor == 1.10 and b.for_benchmark(NAME).factor == 1.30
+    assert a.for_benchmark(other).factor == 1.40  # calibrated on A
+    assert b.for_benchmark(other).source.startswith("not calibrated")  # B's largest: 1.30
+    assert b.calibrated_elsewhere("vm", "B") is None
+    unknown = limits.Limits.load(path, cpu="C")
+    assert [unknown.for_benchmark(n).factor for n in (NAME, other)] == [1.30, 1.40]
+    assert "not on this machine (vm, C)" in unknown.calibrated_elsewhere("vm", "C")
+    limits.write({NAME: 1.01}, runs=3, machine="vm", commit="c", path=path, cpu="A")
+    assert limits.Limits.load(path, cpu="B").for_benchmark(NAME).factor == 1.30  # B's kept
+
+
 def test_deterministic_tracks_are_exact_and_a_decrease_is_a_note() -> None:
     regressions, _, _ = judging.judge([row(1000, 1020, "track", "bytes")], UNIFORM)
     assert regressions and "1.02x" in regressions[0] and "1,020 bytes" in regressions[0]
@@ -539,7 +558,9 @@ def test_calibrate_writes_each_compared_benchmarks_noise_and_limit(
     argv = ["--bench", LOCAL_FORWARD, "--rounds", "2", "--limits", str(limits_file)]
     proc = run_gate(clone, "--calibrate", "1", *argv)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    written = json.loads(limits_file.read_text())["benchmarks"]
+    processors = json.loads(limits_file.read_text())["processors"]
+    assert set(processors) == {limits.this_cpu()}  # written under the processor it ran on
+    written = processors[limits.this_cpu()]
     assert set(written) == {NAME}
     entry = written[NAME]
     assert entry["limit"] == limits.from_noise(entry["noise"]) and entry["runs"] == 1
@@ -567,7 +588,7 @@ def test_publish_writes_the_history_of_the_committed_results(clone: Path) -> Non
 
 def test_a_damaged_limits_file_is_could_not_decide_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "limits.json"
-    for text in ("{}", "not json"):
+    for text in ("{}", "not json", '{"processors": {"other cpu": "no table"}}'):
         bad.write_text(text)
         run = subprocess.run(
             [sys.executable, str(ROOT / "benchmarks" / "scripts" / "gate.py"), "--limits",

@@ -240,11 +240,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             if args.factor
             else time_limits.Limits.load(args.limits)
         )
-    except (ValueError, KeyError, TypeError) as err:  # a damaged file: exit 2, one line
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # damaged: exit 2, one line
         parser.exit(
             2,
             f"gate: error: --limits {args.limits} is not a time-limits file (JSON with a "
-            f"'benchmarks' table, as gate.py --calibrate writes): {type(err).__name__}\n",
+            f"'processors' table, as gate.py --calibrate writes): {type(err).__name__}\n",
         )
     return args
 

@@ -1,12 +1,14 @@
-"""The gate's time limits, calibrated: per benchmark, the largest ratio between two identical
-commits over the runs of `gate.py --calibrate N`, and the limit drawn from it (twice that noise
-above 1x); stored with the baselines, in benchmarks/baselines/time-limits.json.
+"""The gate's time limits, calibrated: per processor and benchmark, the largest ratio between
+two identical commits over the runs of `gate.py --calibrate N`, and the limit drawn from it (twice
+that noise above 1x); stored with the baselines, in benchmarks/baselines/time-limits.json.
 
-A benchmark that was not calibrated gets the largest limit of those calibrated on its device (its
-own noise is unknown: the loosest limit keeps noise from failing a build), so a 1.25x slowdown of
-an uncalibrated benchmark, or of one whose own noise puts its limit above 1.25x, can pass; every
-flagged line names its limit and where it comes from, and `--calibrate N` tightens them. With
-none calibrated, the gate says its limit is the uncalibrated default.
+The gate reads the limits calibrated on its own processor: two kinds of machine differ in noise.
+On a processor never calibrated it takes each benchmark's loosest limit over those that were, and
+says so. A benchmark that was not calibrated gets the largest limit of those calibrated on its
+device (its own noise is unknown: the loosest limit keeps noise from failing a build), so a 1.25x
+slowdown of an uncalibrated benchmark, or of one whose own noise puts its limit above 1.25x, can
+pass; every flagged line names its limit and where it comes from, and `--calibrate N` tightens
+them. With none calibrated, the gate says its limit is the uncalibrated default.
 """
 
 from __future__ import annotations
@@ -58,10 +60,19 @@ class Limits:
         self.factor = factor
 
     @classmethod
-    def load(cls, path: Path = PATH) -> Limits:
-        if not path.is_file():
-            return cls({})
-        return cls(json.loads(path.read_text())["benchmarks"])
+    def load(cls, path: Path = PATH, cpu: str | None = None) -> Limits:
+        """The limits calibrated on processor `cpu` (default: this machine's); on one never
+        calibrated, each benchmark's loosest over the processors that were."""
+        groups = _processors(path)
+        cpu = cpu or this_cpu()
+        if cpu in groups:
+            return cls(groups[cpu])
+        loosest: dict[str, dict] = {}
+        for entries in groups.values():
+            for name, entry in entries.items():
+                if name not in loosest or entry["limit"] > loosest[name]["limit"]:
+                    loosest[name] = entry
+        return cls(loosest)
 
     @classmethod
     def uniform(cls, factor: float) -> Limits:
@@ -75,12 +86,11 @@ class Limits:
         found = self.entries.values()
         if any((e["cpu"] == cpu) if e.get("cpu") else e.get("machine") == machine for e in found):
             return None
-        where = sorted(
-            {e.get("machine", "?") + (f" ({e['cpu']})" if e.get("cpu") else "") for e in found}
-        )
+        where = sorted({e.get("machine", "?") + _processor(e) for e in found})
         return (
             f"the time limits were calibrated on {', '.join(where)}, not on this machine "
-            f"({machine}, {cpu}): they may flag noise here as a slowdown or miss one; calibrate "
+            f"({machine}, {cpu}); each benchmark takes its loosest of them, which may still flag "
+            "noise here as a slowdown or miss one; calibrate "
             "them where the gate runs (a CI runner too) with `python benchmarks/scripts/gate.py "
             "--calibrate 3` and commit benchmarks/baselines/time-limits.json"
         )
@@ -93,7 +103,7 @@ class Limits:
             return Limit(
                 entry["limit"],
                 f"calibrated: largest {entry['noise']:.3f}x in {entry['runs']} unchanged "
-                f"runs on {entry['machine']}, {entry['date']}",
+                f"runs on {entry['machine']}{_processor(entry)}, {entry['date']}",
             )
         same = [e["limit"] for n, e in self.entries.items() if device_of(n) == device_of(name)]
         if same:
@@ -126,14 +136,16 @@ def write(
     path: Path = PATH,
     cpu: str | None = None,
 ) -> Limits:
-    """Store the limits drawn from a calibration's largest ratios, keeping the entries of other
-    benchmarks (another device's, an earlier calibration's); returns what was written. cpu: the
-    machine's processor (default: this one's), what the gate tells machines apart by."""
-    entries = dict(Limits.load(path).entries)
+    """Store the limits drawn from a calibration's largest ratios under the machine's processor
+    (cpu, default: this one's), keeping the entries of other benchmarks (another device's, an
+    earlier calibration's) and of other processors; returns this processor's limits."""
+    cpu = cpu or this_cpu()
+    groups = _processors(path)
+    entries = groups.setdefault(cpu, {})
     when = {
         "runs": runs,
         "machine": machine,
-        "cpu": cpu or this_cpu(),
+        "cpu": cpu,
         "commit": commit[:12],
         "date": time.strftime("%F"),
     }
@@ -141,9 +153,22 @@ def write(
         entries[name] = {"noise": round(noise, 4), "limit": from_noise(noise), **when}
     about = (
         "Time limits of benchmarks/scripts/gate.py, written by gate.py --calibrate N: per "
-        f"benchmark, noise = the largest ratio (either way) between a commit and a copy of itself "
-        f"over N runs, limit = 1 + {MARGIN} * (noise - 1), rounded up to 0.01, at least {FLOOR}"
+        "processor and benchmark, noise = the largest ratio (either way) between a commit and a "
+        f"copy of itself over N runs, limit = 1 + {MARGIN} * (noise - 1), rounded up to 0.01, at "
+        f"least {FLOOR}"
     )
-    data = {"about": about, "benchmarks": dict(sorted(entries.items()))}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    processors = {c: dict(sorted(e.items())) for c, e in sorted(groups.items())}
+    path.write_text(json.dumps({"about": about, "processors": processors}, indent=1) + "\n")
     return Limits(entries)
+
+
+def _processor(entry: dict) -> str:
+    """ " (its processor)" where the entry records one."""
+    return f" ({entry['cpu']})" if entry.get("cpu") else ""
+
+
+def _processors(path: Path) -> dict[str, dict[str, dict]]:
+    """The calibration file's entries by processor (none: no file)."""
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text())["processors"]
