@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sqlite3
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from .interrupts import GRACE_S, stop_when_stuck
 from .measure.env import Environment
 from .measure.load import Load
 from .measure.status import ERROR, OOM, STATUSES, TIMEOUT
-from .store import ResultStore
+from .store import ResultStore, StoreError
 
 RUN_RULE = (
     "Each invocation writes one run of the store. A job (a bench case, a training run) is not "
@@ -254,6 +255,8 @@ def run_plan(
             store.mark_interrupted(run_id)
             stored = len(store.completed_cases(run_id) & set(keys))
             raise RunInterrupted(run_id, stored) from None
+        except sqlite3.OperationalError as err:  # locked past its timeout, a full disk
+            raise StoreError(_unwritable(store, run_id, keys, err)) from None
         finally:
             bar.close()
     return result
@@ -280,6 +283,19 @@ def _stopped_inside_a_job(plan: Plan, path: Path, run_id: str, keys: Sequence[st
         f"long operation; it was ended): {stored} of {len(keys)} cases are stored in run {run_id} "
         f"(marked interrupted); rerun the same command with --resume (or --run-id {run_id}) to "
         "run only the missing ones"
+    )
+
+
+def _unwritable(store: ResultStore, run_id: str, keys: Sequence[str], err: Exception) -> str:
+    """The line a run stopped by a write the store refused says: what is kept, how to go on."""
+    try:
+        stored = f"{len(store.completed_cases(run_id) & set(keys))} of {len(keys)}"
+    except sqlite3.Error:  # not readable either, now
+        stored = f"the finished ones of the {len(keys)}"
+    return (
+        f"writing {store.path} failed (SQLite says: {err}); {stored} cases are "
+        f"stored in run {run_id}; once the store can be written, rerun the same command with "
+        f"--resume (or --run-id {run_id}) to run only the missing ones"
     )
 
 

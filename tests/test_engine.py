@@ -4,6 +4,7 @@ messages."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -130,6 +131,30 @@ def test_a_failed_case_is_run_again_on_resume_a_finished_one_is_not(tmp_path: Pa
         statuses = {c["config"]["seq_len"]: c["status"] for c in store.cases(first.run_id)}
     assert calls == [8, 16, 16] and again.run_id == first.run_id and again.already_done == 1
     assert statuses == {8: "ok", 16: "ok"}
+
+
+def test_a_write_the_store_refuses_stops_the_run_in_one_line_that_says_how_to_go_on(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store locked past its timeout or a full disk at a case's write: exit with what is kept
+    and --resume, no traceback; --resume then runs only the missing case."""
+    argv = [*BENCH[:4], "16,32", *BENCH[5:]]
+    add_rows, writes = ResultStore.add_rows, []
+
+    def full_disk(self, *args, **kwargs):
+        writes.append(args[1])
+        if len(writes) == 2:
+            raise sqlite3.OperationalError("database or disk is full")
+        return add_rows(self, *args, **kwargs)
+
+    monkeypatch.setattr(ResultStore, "add_rows", full_disk)
+    code, err = _zoo(argv, capsys)
+    line = err.strip().splitlines()[-1]
+    assert code != 0 and "Traceback" not in err
+    assert "database or disk is full" in line and "1 of 2 cases are stored in run" in line
+    assert "rerun the same command with --resume" in line
+    assert _zoo([*argv, "--resume"], capsys)[0] == 0
+    assert len(writes) == 3 and _runs("bench")[-1][1] == 2  # the missing case, once more
 
 
 STORE_COMMANDS = {
