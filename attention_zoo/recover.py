@@ -18,6 +18,7 @@ class Recovered:
 
     rows: dict[str, int]
     without_case: int
+    cut_short: bool = False  # reading stopped at its budget of SQLite steps
 
 
 def recover(path: str | Path, dest: str | Path) -> Recovered:
@@ -41,6 +42,7 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
             tables = {
                 t: (column_names(db, t), list(table_rows(db, t))) for t in TABLES if t in present
             }
+            cut_short = db.cut_short
     except sqlite3.DatabaseError as err:
         raise StoreError(
             f"no row of {path} can be read (SQLite says: {err}); nothing was written"
@@ -54,4 +56,4 @@ def recover(path: str | Path, dest: str | Path) -> Recovered:
     columns, rows = tables.get("results", ([], []))
     run, key = columns.index("run_id") if rows else 0, columns.index("case_key") if rows else 0
     lost = sum((row[run], row[key]) not in cases for row in rows)
-    return Recovered(rows=counts, without_case=lost)
+    return Recovered(rows=counts, without_case=lost, cut_short=cut_short)

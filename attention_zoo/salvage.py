@@ -4,7 +4,7 @@ The file is opened read-only and immutable (never written; a journal of an unfin
 rolled back in a copy first), with SQLite's writable_schema on so a file shorter than its header
 says (a crash, a full disk) still opens. Each table is read in rowid order; where a page cannot be
 read, the scan looks further on for the next readable row, so the rows on either side of the
-damage come back.
+damage come back. Reading stops at a budget of SQLite steps, and says so.
 """
 
 from __future__ import annotations
@@ -30,8 +30,14 @@ def journal_of(path: Path) -> Path:
     return path.with_name(path.name + "-journal")
 
 
+class Budgeted(sqlite3.Connection):
+    """A connection whose reading stops at _STEP_BUDGET SQLite steps; `cut_short` says it did."""
+
+    cut_short = False
+
+
 @contextmanager
-def open_damaged(path: Path) -> Iterator[sqlite3.Connection]:
+def open_damaged(path: Path) -> Iterator[Budgeted]:
     """The store at `path`, read-only and immutable. With a journal beside it (a process killed
     while writing), a copy of both, the unfinished write rolled back there, is read instead:
     immutable ignores a journal, and would read what was never committed."""
@@ -47,11 +53,17 @@ def open_damaged(path: Path) -> Iterator[sqlite3.Connection]:
                 with contextlib.suppress(sqlite3.DatabaseError):  # damaged: read as it is
                     rolled_back.execute("SELECT count(*) FROM sqlite_master").fetchone()
             path = copy
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+        db = sqlite3.connect(uri, uri=True, factory=Budgeted)
         try:
             db.execute("PRAGMA writable_schema = ON")  # read a file shorter than its header says
             calls = iter(range(10**18))  # a damaged tree must not keep a query going for ever
-            db.set_progress_handler(lambda: next(calls) > _STEP_BUDGET // 1000, 1000)
+
+            def spent() -> bool:
+                db.cut_short = db.cut_short or next(calls) > _STEP_BUDGET // 1000
+                return db.cut_short
+
+            db.set_progress_handler(spent, 1000)
             yield db
         finally:
             db.close()
@@ -91,6 +103,8 @@ def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
                 yield row[1:]
             return
         except sqlite3.DatabaseError:
+            if getattr(db, "cut_short", False):  # the budget, not damage: nothing more is read
+                return
             if after == failed_at:  # no row since the last failure: that row cannot be read
                 after += 1
             failed_at = after

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from attention_zoo import salvage
 from attention_zoo.cli import main as zoo_main
 from attention_zoo.measure.env import Environment
 from attention_zoo.measure.load import Load
@@ -106,6 +107,21 @@ def test_a_truncated_store_is_damaged_and_its_readable_rows_recovered(
     assert f"results {shown + lost})" in out  # rows whose case row was lost are counted apart
     assert zoo_main(["results", "--store", str(path), "--recover"]) == 2  # never overwrites
     assert "exists; give --recover a new file name" in capsys.readouterr().err
+
+
+def test_recover_says_when_its_step_budget_cut_the_reading_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "zoo.sqlite"
+    total = _store_with_rows(path)
+    assert zoo_main(["results", "--store", str(path), "--recover", str(tmp_path / "a.sqlite")]) == 0
+    assert "budget" not in capsys.readouterr().out  # a whole read says nothing of it
+    monkeypatch.setattr(salvage, "_STEP_BUDGET", 2_000)  # a whole read takes < 5,000
+    assert zoo_main(["results", "--store", str(path), "--recover", str(tmp_path / "b.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "reading stopped at its budget of SQLite steps: rows further on were not read" in out
+    with ResultStore(tmp_path / "b.sqlite", create=False) as store:
+        assert 0 < len(store.rows()) < total
 
 
 def test_a_store_cut_to_its_header_has_nothing_to_recover(

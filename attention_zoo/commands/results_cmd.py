@@ -137,6 +137,8 @@ def _recover(store: Path, dest: str) -> int:
         if got.without_case
         else ""
     )
+    if got.cut_short:
+        lost += "; reading stopped at its budget of SQLite steps: rows further on were not read"
     print(f"recovered into {target} the rows that could be read ({rows}){lost}; {store} unchanged")
     return 0
 
