@@ -253,8 +253,7 @@ def run_plan(
         except KeyboardInterrupt:
             taken()
             store.mark_interrupted(run_id)
-            stored = len(store.completed_cases(run_id) & set(keys))
-            raise RunInterrupted(run_id, stored) from None
+            raise RunInterrupted(run_id, _stored(store, run_id, keys)) from None
         except sqlite3.OperationalError as err:  # locked past its timeout, a full disk
             raise StoreError(_unwritable(store, run_id, keys, err)) from None
         finally:
@@ -272,12 +271,17 @@ def _preview(plan: Plan, todo: Sequence[str], total: int) -> str:
     return "\n".join([head, *(f"  {plan.label(key)}" for key in todo)])
 
 
+def _stored(store: ResultStore, run_id: str, keys: Sequence[str]) -> int:
+    """How many of this run's cases `keys` the store holds as done: what a stopped run kept."""
+    return len(store.completed_cases(run_id) & set(keys))
+
+
 def _stopped_inside_a_job(plan: Plan, path: Path, run_id: str, keys: Sequence[str]) -> str:
     """Ctrl-C that a job stuck in one long operation did not take: the run marked interrupted
     (from the watcher thread, on a connection of its own); the line that says so."""
     with ResultStore(path) as store:
         store.mark_interrupted(run_id)
-        stored = len(store.completed_cases(run_id) & set(keys))
+        stored = _stored(store, run_id, keys)
     return (
         f"zoo {plan.desc}: interrupted inside a job that did not stop within {GRACE_S:g} s (one "
         f"long operation; it was ended): {stored} of {len(keys)} cases are stored in run {run_id} "
@@ -289,7 +293,7 @@ def _stopped_inside_a_job(plan: Plan, path: Path, run_id: str, keys: Sequence[st
 def _unwritable(store: ResultStore, run_id: str, keys: Sequence[str], err: Exception) -> str:
     """The line a run stopped by a write the store refused says: what is kept, how to go on."""
     try:
-        stored = f"{len(store.completed_cases(run_id) & set(keys))} of {len(keys)}"
+        stored = f"{_stored(store, run_id, keys)} of {len(keys)}"
     except sqlite3.Error:  # not readable either, now
         stored = f"the finished ones of the {len(keys)}"
     return (
