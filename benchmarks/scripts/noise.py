@@ -1,8 +1,8 @@
 """How far apart this machine reads identical code with the gate's sampling, and how many rounds
 would hold it to a target: a series of rounds, each a fresh process timing the same cases the suite
-times (one thread, glibc's heap on huge pages, the fastest sample of one window each), then every
-stretch of 2R consecutive rounds (one starting at every other round) read as a gate run of R
-rounds a side, in the gate's order.
+times (one thread, glibc's heap on huge pages, one window of samples each), then every stretch of
+2R consecutive rounds (one starting at every other round) read as a gate run of R rounds a side, in
+the gate's order and with its statistic (each side's samples pooled, their low quantile).
 
     python benchmarks/scripts/noise.py --series 64 --log noise.jsonl   # ~10 s a round, 6 cases
     python benchmarks/scripts/noise.py --read noise.jsonl --target 1.05
@@ -48,7 +48,7 @@ WARMUP_S = float(plumbing.SAMPLING["warmup_time"])
 
 # One round, as asv's forkserver runs one: the suite imported once, then a fork per case that
 # runs the suite's own Time benchmark, its setup hooks before every sample, for a warm-up and then
-# a window; each fork prints {case: its fastest sample in seconds}.
+# a window; each fork prints {case: its window's samples in seconds}.
 ROUND = """
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -74,16 +74,19 @@ for spec in sys.argv[7:]:
             began = bench.timer()
             bench.time_step(*params)
             samples.append(bench.timer() - began)
-    print(json.dumps({spec: min(samples)}), flush=True)
+    print(json.dumps({spec: samples}), flush=True)
     os._exit(0)
 """
+
+
+Round = dict[str, list[float]]  # one round: each case's samples, in seconds
 
 
 class NoiseError(Exception):
     """Bad input or a failed round, said in one line."""
 
 
-def measure_round(cases: Sequence[str], window: float, warmup: float) -> dict[str, float]:
+def measure_round(cases: Sequence[str], window: float, warmup: float) -> Round:
     """One round in a fresh interpreter, with the gate's environment (huge pages)."""
     sampling = [warmup, window, MIN_SAMPLES, MAX_SAMPLES, SEQ_LEN]
     done = subprocess.run(
@@ -96,37 +99,39 @@ def measure_round(cases: Sequence[str], window: float, warmup: float) -> dict[st
     if done.returncode != 0 or len(lines) != len(cases):
         said = done.stderr.strip().splitlines() or [f"exit {done.returncode}, no message"]
         raise NoiseError(f"a round failed: {said[-1]}")
-    row: dict[str, float] = {}
+    row: Round = {}
     for line in lines:
         row.update(json.loads(line))
     return row
 
 
-def stretch_ratios(series: Sequence[dict[str, float]], rounds: int) -> list[dict[str, float]]:
+def stretch_ratios(series: Sequence[Round], rounds: int) -> list[dict[str, float]]:
     """Per stretch of 2 * `rounds` consecutive rounds (one starting at every other round), per
-    case: the two sides' fastest samples apart, as the larger over the smaller (identical code:
-    either way is noise)."""
+    case: the two sides' times (plumbing.low_quantile of each side's samples) apart, as the larger
+    over the smaller (identical code: either way is noise)."""
     order = gate_sides.interleaved(["a", "b"], rounds)
     out = []
     for start in range(0, len(series) - 2 * rounds + 1, 2):
         stretch = series[start : start + 2 * rounds]
         ratios = {}
         for case in stretch[0]:
-            a = min(r[case] for r, side in zip(stretch, order) if side == "a")
-            b = min(r[case] for r, side in zip(stretch, order) if side == "b")
+            side = {"a": [], "b": []}
+            for r, s in zip(stretch, order):
+                side[s] += r[case]
+            a, b = plumbing.low_quantile(side["a"]), plumbing.low_quantile(side["b"])
             ratios[case] = max(a, b) / min(a, b)
         out.append(ratios)
     return out
 
 
-def summary(series: Sequence[dict[str, float]], target: float, rounds: Sequence[int]) -> str:
+def summary(series: Sequence[Round], target: float, rounds: Sequence[int]) -> str:
     """Each case's spread over the rounds, then per rounds-a-side the stretches' largest ratio
     and how many kept every case within `target`."""
     cases = list(series[0])
-    lines = [f"{len(series)} rounds; per case, each round's fastest sample against the fastest:"]
-    lines.append(f"  {'case':26s} {'fastest':>9s} {'median':>7s} {'max':>7s}")
+    lines = [f"{len(series)} rounds; per case, each round's time against the lowest:"]
+    lines.append(f"  {'case':26s} {'lowest':>9s} {'median':>7s} {'max':>7s}")
     for case in cases:
-        values = [r[case] for r in series]
+        values = [plumbing.low_quantile(r[case]) for r in series]
         low = min(values)
         lines.append(
             f"  {case:26s} {low * 1e3:7.2f}ms {statistics.median(values) / low:6.3f}x "
@@ -151,7 +156,7 @@ def summary(series: Sequence[dict[str, float]], target: float, rounds: Sequence[
     return "\n".join(lines)
 
 
-def read_series(path: Path) -> list[dict[str, float]]:
+def read_series(path: Path) -> list[Round]:
     """The rounds a --log file holds; every round must time the same cases."""
     if not path.is_file():
         raise NoiseError(f"no series at {path}: write one with --series N --log {path}")
@@ -160,7 +165,9 @@ def read_series(path: Path) -> list[dict[str, float]]:
         if not line.strip():
             continue
         try:
-            row = {k: float(v) for k, v in json.loads(line).items() if k != "at"}
+            row = {k: [float(t) for t in v] for k, v in json.loads(line).items() if k != "at"}
+            if not all(row.values()):
+                raise ValueError("a case without samples")
         except (ValueError, TypeError, AttributeError):
             raise NoiseError(f"{path}:{number} is not a round noise.py wrote") from None
         if not row or (rows and row.keys() != rows[0].keys()):
