@@ -32,6 +32,13 @@ def test_one_slow_round_is_outread_by_the_sides_low_quantile() -> None:
     assert stretch["x"] == pytest.approx(1.0)
 
 
+def test_one_rare_fast_sample_is_outread_by_the_sides_low_quantile() -> None:
+    # the fastest samples would read 1.0 against 0.6 (1.67x); the quantiles read both sides 1.0
+    rounds = [{"x": [0.6] + [1.0] * 19}, {"x": [1.0] * 20}, {"x": [1.0] * 20}, {"x": [1.0] * 20}]
+    [stretch] = noise.stretch_ratios(rounds, rounds=2)
+    assert stretch["x"] == pytest.approx(1.0)
+
+
 def test_either_side_slower_is_noise_and_stretches_keep_the_gates_order() -> None:
     # stretches start at every other round: 0-3 (a b b a), 2-5 (a b b a again)
     stretches = noise.stretch_ratios(series(1.1, 1.0, 1.0, 1.1, 1.0, 1.0), rounds=2)
@@ -77,8 +84,11 @@ def test_bad_input_is_one_line_and_exit_2(
     "lines, says",
     [
         (['{"x": [1.0]}', "not json"], ":2 is not a round noise.py wrote"),
-        (['{"x": [1.0]}', '{"x": 1.0}'], ":2 is not a round noise.py wrote"),  # samples, not one
+        (['{"x": [1.0]}', '{"x": 1.0}'], ":2 holds one number a case (an older noise.py's log)"),
         (['{"x": [1.0]}', '{"x": []}'], ":2 is not a round noise.py wrote"),
+        (['{"x": [1.0]}', '{"x": "12"}'], ":2 is not a round noise.py wrote"),
+        (['{"x": [1.0]}', '{"x": [NaN]}'], ":2 is not a round noise.py wrote"),
+        (['{"x": [1.0]}', '{"x": {"1": 2}}'], ":2 is not a round noise.py wrote"),
         (['{"x": [1.0]}', '{"y": [1.0]}'], ":2 times other cases than line 1"),
         (['{"x": [1.0]}'], "holds 1 round(s)"),
     ],

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # is between processes (each has its own level) and over tens of seconds (the machine's speed
 # drifts), far more than within one process's window: short rounds, and more of them, interleave
 # the two sides finer for the same time (docs/regression.md). Passed to asv for the gate's
-# comparisons only: published results keep asv's defaults. The limits were calibrated with
-# exactly this.
+# comparisons only: published results keep asv's defaults. The Intel Xeon limits were calibrated
+# with exactly this and TIME_QUANTILE; the AMD EPYC ones with the fastest sample of 4 rounds of 1 s.
 SAMPLING = {"repeat": "(5,1000,0.4)", "warmup_time": "0.3"}
 # The gate's quantile of a time's samples: low, so slow spells that cover most of a side's samples
 # still leave it alone, and not the fastest, which one rare fast sample sets.
