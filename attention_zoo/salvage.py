@@ -15,6 +15,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 TABLES = ("runs", "cases", "results")  # in the order they are copied: a case's run comes first
@@ -76,7 +77,7 @@ def column_names(db: sqlite3.Connection, table: str) -> list[str]:
 _TYPES = {"TEXT": (str,), "REAL": (int, float), "INTEGER": (int,)}
 
 
-def table_rows(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
+def table_rows(db: Budgeted, table: str) -> Iterator[tuple]:
     """The readable rows that fit the table's declared columns: a page read past the end of a
     cut file can decode as rows of garbage, which fail these checks."""
     info = list(db.execute(f"PRAGMA table_info({table})"))  # (cid, name, type, notnull, ...)
@@ -89,7 +90,7 @@ def table_rows(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
             yield row
 
 
-def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
+def _scan(db: Budgeted, table: str) -> Iterator[tuple]:
     """Every row of `table` that can be read, in rowid order, going past unreadable pages."""
     after, failed_at = _FIRST_ROWID, None
     for _ in range(_MAX_RESTARTS):
@@ -103,7 +104,7 @@ def _scan(db: sqlite3.Connection, table: str) -> Iterator[tuple]:
                 yield row[1:]
             return
         except sqlite3.DatabaseError:
-            if getattr(db, "cut_short", False):  # the budget, not damage: nothing more is read
+            if db.cut_short:  # the budget, not damage: nothing more is read
                 return
             if after == failed_at:  # no row since the last failure: that row cannot be read
                 after += 1
@@ -128,14 +129,24 @@ def _next_readable(db: sqlite3.Connection, table: str, after: int) -> int | None
     return None
 
 
-def readable_rows(path: Path) -> dict[str, int]:
-    """How many rows of each table can still be read ({} when not even the schema can)."""
+@dataclass(frozen=True)
+class Readable:
+    """Rows per table that can still be read; with `cut_short`, reading stopped at its budget of
+    SQLite steps, so there may be more."""
+
+    rows: dict[str, int]
+    cut_short: bool = False
+
+
+def readable_rows(path: Path) -> Readable:
+    """How many rows of each table can still be read (none when not even the schema can)."""
     try:
         with open_damaged(path) as db:
             present = set(table_names(db))
-            return {t: sum(1 for _ in table_rows(db, t)) for t in TABLES if t in present}
+            rows = {t: sum(1 for _ in table_rows(db, t)) for t in TABLES if t in present}
+            return Readable(rows, db.cut_short)
     except sqlite3.DatabaseError:
-        return {}
+        return Readable({})
 
 
 def table_names(db: sqlite3.Connection) -> list[str]:

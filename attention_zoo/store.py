@@ -198,14 +198,18 @@ def _unfinished_write(path: Path) -> StoreError:
 
 def damaged(path: Path, err: sqlite3.Error) -> StoreError:
     """The error for a store of ours that SQLite cannot read, saying what can still be saved."""
-    counts = readable_rows(path)
-    found = sum(counts.values())
+    readable = readable_rows(path)
+    found = sum(readable.rows.values())
+    at_least = "at least " if readable.cut_short else ""  # reading stopped at its step budget
+    counts = ", ".join(f"{t} {n}" for t, n in readable.rows.items())
     advice = (
-        f"{found} rows can still be read ({', '.join(f'{t} {n}' for t, n in counts.items())}): "
+        f"{at_least}{found} rows can still be read ({counts}): "
         f"'zoo results --store {path} --recover' copies them into a new store, or restore the "
         "file from a copy"
         if found
-        else "no row of it can be read: restore it from a copy, or pass another --store path"
+        else "no row of it can be read"
+        + (" within its budget of SQLite steps" if readable.cut_short else "")
+        + ": restore it from a copy, or pass another --store path"
     )
     return StoreError(
         f"{path} is an attention-zoo results store, but it is damaged (SQLite says: {err}); "

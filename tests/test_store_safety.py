@@ -124,6 +124,20 @@ def test_recover_says_when_its_step_budget_cut_the_reading_short(
         assert 0 < len(store.rows()) < total
 
 
+def test_a_damaged_stores_count_says_at_least_when_the_budget_cut_it_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "zoo.sqlite"
+    _store_with_rows(path)
+    os.truncate(path, path.stat().st_size * 6 // 10)
+    with pytest.raises(StoreError) as whole:
+        ResultStore(path)
+    assert "at least" not in str(whole.value) and " rows can still be read (" in str(whole.value)
+    monkeypatch.setattr(salvage, "_STEP_BUDGET", 0)  # stops after a few thousand steps
+    with pytest.raises(StoreError, match=r"nothing was changed; at least \d+ rows can still be"):
+        ResultStore(path)
+
+
 def test_a_store_cut_to_its_header_has_nothing_to_recover(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
