@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..argtypes import choices, integer, integers, names, number, size
 from ..engine import RunInterrupted, RunPolicy, continued_run
 from ..errors import Interrupted, UsageError
 from ..executors import add_executor_args, executor_from_args
@@ -35,16 +36,7 @@ from ..sweep import AUTO, BenchPlan, SweepGrid, run_sweep
 from .parsers import add_command
 from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
-from .validate import (
-    check_device,
-    check_reference,
-    choices,
-    integer,
-    integers,
-    names,
-    number,
-    size,
-)
+from .validate import check_device, check_reference
 
 HELP = "measure time, memory and FLOPs of a grid of cases"
 DESCRIPTION = (

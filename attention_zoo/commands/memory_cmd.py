@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..argtypes import size
 from ..errors import ZooError
 from ..measure.cases import BenchCase, build_runnable
 from ..measure.labels import case_label
@@ -17,7 +18,6 @@ from ..presets import builtin_presets
 from ..sweep import default_memory_limit
 from .bench_cmd import add_grid_arguments, check_options_used, grid_from_args
 from .parsers import add_command
-from .validate import size
 
 HELP = "predict memory for given lengths/devices (does it fit in N GB?)"
 DESCRIPTION = "Predict peak memory, resident memory and FLOPs of each case; nothing is allocated."

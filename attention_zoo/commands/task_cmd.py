@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import torch
 
+from ..argtypes import integer, integers, names
 from ..engine import RunPolicy
 from ..errors import UnknownPresetError, UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
@@ -22,15 +23,7 @@ from ..tasks.tabulate import build_matrix, format_matrix
 from .parsers import add_command
 from .recording import recorded_command
 from .run_flags import add_run_args, policy_from_args, run_rule_text
-from .validate import (
-    check_device,
-    given,
-    integer,
-    integers,
-    names,
-    reject_together,
-    require,
-)
+from .validate import check_device, given, reject_together, require
 
 HELP = "train attention variants on synthetic tasks (Reformer Table 2)"
 DESCRIPTION = (

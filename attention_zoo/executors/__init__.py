@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..argtypes import integer, number
 from ..errors import UsageError
 from ..install import install_hint
 from .base import Executor, Job, Outcome, run_job
@@ -23,24 +24,6 @@ from .ray_cluster import RayError, RayExecutor, import_ray
 EXECUTORS = ("local", "processes", "ray")
 RAY_FLAGS = ("ray_address", "gpus_per_case", "cpus_per_case")
 FLAGS = {"processes": ("workers",), "ray": RAY_FLAGS}  # the flags each executor takes
-
-
-def _count(text: str) -> int:
-    """A whole number >= 1."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return int(text)
-
-
-def _amount(text: str) -> float:
-    """A resource amount >= 0 (fractions share a device: 0.5 GPU)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
 
 
 def add_executor_args(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +40,7 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--workers",
-        type=_count,
+        type=integer(1),
         metavar="N",
         help="with --executor processes: worker processes (default: this machine's cores over "
         "--threads, at most one per job); several may share one GPU",
@@ -71,13 +54,13 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--gpus-per-case",
-        type=_amount,
+        type=number(minimum=0),
         metavar="N",
         help="with --executor ray: GPUs each case reserves (default: 1 for a CUDA case, else 0)",
     )
     g.add_argument(
         "--cpus-per-case",
-        type=_amount,
+        type=number(minimum=0),
         metavar="N",
         help="with --executor ray: CPUs each case reserves (default: its --threads, else 1)",
     )
