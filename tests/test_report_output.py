@@ -9,9 +9,11 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,31 @@ def test_a_complete_build_replaces_the_report_and_keeps_other_files(tmp_path: Pa
     # an old plot this build did not write is gone; a file of the user's stays
     assert _contents(out) == {"report.md": b"new", "notes.txt": b"mine", "report.json": OLD_META}
     assert [p.name for p in tmp_path.iterdir()] == ["report"]
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_what_a_killed_writer_left_is_tidied_and_the_previous_report_put_back(
+    tmp_path: Path, swapped: bool
+) -> None:
+    """A writer killed between moving the old report aside and renaming its build into place
+    (swapped=False), or while removing the old one after (True), left hidden folders."""
+    out = tmp_path / "report"
+    _old_report(out)
+    aside = Path(tempfile.mkdtemp(prefix=".report.old-", dir=tmp_path))
+    half_built = Path(tempfile.mkdtemp(prefix=".report.new-", dir=tmp_path))
+    (half_built / "report.md").write_text("half")
+    if swapped:
+        shutil.copytree(out, aside / "report")
+        (out / "notes.txt").write_bytes(b"mine, kept")
+    else:
+        os.rename(out, aside / "report")
+    neighbour = tmp_path / ".report.old-of-mine"  # not a name the writer gives its folders
+    neighbour.mkdir()
+    with staged_folder(out, regenerated=("scaling-*.png",)) as stage:
+        (stage / "report.md").write_text("new")
+    notes = b"mine, kept" if swapped else b"mine"  # the report in place wins; else the one aside
+    assert _contents(out) == {"report.md": b"new", "notes.txt": notes, "report.json": OLD_META}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".report.old-of-mine", "report"]
 
 
 def test_a_rebuild_drops_only_the_plots_the_last_build_wrote(tmp_path: Path) -> None:

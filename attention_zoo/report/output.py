@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -90,6 +91,7 @@ def staged_folder(target: Path, *, regenerated: Sequence[str] = ()) -> Iterator[
     if target.is_symlink():  # the folder it names is replaced, the link kept
         target = target.resolve()
     with _one_writer(target):
+        _tidy_after_a_killed_writer(target)
         check_report_target(target)
         mode = stat.S_IMODE(target.stat().st_mode) if target.is_dir() else _default_mode(0o777)
         try:
@@ -186,6 +188,26 @@ def _carry_over(old: Path, new: Path, regenerated: Sequence[str]) -> None:
             shutil.copytree(entry, new / entry.name, symlinks=True)
         else:
             shutil.copy2(entry, new / entry.name, follow_symlinks=False)
+
+
+def _tidy_after_a_killed_writer(target: Path) -> None:
+    """What a writer killed part way left beside `target` (this one holds the lock, so no other
+    writer is at work): the previous report it had moved aside is put back where `target` is
+    missing, and its half-built and moved-aside folders are removed."""
+    # the names tempfile.mkdtemp gives staged_folder's and _swap's folders (8 random characters)
+    left = re.compile(rf"\.{re.escape(target.name)}\.(old|new)-[a-z0-9_]{{8}}")
+    try:
+        leftovers = sorted(e for e in target.parent.iterdir() if left.fullmatch(e.name))
+    except OSError:
+        return  # nothing can be tidied; the write itself says what is wrong
+    for entry in leftovers:
+        aside = entry / target.name
+        if ".old-" in entry.name and aside.is_dir() and not target.exists():
+            try:
+                os.rename(aside, target)
+            except OSError:
+                continue  # the previous report stays where it is, never removed
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def _swap(stage: Path, target: Path) -> None:
