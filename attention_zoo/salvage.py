@@ -70,7 +70,7 @@ def open_damaged(path: Path) -> Iterator[Budgeted]:
             db.close()
 
 
-def column_names(db: sqlite3.Connection, table: str) -> list[str]:
+def column_names(db: Budgeted, table: str) -> list[str]:
     return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
 
 
@@ -115,7 +115,7 @@ def _scan(db: Budgeted, table: str) -> Iterator[tuple]:
             after = max(after, found - 1)
 
 
-def _next_readable(db: sqlite3.Connection, table: str, after: int) -> int | None:
+def _next_readable(db: Budgeted, table: str, after: int) -> int | None:
     """The first readable rowid past `after` found by looking 1, 2, 4, ... rowids further."""
     for bits in range(_MAX_SKIP_BITS):
         try:
@@ -140,14 +140,20 @@ class Readable:
 
 def readable_rows(path: Path) -> Readable:
     """How many rows of each table can still be read (none when not even the schema can)."""
+    rows: dict[str, int] = {}
     try:
         with open_damaged(path) as db:
-            present = set(table_names(db))
-            rows = {t: sum(1 for _ in table_rows(db, t)) for t in TABLES if t in present}
+            try:
+                present = set(table_names(db))
+                for table in (t for t in TABLES if t in present):
+                    rows[table] = sum(1 for _ in table_rows(db, table))
+            except sqlite3.DatabaseError:
+                if not db.cut_short:  # damage, not the budget
+                    raise
             return Readable(rows, db.cut_short)
     except sqlite3.DatabaseError:
         return Readable({})
 
 
-def table_names(db: sqlite3.Connection) -> list[str]:
+def table_names(db: Budgeted) -> list[str]:
     return [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]

@@ -200,17 +200,17 @@ def damaged(path: Path, err: sqlite3.Error) -> StoreError:
     """The error for a store of ours that SQLite cannot read, saying what can still be saved."""
     readable = readable_rows(path)
     found = sum(readable.rows.values())
-    at_least = "at least " if readable.cut_short else ""  # reading stopped at its step budget
     counts = ", ".join(f"{t} {n}" for t, n in readable.rows.items())
-    advice = (
-        f"{at_least}{found} rows can still be read ({counts}): "
-        f"'zoo results --store {path} --recover' copies them into a new store, or restore the "
-        "file from a copy"
-        if found
-        else "no row of it can be read"
-        + (" within its budget of SQLite steps" if readable.cut_short else "")
-        + ": restore it from a copy, or pass another --store path"
-    )
+    cut = " before reading stopped at its budget of SQLite steps" if readable.cut_short else ""
+    if found:
+        advice = (
+            f"{'at least ' if cut else ''}{found} rows can still be read ({counts}{cut}): "
+            f"'zoo results --store {path} --recover' copies them into a new store, or restore "
+            "the file from a copy"
+        )
+    else:
+        none = f"no row of it was read{cut}" if cut else "no row of it can be read"
+        advice = f"{none}: restore it from a copy, or pass another --store path"
     return StoreError(
         f"{path} is an attention-zoo results store, but it is damaged (SQLite says: {err}); "
         f"nothing was changed; {advice}"

@@ -70,22 +70,26 @@ def test_a_complete_build_replaces_the_report_and_keeps_other_files(tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir()] == ["report"]
 
 
-@pytest.mark.parametrize("swapped", [False, True])
+@pytest.mark.parametrize("left", ["missing", "emptied", "swapped"])
 def test_what_a_killed_writer_left_is_tidied_and_the_previous_report_put_back(
-    tmp_path: Path, swapped: bool
+    tmp_path: Path, left: str
 ) -> None:
     """A writer killed between moving the old report aside and renaming its build into place
-    (swapped=False), or while removing the old one after (True), left hidden folders."""
+    (--out then missing, or made again empty), or while removing the old one after the swap
+    (swapped), left hidden folders."""
     out = tmp_path / "report"
     _old_report(out)
     aside = Path(tempfile.mkdtemp(prefix=".report.old-", dir=tmp_path))
     half_built = Path(tempfile.mkdtemp(prefix=".report.new-", dir=tmp_path))
     (half_built / "report.md").write_text("half")
+    swapped = left == "swapped"
     if swapped:
         shutil.copytree(out, aside / "report")
         (out / "notes.txt").write_bytes(b"mine, kept")
     else:
         os.rename(out, aside / "report")
+        if left == "emptied":
+            out.mkdir()
     neighbour = tmp_path / ".report.old-of-mine"  # not a name the writer gives its folders
     neighbour.mkdir()
     with staged_folder(out, regenerated=("scaling-*.png",)) as stage:
@@ -93,6 +97,20 @@ def test_what_a_killed_writer_left_is_tidied_and_the_previous_report_put_back(
     notes = b"mine, kept" if swapped else b"mine"  # the report in place wins; else the one aside
     assert _contents(out) == {"report.md": b"new", "notes.txt": notes, "report.json": OLD_META}
     assert sorted(p.name for p in tmp_path.iterdir()) == [".report.old-of-mine", "report"]
+
+
+def test_a_report_moved_aside_is_kept_while_out_holds_other_files(tmp_path: Path) -> None:
+    """A killed writer moved the report aside, then --out was made again with files of the
+    user's: the write is refused, and the report aside is not the tidy-up's to remove."""
+    out = tmp_path / "report"
+    old = _old_report(out)
+    aside = Path(tempfile.mkdtemp(prefix=".report.old-", dir=tmp_path))
+    os.rename(out, aside / "report")
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    with pytest.raises(ReportWriteError, match="nothing was changed"), staged_folder(out):
+        pass
+    assert _contents(aside / "report") == old and (out / "mine.txt").read_text() == "mine"
 
 
 def test_a_rebuild_drops_only_the_plots_the_last_build_wrote(tmp_path: Path) -> None:
@@ -241,9 +259,11 @@ def test_a_second_writer_to_one_folder_is_refused(
     assert zoo_main(["report", "--store", str(store), "--out", str(out), "--title", "first"]) == 0
     before = _snapshot(out)
     with _one_writer(out):  # another zoo report, still writing
+        building = Path(tempfile.mkdtemp(prefix=".report.new-", dir=tmp_path))  # its build
         code = zoo_main(["report", "--store", str(store), "--out", str(out), "--title", "second"])
     _one_line_error(capsys, code, f"another zoo report is writing {out} now; nothing was written")
-    assert _snapshot(out) == before
+    assert _snapshot(out) == before and building.is_dir()  # the other's build left alone
+    building.rmdir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "s.sqlite"]  # lock removed
 
 

@@ -8,10 +8,11 @@ import dataclasses
 import json
 from typing import Any
 
+from ..argtypes import integer
 from ..attention.decode import decoding_of
 from ..attention.spec import BACKENDS, default_device
 from ..blocks.residual import RESIDUALS
-from ..errors import UsageError, ZooError
+from ..errors import ZooError
 from ..measure.fair import FairSetting, fair_numbers
 from ..measure.table import format_table
 from ..measure.units import format_bytes
@@ -44,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--context",
-        type=int,
+        type=integer(1),
         default=FairSetting().context,
         help="positions of the sequence the state bytes and FLOPs per token are computed for "
         "(default: %(default)s)",
@@ -62,8 +63,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     check_device(device, flag="--device", present=False, allow=("cpu", "cuda", "meta"))
-    if args.context < 1:
-        raise UsageError(f"--context must be a positive number of positions, got {args.context}")
     setting = FairSetting(context=args.context)
     rows = [
         {

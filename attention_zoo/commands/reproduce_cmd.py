@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..argtypes import integer
 from ..engine import RunPolicy
 from ..errors import UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
@@ -93,7 +94,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also train the reproduction's long task runs (the Reformer: Table 2's models, zoo "
         "task duplication at the scale's preset)",
     )
-    p.add_argument("--threads", type=int, help="torch threads, fixed and recorded")
+    p.add_argument("--threads", type=integer(1), help="torch threads, fixed and recorded")
     p.add_argument("--store", help=f"SQLite results file (default: {DEFAULT_STORE})")
     add_run_args(p, force_aliases=("--fresh",))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -122,9 +123,6 @@ def run(args: argparse.Namespace) -> int:
             + ", ".join(reproduction.settings)
         )
     device = reproduction.device(size)
-    if args.threads is not None and args.threads < 1:
-        print(f"zoo reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-        return 2
     policy = policy_from_args(args, default=RunPolicy(resume=True))
     try:
         executor = executor_from_args(args)

@@ -10,6 +10,7 @@ modes the user's umask gives (a folder replaced keeps its mode).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -191,22 +192,31 @@ def _carry_over(old: Path, new: Path, regenerated: Sequence[str]) -> None:
 
 
 def _tidy_after_a_killed_writer(target: Path) -> None:
-    """What a writer killed part way left beside `target` (this one holds the lock, so no other
-    writer is at work): the previous report it had moved aside is put back where `target` is
-    missing, and its half-built and moved-aside folders are removed."""
-    # the names tempfile.mkdtemp gives staged_folder's and _swap's folders (8 random characters)
-    left = re.compile(rf"\.{re.escape(target.name)}\.(old|new)-[a-z0-9_]{{8}}")
+    """What a writer killed part way left beside `target`, tidied while this one holds the lock:
+    its half-built folders go; the report it had moved aside is put back where `target` is missing
+    (or an empty folder), and removed only once `target` is a finished report."""
+    if fcntl is None:  # no lock here: another writer's folders may be at work
+        return
+    left = re.compile(rf"\.{re.escape(target.name)}\.(old|new)-[a-z0-9_]{{8}}")  # mkdtemp's names
     try:
-        leftovers = sorted(e for e in target.parent.iterdir() if left.fullmatch(e.name))
+        leftovers = [
+            e
+            for e in target.parent.iterdir()
+            if left.fullmatch(e.name) and e.is_dir() and not e.is_symlink()
+        ]
+        leftovers.sort(key=lambda e: e.stat().st_mtime, reverse=True)  # the newest aside first
     except OSError:
         return  # nothing can be tidied; the write itself says what is wrong
     for entry in leftovers:
         aside = entry / target.name
-        if ".old-" in entry.name and aside.is_dir() and not target.exists():
-            try:
-                os.rename(aside, target)
-            except OSError:
-                continue  # the previous report stays where it is, never removed
+        if ".old-" in entry.name and aside.is_dir() and not aside.is_symlink():
+            with contextlib.suppress(OSError):
+                if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+                    target.rmdir()
+                if not target.exists():
+                    os.rename(aside, target)
+            if aside.exists() and report_meta(target) is None:
+                continue  # the only finished copy: kept until a report stands in its place
         shutil.rmtree(entry, ignore_errors=True)
 
 
