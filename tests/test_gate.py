@@ -76,6 +76,24 @@ def test_a_flagged_time_names_the_noise_its_limit_was_calibrated_on(tmp_path: Pa
     )
 
 
+def test_two_sessions_calibrations_combine_into_their_largest_noise_and_summed_runs(
+    tmp_path: Path,
+) -> None:
+    first, second, into = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    other = NAME.replace("'local'", "'lsh'")
+    limits.write({NAME: 1.09, other: 1.02}, 3, "vm", "aaa111", first, cpu="Xeon, 2 cores")
+    limits.write({NAME: 1.03}, 5, "vm", "aaa111", second, cpu="EPYC, 2 cores")  # another cpu's
+    limits.write({NAME: 1.03, other: 1.06}, 6, "vm", "bbb222", second, cpu="Xeon, 2 cores")
+    assert limits.main([str(first), str(second), "--into", str(into)]) == 0
+    xeon = limits.Limits.load(into, cpu="Xeon, 2 cores")
+    assert xeon.entries[NAME]["noise"] == 1.09 and xeon.entries[NAME]["runs"] == 9
+    assert xeon.for_benchmark(other).factor == limits.from_noise(1.06) == 1.12
+    assert xeon.entries[other]["commit"] == "bbb222"
+    assert limits.Limits.load(into, cpu="EPYC, 2 cores").entries[NAME]["runs"] == 5
+    limits.main([str(into), str(into), "--into", str(into)])  # one calibration is counted once
+    assert limits.Limits.load(into, cpu="Xeon, 2 cores").entries[NAME]["runs"] == 9
+
+
 def test_the_gate_says_when_its_limits_were_calibrated_on_another_machine(tmp_path: Path) -> None:
     path = tmp_path / "time-limits.json"
     limits.write({NAME: 1.07}, runs=3, machine="vm", commit="abc", path=path, cpu="Xeon, 2 cores")

@@ -13,13 +13,14 @@ them. With none calibrated, the gate says its limit is the uncalibrated default.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import platform
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +152,40 @@ def write(
     }
     for name, noise in worst.items():
         entries[name] = {"noise": round(noise, 4), "limit": from_noise(noise), **when}
+    _write(groups, path)
+    return Limits(entries)
+
+
+def combine(paths: Sequence[Path], into: Path) -> dict[str, dict[str, dict]]:
+    """Merge calibration files of one sampling (the same plumbing.SAMPLING and TIME_QUANTILE)
+    into `into`: per processor and benchmark, the largest noise, the runs of its distinct
+    calibrations (told apart by commit) summed, and the newest one's commit and date."""
+    merged: dict[str, dict[str, dict]] = {}
+    seen: dict[tuple[str, str], set[str]] = {}
+    for path in paths:
+        for cpu, entries in _processors(path).items():
+            for name, entry in entries.items():
+                commits = seen.setdefault((cpu, name), set())
+                if entry["commit"] in commits:
+                    continue  # the same calibration in two files
+                commits.add(entry["commit"])
+                kept = merged.setdefault(cpu, {}).get(name)
+                if kept is None:
+                    merged[cpu][name] = dict(entry)
+                    continue
+                newest = entry if entry["date"] >= kept["date"] else kept  # ties: the later file
+                noise = max(kept["noise"], entry["noise"])
+                merged[cpu][name] = {
+                    **newest,
+                    "noise": noise,
+                    "limit": from_noise(noise),
+                    "runs": kept["runs"] + entry["runs"],
+                }
+    _write(merged, into)
+    return merged
+
+
+def _write(groups: Mapping[str, Mapping[str, dict]], path: Path) -> None:
     about = (
         "Time limits of benchmarks/scripts/gate.py, written by gate.py --calibrate N: per "
         "processor and benchmark, noise = the largest ratio (either way) between a commit and a "
@@ -159,7 +194,6 @@ def write(
     )
     processors = {c: dict(sorted(e.items())) for c, e in sorted(groups.items())}
     path.write_text(json.dumps({"about": about, "processors": processors}, indent=1) + "\n")
-    return Limits(entries)
 
 
 def _processor(entry: dict) -> str:
@@ -172,3 +206,25 @@ def _processors(path: Path) -> dict[str, dict[str, dict]]:
     if not path.is_file():
         return {}
     return json.loads(path.read_text())["processors"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Merge calibration files written by gate.py --calibrate with one sampling "
+        "(two sessions' runs on one machine): per benchmark the largest noise, the runs summed."
+    )
+    parser.add_argument("files", nargs="+", type=Path, help="calibration files to merge")
+    parser.add_argument("--into", type=Path, default=PATH, help="where (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if missing := [str(f) for f in args.files if not f.is_file()]:
+        parser.error(f"no such file: {', '.join(missing)}")
+    for cpu, entries in combine(args.files, args.into).items():
+        top = max(entries.values(), key=lambda e: e["noise"])
+        runs = sorted({e["runs"] for e in entries.values()})
+        print(f"{cpu}: {len(entries)} benchmarks, runs {runs}, largest noise {top['noise']}x")
+    print(f"wrote {args.into}: review the diff and commit it with the baselines")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

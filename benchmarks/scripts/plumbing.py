@@ -24,14 +24,14 @@ import sides as gate_sides  # sibling script
 ROOT = Path(__file__).resolve().parents[2]
 
 # Per round: 5 samples or more, as many as fit in 0.4 s (at most 1,000), after 0.1 s of warm-up
-# (a process's first call can take several times the rest; by 0.1 s the calls have settled, and the
-# low quantile below leaves a slow straggler out); each sample is one call after a fresh setup (the
-# suite's setup hooks). On a shared VM the spread
-# is between processes (each has its own level) and over tens of seconds (the machine's speed
-# drifts), far more than within one process's window: short rounds, and more of them, interleave
-# the two sides finer for the same time (docs/regression.md). Passed to asv for the gate's
-# comparisons only: published results keep asv's defaults. The Intel Xeon limits were calibrated
-# with exactly this and TIME_QUANTILE; the AMD EPYC ones with the fastest sample of 4 rounds of 1 s.
+# (a process's first call can take several times the rest; by 0.1 s the calls have settled, and
+# the low quantile below leaves a slow straggler out); each sample is one call after a fresh setup
+# (the suite's setup hooks). On a shared VM the spread is between processes (each has its own
+# level) and over tens of seconds (the machine's speed drifts), far more than within one process's
+# window: short rounds, and more of them, interleave the two sides finer for the same time
+# (docs/regression.md). Passed to asv for the gate's comparisons only: published results keep
+# asv's defaults. The Intel Xeon limits were calibrated with exactly this and TIME_QUANTILE; the
+# AMD EPYC ones with the fastest sample of 4 rounds of 1 s.
 SAMPLING = {"repeat": "(5,1000,0.4)", "warmup_time": "0.1"}
 # The gate's quantile of a time's samples: low, so slow spells that cover most of a side's samples
 # still leave it alone, and not the fastest, which one rare fast sample sets.
