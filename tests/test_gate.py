@@ -92,6 +92,18 @@ def test_two_sessions_calibrations_combine_into_their_largest_noise_and_summed_r
     assert limits.Limits.load(into, cpu="EPYC, 2 cores").entries[NAME]["runs"] == 5
     limits.main([str(into), str(into), "--into", str(into)])  # one calibration is counted once
     assert limits.Limits.load(into, cpu="Xeon, 2 cores").entries[NAME]["runs"] == 9
+    limits.main([str(into), str(first), "--into", str(into)])  # nor one merged in before
+    assert limits.Limits.load(into, cpu="Xeon, 2 cores").entries[NAME]["runs"] == 9
+    third = tmp_path / "d.json"
+    limits.write({NAME: 1.01}, 2, "vm", "ccc333", third, cpu="Xeon, 2 cores")
+    limits.main([str(third), str(into), "--into", str(into)])
+    assert limits.Limits.load(into, cpu="Xeon, 2 cores").entries[NAME]["runs"] == 11
+    fourth, partial = tmp_path / "e.json", tmp_path / "f.json"
+    limits.write({NAME: 1.02}, 4, "vm", "ddd444", fourth, cpu="Xeon, 2 cores")
+    assert limits.main([str(fourth), str(third), "--into", str(partial)]) == 0  # ccc333 + ddd444
+    with pytest.raises(SystemExit) as exit_:  # into holds ccc333 but not ddd444: cannot count
+        limits.main([str(into), str(partial), "--into", str(tmp_path / "g.json")])
+    assert exit_.value.code == 2 and not (tmp_path / "g.json").exists()
 
 
 def test_the_gate_says_when_its_limits_were_calibrated_on_another_machine(tmp_path: Path) -> None:

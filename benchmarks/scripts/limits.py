@@ -159,20 +159,25 @@ def write(
 def combine(paths: Sequence[Path], into: Path) -> dict[str, dict[str, dict]]:
     """Merge calibration files of one sampling (the same plumbing.SAMPLING and TIME_QUANTILE)
     into `into`: per processor and benchmark, the largest noise, the runs of its distinct
-    calibrations (told apart by commit) summed, and the newest one's commit and date."""
+    calibrations summed, and the newest one's commit and date. A merged entry lists the commits
+    of the calibrations in it, so merging it again with one of them counts that one once;
+    ValueError where two entries share only some of their calibrations."""
     merged: dict[str, dict[str, dict]] = {}
-    seen: dict[tuple[str, str], set[str]] = {}
     for path in paths:
         for cpu, entries in _processors(path).items():
             for name, entry in entries.items():
-                commits = seen.setdefault((cpu, name), set())
-                if entry["commit"] in commits:
-                    continue  # the same calibration in two files
-                commits.add(entry["commit"])
                 kept = merged.setdefault(cpu, {}).get(name)
                 if kept is None:
-                    merged[cpu][name] = dict(entry)
+                    merged[cpu][name] = {**entry, "commits": _calibrations(entry)}
                     continue
+                ours, theirs = set(kept["commits"]), set(_calibrations(entry))
+                if theirs <= ours:
+                    continue  # every calibration of it is in already
+                if ours & theirs:
+                    raise ValueError(
+                        f"{path}: {name} on {cpu} shares some calibrations with another file "
+                        "but not all; merge the files the calibrations wrote"
+                    )
                 newest = entry if entry["date"] >= kept["date"] else kept  # ties: the later file
                 noise = max(kept["noise"], entry["noise"])
                 merged[cpu][name] = {
@@ -180,9 +185,19 @@ def combine(paths: Sequence[Path], into: Path) -> dict[str, dict[str, dict]]:
                     "noise": noise,
                     "limit": from_noise(noise),
                     "runs": kept["runs"] + entry["runs"],
+                    "commits": sorted(ours | theirs),
                 }
+    for entries in merged.values():
+        for entry in entries.values():
+            if len(entry["commits"]) == 1:
+                del entry["commits"]  # one calibration: its commit says it
     _write(merged, into)
     return merged
+
+
+def _calibrations(entry: dict) -> list[str]:
+    """The commits of the calibrations an entry holds (more than one where it was merged)."""
+    return entry.get("commits", [entry["commit"]])
 
 
 def _write(groups: Mapping[str, Mapping[str, dict]], path: Path) -> None:
@@ -218,7 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if missing := [str(f) for f in args.files if not f.is_file()]:
         parser.error(f"no such file: {', '.join(missing)}")
-    for cpu, entries in combine(args.files, args.into).items():
+    try:
+        merged = combine(args.files, args.into)
+    except ValueError as err:
+        parser.exit(2, f"limits.py: {err}\n")
+    for cpu, entries in merged.items():
         top = max(entries.values(), key=lambda e: e["noise"])
         runs = sorted({e["runs"] for e in entries.values()})
         print(f"{cpu}: {len(entries)} benchmarks, runs {runs}, largest noise {top['noise']}x")
