@@ -18,6 +18,7 @@ from attention_zoo.reproduce.reformer.claims import (
 from attention_zoo.reproduce.reformer.experiments import experiments
 from attention_zoo.reproduce.reformer.published import PUBLISHED, table2
 from attention_zoo.store import ResultStore
+from attention_zoo.tasks.results import SCORED_ON
 
 MIB = 2**20
 
@@ -139,7 +140,7 @@ def test_table2_rows_from_the_task_store(store) -> None:
     }  # fmt: skip
     for backend, metrics in accuracy.items():
         config = {"kind": "task", "task": "duplication", "preset": "cpu", "backend": backend}
-        config |= {"length": 128, "seed": 0, "spec": {}}
+        config |= {"length": 128, "seed": 0, "spec": {"scored_on": SCORED_ON}}
         store.add_rows(run, None, config, [(m, v, "fraction") for m, v in metrics.items()])
     table = claims_table(store.to_dataframe())
     f = table[table["claim"].str.startswith("f.")]
@@ -152,7 +153,8 @@ def test_table2_reads_no_run_of_an_earlier_duplication_preset(store) -> None:
     run = store.start_run(kind="task")
     for backend in ("shared-qk", "lsh-4"):
         config = {"kind": "task", "task": "duplication", "preset": "cpu", "backend": backend}
-        config |= {"length": 128, "seed": 0, "spec": {"train": {"max_steps": 1}}}  # not cpu's
+        spec = {"train": {"max_steps": 1}, "scored_on": SCORED_ON}  # not cpu's
+        config |= {"length": 128, "seed": 0, "spec": spec}
         store.add_rows(run, None, config, [("accuracy", 1.0, "fraction")])
     f = claims_table(store.to_dataframe())
     assert list(f[f["claim"].str.startswith("f.")]["verdict"]) == [NOT_MEASURED]

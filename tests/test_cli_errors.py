@@ -426,7 +426,7 @@ def test_ctrl_c_in_task_keeps_finished_runs_and_marks_the_run(
 ) -> None:
     """The first training run finishes (a stand-in outcome), Ctrl-C hits the second."""
     import attention_zoo.tasks.runner as runner
-    from attention_zoo.tasks.trainer import TrainResult
+    from attention_zoo.tasks.trainer import EvalResult, TrainResult
 
     calls = []
 
@@ -438,7 +438,8 @@ def test_ctrl_c_in_task_keeps_finished_runs_and_marks_the_run(
             steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
             stopped="max_steps", wall_time_s=0.0,
         )  # fmt: skip
-        return runner.RunOutcome(spec=spec, result=result, evals={})
+        test = EvalResult(accuracy=0.5, loss=1.0, scored=1)
+        return runner.RunOutcome(spec=spec, result=result, test=test, evals={})
 
     monkeypatch.setattr(runner, "run_one", train_then_ctrl_c)
     argv = ["task", "duplication", "--preset", "smoke", "--backends", "full", "--seeds", "0,1"]

@@ -22,7 +22,7 @@ from attention_zoo.store import ResultStore, open_store
 from attention_zoo.sweep import run_sweep
 from attention_zoo.tasks import runner
 from attention_zoo.tasks.driver import TaskRequest, train_task
-from attention_zoo.tasks.trainer import TrainResult
+from attention_zoo.tasks.trainer import EvalResult, TrainResult
 
 BENCH = ["bench", "--backends", "full", "--lengths", "16", "--metrics", "predict"]
 BENCH += ["--threads", "1", "--no-progress"]
@@ -37,7 +37,8 @@ def trained(spec, *, device="cpu", on_step=None) -> runner.RunOutcome:
         steps=1, steps_to_target=None, final_accuracy=0.5, final_loss=1.0,
         stopped="max_steps", wall_time_s=0.0,
     )  # fmt: skip
-    return runner.RunOutcome(spec=spec, result=result, evals={})
+    test = EvalResult(accuracy=0.5, loss=1.0, scored=1)
+    return runner.RunOutcome(spec=spec, result=result, test=test, evals={})
 
 
 @pytest.fixture

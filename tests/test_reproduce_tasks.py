@@ -15,7 +15,7 @@ from attention_zoo.reproduce.lra_listops import claims as lra
 from attention_zoo.reproduce.lra_listops import settings as lra_settings
 from attention_zoo.reproduce.zoology import sweep as zoology
 from attention_zoo.store import ResultStore
-from attention_zoo.tasks.results import KIND, save_trained
+from attention_zoo.tasks.results import KIND, SCORED_ON, save_trained
 from attention_zoo.tasks.runner import build_model, plan_runs
 
 SEEDS = (0, 1, 2)
@@ -93,7 +93,7 @@ def test_stored_lra_settings_runs_at_the_shallow_rule_are_undecided_and_named(
         planted = _listops({b: 0.43 for b in lra.OURS.values()}, baseline=0.418, spread=0.0)
         for run in {(r["backend"], r["seed"]) for r in planted}:
             rows = [{**r, "preset": name} for r in planted if (r["backend"], r["seed"]) == run]
-            save_trained(store, run_id, {"backend": run[0]}, rows)
+            save_trained(store, run_id, {"backend": run[0], "scored_on": SCORED_ON}, rows)
         store.finish_run(run_id)
         frame = store.to_dataframe()
     lines = get_reproduction("lra-listops").claims(frame)
@@ -261,6 +261,10 @@ def test_a_run_stored_before_its_preset_was_edited_is_not_read(tmp_path: Path) -
     assert trained_as_defined(older, preset)
     widened = {**now.key(), "model": {**now.key()["model"], "hidden_dropout_prob": 0.5}}
     assert not trained_as_defined(widened, preset)  # a model field the preset no longer sets
+    # a run stored before the held-out test set reported its stopping set: never mixed in
+    scored_on_eval = {k: v for k, v in now.key().items() if k != "scored_on"}
+    assert now.key()["scored_on"] == "test set"
+    assert not trained_as_defined(scored_on_eval, preset)
     with ResultStore(tmp_path / "s.sqlite") as store:
         run_id = store.start_run(kind=KIND)
         for spec, value in ((now, 0.9), (before, 0.1)):

@@ -65,7 +65,7 @@ def test_split_matrix_orders_lengths_as_numbers() -> None:
     table = build_matrix(rows, SplitMatrix())
     assert table.columns == ("trained", "n64-d0", "n64-d100", "n512-d0")
     text = format_matrix(table)
-    assert "eval set  n64-d0  n64-d100  n512-d0" in text and "100.0%" in text
+    assert "test set  n64-d0  n64-d100  n512-d0" in text and "100.0%" in text
 
 
 def test_new_suites_load_and_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +87,7 @@ def test_zoo_task_trains_and_tabulates_the_splits(
     assert main([*argv, "--backends", "linear", "--store", store, "--table2"]) == 0
     out = capsys.readouterr().out
     assert "eval pos16-31" in out
-    assert "eval set  pos16-31  pos32-63" in out
+    assert "test set  pos16-31  pos32-63" in out
 
 
 @pytest.mark.slow  # one forward and backward per (task, causal backend): a few seconds
@@ -106,3 +106,33 @@ def test_every_causal_backend_runs_every_new_task(task: str) -> None:
         assert torch.isfinite(loss) and count > 0, spec.variant.label
         for split in longest:
             assert batch_loss(model, split.rows(slice(0, 1)))[2] > 0
+
+
+def test_a_run_reports_the_test_set_its_stopping_never_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The evaluation set decides when training stops, so a run's accuracy as trained and every
+    evaluation override are scored on the held-out test set instead."""
+    import attention_zoo.tasks.runner as runner
+
+    preset = load_task_preset("duplication", "smoke")
+    preset = dataclasses.replace(
+        preset, train=dataclasses.replace(preset.train, max_steps=2, eval_every=2)
+    )
+    (spec, *_), _ = plan_runs(preset, eval_hashes=[1])
+    assert [e.label for e in spec.evals] == ["full", "lsh-1"]
+    scored = []
+    evaluate = runner.evaluate
+    monkeypatch.setattr(
+        runner,
+        "evaluate",
+        lambda model, batch, **kw: scored.append(batch) or evaluate(model, batch, **kw),
+    )
+    outcome = run_one(spec)
+    test_set = spec.preset.task.build(spec.seed).test_set
+    assert len(scored) == 1 + len(spec.evals)
+    assert all(torch.equal(batch.input_ids, test_set.input_ids) for batch in scored)
+    assert outcome.evals["full"].accuracy == outcome.test.accuracy  # the no-op swap
+    rows = {(r["metric"], r["eval"]): r["value"] for r in outcome_rows(outcome)}
+    assert rows[("accuracy", "trained")] == outcome.test.accuracy
+    assert rows[("loss", "trained")] == outcome.test.loss

@@ -7,7 +7,7 @@ import torch
 
 from attention_zoo.errors import ConfigError, OptionError, UnknownNameError
 from attention_zoo.tasks.associative_recall import AssociativeRecallTask
-from attention_zoo.tasks.base import TASKS, make_task
+from attention_zoo.tasks.base import TASKS, make_task, stream_seed
 from attention_zoo.tasks.duplication import DuplicationTask
 
 
@@ -148,13 +148,31 @@ def test_training_stream_never_yields_an_evaluation_sequence() -> None:
     assert data.dropped > 0  # the stream did draw evaluation sequences, and replaced them
 
 
+def test_the_test_set_is_held_out_of_the_evaluation_set_and_of_training() -> None:
+    """The test set a run reports is drawn from its own stream, none of its sequences in the
+    evaluation set (which stops training) or in the training stream; the evaluation set is the
+    draw it always was."""
+    task = AssociativeRecallTask(seq_len=8, vocab_size=6, num_kv_pairs=1, eval_size=16,
+                                 random_non_queries=False)  # fmt: skip
+    data = task.build(seed=0)
+    evals = {tuple(row.tolist()) for row in data.eval_set.input_ids}
+    tests = [tuple(row.tolist()) for row in data.test_set.input_ids]
+    assert len(tests) == 16 and not evals & set(tests)
+    batches = data.batches(32)
+    drawn = {tuple(row.tolist()) for _ in range(5) for row in next(batches).input_ids}
+    assert not (evals | set(tests)) & drawn
+    assert torch.equal(task.build(seed=0).test_set.input_ids, data.test_set.input_ids)
+    assert not torch.equal(task.build(seed=1).test_set.input_ids, data.test_set.input_ids)
+    eval_stream = torch.Generator().manual_seed(stream_seed(0, 2))
+    assert torch.equal(data.eval_set.input_ids, task.sample(16, eval_stream).input_ids)
+
+
 def test_an_evaluation_set_holding_every_sequence_is_refused() -> None:
-    """Parity over 4 tokens has 16 sequences; 512 evaluation draws hold them all, so no training
-    sequence exists: a one-line ConfigError, not an endless redraw."""
-    data = make_task("state-tracking", seq_len=4, vocab_size=2, group="parity", eval_size=512)
-    stream = data.build(seed=0).batches(8)
+    """Parity over 4 tokens has 16 sequences; 512 evaluation draws hold them all, so no test or
+    training sequence exists: a one-line ConfigError, not an endless redraw."""
+    task = make_task("state-tracking", seq_len=4, vocab_size=2, group="parity", eval_size=512)
     with pytest.raises(ConfigError, match="lower eval_size"):
-        next(stream)
+        task.build(seed=0)
 
 
 @pytest.mark.slow

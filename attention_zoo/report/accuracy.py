@@ -45,7 +45,8 @@ def accuracy_cost(ctx: Context) -> list[Any]:
     blocks = opening(
         "Accuracy x cost",
         (
-            "Each trained model's final accuracy (as trained) and steps to the target accuracy, "
+            "Each trained model's accuracy (as trained, on the held-out test set) and steps to "
+            "the target accuracy (on the evaluation set that stops training), "
             "beside the measured median time and peak memory of one training step of the same "
             "model configuration at the task's length and batch (bench target `model`, mode "
             "`train-step`). The Pareto front (no other variant both cheaper and more accurate) "
@@ -171,7 +172,8 @@ def task_tables(ctx: Context) -> list[Any]:
         (
             "Each task's stored runs as the task tabulates them: rows are the attention a model "
             "was trained with, columns the attention it was evaluated with (weights unchanged; "
-            "`trained` = as trained, `full` = shared-QK full attention). One table per task, "
+            "`trained` = as trained, `full` = shared-QK full attention; every accuracy on the "
+            "held-out test set, not the evaluation set that stopped training). One table per task, "
             "preset and length; a cell is the mean over the seeds its row names, at that length "
             "only."
         ),

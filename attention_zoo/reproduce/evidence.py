@@ -36,7 +36,7 @@ def per_seed(
     rows: Iterable[Mapping[str, Any]], **where: Any
 ) -> tuple[dict[int, float], tuple[str, ...]]:
     """seed -> final accuracy of the tidy rows matching `where` (column -> value; by default
-    eval "trained", the model as trained on the task's own evaluation set; a split's label
+    eval "trained", the model as trained on the task's held-out test set; a split's label
     reads that split), and the stored cases ("run/case") it was read from."""
     where = {"eval": TRAINED, **where}
     values: dict[int, float] = {}

@@ -2,7 +2,8 @@
 how its stored results are tabulated (`tabulation`).
 
 A built task gives fresh training batches every step (an endless seeded stream), one fixed
-evaluation set, and the fixed evaluation splits the task declares (`eval_splits`: e.g. longer
+evaluation set (read while training: when to stop), one fixed test set held out of both (what a
+run reports), and the fixed evaluation splits the task declares (`eval_splits`: e.g. longer
 lengths or needle depths), each scored on its own after training. Token tasks' `labels` follow the
 Hugging Face causal-LM convention: labels[:, i] is the token the model must produce at position i
 having seen only positions < i (the model shifts), -100 where nothing is scored, so loss and metric
@@ -29,7 +30,8 @@ from .tabulate import TrainEvalMatrix
 
 # Independent streams derived from one run seed, so changing the eval set size never changes the
 # training data, and model init (torch.manual_seed(seed)) never shares a stream with the data.
-_TRAIN_STREAM, _EVAL_STREAM = 1, 2
+_TRAIN_STREAM, _EVAL_STREAM, _TEST_STREAM = 1, 2, 4
+EVAL_HASH_STREAM = 3  # LSH rotations when a trained model is evaluated (the runner's)
 _SPLIT_STREAMS = 1000  # + crc32(label): one stream per evaluation split, named by its label
 
 
@@ -90,7 +92,7 @@ class TaskConfig:
     tabulation: ClassVar[TrainEvalMatrix] = TrainEvalMatrix()
     seq_len: int  # tokens per sequence, the model's input length
     vocab_size: int  # token ids are 0 .. vocab_size - 1
-    eval_size: int = 512  # sequences in the fixed evaluation set
+    eval_size: int = 512  # sequences in the fixed evaluation set, and in the held-out test set
 
     def __post_init__(self) -> None:
         if self.seq_len < 2 or self.vocab_size < 2 or self.eval_size < 1:
@@ -135,7 +137,8 @@ class TaskConfig:
         self, seed: int, n: int, batch_size: int | None = None
     ) -> list[dict[str, Any]]:
         """The first `n` training sequences of run seed `seed`, as a run drawing batches of
-        `batch_size` (None: one batch of n) trains on them: evaluation sequences held out."""
+        `batch_size` (None: one batch of n) trains on them: evaluation and test sequences held
+        out."""
         examples: list[dict[str, Any]] = []
         for batch in self.build(seed).batches(batch_size or n):
             examples += self.examples(batch)
@@ -158,14 +161,18 @@ class TaskConfig:
         return split.examples(batch.rows(slice(0, n)))
 
     def build(self, seed: int) -> TaskData:
-        """The data of one run: a seeded training stream, a fixed evaluation set and the fixed
-        evaluation splits (each from its own stream, so adding a split changes no other data)."""
-        eval_gen = torch.Generator().manual_seed(stream_seed(seed, _EVAL_STREAM))
+        """The data of one run: a seeded training stream, a fixed evaluation set, a fixed test set
+        disjoint from it, and the fixed evaluation splits (each from its own stream, so adding a
+        split changes no other data)."""
+        eval_set = self.sample(self.eval_size, _generator(seed, _EVAL_STREAM))
+        held_out = {_row_key(ids) for ids in eval_set.input_ids}
+        test_set, _ = draw_excluding(self, self.eval_size, _generator(seed, _TEST_STREAM), held_out)
         return TaskData(
             task=self,
             seed=seed,
-            eval_set=self.sample(self.eval_size, eval_gen),
-            train_generator=torch.Generator().manual_seed(stream_seed(seed, _TRAIN_STREAM)),
+            eval_set=eval_set,
+            test_set=test_set,
+            train_generator=_generator(seed, _TRAIN_STREAM),
             splits={
                 label: split.sample(split.eval_size, split_generator(seed, label))
                 for label, split in self.eval_splits().items()
@@ -182,47 +189,65 @@ MAX_REDRAWS = 100  # rounds of replacing drawn evaluation sequences before a tas
 @dataclass
 class TaskData:
     """The data of one run of one task; `batches` continues the same seeded stream on every call.
-    Training and the evaluation set are disjoint: a drawn training sequence that is also in the
-    evaluation set is dropped and replaced by the stream's next one (`dropped` counts them). The
-    fixed splits are not held out (at lengths other than seq_len they cannot repeat a row)."""
+
+    Training, the evaluation set and the test set are disjoint: a drawn sequence already in an
+    earlier set is dropped and replaced by its stream's next one (`dropped` counts the training
+    stream's). The evaluation set decides when training stops, so what a run reports is scored on
+    the test set, which nothing during training reads. The fixed splits are not held out (at
+    lengths other than seq_len they cannot repeat a row)."""
 
     task: TaskConfig
     seed: int
     eval_set: Batch
+    test_set: Batch
     train_generator: torch.Generator
     dropped: int = 0
     splits: dict[str, Batch] = field(default_factory=dict)  # label -> its fixed sequences
 
     def __post_init__(self) -> None:
-        self._held_out = {_row_key(ids) for ids in self.eval_set.input_ids}
+        self._held_out = {
+            _row_key(ids) for batch in (self.eval_set, self.test_set) for ids in batch.input_ids
+        }
 
     def batches(self, batch_size: int) -> Iterator[Batch]:
-        """An endless stream of fresh training batches, none holding an evaluation sequence."""
+        """An endless stream of fresh training batches, none holding an evaluation or test
+        sequence."""
         while True:
-            yield self._fresh(batch_size)
+            batch, dropped = draw_excluding(
+                self.task, batch_size, self.train_generator, self._held_out
+            )
+            self.dropped += dropped
+            yield batch
 
-    def _fresh(self, batch_size: int) -> Batch:
-        """batch_size training sequences: the stream's next ones, each evaluation sequence drawn
-        replaced by another draw, up to MAX_REDRAWS rounds."""
-        parts, wanted = [], batch_size
-        for _ in range(MAX_REDRAWS):
-            batch = self.task.sample(wanted, self.train_generator)
-            keep = torch.tensor([_row_key(ids) not in self._held_out for ids in batch.input_ids])
-            wanted = int((~keep).sum())
-            self.dropped += wanted
-            parts.append(batch.rows(keep) if wanted else batch)
-            if not wanted:
-                return parts[0] if len(parts) == 1 else Batch.cat(parts)
-        raise ConfigError(
-            f"{self.task.name}: the evaluation set holds (nearly) every sequence the task can "
-            f"draw, so no training sequence is left after {MAX_REDRAWS} draws; lower eval_size "
-            "or enlarge the task (a longer seq_len or more symbols)"
-        )
+
+def draw_excluding(
+    task: TaskConfig, size: int, generator: torch.Generator, excluded: set[bytes]
+) -> tuple[Batch, int]:
+    """`size` sequences of `generator`'s stream none of which is in `excluded` (row keys), each
+    excluded one drawn replaced by another draw, up to MAX_REDRAWS rounds; and how many were
+    replaced."""
+    parts, wanted, dropped = [], size, 0
+    for _ in range(MAX_REDRAWS):
+        batch = task.sample(wanted, generator)
+        keep = torch.tensor([_row_key(ids) not in excluded for ids in batch.input_ids])
+        wanted = int((~keep).sum())
+        dropped += wanted
+        parts.append(batch.rows(keep) if wanted else batch)
+        if not wanted:
+            return (parts[0] if len(parts) == 1 else Batch.cat(parts)), dropped
+    raise ConfigError(
+        f"{task.name}: the evaluation and test sets hold (nearly) every sequence the task can "
+        f"draw, so no sequence outside them is left after {MAX_REDRAWS} draws; lower eval_size "
+        "or enlarge the task (a longer seq_len or more symbols)"
+    )
 
 
 def split_generator(seed: int, label: str) -> torch.Generator:
     """The generator of evaluation split `label` of run seed `seed`."""
-    stream = _SPLIT_STREAMS + zlib.crc32(label.encode())
+    return _generator(seed, _SPLIT_STREAMS + zlib.crc32(label.encode()))
+
+
+def _generator(seed: int, stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(stream_seed(seed, stream))
 
 

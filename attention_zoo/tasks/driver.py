@@ -328,7 +328,8 @@ def _train(
 
 
 def summary(outcome: RunOutcome) -> str:
-    """One line on a finished run: when it reached its target, its final and eval accuracies."""
+    """One line on a finished run: when it reached its target (on the evaluation set), its
+    accuracy on the held-out test set and each evaluation's."""
     r = outcome.result
     target = round(outcome.spec.preset.train.target_accuracy * 100)
     reached = (
@@ -336,7 +337,7 @@ def summary(outcome: RunOutcome) -> str:
     )
     evals = ", ".join(f"{k} {100 * v.accuracy:.1f}%" for k, v in outcome.evals.items())
     text = (
-        f"{reached}; final {100 * r.final_accuracy:.1f}% after {r.steps} steps "
+        f"{reached}; test set {100 * outcome.test.accuracy:.1f}% after {r.steps} steps "
         f"({r.wall_time_s:.0f} s)"
     )
     return text + (f"; eval {evals}" if evals else "")

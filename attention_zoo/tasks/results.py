@@ -22,6 +22,9 @@ from ..store import ResultStore, open_store
 
 KIND = "task"
 TRAINED = "trained"
+# Where a run's accuracy as trained and its overrides are scored: the held-out test set. Runs
+# stored before there was one were scored on the evaluation set that also stopped training.
+SCORED_ON, SCORED_BEFORE = "test set", "evaluation set"
 _IDENTITY = ("task", "preset", "backend", "length", "seed")
 
 
@@ -29,8 +32,10 @@ def same_definition(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two stored run specs (`RunSpec.key()`, as the store gives them back) come from
     one definition of their preset, seed and evaluation overrides aside: the same model fields,
     and task and training fields equal wherever both have them (a field added to the code
-    since one was stored is not held against it)."""
+    since one was stored is not held against it), scored on the same set (`SCORED_ON`)."""
     a, b = _as_stored(a), _as_stored(b)
+    if a.get("scored_on", SCORED_BEFORE) != b.get("scored_on", SCORED_BEFORE):
+        return False
     if "model" in a and "model" in b and a["model"] != b["model"]:
         return False
     return all(_agrees(a[k], b[k]) for k in a.keys() & b.keys() - {"seed", "evals", "model"})

@@ -22,8 +22,8 @@ from ..attention.spec import RunTarget, get_backend, list_backends
 from ..config import ReformerConfig
 from ..errors import ConfigError
 from ..model import ReformerForSequenceClassification, ReformerLM
-from .base import stream_seed
-from .results import same_definition
+from .base import EVAL_HASH_STREAM, stream_seed
+from .results import SCORED_ON, same_definition
 from .suite import TaskPreset
 from .trainer import EvalResult, TrainResult, evaluate, train
 
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 LSH = "lsh"
 SHARED_QK_FULL = "shared-qk"
 SWAPPABLE = (LSH, SHARED_QK_FULL)  # layers an evaluation override may swap (same [qk, v] weights)
-_EVAL_HASH_STREAM = 3  # LSH rotations at evaluation come from this stream of the run seed
 EVERY_BACKEND = "all"  # in grid.backends: every registered backend (those that cannot run skip)
 
 
@@ -94,7 +93,7 @@ class RunSpec:
         return fields
 
     def eval_hash_seed(self) -> int:
-        return stream_seed(self.seed, _EVAL_HASH_STREAM) % 2**31
+        return stream_seed(self.seed, EVAL_HASH_STREAM) % 2**31
 
     def key(self) -> dict[str, Any]:
         """JSON-friendly identity of the run (what a store compares to resume)."""
@@ -104,6 +103,7 @@ class RunSpec:
             "model": self.model_fields(),
             "seed": self.seed,
             "evals": [e.label for e in self.evals],
+            "scored_on": SCORED_ON,
         }
 
     def describe(self) -> str:
@@ -112,11 +112,12 @@ class RunSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class RunOutcome:
-    """A finished run: the training record and the result of every evaluation override and
-    evaluation split (by label)."""
+    """A finished run: the training record, the trained model on the held-out test set, and the
+    result of every evaluation override and evaluation split (by label)."""
 
     spec: RunSpec
     result: TrainResult
+    test: EvalResult
     evals: dict[str, EvalResult]
 
 
@@ -240,8 +241,8 @@ def run_one(
     device: str = "cpu",
     on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> RunOutcome:
-    """Train one model from its seed, then evaluate every override on the fixed eval set and the
-    trained model on each of the task's evaluation splits."""
+    """Train one model from its seed (its evaluation set says when to stop), then score it and
+    every override on the held-out test set, and the trained model on each evaluation split."""
     data = spec.preset.task.build(spec.seed)
     if clash := sorted({e.label for e in spec.evals} & set(data.splits)):
         raise ConfigError(
@@ -252,13 +253,14 @@ def run_one(
     log.info("training %s", spec.describe())
     result = train(model, data, spec.preset.train, on_step=on_step)
     batch_size = spec.preset.train.eval_batch_size
+    test = evaluate(model, data.test_set, batch_size=batch_size)
     evals = {}
     for override in spec.evals:
         view = with_attention(model, override, spec.eval_hash_seed())
-        evals[override.label] = evaluate(view, data.eval_set, batch_size=batch_size)
+        evals[override.label] = evaluate(view, data.test_set, batch_size=batch_size)
     for label, split in data.splits.items():
         evals[label] = evaluate(model, split, batch_size=batch_size)
-    return RunOutcome(spec=spec, result=result, evals=evals)
+    return RunOutcome(spec=spec, result=result, test=test, evals=evals)
 
 
 def train_job(
@@ -306,13 +308,14 @@ def skipped_key(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
 
 
 def outcome_rows(outcome: RunOutcome) -> list[dict[str, Any]]:
-    """Tidy rows (task, preset, backend, length, seed, metric, value, eval) of one finished run."""
+    """Tidy rows (task, preset, backend, length, seed, metric, value, eval) of one finished run:
+    accuracy and loss as trained are the held-out test set's."""
     spec, result = outcome.spec, outcome.result
     base = identity(spec.preset, spec.variant.label, spec.seed)
     target = spec.preset.train.target_accuracy
     metrics: list[tuple[str, float | None, str]] = [
-        ("accuracy", result.final_accuracy, "trained"),
-        ("loss", result.final_loss, "trained"),
+        ("accuracy", outcome.test.accuracy, "trained"),
+        ("loss", outcome.test.loss, "trained"),
         ("steps", float(result.steps), "trained"),
         (f"steps_to_{round(target * 100)}", _maybe(result.steps_to_target), "trained"),
         ("wall_time_s", result.wall_time_s, "trained"),

@@ -78,7 +78,7 @@ class TrainEvalMatrix:
 
 @dataclass(frozen=True, kw_only=True)
 class SplitMatrix(TrainEvalMatrix):
-    """Rows: the attention trained; columns: `trained` (the evaluation set), then the task's
+    """Rows: the attention trained; columns: `trained` (the held-out test set), then the task's
     evaluation splits ("n512-d50", "pos40-79") with their numbers in increasing order."""
 
     def axes(self, cells: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
@@ -87,7 +87,7 @@ class SplitMatrix(TrainEvalMatrix):
         return rows, sorted({e for _, e in cells}, key=natural_order)
 
     def title(self, column: str) -> str:
-        return "eval set" if column == TRAINED else column
+        return "test set" if column == TRAINED else column
 
 
 def natural_order(label: str) -> tuple[bool, list[tuple[int, str]]]:

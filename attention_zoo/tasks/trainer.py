@@ -68,8 +68,8 @@ class TrainResult:
 
     steps: int  # optimiser steps taken
     steps_to_target: int | None  # first evaluated step with accuracy >= target; None if never
-    final_accuracy: float  # eval accuracy of the returned model
-    final_loss: float  # eval loss of the returned model
+    final_accuracy: float  # eval-set accuracy of the returned model (it chose when to stop)
+    final_loss: float  # eval-set loss of the returned model
     stopped: str  # "target" (reached, plus steps_after_target) or "max_steps"
     wall_time_s: float  # information only: the machine may be shared
     loss_curve: tuple[tuple[int, float], ...] = field(default=())  # (step, mean training loss)

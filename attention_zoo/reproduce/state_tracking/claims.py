@@ -2,7 +2,7 @@
 keeps it past its training length; with eigenvalues in [0, 1] (gated-deltanet's default step
 sizes, gla's decays, linear attention's identity transition) a linear recurrence does not.
 
-Accuracy is read per length range: the training length (the task's own evaluation set), then each
+Accuracy is read per length range: the training length (the task's held-out test set), then each
 test split past it. The reference, gated-deltanet with negative eigenvalues, holds its claim when
 its interval over seeds clears FLOOR at every range. A contrast is judged only once the reference
 has held (the scale can learn parity and keep it), by its paired gap to the reference per range.
