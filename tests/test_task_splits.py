@@ -114,6 +114,7 @@ def test_a_run_reports_the_test_set_its_stopping_never_read(
     """The evaluation set decides when training stops, so a run's accuracy as trained and every
     evaluation override are scored on the held-out test set instead."""
     import attention_zoo.tasks.runner as runner
+    import attention_zoo.tasks.trainer as trainer
 
     preset = load_task_preset("duplication", "smoke")
     preset = dataclasses.replace(
@@ -121,18 +122,24 @@ def test_a_run_reports_the_test_set_its_stopping_never_read(
     )
     (spec, *_), _ = plan_runs(preset, eval_hashes=[1])
     assert [e.label for e in spec.evals] == ["full", "lsh-1"]
-    scored = []
-    evaluate = runner.evaluate
-    monkeypatch.setattr(
-        runner,
-        "evaluate",
-        lambda model, batch, **kw: scored.append(batch) or evaluate(model, batch, **kw),
-    )
+    read: dict[str, list] = {"while training": [], "after": []}
+    evaluate = trainer.evaluate
+    for module, when in ((trainer, "while training"), (runner, "after")):
+        monkeypatch.setattr(
+            module,
+            "evaluate",
+            lambda model, batch, when=when, **kw: (
+                read[when].append(batch) or evaluate(model, batch, **kw)
+            ),
+        )
     outcome = run_one(spec)
-    test_set = spec.preset.task.build(spec.seed).test_set
-    assert len(scored) == 1 + len(spec.evals)
-    assert all(torch.equal(batch.input_ids, test_set.input_ids) for batch in scored)
+    data = spec.preset.task.build(spec.seed)
+    assert not torch.equal(data.eval_set.input_ids, data.test_set.input_ids)
+    assert read["while training"] and len(read["after"]) == 1 + len(spec.evals)
+    assert all(torch.equal(b.input_ids, data.eval_set.input_ids) for b in read["while training"])
+    assert all(torch.equal(b.input_ids, data.test_set.input_ids) for b in read["after"])
     assert outcome.evals["full"].accuracy == outcome.test.accuracy  # the no-op swap
     rows = {(r["metric"], r["eval"]): r["value"] for r in outcome_rows(outcome)}
     assert rows[("accuracy", "trained")] == outcome.test.accuracy
     assert rows[("loss", "trained")] == outcome.test.loss
+    assert rows[("stop_accuracy", "trained")] == outcome.result.final_accuracy  # for choosing

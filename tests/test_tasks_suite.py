@@ -13,7 +13,7 @@ from attention_zoo.cli import main
 from attention_zoo.config import ReformerConfig
 from attention_zoo.errors import ConfigError, UnknownNameError
 from attention_zoo.store import ResultStore, case_key
-from attention_zoo.tasks.results import KIND, case_config, load_rows, save_trained
+from attention_zoo.tasks.results import KIND, SCORED_ON, case_config, load_rows, save_trained
 from attention_zoo.tasks.runner import eval_variants, plan_runs, train_variants
 from attention_zoo.tasks.suite import REQUIRED, find_suite, load_task_preset
 from attention_zoo.tasks.tabulate import build_matrix, format_matrix
@@ -173,6 +173,28 @@ def test_stored_tables_read_each_backends_latest_definition(tmp_path: Path) -> N
     kept = {(r["backend"], r["seed"], r["value"]) for r in back if r["metric"] == "accuracy"}
     assert kept == {("shared-qk", 1, 0.02), ("full", 0, 0.5)} and left_out == 2
     assert load_rows(path, task="associative-recall") == ([], 0)
+
+
+def test_a_table_never_sets_two_scorings_side_by_side(tmp_path: Path) -> None:
+    """A backend whose only runs were scored on the evaluation set (stored before the held-out
+    test set) is left out of a table whose latest runs were scored on the test set, even though
+    it is that backend's latest definition; a store of such runs alone still tabulates them."""
+    path = tmp_path / "zoo.sqlite"
+    with ResultStore(path) as store:
+        run_id = store.start_run(kind=KIND)
+        old = _rows("lsh-2", 0, {"trained": 0.99}, None)
+        save_trained(store, run_id, {"seed": 0}, old, {})
+        new = _rows("shared-qk", 0, {"trained": 0.9}, None)
+        save_trained(store, run_id, {"seed": 0, "scored_on": SCORED_ON}, new, {})
+    back, left_out = load_rows(path)
+    kept = {(r["backend"], r["value"]) for r in back if r["metric"] == "accuracy"}
+    assert kept == {("shared-qk", 0.9)} and left_out == 1
+    alone = tmp_path / "old.sqlite"
+    with ResultStore(alone) as store:
+        run_id = store.start_run(kind=KIND)
+        save_trained(store, run_id, {"seed": 0}, old, {})
+    back, left_out = load_rows(alone)
+    assert {r["value"] for r in back if r["metric"] == "accuracy"} == {0.99} and left_out == 0
 
 
 def test_results_round_trip_through_the_store(tmp_path: Path) -> None:

@@ -263,8 +263,8 @@ def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
     if left_out:
         print(
             f"\n({left_out} stored run{'s' if left_out != 1 else ''} of an earlier definition of "
-            "its preset (edited since, or other --max-steps) left out: each backend's latest "
-            "definition only)"
+            "its preset (edited since, other --max-steps, or scored on the evaluation set before "
+            "the held-out test set) left out: each backend's latest definition only)"
         )
     return 0
 

@@ -118,6 +118,8 @@ _CATALOGUE = (
                label="token accuracy"),
     MetricSpec(name="loss", unit="nats", group=TASK_GROUP, deterministic=False,
                label="evaluation loss"),
+    MetricSpec(name="stop_accuracy", unit="fraction", group=TASK_GROUP, deterministic=False,
+               label="accuracy on the evaluation set that stopped training (for choosing runs)"),
     MetricSpec(name="baseline_accuracy", unit="fraction", group=TASK_GROUP, deterministic=True,
                label="accuracy of the task's shallow rule (computed from its generator)"),
     MetricSpec(name="steps", unit="steps", group=TASK_GROUP, deterministic=False,

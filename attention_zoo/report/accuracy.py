@@ -208,7 +208,8 @@ def task_tables(ctx: Context) -> list[Any]:
                 caption=f"Mean over the seeds each row names, at length {length}."
                 + (
                     f" {earlier} run(s) of an earlier definition of this preset (other task, "
-                    "training or model fields) left out; `rows.csv` keeps them."
+                    "training or model fields, or scored on another set) left out; `rows.csv` "
+                    "keeps them."
                     if earlier
                     else ""
                 ),
@@ -235,9 +236,9 @@ def _latest_runs(tasks: Any) -> Any:
 
 def _latest_definition(part: Any) -> tuple[Any, int]:
     """A preset's runs at one length, each backend's as its latest stored definition trained
-    them (`same_definition`), and how many runs of earlier definitions (the preset edited since)
-    that leaves out."""
+    them and scored on the set the latest run was (`kept_by_latest_definition`), and how many
+    runs of earlier definitions that leaves out."""
     ordered = part.sort_values("created_at", kind="stable")
-    specs = [(c.get("spec") or {}) for c in ordered["config"]]
-    keep = kept_by_latest_definition(list(zip(ordered["backend"], specs)))
+    runs = [(0, b, c.get("spec") or {}) for b, c in zip(ordered["backend"], ordered["config"])]
+    keep = kept_by_latest_definition(runs)
     return ordered[keep], keep.count(False)

@@ -4,7 +4,7 @@ from attention_zoo.tasks import load_task_preset, plan_runs, run_one
 preset = load_task_preset("duplication", "cpu")      # the built-in suite, preset cpu
 runs, skipped = plan_runs(preset, backends=["shared-qk"], eval_hashes=[8, 1])
 outcome = run_one(runs[0])                           # train from the seed, evaluate overrides
-outcome.result.steps_to_target, outcome.evals["lsh-1"].accuracy
+outcome.result.steps_to_target, outcome.test.accuracy, outcome.evals["lsh-1"].accuracy
 """
 
 from . import (  # noqa: F401  (registers the built-in tasks)

@@ -32,21 +32,34 @@ def same_definition(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two stored run specs (`RunSpec.key()`, as the store gives them back) come from
     one definition of their preset, seed and evaluation overrides aside: the same model fields,
     and task and training fields equal wherever both have them (a field added to the code
-    since one was stored is not held against it), scored on the same set (`SCORED_ON`)."""
+    since one was stored is not held against it), scored on the same set (`scored_on`)."""
     a, b = _as_stored(a), _as_stored(b)
-    if a.get("scored_on", SCORED_BEFORE) != b.get("scored_on", SCORED_BEFORE):
+    if scored_on(a) != scored_on(b):
         return False
     if "model" in a and "model" in b and a["model"] != b["model"]:
         return False
     return all(_agrees(a[k], b[k]) for k in a.keys() & b.keys() - {"seed", "evals", "model"})
 
 
-def kept_by_latest_definition(runs: Sequence[tuple[Hashable, Mapping[str, Any]]]) -> list[bool]:
-    """For runs (cell, spec), oldest first: whether each was trained as the latest stored spec of
-    its cell (a table cell: backend, preset and length) defines it (`same_definition`), so that
-    a table never averages runs of a preset edited since, or trained with other --max-steps."""
-    latest = dict(runs)  # each cell's last stored spec
-    return [same_definition(spec, latest[cell]) for cell, spec in runs]
+def scored_on(spec: Mapping[str, Any]) -> str:
+    """The set a stored run's accuracy as trained was scored on (`SCORED_ON`, or before it)."""
+    return str(spec.get("scored_on", SCORED_BEFORE))
+
+
+def kept_by_latest_definition(
+    runs: Sequence[tuple[Hashable, str, Mapping[str, Any]]],
+) -> list[bool]:
+    """For runs (table, backend, spec), oldest first: whether each is shown in its table (task,
+    preset and length): trained as its backend's latest stored spec there defines it
+    (`same_definition`), so a table never averages runs of a preset edited since, or trained
+    with other --max-steps; and scored on the set the table's latest run was, so no table sets
+    accuracies of two scorings side by side."""
+    latest = {(table, backend): spec for table, backend, spec in runs}
+    scoring = {table: scored_on(spec) for table, _, spec in runs}
+    return [
+        scored_on(spec) == scoring[table] and same_definition(spec, latest[(table, backend)])
+        for table, backend, spec in runs
+    ]
 
 
 def _as_stored(spec: Mapping[str, Any]) -> Any:
@@ -124,26 +137,26 @@ def stored_rows(
 ) -> tuple[list[dict[str, Any]], int]:
     """Tidy rows of every finished task run in `store` (a run stored twice counts once, latest),
     each backend's at a preset and length as its latest stored definition trained them
-    (`same_definition`: a preset edited since, or trained with other --max-steps, is not mixed
-    in), and how many runs of earlier definitions that leaves out."""
+    (`kept_by_latest_definition`: a preset edited since, trained with other --max-steps or
+    scored on another set, is not mixed in), and how many runs that leaves out."""
     task_runs = {r["run_id"] for r in store.runs(kind=KIND)}
     records = [r for r in store.rows(status=OK) if r["run_id"] in task_runs]
-    specs: dict[str, tuple[tuple[Any, ...], Any]] = {}  # case -> (its table cell, its spec)
+    specs: dict[str, tuple[tuple[Any, ...], str, Any]] = {}  # case -> (table, backend, spec)
     for row in records:
         config = row["config"]
         config = json.loads(config) if isinstance(config, str) else config
         if config.get("kind") == KIND:
-            cell = tuple(config[k] for k in ("task", "preset", "length", "backend"))
+            table = tuple(config[k] for k in ("task", "preset", "length"))
             specs.pop(row["case_key"], None)  # re-stored: latest now
-            specs[row["case_key"]] = (cell, config.get("spec") or {})
+            specs[row["case_key"]] = (table, config["backend"], config.get("spec") or {})
     flags = kept_by_latest_definition(list(specs.values()))
     kept = {key for key, keep in zip(specs, flags) if keep}
     rows = tidy_rows((r for r in records if r["case_key"] in kept), task=task, preset=preset)
     left_out = {
         key
-        for key, (cell, _) in specs.items()
-        if key not in kept and (task is None or cell[0] == task)
-        and (preset is None or cell[1] == preset)
+        for key, (table, _, _) in specs.items()
+        if key not in kept and (task is None or table[0] == task)
+        and (preset is None or table[1] == preset)
     }  # fmt: skip
     return rows, len(left_out)
 

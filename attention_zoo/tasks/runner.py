@@ -309,13 +309,15 @@ def skipped_key(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
 
 def outcome_rows(outcome: RunOutcome) -> list[dict[str, Any]]:
     """Tidy rows (task, preset, backend, length, seed, metric, value, eval) of one finished run:
-    accuracy and loss as trained are the held-out test set's."""
+    accuracy and loss as trained are the held-out test set's; `stop_accuracy`, the evaluation
+    set's, is what a choice between runs reads (choosing by the test set would bias it again)."""
     spec, result = outcome.spec, outcome.result
     base = identity(spec.preset, spec.variant.label, spec.seed)
     target = spec.preset.train.target_accuracy
     metrics: list[tuple[str, float | None, str]] = [
         ("accuracy", outcome.test.accuracy, "trained"),
         ("loss", outcome.test.loss, "trained"),
+        ("stop_accuracy", result.final_accuracy, "trained"),
         ("steps", float(result.steps), "trained"),
         (f"steps_to_{round(target * 100)}", _maybe(result.steps_to_target), "trained"),
         ("wall_time_s", result.wall_time_s, "trained"),

@@ -86,8 +86,9 @@ class Zoology(TaskReproduction):
             rates = ", ".join(f"{lr:g}" for lr in sweep.learning_rates)
             caption = (
                 "A cell: the mean final accuracy over the seeds it names and its 95% interval "
-                "(Student's t, clipped to 0-100%); each seed's accuracy is the best over the "
-                f"learning rates {rates}."
+                "(Student's t, clipped to 0-100%); each seed's accuracy is that of its best "
+                f"learning rate of {rates} (chosen on the evaluation set, scored on the "
+                "held-out test set)."
             )
             headers = ["mechanism", "L", *map(width_label, sweep.widths)]
             blocks += narrow_tables(headers, table, key=2, caption=caption)
