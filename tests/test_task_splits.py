@@ -22,6 +22,7 @@ from attention_zoo.tasks import (
     plan_runs,
     run_one,
 )
+from attention_zoo.tasks.results import STOP_ACCURACY
 from attention_zoo.tasks.runner import build_model
 from attention_zoo.tasks.suite import preset_names
 from attention_zoo.tasks.trainer import batch_loss
@@ -142,4 +143,4 @@ def test_a_run_reports_the_test_set_its_stopping_never_read(
     rows = {(r["metric"], r["eval"]): r["value"] for r in outcome_rows(outcome)}
     assert rows[("accuracy", "trained")] == outcome.test.accuracy
     assert rows[("loss", "trained")] == outcome.test.loss
-    assert rows[("stop_accuracy", "trained")] == outcome.result.final_accuracy  # for choosing
+    assert rows[(STOP_ACCURACY, "trained")] == outcome.result.final_accuracy  # for choosing

@@ -176,25 +176,45 @@ def test_stored_tables_read_each_backends_latest_definition(tmp_path: Path) -> N
 
 
 def test_a_table_never_sets_two_scorings_side_by_side(tmp_path: Path) -> None:
-    """A backend whose only runs were scored on the evaluation set (stored before the held-out
-    test set) is left out of a table whose latest runs were scored on the test set, even though
-    it is that backend's latest definition; a store of such runs alone still tabulates them."""
+    """A table holding runs scored on the held-out test set shows only those: a backend whose
+    runs were scored on the evaluation set (stored before the test set, or by an older install
+    after it) is left out, even where they are its latest; a store of such runs alone still
+    tabulates them."""
     path = tmp_path / "zoo.sqlite"
+    old = _rows("lsh-2", 0, {"trained": 0.99}, None)
+    new = _rows("shared-qk", 0, {"trained": 0.9}, None)
+    older = _rows("shared-qk", 1, {"trained": 0.98}, None)
     with ResultStore(path) as store:
         run_id = store.start_run(kind=KIND)
-        old = _rows("lsh-2", 0, {"trained": 0.99}, None)
         save_trained(store, run_id, {"seed": 0}, old, {})
-        new = _rows("shared-qk", 0, {"trained": 0.9}, None)
         save_trained(store, run_id, {"seed": 0, "scored_on": SCORED_ON}, new, {})
+        save_trained(store, run_id, {"seed": 1}, older, {})  # an older install, stored later
     back, left_out = load_rows(path)
     kept = {(r["backend"], r["value"]) for r in back if r["metric"] == "accuracy"}
-    assert kept == {("shared-qk", 0.9)} and left_out == 1
+    assert kept == {("shared-qk", 0.9)} and left_out == 2
     alone = tmp_path / "old.sqlite"
     with ResultStore(alone) as store:
         run_id = store.start_run(kind=KIND)
         save_trained(store, run_id, {"seed": 0}, old, {})
     back, left_out = load_rows(alone)
     assert {r["value"] for r in back if r["metric"] == "accuracy"} == {0.99} and left_out == 0
+
+
+def test_the_reports_task_tables_hold_one_scoring() -> None:
+    """The report's task tables read runs by the same rule as `zoo task --table2`."""
+    import pandas as pd
+
+    from attention_zoo.report.accuracy import _latest_definition
+
+    part = pd.DataFrame(
+        {
+            "backend": ["lsh-2", "shared-qk", "shared-qk"],
+            "created_at": [1.0, 2.0, 3.0],
+            "config": [{"spec": {}}, {"spec": {"scored_on": SCORED_ON}}, {"spec": {}}],
+        }
+    )
+    kept, earlier = _latest_definition(part)
+    assert kept["created_at"].tolist() == [2.0] and earlier == 2
 
 
 def test_results_round_trip_through_the_store(tmp_path: Path) -> None:

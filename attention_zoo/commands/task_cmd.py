@@ -262,9 +262,10 @@ def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
         print(format_matrix(build_matrix(group, tabulation_of(t))))
     if left_out:
         print(
-            f"\n({left_out} stored run{'s' if left_out != 1 else ''} of an earlier definition of "
-            "its preset (edited since, other --max-steps, or scored on the evaluation set before "
-            "the held-out test set) left out: each backend's latest definition only)"
+            f"\n({left_out} stored run{'s' if left_out != 1 else ''} left out: a table holds "
+            "each backend's runs of its latest definition of the preset (not one edited since, "
+            "or trained with other --max-steps), and runs scored on the held-out test set "
+            "wherever it has some, not those scored on the evaluation set before it)"
         )
     return 0
 

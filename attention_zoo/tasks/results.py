@@ -25,6 +25,7 @@ TRAINED = "trained"
 # Where a run's accuracy as trained and its overrides are scored: the held-out test set. Runs
 # stored before there was one were scored on the evaluation set that also stopped training.
 SCORED_ON, SCORED_BEFORE = "test set", "evaluation set"
+STOP_ACCURACY = "stop_accuracy"  # the evaluation set's accuracy at the stop: what a choice reads
 _IDENTITY = ("task", "preset", "backend", "length", "seed")
 
 
@@ -50,15 +51,19 @@ def kept_by_latest_definition(
     runs: Sequence[tuple[Hashable, str, Mapping[str, Any]]],
 ) -> list[bool]:
     """For runs (table, backend, spec), oldest first: whether each is shown in its table (task,
-    preset and length): trained as its backend's latest stored spec there defines it
-    (`same_definition`), so a table never averages runs of a preset edited since, or trained
-    with other --max-steps; and scored on the set the table's latest run was, so no table sets
-    accuracies of two scorings side by side."""
-    latest = {(table, backend): spec for table, backend, spec in runs}
-    scoring = {table: scored_on(spec) for table, _, spec in runs}
+    preset and length). A table shows one scoring, the held-out test set's wherever it has such a
+    run (no table sets accuracies of two scorings side by side), and of those runs each backend's
+    as its latest spec defines it (`same_definition`): never runs of a preset edited since, or
+    trained with other --max-steps, averaged with the later ones."""
+    scoring = {table: SCORED_BEFORE for table, _, _ in runs}
+    for table, _, spec in runs:
+        if scored_on(spec) == SCORED_ON:
+            scoring[table] = SCORED_ON
+    shown = [scored_on(spec) == scoring[table] for table, _, spec in runs]
+    latest = {(t, b): spec for (t, b, spec), show in zip(runs, shown) if show}
     return [
-        scored_on(spec) == scoring[table] and same_definition(spec, latest[(table, backend)])
-        for table, backend, spec in runs
+        show and same_definition(spec, latest[(table, backend)])
+        for (table, backend, spec), show in zip(runs, shown)
     ]
 
 

@@ -23,7 +23,7 @@ from ..config import ReformerConfig
 from ..errors import ConfigError
 from ..model import ReformerForSequenceClassification, ReformerLM
 from .base import EVAL_HASH_STREAM, stream_seed
-from .results import SCORED_ON, same_definition
+from .results import SCORED_ON, STOP_ACCURACY, same_definition
 from .suite import TaskPreset
 from .trainer import EvalResult, TrainResult, evaluate, train
 
@@ -309,7 +309,7 @@ def skipped_key(preset: TaskPreset, label: str, seed: int) -> dict[str, Any]:
 
 def outcome_rows(outcome: RunOutcome) -> list[dict[str, Any]]:
     """Tidy rows (task, preset, backend, length, seed, metric, value, eval) of one finished run:
-    accuracy and loss as trained are the held-out test set's; `stop_accuracy`, the evaluation
+    accuracy and loss as trained are the held-out test set's; STOP_ACCURACY, the evaluation
     set's, is what a choice between runs reads (choosing by the test set would bias it again)."""
     spec, result = outcome.spec, outcome.result
     base = identity(spec.preset, spec.variant.label, spec.seed)
@@ -317,7 +317,7 @@ def outcome_rows(outcome: RunOutcome) -> list[dict[str, Any]]:
     metrics: list[tuple[str, float | None, str]] = [
         ("accuracy", outcome.test.accuracy, "trained"),
         ("loss", outcome.test.loss, "trained"),
-        ("stop_accuracy", result.final_accuracy, "trained"),
+        (STOP_ACCURACY, result.final_accuracy, "trained"),
         ("steps", float(result.steps), "trained"),
         (f"steps_to_{round(target * 100)}", _maybe(result.steps_to_target), "trained"),
         ("wall_time_s", result.wall_time_s, "trained"),

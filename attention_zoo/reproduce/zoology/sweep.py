@@ -13,12 +13,14 @@ finding, credited to our runs.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimRow
+from ...tasks.results import STOP_ACCURACY, TRAINED
 from ...tasks.suite import TaskPreset, load_task_preset
 from ..evidence import (
     ABOVE,
@@ -116,32 +118,38 @@ Key = tuple[str, int, int]  # (backend, length, width)
 def best_of_rates(
     rows: Iterable[Mapping[str, Any]], preset: str
 ) -> tuple[dict[Key, dict[int, float]], dict[Key, list[str]]]:
-    """(backend, length, width) -> seed -> the test-set accuracy of its best learning rate (the
-    highest `stop_accuracy`, so that choosing reads the evaluation set, not the reported one),
-    and the stored cases ("run/case") read for it (every learning rate's)."""
+    """(backend, length, width) -> seed -> the test-set accuracy of its best learning rate, and
+    the stored cases ("run/case") read for it (every learning rate's). The best is chosen on the
+    evaluation set (the highest STOP_ACCURACY), never on the reported test set; rates tied there
+    score the mean of their test-set accuracies, whatever order they were stored in."""
     names = stored_names(preset)
-    runs: dict[tuple[Key, int, str], dict[str, float]] = {}  # (key, seed, lr) -> metric -> value
-    refs: dict[Key, list[str]] = {}
+    runs: dict[tuple[Key, int, str], dict[str, Any]] = {}  # (key, seed, rate) -> metrics, ref
     for r in rows:
-        if r["task"] != TASK or r["preset"] not in names or r["eval"] != "trained":
+        if r["task"] != TASK or r["preset"] not in names or r["eval"] != TRAINED:
             continue
-        if r["metric"] not in ("accuracy", "stop_accuracy") or r["value"] is None:
+        if r["metric"] not in ("accuracy", STOP_ACCURACY) or not _finite(r["value"]):
             continue
         key = (r["backend"], int(r["length"]), names[r["preset"]][0])
-        runs.setdefault((key, int(r["seed"]), r["preset"]), {})[r["metric"]] = float(r["value"])
-        if r.get("ref") and r["metric"] == "accuracy":
-            refs.setdefault(key, []).append(r["ref"])
-    chosen: dict[tuple[Key, int], dict[str, float]] = {}
-    for (key, seed, _), metrics in runs.items():
-        if "accuracy" not in metrics or "stop_accuracy" not in metrics:
-            continue
-        best = chosen.get((key, seed))
-        if best is None or metrics["stop_accuracy"] > best["stop_accuracy"]:
-            chosen[(key, seed)] = metrics
-    best_of: dict[Key, dict[int, float]] = {}
-    for (key, seed), metrics in chosen.items():
-        best_of.setdefault(key, {})[seed] = metrics["accuracy"]
-    return best_of, refs
+        run = runs.setdefault((key, int(r["seed"]), r["preset"]), {})
+        run[r["metric"]] = float(r["value"])
+        if r.get("ref"):
+            run["ref"] = r["ref"]
+    rates: dict[tuple[Key, int], list[dict[str, Any]]] = {}
+    for (key, seed, _), run in runs.items():
+        if "accuracy" in run and STOP_ACCURACY in run:
+            rates.setdefault((key, seed), []).append(run)
+    best: dict[Key, dict[int, float]] = {}
+    refs: dict[Key, list[str]] = {}
+    for (key, seed), tried in rates.items():
+        top = max(run[STOP_ACCURACY] for run in tried)
+        chosen = [run["accuracy"] for run in tried if run[STOP_ACCURACY] == top]
+        best.setdefault(key, {})[seed] = sum(chosen) / len(chosen)
+        refs.setdefault(key, []).extend(run["ref"] for run in tried if "ref" in run)
+    return best, refs
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def accuracy_rows(
@@ -173,8 +181,9 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: str, target: float) -> lis
     floor_pct = 100 * target
     floor = f"full >= {floor_pct:.0f}% (the claim's accuracy)"
     solve_rule = (
-        f"solved at a width = full attention's 95% interval over >= {MIN_SEEDS} seeds (each the "
-        f"best of {rates} learning rate{'s' if rates > 1 else ''}) lies at or above the target; "
+        f"solved at a width = full attention's 95% interval over >= {MIN_SEEDS} seeds (each at "
+        f"the best of {rates} learning rate{'s' if rates > 1 else ''} by its evaluation set, "
+        "scored on its test set) lies at or above the target; "
         "holds: at every width; holds weaker: at some (the others undecided); else undecided: "
         "the reference did not learn the task at this scale"
     )
