@@ -69,17 +69,48 @@ def test_a_contrast_as_good_as_the_reference_everywhere_does_not_hold() -> None:
     assert verdicts["linear"] == NOT_MEASURED
 
 
-def test_a_reference_that_loses_parity_past_training_does_not_hold_and_decides_nothing_else():
-    rows = _runs({st.REFERENCE.name: LEARNED_SHORT, "linear": [CHANCE] * 4})
+def test_a_reference_that_loses_parity_past_training_judges_the_contrasts_where_it_kept_it():
+    """The reference keeps parity only at the training length: its own claim does not hold, and
+    each contrast is judged there alone: below holds; level cannot refute "does not keep it"
+    (past there the reference lost parity too), so it is undecided."""
+    rows = _runs({st.REFERENCE.name: LEARNED_SHORT, "linear": [CHANCE] * 4,
+                  "gla": [1.0, CHANCE, CHANCE, CHANCE]})  # fmt: skip
     verdicts = _verdicts(rows)
     assert verdicts[st.REFERENCE.name] == FAILS
-    assert verdicts["linear"] == st.REFERENCE_UNHELD
+    assert verdicts["linear"] == HOLDS and verdicts["gla"] == st.LEVEL_WHERE_KEPT
+    linear = st.claims(rows, "cpu", PRESET)[3]
+    assert linear.interval.startswith("1-39: ") and ";" not in linear.interval  # one range judged
+    assert linear.floor.endswith("cleared at 1-39")
+
+
+def test_a_reference_across_the_floor_at_the_longest_range_still_decides_the_contrasts() -> None:
+    """As measured at the cpu preset: the reference's interval crosses the floor past 160 tokens
+    (its own claim undecided) and the contrasts, at chance, hold on the three ranges it kept."""
+    rows = _runs({st.REFERENCE.name: SOLVED, **{name: [CHANCE] * 4 for name in CONTRASTS}})
+    rows += [  # a fourth seed far below the floor at the last range: its interval crosses it
+        {**r, "seed": 3, "value": 0.6 if r["eval"] == LABELS[-1] else r["value"]}
+        for r in rows
+        if r["seed"] == 0
+    ]
+    lines = st.claims(rows, "cpu", PRESET)
+    assert lines[0].verdict == st.CROSSES
+    assert [line.verdict for line in lines[1:]] == [HOLDS] * len(CONTRASTS)
+    judged = [part.split(":")[0] for part in lines[1].interval.split("; ")]
+    assert judged == ["1-39", "40-79", "80-159"]
+    level = _runs({st.REFERENCE.name: SOLVED, "gla": SOLVED})
+    level += [
+        {**r, "seed": 3, "value": 0.6 if r["eval"] == LABELS[-1] else r["value"]}
+        for r in level
+        if r["seed"] == 0
+    ]
+    assert _verdicts(level)["gla"] == st.LEVEL_WHERE_KEPT  # not refuted where nothing was kept
 
 
 def test_nothing_learned_at_the_training_length_is_undecided_for_every_claim() -> None:
     rows = _runs({name: [CHANCE] * 4 for name in [st.REFERENCE.name, *CONTRASTS]})
     verdicts = _verdicts(rows)
     assert verdicts[st.REFERENCE.name] == st.NOT_LEARNED
+    assert {verdicts[name] for name in CONTRASTS} == {st.REFERENCE_NOT_LEARNED}
     assert {verdict_class(v) for v in verdicts.values()} == {"undecided"}
 
 
