@@ -183,7 +183,7 @@ class TaskConfig:
         return {"task": self.name, **dataclasses.asdict(self)}
 
 
-MAX_REDRAWS = 100  # rounds of replacing drawn evaluation sequences before a task is refused
+MAX_REDRAWS = 100  # rounds of replacing drawn held-out sequences before a task is refused
 
 
 @dataclass
