@@ -9,7 +9,7 @@ import pytest
 
 from attention_zoo.blocks.attention import SelfAttention
 from attention_zoo.report.claims import verdict_class
-from attention_zoo.reproduce import get_reproduction
+from attention_zoo.reproduce import evidence, get_reproduction
 from attention_zoo.reproduce.evidence import GROUPED, NOT_LEARNED, REFERENCE_VERDICT
 from attention_zoo.reproduce.lra_listops import claims as lra
 from attention_zoo.reproduce.lra_listops import settings as lra_settings
@@ -229,6 +229,27 @@ def test_zoology_best_learning_rate_is_chosen_on_the_evaluation_set_per_seed() -
     unchosen = [r for r in planted(stop, test) if r["metric"] != STOP_ACCURACY or r["seed"]]
     best, refs = zoology.best_of_rates(unchosen, "paper")
     assert best[("full", n, w)] == {1: 0.97, 2: 0.97} and len(refs[("full", n, w)]) == 8
+
+
+@pytest.mark.parametrize("missing", [None, float("nan"), float("inf")])
+def test_a_value_that_is_not_a_number_is_no_seed_to_every_reader(missing: float | None) -> None:
+    """A store holds None where a run has no accuracy and a folder's rows.csv NaN: the claims'
+    readers skip both alike (the seed counts as missing), never read them as a number."""
+    rows = _listops({"full": 0.9, "local": 0.5})
+    rows[0]["value"] = missing  # full, seed 0: its accuracy
+    rows.append(_row("listops", "cpu", "full", 128, 0, missing, "baseline_accuracy"))
+    seeds, refs = evidence.per_seed(rows, backend="full")
+    assert seeds == pytest.approx({1: 0.9, 2: 0.91}) and "run/full0" not in refs
+    assert lra.baseline(rows) == pytest.approx(33.0)
+    sweep = zoology.SWEEPS["paper"]
+    n, w, lr = sweep.points[0][0], sweep.widths[0], sweep.learning_rates[0]
+    planted = [
+        _row("associative-recall", zoology.point_name("paper", w, lr), "full", n, s, v, m)
+        for s, v in ((0, missing), (1, 0.9))
+        for m in ("accuracy", STOP_ACCURACY)
+    ]
+    best, _ = zoology.best_of_rates(planted, "paper")
+    assert best[("full", n, w)] == {1: 0.9}
 
 
 @pytest.mark.slow  # matplotlib

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -137,8 +139,8 @@ def test_mqar_query_gaps_follow_zoologys_power_law() -> None:
 
 
 def test_training_stream_never_yields_an_evaluation_sequence() -> None:
-    # V 4, L 8, 1 pair: few distinct sequences, so the stream would repeat evaluation ones
-    task = AssociativeRecallTask(seq_len=8, vocab_size=6, num_kv_pairs=1, eval_size=16,
+    # L 8, V 12, 1 pair: 90 distinct sequences, so the stream would repeat evaluation ones
+    task = AssociativeRecallTask(seq_len=8, vocab_size=12, num_kv_pairs=1, eval_size=16,
                                  random_non_queries=False)  # fmt: skip
     data = task.build(seed=0)
     held_out = {tuple(row.tolist()) for row in data.eval_set.input_ids}
@@ -152,7 +154,7 @@ def test_the_test_set_is_held_out_of_the_evaluation_set_and_of_training() -> Non
     """The test set a run reports is drawn from its own stream, none of its sequences in the
     evaluation set (which stops training) or in the training stream; the evaluation set is the
     draw it always was."""
-    task = AssociativeRecallTask(seq_len=8, vocab_size=6, num_kv_pairs=1, eval_size=16,
+    task = AssociativeRecallTask(seq_len=8, vocab_size=12, num_kv_pairs=1, eval_size=16,
                                  random_non_queries=False)  # fmt: skip
     data = task.build(seed=0)
     evals = {tuple(row.tolist()) for row in data.eval_set.input_ids}
@@ -173,6 +175,21 @@ def test_an_evaluation_set_holding_every_sequence_is_refused() -> None:
     task = make_task("state-tracking", seq_len=4, vocab_size=2, group="parity", eval_size=512)
     with pytest.raises(ConfigError, match="lower eval_size"):
         task.build(seed=0)
+
+
+def test_held_out_sets_taking_most_of_a_task_are_refused_when_built() -> None:
+    """18 distinct sequences: 16 evaluation and 16 test draws take about 90% of what the task
+    draws, so it is refused when built, in one line, not part way through training; 90 distinct
+    sequences (about 35% held out) build."""
+    tiny = AssociativeRecallTask(seq_len=8, vocab_size=6, num_kv_pairs=1, eval_size=16,
+                                 random_non_queries=False)  # fmt: skip
+    for seed in range(3):
+        with pytest.raises(
+            ConfigError, match=r"test sets are 9\d% of the sequences .*lower eval_size"
+        ):
+            tiny.build(seed)
+    small = dataclasses.replace(tiny, vocab_size=12)
+    assert all(len(small.build(seed).test_set) == 16 for seed in range(3))
 
 
 @pytest.mark.slow

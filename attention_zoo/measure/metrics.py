@@ -7,8 +7,10 @@ report, the baseline comparison and the asv units all read this catalogue.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, NamedTuple
 
 from .units import format_bytes, format_gflop, format_number, format_seconds
@@ -24,6 +26,12 @@ def approx_error_name(inputs: str) -> str:
 
 
 TASK_GROUP = "task"  # metrics of a training run (zoo task), not of a measured case
+
+
+def is_measured(value: Any) -> bool:
+    """Whether a stored value is a measurement: a finite number (a store holds None where there
+    is none, a folder's rows.csv NaN)."""
+    return isinstance(value, Real) and math.isfinite(value)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .metrics import is_measured
 from .peaks import Peak, device_peak, known_models
 from .units import format_percent, format_tflops
 
@@ -124,7 +125,7 @@ def derived_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     by_case: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         case = by_case.setdefault((r["run_id"], r["case_key"]), {"metrics": {}})
-        if r["metric"] in ("flops", "time_median") and r["value"] is not None:
+        if r["metric"] in ("flops", "time_median") and is_measured(r["value"]):
             case["metrics"][r["metric"]] = r["value"]
             if r["metric"] == "time_median":
                 case["row"] = r

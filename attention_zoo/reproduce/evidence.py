@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..attention.spec import BACKENDS
+from ..measure.metrics import is_measured
 from ..report.claims import UNDECIDED
 from ..tasks.results import TRAINED
 from .intervals import PERCENT, Interval, mean_interval, paired_gap
@@ -42,7 +43,7 @@ def per_seed(
     values: dict[int, float] = {}
     refs: list[str] = []
     for r in rows:
-        if r["metric"] != "accuracy" or r["value"] is None:
+        if r["metric"] != "accuracy" or not is_measured(r["value"]):
             continue
         if all(r[k] == v for k, v in where.items()):
             values[int(r["seed"])] = float(r["value"])

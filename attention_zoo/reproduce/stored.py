@@ -4,11 +4,11 @@ config, status and metric values, and the `run/case` reference a claim cites."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..measure.metrics import is_measured
 from ..measure.status import OK
 from ..tasks.results import KIND as TASK_KIND
 from ..tasks.runner import trained_as_defined
@@ -52,7 +52,7 @@ def stored_cases(rows: Any) -> list[StoredCase]:
         metrics = {
             str(m): float(v)
             for m, v in zip(part["metric"], part["value"])
-            if isinstance(m, str) and v is not None and not (isinstance(v, float) and math.isnan(v))
+            if isinstance(m, str) and is_measured(v)
         }
         latest[key] = StoredCase(key, str(run_id), str(first["status"]), config, metrics)
     return list(latest.values())

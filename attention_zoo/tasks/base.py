@@ -32,6 +32,7 @@ from .tabulate import TrainEvalMatrix
 # training data, and model init (torch.manual_seed(seed)) never shares a stream with the data.
 _TRAIN_STREAM, _EVAL_STREAM, _TEST_STREAM = 1, 2, 4
 EVAL_HASH_STREAM = 3  # LSH rotations when a trained model is evaluated (the runner's)
+_PROBE_STREAM = 5  # draws that measure how much of a task the held-out sets take
 _SPLIT_STREAMS = 1000  # + crc32(label): one stream per evaluation split, named by its label
 
 
@@ -165,8 +166,12 @@ class TaskConfig:
         disjoint from it, and the fixed evaluation splits (each from its own stream, so adding a
         split changes no other data)."""
         eval_set = self.sample(self.eval_size, _generator(seed, _EVAL_STREAM))
-        held_out = {_row_key(ids) for ids in eval_set.input_ids}
-        test_set, _ = draw_excluding(self, self.eval_size, _generator(seed, _TEST_STREAM), held_out)
+        held_out = _row_keys(eval_set)
+        test_set, met = draw_excluding(
+            self, self.eval_size, _generator(seed, _TEST_STREAM), held_out
+        )
+        if met:  # a test draw that met no evaluation sequence leaves the task far from the limit
+            _refuse_a_held_out_majority(self, seed, held_out | _row_keys(test_set))
         return TaskData(
             task=self,
             seed=seed,
@@ -184,6 +189,8 @@ class TaskConfig:
 
 
 MAX_REDRAWS = 100  # rounds of replacing drawn held-out sequences before a task is refused
+MAX_HELD_OUT_SHARE = 0.5  # of a task's draws the evaluation and test sets may take together
+PROBE_DRAWS = 1024
 
 
 @dataclass
@@ -205,9 +212,7 @@ class TaskData:
     splits: dict[str, Batch] = field(default_factory=dict)  # label -> its fixed sequences
 
     def __post_init__(self) -> None:
-        self._held_out = {
-            _row_key(ids) for batch in (self.eval_set, self.test_set) for ids in batch.input_ids
-        }
+        self._held_out = _row_keys(self.eval_set) | _row_keys(self.test_set)
 
     def batches(self, batch_size: int) -> Iterator[Batch]:
         """An endless stream of fresh training batches, none holding an evaluation or test
@@ -242,6 +247,20 @@ def draw_excluding(
     )
 
 
+def _refuse_a_held_out_majority(task: TaskConfig, seed: int, held_out: set[bytes]) -> None:
+    """A one-line ConfigError when the held-out sets are most of what the task draws: training
+    would be left few sequences, and would stop part way once it met none."""
+    probe = task.sample(PROBE_DRAWS, _generator(seed, _PROBE_STREAM))
+    met = len([ids for ids in probe.input_ids if _row_key(ids) in held_out])
+    if met > MAX_HELD_OUT_SHARE * PROBE_DRAWS:
+        raise ConfigError(
+            f"{task.name}: its evaluation and test sets are {met / PROBE_DRAWS:.0%} of the "
+            f"sequences it draws ({met} of {PROBE_DRAWS} draws), so training would be left few "
+            f"others (at most {MAX_HELD_OUT_SHARE:.0%} works); lower eval_size or enlarge the task "
+            "(a longer seq_len or more symbols)"
+        )
+
+
 def split_generator(seed: int, label: str) -> torch.Generator:
     """The generator of evaluation split `label` of run seed `seed`."""
     return _generator(seed, _SPLIT_STREAMS + zlib.crc32(label.encode()))
@@ -253,6 +272,10 @@ def _generator(seed: int, stream: int) -> torch.Generator:
 
 def _row_key(ids: Tensor) -> bytes:
     return ids.numpy().tobytes()
+
+
+def _row_keys(batch: Batch) -> set[bytes]:
+    return {_row_key(ids) for ids in batch.input_ids}
 
 
 C = TypeVar("C", bound=type[TaskConfig])

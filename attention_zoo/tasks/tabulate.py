@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ..measure.metrics import is_measured
 from ..measure.table import format_table
 from .results import TRAINED, decode_metric
 
@@ -141,10 +142,11 @@ def build_matrix(
         variant, seed, metric, value = r["backend"], int(r["seed"]), r["metric"], r["value"]
         cell = tabulation.place(variant, metric, r.get("eval") or TRAINED)
         if cell is not None:
-            acc[cell][seed] = float(value)
+            if is_measured(value):
+                acc[cell][seed] = float(value)
         elif metric.startswith("steps_to_"):
             target_metric = metric
-            steps_to[variant][seed] = None if value is None or _isnan(value) else float(value)
+            steps_to[variant][seed] = float(value) if is_measured(value) else None
         elif metric == "steps":
             steps[variant][seed] = float(value)
     variants, columns = tabulation.axes(acc)
@@ -211,7 +213,3 @@ def format_matrix(table: MatrixTable) -> str:
         "mean ± sample std over seeds"
     )
     return f"{format_table(headers, body)}\n{legend}"
-
-
-def _isnan(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...measure.metrics import is_measured
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
 from ..evidence import (
     FEW_SEEDS,
@@ -67,7 +68,7 @@ RULE = (
 
 def baseline(rows: Iterable[Mapping[str, Any]]) -> float | None:
     """The root-operator rule's accuracy [%] stored with the runs (None: not stored)."""
-    found = {float(r["value"]) for r in rows if r["metric"] == BASELINE and r["value"] is not None}
+    found = {float(r["value"]) for r in rows if r["metric"] == BASELINE and is_measured(r["value"])}
     return 100 * max(found) if found else None
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import ZooError
 from ...measure.fair import FairSetting, fair_numbers
+from ...measure.metrics import is_measured
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
 from ...tasks.suite import TaskPreset, load_task_preset
 from .. import evidence
@@ -131,7 +132,11 @@ def accuracies(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> tuple[A
         if r["task"] != TASK or r["metric"] != "accuracy" or r["preset"] not in names:
             continue
         match = SPLIT.fullmatch(str(r["eval"]))
-        if match is None or r["value"] is None or int(match.group(1)) != names[r["preset"]]:
+        if (
+            match is None
+            or int(match.group(1)) != names[r["preset"]]
+            or not is_measured(r["value"])
+        ):
             continue
         key = (r["backend"], int(match.group(1)), int(r["seed"]))
         splits.setdefault(key, []).append(100 * float(r["value"]))

@@ -10,12 +10,12 @@ and size; a claim without rows says which command measures it.
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...measure.metrics import is_measured
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, WEAKER, ClaimRow
 from ...tasks.base import tabulation_of
 from ...tasks.results import TRAINED
@@ -113,7 +113,7 @@ RULES: dict[str, Rule] = {
 
 def verdict(rule: str, ours: float | None, published: float) -> str:
     """The verdict of `rule` for our ratio against the published one ('not measured' if None)."""
-    if ours is None or (isinstance(ours, float) and math.isnan(ours)):
+    if not is_measured(ours):
         return NOT_MEASURED
     return RULES[rule].judge(ours, published)
 

@@ -13,12 +13,12 @@ finding, credited to our runs.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...measure.metrics import is_measured
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimRow
 from ...tasks.results import STOP_ACCURACY, TRAINED
 from ...tasks.suite import TaskPreset, load_task_preset
@@ -127,7 +127,7 @@ def best_of_rates(
     for r in rows:
         if r["task"] != TASK or r["preset"] not in names or r["eval"] != TRAINED:
             continue
-        if r["metric"] not in ("accuracy", STOP_ACCURACY) or not _finite(r["value"]):
+        if r["metric"] not in ("accuracy", STOP_ACCURACY) or not is_measured(r["value"]):
             continue
         key = (r["backend"], int(r["length"]), names[r["preset"]][0])
         run = runs.setdefault((key, int(r["seed"]), r["preset"]), {})
@@ -146,10 +146,6 @@ def best_of_rates(
         best.setdefault(key, {})[seed] = sum(chosen) / len(chosen)
         refs.setdefault(key, []).extend(run["ref"] for run in tried if "ref" in run)
     return best, refs
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def accuracy_rows(
