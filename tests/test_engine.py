@@ -18,7 +18,7 @@ from attention_zoo.measure import load
 from attention_zoo.measure import runner as measure_runner
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.runner import CaseResult
-from attention_zoo.store import ResultStore, open_store
+from attention_zoo.store import ResultStore, open_store, run_status
 from attention_zoo.sweep import run_sweep
 from attention_zoo.tasks import runner
 from attention_zoo.tasks.driver import TaskRequest, train_task
@@ -287,3 +287,27 @@ def test_a_dry_run_leaves_out_what_the_time_limit_refuses(
     captured = capsys.readouterr()
     assert "dry run, bench: 0 of 1 to do (1 already stored)" in captured.out
     assert "L=32 b=1 forward float32 cpu: past the limit" in captured.err
+
+
+def test_a_reproduction_finishes_its_interrupted_task_run(
+    workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after one training of three; the same command again trains the other two into that
+    run and finishes it (before: into a new run, the first left unfinished for ever)."""
+    calls = []
+
+    def train_then_ctrl_c(spec, *, device="cpu", on_step=None) -> runner.RunOutcome:
+        calls.append(spec)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return trained(spec, device=device, on_step=on_step)
+
+    monkeypatch.setattr(runner, "run_one", train_then_ctrl_c)
+    argv = ["reproduce", "selective-copying", "--preset", "smoke", "--store", "r.sqlite"]
+    assert main([*argv, "--no-progress"]) == 130
+    monkeypatch.setattr(runner, "run_one", trained)
+    assert main([*argv, "--no-progress"]) == 0
+    capsys.readouterr()
+    with ResultStore("r.sqlite") as store:
+        (run,) = store.runs(kind="task")
+        assert run_status(run) == "finished" and run["n_cases"] == 3

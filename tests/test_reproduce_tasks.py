@@ -72,6 +72,10 @@ def test_lra_a_clear_gap_gets_its_verdict_and_a_straddling_one_does_not() -> Non
     local = next(line for line in lra.claims(rows, "cpu") if line.setting.endswith("local"))
     assert local.seeds == "0,1,2" and local.interval.startswith("-40.0 [")
     assert "(below)" in local.interval
+    why = lra.claims(rows, "cpu", uncleared="a reason")  # said only where the floor is missed
+    assert all(line.floor.endswith(": cleared") for line in why if line.floor != "-")
+    low = lra.claims(_listops({"full": 0.40, "local": 0.20}), "cpu", uncleared="a reason")
+    assert low[1].floor.endswith("not cleared; a reason")
 
 
 def test_lra_needs_three_seeds_and_a_stored_floor() -> None:
@@ -103,6 +107,7 @@ def test_stored_lra_settings_runs_at_the_shallow_rule_are_undecided_and_named(
     assert all("LRA's attention settings" in line.setting for line in lines)
     assert all(line.scale.startswith("expressions 31-63 tokens") for line in lines)
     assert all(line.seeds == "0,1,2" for line in judged)
+    assert all(line.floor.endswith(f"not cleared; {lra.NO_CPU_PRESET}") for line in judged)
 
 
 # ids: a test id "gpu" would read as the gpu mark (skipped without CUDA); it builds on the CPU

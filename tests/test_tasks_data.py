@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from attention_zoo.errors import ConfigError, OptionError, UnknownNameError
 from attention_zoo.tasks.associative_recall import AssociativeRecallTask
 from attention_zoo.tasks.base import TASKS, make_task, stream_seed
 from attention_zoo.tasks.duplication import DuplicationTask
+from attention_zoo.tasks.listops import TOKEN_ID, ListOpsTask, draw_tree, longest_expression
 
 
 def test_duplication_structure_and_scored_positions() -> None:
@@ -192,10 +194,20 @@ def test_held_out_sets_taking_most_of_a_task_are_refused_when_built() -> None:
     assert all(len(small.build(seed).test_set) == 16 for seed in range(3))
 
 
+def test_listops_refuses_a_min_length_no_expression_exceeds() -> None:
+    """The longest tree is the bound: drawn trees reach it and never pass it, and a min_length at
+    or above it is refused in one line instead of drawing forever."""
+    rng = random.Random(0)
+    for depth, args in ((2, 3), (3, 2)):
+        lengths = {len(draw_tree(rng, depth, args, 1000)[0]) for _ in range(20000)}
+        assert max(lengths) == longest_expression(depth, args)
+    with pytest.raises(ConfigError, match="the longest has 12; lower min_length"):
+        ListOpsTask(seq_len=64, min_length=12, max_length=64, max_depth=2, max_args=10)
+    assert ListOpsTask(seq_len=64, min_length=11, max_length=64, max_depth=2, max_args=10)
+
+
 @pytest.mark.slow
 def test_listops_masks_its_padding() -> None:
-    from attention_zoo.tasks.listops import TOKEN_ID, ListOpsTask
-
     task = ListOpsTask(seq_len=64, min_length=10, max_length=64, max_depth=4, max_args=5)
     batch = task.sample(8, torch.Generator().manual_seed(0))
     assert torch.equal(batch.attention_mask, batch.input_ids != TOKEN_ID["<pad>"])

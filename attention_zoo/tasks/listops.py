@@ -70,6 +70,15 @@ def draw_tree(
     return tokens, value
 
 
+def longest_expression(max_depth: int, max_args: int) -> int:
+    """Tokens of the longest tree `draw_tree` can draw: every node above max_depth an operator
+    with max_args arguments."""
+    length = 1  # a digit at the maximal depth
+    for _ in range(max_depth - 1):
+        length = 2 + max_args * length  # the operator, its arguments, the closing bracket
+    return length
+
+
 @register_task("listops")
 @dataclass(frozen=True, kw_only=True)
 class ListOpsTask(TaskConfig):
@@ -103,6 +112,12 @@ class ListOpsTask(TaskConfig):
         if self.max_depth < 2 or self.max_args < 2:
             problems.append(
                 f"max_depth and max_args must be >= 2, got {self.max_depth}, {self.max_args}"
+            )
+        elif self.min_length >= (longest := longest_expression(self.max_depth, self.max_args)):
+            problems.append(
+                f"no expression has more than min_length {self.min_length} tokens: at max_depth "
+                f"{self.max_depth} and max_args {self.max_args} the longest has {longest}; lower "
+                "min_length or raise max_depth or max_args"
             )
         if problems:
             raise ConfigError("listops: " + "; ".join(problems))

@@ -64,7 +64,8 @@ class LRAListOps(Reproduction):
             size, settings = names[name]
             preset = listops_preset(size, settings)
             words = "LRA's attention settings" if settings == LRA_SETTINGS else "preset settings"
-            out += table1.claims(tidy, name, words, scale_text(preset))
+            why = table1.NO_CPU_PRESET if size == "cpu" else ""
+            out += table1.claims(tidy, name, words, scale_text(preset), why)
         return out
 
 

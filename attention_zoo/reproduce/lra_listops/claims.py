@@ -58,6 +58,11 @@ LEVEL_BAND = 3.0  # points: a gap whose interval lies within +-3 is "level"; who
 MARGIN = 5.0  # points above the root-operator rule that full attention must clear
 BASELINE = "baseline_accuracy"  # the stored metric: the root-operator rule's accuracy
 NO_FLOOR = f"{UNDECIDED}: no floor stored with these runs (train them again to store it)"
+# Why the cpu size decides nothing, shown beside its floor when full attention misses it.
+NO_CPU_PRESET = (
+    "no preset of cpu size lets full attention clear it on nested expressions "
+    "(docs/tasks.md, ListOps at cpu scale)"
+)
 RULE = (
     f"the gap to full attention over >= {MIN_SEEDS} seeds (paired by seed), its 95% interval "
     f"classed level (inside +-{LEVEL_BAND:g} points), below or above (wholly outside), else "
@@ -73,10 +78,15 @@ def baseline(rows: Iterable[Mapping[str, Any]]) -> float | None:
 
 
 def claims(
-    rows: Iterable[Mapping[str, Any]], preset: str, setting: str = "", scale: str = "-"
+    rows: Iterable[Mapping[str, Any]],
+    preset: str,
+    setting: str = "",
+    scale: str = "-",
+    uncleared: str = "",
 ) -> list[ClaimRow]:
     """One line per LRA model (its gap to the Transformer, LRA's beside ours), then our other
-    backends; `setting` names whose attention options ran, `scale` the preset's size."""
+    backends; `setting` names whose attention options ran, `scale` the preset's size, and
+    `uncleared` why that size's floor is not cleared, when it is not."""
     rows = [r for r in rows if r["task"] == TASK and r["preset"] == preset]
     accs, refs = percent_by_backend(rows)
     reference = accs.get(REFERENCE, {})
@@ -86,6 +96,8 @@ def claims(
     if floor is not None:
         cleared = floor_state(reference, floor)
         floor_text = f"full >= {floor:.1f} (root-operator rule {base:.1f} + {MARGIN:g}): {cleared}"
+        if cleared == "not cleared" and uncleared:
+            floor_text += f"; {uncleared}"
     where = f"listops, preset {preset}" + (f", {setting}" if setting else "")
 
     def line(claim: str, backend: str, published: str, verdict: str, **kw: Any) -> ClaimRow:
