@@ -237,9 +237,10 @@ def test_zoology_best_learning_rate_is_chosen_on_the_evaluation_set_per_seed() -
 
 
 @pytest.mark.parametrize("missing", [None, float("nan"), float("inf")])
-def test_a_value_that_is_not_a_number_is_no_seed_to_every_reader(missing: float | None) -> None:
-    """A store holds None where a run has no accuracy and a folder's rows.csv NaN: the claims'
-    readers skip both alike (the seed counts as missing), never read them as a number."""
+def test_a_value_that_is_not_a_number_is_no_seed_to_the_claims(missing: float | None) -> None:
+    """A store holds None where a run has no accuracy and a folder's rows.csv NaN: per_seed (what
+    the claims read), LRA's floor and Zoology's learning-rate choice skip both alike (the seed
+    counts as missing), never read them as a number."""
     rows = _listops({"full": 0.9, "local": 0.5})
     rows[0]["value"] = missing  # full, seed 0: its accuracy
     rows.append(_row("listops", "cpu", "full", 128, 0, missing, "baseline_accuracy"))

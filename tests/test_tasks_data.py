@@ -12,7 +12,7 @@ from attention_zoo.errors import ConfigError, OptionError, UnknownNameError
 from attention_zoo.tasks.associative_recall import AssociativeRecallTask
 from attention_zoo.tasks.base import TASKS, make_task, stream_seed
 from attention_zoo.tasks.duplication import DuplicationTask
-from attention_zoo.tasks.listops import TOKEN_ID, ListOpsTask, draw_tree, longest_expression
+from attention_zoo.tasks.listops import TOKEN_ID, ListOpsTask, draw_tree, expression_lengths
 
 
 def test_duplication_structure_and_scored_positions() -> None:
@@ -187,22 +187,26 @@ def test_held_out_sets_taking_most_of_a_task_are_refused_when_built() -> None:
                                  random_non_queries=False)  # fmt: skip
     for seed in range(3):
         with pytest.raises(
-            ConfigError, match=r"test sets are 9\d% of the sequences .*lower eval_size"
+            ConfigError, match=r"test sets are 9\d\.\d% of the sequences .*lower eval_size"
         ):
             tiny.build(seed)
     small = dataclasses.replace(tiny, vocab_size=12)
     assert all(len(small.build(seed).test_set) == 16 for seed in range(3))
 
 
-def test_listops_refuses_a_min_length_no_expression_exceeds() -> None:
-    """The longest tree is the bound: drawn trees reach it and never pass it, and a min_length at
-    or above it is refused in one line instead of drawing forever."""
+def test_listops_refuses_lengths_no_expression_has() -> None:
+    """The token counts a tree can have are exactly those drawn; a window (min_length,
+    max_length) holding none of them is refused in one line instead of drawing forever."""
     rng = random.Random(0)
     for depth, args in ((2, 3), (3, 2)):
-        lengths = {len(draw_tree(rng, depth, args, 1000)[0]) for _ in range(20000)}
-        assert max(lengths) == longest_expression(depth, args)
-    with pytest.raises(ConfigError, match="the longest has 12; lower min_length"):
+        drawn = {len(draw_tree(rng, depth, args, 1000)[0]) for _ in range(5000)}
+        assert drawn == expression_lengths(depth, args, 1000)
+    drawn = {len(draw_tree(rng, 3, 3, 1000)[0]) for _ in range(5000)}
+    assert drawn <= expression_lengths(3, 3, 1000) and max(drawn) < 1000
+    with pytest.raises(ConfigError, match="the longest below max_length has 12; lower min_length"):
         ListOpsTask(seq_len=64, min_length=12, max_length=64, max_depth=2, max_args=10)
+    with pytest.raises(ConfigError, match="the longest below max_length has 7"):
+        ListOpsTask(seq_len=16, min_length=7, max_length=10, max_depth=3, max_args=2)  # 1, 4, 7, 10
     assert ListOpsTask(seq_len=64, min_length=11, max_length=64, max_depth=2, max_args=10)
 
 

@@ -70,9 +70,9 @@ class RunOptions:
 
     @property
     def task_policy(self) -> RunPolicy:
-        """The policy of task trainings: --force carries over, and so does resuming (an interrupted
-        run of the same trainings is continued, then finished); --run-id names the benchmark run
-        (a run holds one kind of job), and a stored training is reused (engine.RUN_RULE)."""
+        """The policy of task trainings: --force carries over, and so does resuming (the latest run
+        of the same trainings is continued: an interrupted one gets finished); --run-id names the
+        benchmark run (a run holds one kind of job); a stored training is reused (RUN_RULE)."""
         return RunPolicy(
             force=self.policy.force, dry_run=self.policy.dry_run, resume=self.policy.resume
         )

@@ -28,6 +28,7 @@ FEW_SEEDS = f"{UNDECIDED}: fewer than {MIN_SEEDS} seeds"
 STRADDLES = f"{UNDECIDED}: the gap's interval crosses an edge of the band"
 # Verdicts of rows that judge no published claim.
 REFERENCE_VERDICT = "reference"  # the reference's own row
+CLEARED, NOT_CLEARED = "cleared", "not cleared"  # a floor column: the reference's interval is above
 OURS_ONLY = "ours only"  # a backend the paper has no row for: its gap shown, not judged
 GROUPED = "grouped with full (exact)"  # an exact sibling of the reference: not compared
 SIBLING_CLAIM = "exact sibling of full attention: the same function, its gap is seed noise"
@@ -125,12 +126,12 @@ def interval_text(seeds: Mapping[int, float]) -> str:
 
 
 def floor_state(reference: Mapping[int, float], floor: float) -> str:
-    """Whether the reference's interval clears `floor`: 'cleared', 'not cleared', or 'fewer than
+    """Whether the reference's interval clears `floor`: CLEARED, NOT_CLEARED, or 'fewer than
     MIN_SEEDS seeds' (a claim's floor column)."""
     interval = interval_of(reference)
     if interval is None:
         return f"fewer than {MIN_SEEDS} seeds"
-    return "cleared" if clears(interval, floor) else "not cleared"
+    return CLEARED if clears(interval, floor) else NOT_CLEARED
 
 
 def judge_gap(

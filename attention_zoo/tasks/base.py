@@ -190,7 +190,8 @@ class TaskConfig:
 
 MAX_REDRAWS = 100  # rounds of replacing drawn held-out sequences before a task is refused
 MAX_HELD_OUT_SHARE = 0.5  # of a task's draws the evaluation and test sets may take together
-PROBE_DRAWS = 1024
+PROBE_DRAWS = 1024  # draws that estimate that share (a standard error of at most 1.6 points)
+_SMALLER = "lower eval_size or enlarge the task (a longer seq_len or more symbols)"
 
 
 @dataclass
@@ -242,22 +243,20 @@ def draw_excluding(
             return (parts[0] if len(parts) == 1 else Batch.cat(parts)), dropped
     raise ConfigError(
         f"{task.name}: the evaluation and test sets hold (nearly) every sequence the task can "
-        f"draw, so no sequence outside them is left after {MAX_REDRAWS} draws; lower eval_size "
-        "or enlarge the task (a longer seq_len or more symbols)"
+        f"draw, so no sequence outside them is left after {MAX_REDRAWS} draws; {_SMALLER}"
     )
 
 
 def _refuse_a_held_out_majority(task: TaskConfig, seed: int, held_out: set[bytes]) -> None:
-    """A one-line ConfigError when the held-out sets are most of what the task draws: training
-    would be left few sequences, and would stop part way once it met none."""
+    """A one-line ConfigError when the held-out sets are most of what the task draws, so training
+    would be left few sequences (near the limit, an estimate: some seeds may pass)."""
     probe = task.sample(PROBE_DRAWS, _generator(seed, _PROBE_STREAM))
     met = len([ids for ids in probe.input_ids if _row_key(ids) in held_out])
     if met > MAX_HELD_OUT_SHARE * PROBE_DRAWS:
         raise ConfigError(
-            f"{task.name}: its evaluation and test sets are {met / PROBE_DRAWS:.0%} of the "
+            f"{task.name}: its evaluation and test sets are {met / PROBE_DRAWS:.1%} of the "
             f"sequences it draws ({met} of {PROBE_DRAWS} draws), so training would be left few "
-            f"others (at most {MAX_HELD_OUT_SHARE:.0%} works); lower eval_size or enlarge the task "
-            "(a longer seq_len or more symbols)"
+            f"others (at most {MAX_HELD_OUT_SHARE:.0%} works); {_SMALLER}"
         )
 
 

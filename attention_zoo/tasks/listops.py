@@ -70,13 +70,23 @@ def draw_tree(
     return tokens, value
 
 
-def longest_expression(max_depth: int, max_args: int) -> int:
-    """Tokens of the longest tree `draw_tree` can draw: every node above max_depth an operator
-    with max_args arguments."""
-    length = 1  # a digit at the maximal depth
+@functools.cache
+def expression_lengths(max_depth: int, max_args: int, max_length: int) -> frozenset[int]:
+    """Every token count below max_length that a tree of `draw_tree` can have (bit n of each
+    mask: a subtree of n tokens is possible)."""
+    below = (1 << max_length) - 1
+    lengths = 1 << 1  # a digit, at the maximal depth or drawn above it
     for _ in range(max_depth - 1):
-        length = 2 + max_args * length  # the operator, its arguments, the closing bracket
-    return length
+        sizes = [n for n in range(max_length) if lengths >> n & 1]
+        sums, operators = lengths, 0  # sums: token counts of j subtrees, from j = 1
+        for _ in range(2, max_args + 1):
+            more = 0
+            for n in sizes:
+                more |= sums << n
+            sums = more & below
+            operators |= sums
+        lengths = (1 << 1 | operators << 2) & below  # a digit, or `[OP` subtrees `]`
+    return frozenset(n for n in range(max_length) if lengths >> n & 1)
 
 
 @register_task("listops")
@@ -113,11 +123,14 @@ class ListOpsTask(TaskConfig):
             problems.append(
                 f"max_depth and max_args must be >= 2, got {self.max_depth}, {self.max_args}"
             )
-        elif self.min_length >= (longest := longest_expression(self.max_depth, self.max_args)):
+        elif self.max_length > 2 and self.min_length >= (
+            longest := max(expression_lengths(self.max_depth, self.max_args, self.max_length))
+        ):
             problems.append(
-                f"no expression has more than min_length {self.min_length} tokens: at max_depth "
-                f"{self.max_depth} and max_args {self.max_args} the longest has {longest}; lower "
-                "min_length or raise max_depth or max_args"
+                f"no expression has more than min_length {self.min_length} and fewer than "
+                f"max_length {self.max_length} tokens: at max_depth {self.max_depth} and max_args "
+                f"{self.max_args} the longest below max_length has {longest}; lower min_length "
+                "or raise max_length, max_depth or max_args"
             )
         if problems:
             raise ConfigError("listops: " + "; ".join(problems))

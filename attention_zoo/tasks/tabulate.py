@@ -147,7 +147,7 @@ def build_matrix(
         elif metric.startswith("steps_to_"):
             target_metric = metric
             steps_to[variant][seed] = float(value) if is_measured(value) else None
-        elif metric == "steps":
+        elif metric == "steps" and is_measured(value):
             steps[variant][seed] = float(value)
     variants, columns = tabulation.axes(acc)
     seeds = {

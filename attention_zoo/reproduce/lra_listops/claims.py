@@ -17,6 +17,7 @@ from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
 from ..evidence import (
     FEW_SEEDS,
     MIN_SEEDS,
+    NOT_CLEARED,
     REFERENCE_VERDICT,
     extra_backends,
     floor_state,
@@ -96,7 +97,7 @@ def claims(
     if floor is not None:
         cleared = floor_state(reference, floor)
         floor_text = f"full >= {floor:.1f} (root-operator rule {base:.1f} + {MARGIN:g}): {cleared}"
-        if cleared == "not cleared" and uncleared:
+        if cleared == NOT_CLEARED and uncleared:
             floor_text += f"; {uncleared}"
     where = f"listops, preset {preset}" + (f", {setting}" if setting else "")
 
