@@ -28,7 +28,7 @@ FEW_SEEDS = f"{UNDECIDED}: fewer than {MIN_SEEDS} seeds"
 STRADDLES = f"{UNDECIDED}: the gap's interval crosses an edge of the band"
 # Verdicts of rows that judge no published claim.
 REFERENCE_VERDICT = "reference"  # the reference's own row
-CLEARED, NOT_CLEARED = "cleared", "not cleared"  # a floor column: the reference's interval is above
+CLEARED, NOT_CLEARED = "cleared", "not cleared"  # the reference's interval above its floor, or not
 OURS_ONLY = "ours only"  # a backend the paper has no row for: its gap shown, not judged
 GROUPED = "grouped with full (exact)"  # an exact sibling of the reference: not compared
 SIBLING_CLAIM = "exact sibling of full attention: the same function, its gap is seed noise"

@@ -170,13 +170,15 @@ class TaskConfig:
         test_set, met = draw_excluding(
             self, self.eval_size, _generator(seed, _TEST_STREAM), held_out
         )
+        held_out |= _row_keys(test_set)
         if met:  # a test draw that met no evaluation sequence leaves the task far from the limit
-            _refuse_a_held_out_majority(self, seed, held_out | _row_keys(test_set))
+            _refuse_a_held_out_majority(self, seed, held_out)
         return TaskData(
             task=self,
             seed=seed,
             eval_set=eval_set,
             test_set=test_set,
+            held_out=held_out,
             train_generator=_generator(seed, _TRAIN_STREAM),
             splits={
                 label: split.sample(split.eval_size, split_generator(seed, label))
@@ -208,19 +210,17 @@ class TaskData:
     seed: int
     eval_set: Batch
     test_set: Batch
+    held_out: set[bytes]  # row keys of the evaluation and test sets: what training never draws
     train_generator: torch.Generator
     dropped: int = 0
     splits: dict[str, Batch] = field(default_factory=dict)  # label -> its fixed sequences
-
-    def __post_init__(self) -> None:
-        self._held_out = _row_keys(self.eval_set) | _row_keys(self.test_set)
 
     def batches(self, batch_size: int) -> Iterator[Batch]:
         """An endless stream of fresh training batches, none holding an evaluation or test
         sequence."""
         while True:
             batch, dropped = draw_excluding(
-                self.task, batch_size, self.train_generator, self._held_out
+                self.task, batch_size, self.train_generator, self.held_out
             )
             self.dropped += dropped
             yield batch
