@@ -220,11 +220,12 @@ def test_prefill_then_continue_is_the_whole_sequence(decay):
 @pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
 def test_the_decode_step_is_the_one_token_chunk(decay):
     """chunk_delta takes its one-token step for one token: the same as the chunked form of
-    length 1."""
+    length 1, its hand-written backward included."""
     x = _inputs(1, decay=decay, beta_max=2.0)
-    args = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"])
-    got = _with_grads(lambda: delta._step((*args, x["initial_state"]), 0.3, False), x)
-    want = _with_grads(lambda: delta._segment(*args, x["initial_state"], 0.3, 64), x)
+    inputs = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"], x["initial_state"])
+    got = _with_grads(lambda: delta._step(inputs, 0.3, False), x)
+    setup, bounds = (0.3, 64, False), [(0, 1)]
+    want = _with_grads(lambda: delta._Segments.apply(*inputs, setup, bounds), x)
     _assert_close_scaled(got, want, 1e-12)
 
 
@@ -234,7 +235,8 @@ def test_a_decode_step_costs_a_few_state_products():
     _, flops = count_flops(lambda: _chunked(x, chunk_length=64))
     assert flops <= 6 * B * H * DK * DV
     args = (x["q"], x["k"], x["v"], x["beta"], x["log_decay"], x["initial_state"], 0.3, 64)
-    _, flops = count_flops(lambda: delta._segment(*args))
+    with torch.no_grad():  # the chunks' forward (`_Segments` differentiates it by hand)
+        _, flops = count_flops(lambda: delta._segment(*args))
     assert flops <= 8 * B * H * DK * DV
 
 

@@ -21,43 +21,64 @@ def sliced(ts: tuple[Tensor | None, ...], start: int, stop: int) -> list[Tensor 
     return [None if t is None else t[:, :, start:stop] for t in ts]
 
 
+def put(dest: Tensor, part: Tensor) -> None:
+    """Copy a segment's part into dest (b, h, L, *): the part as (b, h, L, *), or in whole chunks
+    (b, h, nc, c, *) (a kernel's chunked layout, viewed) whose padding past L is dropped."""
+    if part.dim() > dest.dim():
+        nc, c = part.shape[2:4]
+        if nc * c == dest.shape[2]:
+            dest.unflatten(2, (nc, c)).copy_(part)  # one pass from the chunked layout
+            return
+        part = joined(part, dest.shape[2])
+    dest.copy_(part)
+
+
+def joined(part: Tensor, length: int) -> Tensor:
+    """Whole chunks (b, h, nc, c, *) as (b, h, length, *), the padding past length dropped."""
+    return part.flatten(2, 3)[:, :, :length]
+
+
 def needs_grad(*tensors: Tensor | None) -> bool:
     """Whether a call on these tensors must record its backward: grad mode is on and one asks."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def forward_segments(
-    segment: Callable[..., tuple[Tensor, Tensor]],
+    segment: Callable[..., tuple[Tensor, Tensor, Tensor]],
     streams: Sequence[Tensor | None],
     state: Tensor,
     bounds: list[tuple[int, int]],
     out: Tensor,
 ) -> tuple[list[Tensor], Tensor]:
-    """segment(*streams[s:e], state) -> (part, state) over bounds in order, each part written
-    into out[:, :, s:e]: the state entering each segment, and the final state."""
-    entering = []
+    """segment(*streams[s:e], state) -> (part, state, kept) over bounds in order, each part
+    written into out[:, :, s:e] (`put`): what each segment kept for its backward (the state entering
+    it, or more), and the final state."""
+    kept = []
     for s, e in bounds:
-        entering.append(state)
-        out[:, :, s:e], state = segment(*sliced(tuple(streams), s, e), state)
-    return entering, state
+        part, state, saved = segment(*sliced(tuple(streams), s, e), state)
+        put(out[:, :, s:e], part)
+        kept.append(saved)
+        del part  # copied: not held while the next segment's is made
+    return kept, state
 
 
 def backward_segments(
     segment_grads: Callable[..., tuple[Tensor | None, ...]],
     streams: Sequence[Tensor | None],
     grad_out: Tensor,
-    entering: list[Tensor],
+    kept: list[Tensor],
     grad_state: Tensor,
     bounds: list[tuple[int, int]],
     grads: Sequence[Tensor | None],
 ) -> Tensor:
-    """Last segment first, segment_grads(*streams[s:e], grad_out[s:e], state entering, gradient
-    of the state leaving) -> (*parts, gradient of the state entering); each part written into its
-    whole-sequence buffer in grads (None: not wanted). Returns the first state's gradient."""
-    for (s, e), start in zip(reversed(bounds), reversed(entering)):
+    """Last segment first, segment_grads(*streams[s:e], grad_out[s:e], what forward_segments kept
+    for it, gradient of the state leaving) -> (*parts, gradient of the state entering); each
+    part written into its whole-sequence buffer in grads (None: not wanted). Returns the first
+    state's gradient."""
+    for (s, e), start in zip(reversed(bounds), reversed(kept)):
         *parts, grad_state = segment_grads(*sliced((*streams, grad_out), s, e), start, grad_state)
         for grad, part in zip(grads, parts):
             if grad is not None:
-                grad[:, :, s:e] = part
+                put(grad[:, :, s:e], part)
         del parts  # copied: not held while the next segment's are made
     return grad_state

@@ -9,13 +9,15 @@ exp of a sum <= 0 or a product of such, never a ratio: strong decays underflow, 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
 from ..autocast import backward_without_autocast
 from ..chunked import padded_length
-from ..exp import exp, exp_
+from ..exp import LOG2_E, exp
 from ..segments import backward_segments, forward_segments, needs_grad, segments
 from ..sums.plain import compute_dtype
 
@@ -84,7 +86,11 @@ def _forward(
     segment, the final state."""
     q, _, v, _ = inputs
     o = q.new_empty(*q.shape[:-1], v.shape[-1])
-    entering, state = forward_segments(lambda *x: _segment(*x, scale, c), inputs, state, bounds, o)
+
+    def segment(*x: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        return (*_segment(*x, scale, c), x[-1])  # its backward starts from the state entering
+
+    entering, state = forward_segments(segment, inputs, state, bounds, o)
     return o, entering, state
 
 
@@ -273,16 +279,24 @@ def _within(
 
 def _scalar_weights(g: Tensor) -> Tensor:
     """exp(g_{j+1} + ... + g_i) for j <= i, else 0 (b, h, nc, c, c), from g (b, h, nc, c, 1)."""
-    return exp_(segment_sums(g))
+    return decay_weights(g)
 
 
-def segment_sums(g: Tensor) -> Tensor:
-    """g_{j+1} + ... + g_i for j <= i, else -inf (.., c, c), from g (.., c, 1). Each exponent sums
-    its own span (Mamba2's segsum): no positive exponent, no cancellation, no -inf - -inf."""
-    c = g.shape[-2]
-    ones = torch.ones(c, c, dtype=torch.bool, device=g.device)
-    spans = torch.where(ones.tril(-1), g, 0).cumsum(-2)  # [i, j]: g over (j, i]
-    return torch.where(ones.tril(), spans, float("-inf"))
+def decay_weights(g: Tensor) -> Tensor:
+    """exp(g_{j+1} + ... + g_i) for j <= i, else 0 (.., c, c), from log decays g (.., c, 1) <= 0.
+    Each exponent sums its own span (Mamba2's segsum): no cancellation, no -inf - -inf. Weights
+    below the square root of the smallest normal number are 0, never subnormal (slow on CPU)."""
+    c, floor = g.shape[-2], log_floor(g.dtype)
+    ones = torch.ones(c, c, dtype=g.dtype, device=g.device)
+    # in base 2; g clamped at the floor: a span holding such a token is below it anyway
+    spans = (g.clamp(min=floor) * LOG2_E * ones.tril(-1)).cumsum_(-2)  # [i, j]: g over (j, i]
+    weights = F.threshold_(spans, floor * LOG2_E, -math.inf).exp2_()
+    return weights.mul_(ones.tril_())  # float masks: products, faster than where or tril
+
+
+def log_floor(dtype: torch.dtype) -> float:
+    """The log of the square root of the smallest normal number of dtype: decays below it are 0."""
+    return math.log(torch.finfo(dtype).tiny) / 2
 
 
 def _channel_within(
