@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, linalg
 from torch.nn import functional as F
 
 from ..autocast import backward_without_autocast
@@ -135,9 +135,9 @@ def _segment(
     q, k, v, g = _chunks(q, k, v, log_decay, state.dtype, scale, c)
     scores, into, out_of, _ = _within(q, k, g)
     own = torch.matmul(_times(k, out_of).transpose(-1, -2), v)  # (b, h, nc, dk, dv)
-    entering, exits = _carry(own, _chunk_decay(into), state)
+    entering, final = _carry(own, _chunk_decay(into), state)
     o = torch.matmul(scores, v) + torch.matmul(_times(q, into), entering)
-    return o.flatten(2, 3)[:, :, :n], exits[-1]
+    return o.flatten(2, 3)[:, :, :n], final
 
 
 def _segment_grads(
@@ -157,25 +157,35 @@ def _segment_grads(
     n = q.shape[2]
     q, k, v, g = _chunks(q, k, v, log_decay, state.dtype, scale, c)
     do = _chunked(do.to(state.dtype), q.shape[2] * c - n, c)  # q, k, v are in chunks now
+    # each tensor is let go once read for the last time: they bound the segment's memory
     scores, into, out_of, (dq, dk) = _within(q, k, g, torch.matmul(do, v.transpose(-1, -2)))
+    del g
     k_out, q_into, decay = _times(k, out_of), _times(q, into), _chunk_decay(into)
-    entering, exits = _carry(torch.matmul(k_out.transpose(-1, -2), v), decay, state)
+    entering, final = _carry(torch.matmul(k_out.transpose(-1, -2), v), decay, state)
     # the states' gradients, last chunk first: dS_entering = decay dS_leaving + (q into)^T do
     d_exits, d_entering = _carry_back(torch.matmul(q_into.transpose(-1, -2), do), decay, dstate)
-    dv = torch.matmul(scores.transpose(-1, -2), do) + torch.matmul(k_out, d_exits)
+    del q_into
+    dv = torch.matmul(scores.transpose(-1, -2), do).add_(torch.matmul(k_out, d_exits))
+    del scores, k_out
     dq += _times(torch.matmul(do, entering.transpose(-1, -2)), into)
+    del do, into
     dk += _times(torch.matmul(v, d_exits.transpose(-1, -2)), out_of)
+    del v, out_of
     dg = None
     if decay_grad:
         # q_t enters only as q_t exp(c_t), k_t as k_t exp(-c_t) and the state S leaving a chunk as
         # exp(c_last) (S_entering + sum_t k_t exp(-c_t) v_t^T), c the log decay from the chunk's
         # start: dL/dc_t = q_t dq_t - k_t dk_t, plus sum_v S dS at the chunk's last token, and
         # dL/dg_t sums dL/dc over the chunk's tokens from t on (fla's GLA does the same)
-        dc = q * dq - k * dk
-        dc[..., -1, :] += (torch.stack(exits, 2) * d_exits).sum(-1)
+        dc = (q * dq).sub_(k * dk)
+        last = dc[..., -1, :]  # the states leaving the chunks: those entering the next, the final
+        last[:, :, :-1] += linalg.vecdot(entering[:, :, 1:], d_exits[:, :, :-1])
+        last[:, :, -1] += linalg.vecdot(final, d_exits[:, :, -1])
+        del entering, d_exits
         dg = dc.flip(-2).cumsum(-2).flip(-2).flatten(2, 3)[:, :, :n]
+        del dc
         dg = dg.sum(-1) if log_decay.dim() == 3 else dg
-    dq, dk, dv = (t.flatten(2, 3)[:, :, :n] for t in (dq * scale, dk, dv))
+    dq, dk, dv = (t.flatten(2, 3)[:, :, :n] for t in (dq.mul_(scale), dk, dv))
     return dq, dk, dv, dg, d_entering
 
 
@@ -214,29 +224,29 @@ def _chunk_decay(into: Tensor | None) -> Tensor | None:
     return None if into is None else into[..., -1:, :].transpose(-1, -2)
 
 
-def _carry(own: Tensor, decay: Tensor | None, state: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """The states entering each chunk (b, h, nc, dk, dv) and those leaving each (a list), from
+def _carry(own: Tensor, decay: Tensor | None, state: Tensor) -> tuple[Tensor, Tensor]:
+    """The states entering each chunk (b, h, nc, dk, dv) and the state leaving the last, from
     each chunk's own keys and values own (b, h, nc, dk, dv) and its decay (b, h, nc, 1|dk, 1).
     The chunks are walked with unbind, not indexed: a loop over chunks only."""
-    entering, exits = [], []
+    entering = own.new_empty(own.shape)
     decays = [None] * own.shape[2] if decay is None else decay.unbind(2)
-    for own_c, decay_c in zip(own.unbind(2), decays):
-        entering.append(state)
+    for own_c, decay_c, into in zip(own.unbind(2), decays, entering.unbind(2)):
+        into.copy_(state)
         state = own_c + _times(state, decay_c)
-        exits.append(state)
-    return torch.stack(entering, dim=2), exits
+    return entering, state
 
 
 def _carry_back(pushed: Tensor, decay: Tensor | None, d: Tensor) -> tuple[Tensor, Tensor]:
     """The gradients of the states leaving each chunk (b, h, nc, dk, dv) and of the state
     entering the first, from d (that of the state leaving the last) and each chunk's own part
     pushed (b, h, nc, dk, dv), walking the chunks last first."""
-    d_exits = []
+    d_exits = pushed.new_empty(pushed.shape)
     decays = [None] * pushed.shape[2] if decay is None else decay.unbind(2)
-    for pushed_c, decay_c in zip(reversed(pushed.unbind(2)), reversed(decays)):
-        d_exits.append(d)
+    walked = list(zip(pushed.unbind(2), decays, d_exits.unbind(2)))
+    for pushed_c, decay_c, leaving in reversed(walked):
+        leaving.copy_(d)
         d = pushed_c + _times(d, decay_c)
-    return torch.stack(d_exits[::-1], dim=2), d
+    return d_exits, d
 
 
 def _suffix(g: Tensor) -> Tensor:
