@@ -143,6 +143,29 @@ def test_16_bit_inputs_compute_in_float32() -> None:
     assert_close([t.float() for t in got], want, 2e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_decay_weights_are_each_span_s_decay_and_never_subnormal(dtype: torch.dtype) -> None:
+    """exp(g_{j+1} + ... + g_i) for j <= i, 0 above the diagonal, 0 across a decay of 0 (-inf)
+    and below the square root of the smallest normal number, never a subnormal."""
+    c = 16
+    gen = torch.Generator().manual_seed(5)
+    g = F.logsigmoid(torch.randn(3, c, 1, dtype=torch.float64, generator=gen))
+    g[1, 6] = -math.inf
+    g[2, 4:9] = -30.0  # spans over them fall below the float32 floor, not the float64 one
+    want = torch.zeros(3, c, c, dtype=torch.float64)
+    for i in range(c):
+        for j in range(i + 1):
+            want[:, i, j] = g[:, j + 1 : i + 1, 0].sum(-1).exp()
+    floor = math.sqrt(torch.finfo(dtype).tiny)
+    want[want < floor] = 0
+    got = decay.decay_weights(g.to(dtype))
+    assert got.dtype == dtype
+    rtol = 1e-5 if dtype == torch.float32 else 1e-12  # eps x |exponent|: spans reach -150
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=0)
+    assert (got[got != 0] >= floor).all()
+    assert not got[1, 6:, :6].any()  # nothing crosses the reset
+
+
 def test_chunk_length_is_a_power_of_two() -> None:
     with pytest.raises(ValueError, match="power of two"):
         chunk_decay(**make_inputs("scalar", 8), scale=1.0, chunk_length=48)

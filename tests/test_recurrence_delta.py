@@ -265,6 +265,48 @@ def test_backward_keeps_no_per_token_state():
     assert max(sizes) <= B * H * n * max(16, DK, DV)  # n x c or n x d, not n x dk x dv
 
 
+@pytest.mark.parametrize("chunk", [8, 16])
+def test_the_forward_keeps_the_state_entering_every_other_chunk(monkeypatch, chunk):
+    """ceil(nc / 2) states per segment (4, 2 or 1 chunks in a segment here), each in its own
+    storage: not a view that would hold the carry's buffer of every chunk's state."""
+    monkeypatch.setattr(delta, "SEGMENT_LENGTH", 32)
+    x = _inputs(70, decay=True, dtype=torch.float32, state=False)
+    kept = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.shape[-2:] == (DK, DV):
+            kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _chunked(x, chunk_length=chunk)
+    per_segment = [-(-min(32, 70 - s) // chunk) for s in range(0, 70, 32)]
+    assert [t.shape[0] for t in kept] == [-(-nc // 2) for nc in per_segment]
+    assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in kept)
+
+
+@pytest.mark.parametrize("decay", [False, True], ids=["delta", "gated"])
+def test_16bit_backward_computes_in_float32(monkeypatch, decay):
+    """Across segments: gradients in the inputs' dtype, each that of the float32 call rounded."""
+    monkeypatch.setattr(delta, "SEGMENT_LENGTH", 32)
+    x = _inputs(70, decay=decay, beta_max=2.0, dtype=torch.bfloat16)
+    got = _with_grads(lambda: _chunked(x, chunk_length=16, normalise_qk=True), x)
+    x32 = _leaves(x, torch.float32)
+    want = _with_grads(lambda: _chunked(x32, chunk_length=16, normalise_qk=True), x32)
+    assert [t.dtype for t in got[2:]] == [t.dtype for t in x.values() if t is not None]
+    _assert_close_scaled(got, want, 2e-2)  # bfloat16 keeps 8 bits
+
+
+def test_long_calls_run_segments_of_twice_the_length(monkeypatch):
+    """From 32 segment lengths on, segments of twice the length: the same results."""
+    monkeypatch.setattr(delta, "SEGMENT_LENGTH", 8)
+    assert delta.segments(300, 4, delta._segment_length(300))[1] == (16, 32)
+    x = _inputs(300, decay=True, beta_max=2.0)
+    got = _with_grads(lambda: _chunked(x, chunk_length=4, normalise_qk=True), x)
+    want = _with_grads(lambda: _reference(x, normalise_qk=True), x)
+    _assert_close_scaled(got, want, 1e-10)
+
+
 def test_forward_flops_count_the_triangular_solve(monkeypatch):
     """Its FLOPs: m^2 r per (m x m) system with r right-hand sides, half a matmul's 2 m^2 r; the
     chunks invert their (16 x 16) systems, r = 16."""

@@ -23,7 +23,7 @@ from ..config import ReformerConfig
 from ..errors import ConfigError
 from ..model import ReformerForSequenceClassification, ReformerLM
 from .base import EVAL_HASH_STREAM, stream_seed
-from .results import SCORED_ON, STOP_ACCURACY, same_definition
+from .results import SCORED_ON, STOP_ACCURACY, TRAINED, same_definition
 from .suite import TaskPreset
 from .trainer import EvalResult, TrainResult, evaluate, train
 
@@ -315,15 +315,15 @@ def outcome_rows(outcome: RunOutcome) -> list[dict[str, Any]]:
     base = identity(spec.preset, spec.variant.label, spec.seed)
     target = spec.preset.train.target_accuracy
     metrics: list[tuple[str, float | None, str]] = [
-        ("accuracy", outcome.test.accuracy, "trained"),
-        ("loss", outcome.test.loss, "trained"),
-        (STOP_ACCURACY, result.final_accuracy, "trained"),
-        ("steps", float(result.steps), "trained"),
-        (f"steps_to_{round(target * 100)}", _maybe(result.steps_to_target), "trained"),
-        ("wall_time_s", result.wall_time_s, "trained"),
+        ("accuracy", outcome.test.accuracy, TRAINED),
+        ("loss", outcome.test.loss, TRAINED),
+        (STOP_ACCURACY, result.final_accuracy, TRAINED),
+        ("steps", float(result.steps), TRAINED),
+        (f"steps_to_{round(target * 100)}", _maybe(result.steps_to_target), TRAINED),
+        ("wall_time_s", result.wall_time_s, TRAINED),
     ]
     if (baseline := spec.preset.task.baseline_accuracy()) is not None:
-        metrics.append(("baseline_accuracy", baseline, "trained"))
+        metrics.append(("baseline_accuracy", baseline, TRAINED))
     for label, ev in outcome.evals.items():
         metrics += [("accuracy", ev.accuracy, label), ("loss", ev.loss, label)]
     return [{**base, "metric": m, "value": v, "eval": e} for m, v, e in metrics]

@@ -24,12 +24,13 @@ def sliced(ts: tuple[Tensor | None, ...], start: int, stop: int) -> list[Tensor 
 def put(dest: Tensor, part: Tensor) -> None:
     """Copy a segment's part into dest (b, h, L, *): the part as (b, h, L, *), or in whole chunks
     (b, h, nc, c, *) (a kernel's chunked layout, viewed) whose padding past L is dropped."""
-    if part.dim() > dest.dim():
-        nc, c = part.shape[2:4]
-        if nc * c == dest.shape[2]:
-            dest.unflatten(2, (nc, c)).copy_(part)  # one pass from the chunked layout
-            return
-        part = joined(part, dest.shape[2])
+    if part.dim() > dest.dim():  # one pass from the chunked layout: whole chunks, then the rest
+        c = part.shape[3]
+        whole, rest = divmod(dest.shape[2], c)
+        dest[:, :, : whole * c].unflatten(2, (whole, c)).copy_(part[:, :, :whole])
+        if rest:
+            dest[:, :, whole * c :].copy_(part[:, :, whole, :rest])
+        return
     dest.copy_(part)
 
 
@@ -49,7 +50,7 @@ def forward_segments(
     state: Tensor,
     bounds: list[tuple[int, int]],
     out: Tensor,
-) -> tuple[list[Tensor], Tensor]:
+) -> tuple[list[Tensor | None], Tensor]:
     """segment(*streams[s:e], state) -> (part, state, kept) over bounds in order, each part
     written into out[:, :, s:e] (`put`): what each segment kept for its backward (the state entering
     it, or more), and the final state."""
@@ -66,7 +67,7 @@ def backward_segments(
     segment_grads: Callable[..., tuple[Tensor | None, ...]],
     streams: Sequence[Tensor | None],
     grad_out: Tensor,
-    kept: list[Tensor],
+    kept: list[Tensor | None],
     grad_state: Tensor,
     bounds: list[tuple[int, int]],
     grads: Sequence[Tensor | None],

@@ -278,18 +278,13 @@ def _within(
         weights, into, out_of = None, None, None
         scores.tril_()
     else:
-        weights, into, out_of = _scalar_weights(g), exp(g.cumsum(-2)), exp(_suffix(g))
+        weights, into, out_of = decay_weights(g), exp(g.cumsum(-2)), exp(_suffix(g))
         scores.mul_(weights)
     if dscores is None:
         return scores, into, out_of, None
     dscores = dscores.tril_() if weights is None else dscores.mul_(weights)
     grads = torch.matmul(dscores, k), torch.matmul(dscores.transpose(-1, -2), q)
     return scores, into, out_of, grads
-
-
-def _scalar_weights(g: Tensor) -> Tensor:
-    """exp(g_{j+1} + ... + g_i) for j <= i, else 0 (b, h, nc, c, c), from g (b, h, nc, c, 1)."""
-    return decay_weights(g)
 
 
 def decay_weights(g: Tensor) -> Tensor:

@@ -154,8 +154,10 @@ def _segment(
     b, h, n, _ = k.shape
     c = max(1, min(chunk_length, n))  # a short call (a decode step): one chunk of its length
     x, _ = _prepared(q, k, v, beta, log_decay, c, normalise_qk, scale)
-    p = _within_chunks(*x)[0]  # what only the backward reads goes at once
-    starts, u, final = _carry(p, state.to(x[0].dtype).flatten(0, 1))
+    wide = x[0].dtype
+    p = _within_chunks(*x)[0]  # what only the backward reads goes at once, and the inputs
+    del x
+    starts, u, final = _carry(p, state.to(wide).flatten(0, 1))
     o = torch.baddbmm(p.queries @ starts, p.scores, u)  # (nc b h) c dv
     return _unchunked(o, b, h).to(q.dtype), final.unflatten(0, (b, h)), starts
 
@@ -198,7 +200,7 @@ def _segment_grads(
     del scores
     d_keys = written @ d_exits.mT
     # the gradient of the chunk's whole decay (only with decays)
-    whole = None if decay is None else linalg.vecdot(starts.flatten(1), d_exits.flatten(1))
+    d_whole = None if decay is None else linalg.vecdot(starts.flatten(1), d_exits.flatten(1))
     del written, d_exits
     d_queries = d_o @ starts.mT
     del d_o
@@ -228,7 +230,7 @@ def _segment_grads(
         to_end_sums = linalg.vecdot(d_keys, kc) * to_end[..., 0]
         from_start_sums = torch.addcmul(d_queries * qs, d_writes, k_beta).sum(-1)
         d_cum += from_start_sums * from_start[..., 0] - to_end_sums
-        d_cum[:, -1] += to_end_sums.sum(-1) + whole * decay[:, 0, 0]
+        d_cum[:, -1] += to_end_sums.sum(-1) + d_whole * decay[:, 0, 0]
         dg = _unchunked(d_cum.flip(-1).cumsum(-1).flip(-1)[..., None], b, h)[..., 0]
         d_system.mul_(gaps), d_scores.mul_(gaps)  # the undecayed products'
         del gaps
@@ -316,7 +318,8 @@ def _masks(c: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Te
 
 def _through_normalisation(y: Tensor, norm: Tensor, grad: Tensor, scale: float) -> Tensor:
     """The gradient of x (consuming grad) from that of y = scale x / max(norm, eps), norm = ||x||:
-    (grad - y (y . grad) / scale^2) scale / norm, the part along y dropped where norm >= eps."""
+    (grad - y (y . grad) / scale^2) scale / norm; where norm < eps, y is linear in x: grad scale /
+    eps."""
     along = linalg.vecdot(y, grad)[..., None].masked_fill_(norm < NORM_EPS, 0).div_(scale * scale)
     return grad.addcmul_(y, along, value=-1).mul_(scale / norm.clamp(min=NORM_EPS))
 
@@ -408,7 +411,10 @@ def _carry(p: _Chunks, state: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         chunks, entering, written, entering[1:]
     ):
         torch.baddbmm(values, minus_writes, s, out=u)
-        leaving.copy_(s) if decay is None else torch.mul(s, decay, out=leaving)
+        if decay is None:
+            leaving.copy_(s)
+        else:
+            torch.mul(s, decay, out=leaving)
         leaving.baddbmm_(keys.mT, u)
     return entering[:-1].flatten(0, 1), written.flatten(0, 1), entering[-1].clone()
 
@@ -424,13 +430,17 @@ def _carry_back(
     scores, queries, *walked = chunk
     bh = d.shape[0]
     d_written = (scores.mT @ d_o).unflatten(0, (-1, bh))  # scores^T do, then du in place
-    leaving = (queries.mT @ d_o).unflatten(0, (-1, bh))  # queries^T do, then dS in place
-    leaving = torch.cat([leaving, d[None]])  # [i]: entering chunk i; [-1]: leaving the last
+    leaving = d.new_empty(d_written.shape[0] + 1, *d.shape)  # [i]: entering chunk i
+    torch.bmm(queries.mT, d_o, out=leaving[:-1].flatten(0, 1))  # queries^T do, then dS in place
+    leaving[-1] = d  # leaving the last
     for (minus_writes, keys, decay), du, d_entering, d_leaving in reversed(
         list(zip(_per_chunk(bh, *walked), d_written, leaving, leaving[1:]))
     ):
         du.baddbmm_(keys, d_leaving)
-        d_entering.add_(d_leaving) if decay is None else d_entering.addcmul_(d_leaving, decay)
+        if decay is None:
+            d_entering.add_(d_leaving)
+        else:
+            d_entering.addcmul_(d_leaving, decay)
         d_entering.baddbmm_(minus_writes.mT, du)
     return d_written.flatten(0, 1), leaving[1:].flatten(0, 1), leaving[0].clone()
 
@@ -438,7 +448,7 @@ def _carry_back(
 def _even(starts: Tensor, bh: int) -> Tensor:
     """The states entering the even chunks (ceil(nc / 2), (b h), dk, dv) of those entering every
     chunk ((nc b h), dk, dv): what the backward keeps, half the memory."""
-    return starts.unflatten(0, (-1, bh))[::2].contiguous()
+    return starts.unflatten(0, (-1, bh))[::2].clone(memory_format=torch.contiguous_format)
 
 
 def _every_start(
