@@ -286,7 +286,7 @@ def _prepared(
 def _chunks(x: Tensor, c: int, divisor: Tensor | float | None = None) -> Tensor:
     """(b, h, n, d) -> ((nc b h), c, d), zero-padded to whole chunks, contiguous: each chunk's
     heads are one contiguous batch, which the carry walks, and products take it without a copy.
-    With a divisor (a number or (b, h, n, 1)), x / divisor in the same pass, in a new tensor."""
+    With a divisor (a number or (b, h, n, 1)), x / divisor, in a new tensor."""
     pad = padded_length(x.shape[-2], c) - x.shape[-2]
     if pad:
         x = F.pad(x, (0, 0, 0, pad))
@@ -300,7 +300,7 @@ def _chunks(x: Tensor, c: int, divisor: Tensor | float | None = None) -> Tensor:
         return chunked(x).reshape(-1, c, x.shape[-1]).contiguous()
     if isinstance(divisor, Tensor):
         divisor = chunked(divisor)
-    return torch.div(chunked(x), divisor, out=x.new_empty(chunked(x).shape)).flatten(0, 2)
+    return torch.div(chunked(x), divisor).reshape(-1, c, x.shape[-1])
 
 
 def _unchunked(x: Tensor, b: int, h: int) -> Tensor:
