@@ -316,8 +316,7 @@ def _channel_within(
     exponent cancels, however strong the decay (fla's GLA splits chunks in sub-chunks likewise)."""
     c = q.shape[-2]
     scores = q.new_zeros(*q.shape[:-1], c)
-    diagonal = scores.diagonal(dim1=-2, dim2=-1)
-    diagonal.copy_((q * k).sum(-1))
+    scores.diagonal(dim1=-2, dim2=-1).copy_(linalg.vecdot(q, k))
     if dscores is not None:
         d_diagonal = dscores.diagonal(dim1=-2, dim2=-1)[..., None]
         dq, dk = d_diagonal * k, d_diagonal * q
@@ -328,19 +327,25 @@ def _channel_within(
         (_, q_late), (k_early, _) = _halves(q, half), _halves(k, half)
         (into_early, into_late), (out_early, _) = _halves(into, half), _halves(out_of, half)
         late, early = q_late * into_late, k_early * out_early
-        _across(scores, half).copy_(torch.matmul(late, early.transpose(-1, -2)))
+        _across(scores, half).copy_(torch.matmul(late, early.mT))
         if dscores is not None:
-            d_across = _across(dscores, half)
-            _halves(dq, half)[1].add_(torch.matmul(d_across, early).mul_(into_late))
-            _halves(dk, half)[0].add_(
-                torch.matmul(d_across.transpose(-1, -2), late).mul_(out_early)
-            )
+            d_across = _across(dscores, half).contiguous()  # read twice
+            _halves(dq, half)[1].addcmul_(_small_matmul(d_across, early), into_late)
+            _halves(dk, half)[0].addcmul_(_small_matmul(d_across.mT, late), out_early)
         # blocks double: an earlier half's tokens now end where the later half ends, a later
         # half's tokens start where the earlier half starts
         out_early.mul_(into_late[..., -1:, :])
         into_late.mul_(into_early[..., -1:, :])
         half *= 2
     return scores, into, out_of, None if dscores is None else (dq, dk)
+
+
+def _small_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b; over an inner dimension of 1 or 2 as broadcast products, which cost less than a
+    batched matmul of such small matrices."""
+    if a.shape[-1] > 2:
+        return torch.matmul(a, b)
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
 
 
 def _halves(t: Tensor, half: int) -> tuple[Tensor, Tensor]:
