@@ -11,6 +11,7 @@ from attention_zoo import RunTarget, SelfAttention
 from attention_zoo.attention.base import AttentionCore, BlockWeights
 from attention_zoo.attention.inputs import expand_kv
 from attention_zoo.attention.kernels.dense import dense_attention
+from attention_zoo.errors import UnavailableError
 
 from .contract import (
     build,
@@ -275,6 +276,31 @@ def test_strided_inputs_give_the_dense_results(spec):
         (out, grad), (ref, ref_grad) = run(dense=False), run(dense=True)
         torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_second_order_gradients_are_right_or_refused(spec):
+    """create_graph=True: second derivatives equal finite differences of the first, or the call
+    fails loudly (a hand-written backward refuses; torch has no double backward for its fused
+    SDPA); never a silently wrong or missing second-order term."""
+    for causal in _modes(spec):
+        _skip_unless_runs(spec, dtype="float64", causal=causal)
+        attn = build(spec, causal=causal).double()
+        x = make_inputs(spec, b=1, h=2, n=12, d=4, dtype=torch.float64, requires_grad=True)
+        shared, names = x.k is x.q, list(x.extras)
+
+        def f(q, *rest, attn=attn, shared=shared, names=names):  # x.leaves(): q is k once
+            torch.manual_seed(0)  # random features and hashes: the same draw every call
+            k, v, *extras = (q, *rest) if shared else rest
+            return attn(q, k, v, **dict(zip(names, extras)))
+
+        try:
+            torch.autograd.gradgradcheck(f, x.leaves(), atol=1e-6, rtol=1e-5)
+        except UnavailableError as e:
+            assert "create_graph=True" in str(e)
+        except RuntimeError as e:
+            if "not implemented" not in str(e):
+                raise
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)

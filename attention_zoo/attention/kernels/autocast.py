@@ -2,20 +2,14 @@
 
 Under autocast each op casts its own way, and mixed dtypes then meet in a kernel's scatters,
 solves and in-place updates. AttentionCore.forward and decode.step turn autocast off around a core
-(its inputs cast to autocast's dtype), and each custom autograd Function's backward runs as its
-forward did, even when the caller's backward runs under autocast.
+(its inputs cast to autocast's dtype); each custom autograd Function's backward runs as its
+forward did (backward.py).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 import torch
 from torch import Tensor
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def autocasting(device: str) -> bool:
@@ -38,17 +32,3 @@ def in_dtype(
     cast = {n: t.to(dtype) if t.is_floating_point() else t for n, t in extras.items()}
     q_cast = q.to(dtype)
     return q_cast, q_cast if k is q else k.to(dtype), v.to(dtype), cast
-
-
-def backward_without_autocast(backward: F) -> F:
-    """A custom Function's backward(ctx, *grads) with autocast off on its gradients' device."""
-
-    @functools.wraps(backward)
-    def run(ctx: Any, *grads: Any) -> Any:
-        t = next((g for g in grads if isinstance(g, Tensor)), None)
-        if t is None or not autocasting(t.device.type):
-            return backward(ctx, *grads)
-        with torch.autocast(t.device.type, enabled=False):
-            return backward(ctx, *grads)
-
-    return run  # type: ignore[return-value]

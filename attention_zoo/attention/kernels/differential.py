@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .autocast import backward_without_autocast
+from .backward import hand_written_backward
 from .masks import additive_mask, real_keys_mask
 from .sums.plain import compute_dtype
 
@@ -70,7 +70,7 @@ class DifferentialFlash(Function):
         return out
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, grad):  # type: ignore[override]
         q, k, v, lam, mask, out, second, rstd, lse1, lse2 = ctx.saved_tensors
         d, s, n = q.shape[-1], ctx.out_scale, q.shape[2]

@@ -12,7 +12,7 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.autograd import Function
 
 from ..dispatch import expand_kv
-from .autocast import backward_without_autocast
+from .backward import hand_written_backward
 from .sums.plain import compute_dtype
 
 KEY_BLOCK = 128  # keys per tile
@@ -144,7 +144,7 @@ class SigmoidTiles(Function):
         return out.view(*q.shape[:3], v.shape[-1])
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, grad):  # type: ignore[override]
         q, k, v, bias, real = ctx.saved_tensors
         tiles = _Tiles(q, k, _masked(v, real), bias, ctx.scale, ctx.causal)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..exp import exp_
 
 _flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -156,7 +156,7 @@ class ProjectedAttention(Function):
         return out
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, proj_k, proj_v, keys, values, lse = ctx.saved_tensors
         scale = ctx.scale

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..masks import MaskMod, additive_mask, real_positions
 
 
@@ -163,7 +163,7 @@ class BlockSparseFlash(Function):
         return out
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         geo, scale, global_rows = ctx.geo, ctx.scale, ctx.global_rows

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..chunked import Windows, flash_window_forward, padded_length
 from ..masks import additive_mask, mask_value, real_positions
 from .window_grad import window_backward
@@ -133,7 +133,7 @@ class LocalFlash(Function):
         return unflat(out4.transpose(1, 2).reshape(win.length, h, d), b, n)
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, lse, keep = ctx.saved_tensors  # (b, h, n, d), or flat padded (b * npad, h, d)
         win, (b, n) = ctx.win, ctx.shape

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, linalg
 from torch.nn import functional as F
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..chunked import padded_length
 from ..exp import LOG2_E, exp
 from ..segments import backward_segments, forward_segments, needs_grad, segments
@@ -107,7 +107,7 @@ class _SegmentedDecay(torch.autograd.Function):
         return o, state
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, do, dstate):
         q, k, v, log_decay, *entering = ctx.saved_tensors
         inputs = (q, k, v, log_decay)

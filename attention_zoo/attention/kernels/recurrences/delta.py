@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, linalg
 from torch.nn import functional as F
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..chunked import padded_length
 from ..exp import exp_
 from ..segments import backward_segments, forward_segments, joined, needs_grad, segments
@@ -121,7 +121,7 @@ class _Segments(torch.autograd.Function):
         return out, final
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, grad_o, grad_state):
         q, k, v, beta, log_decay, *starts = ctx.saved_tensors
         inputs = (q, k, v, beta, log_decay)

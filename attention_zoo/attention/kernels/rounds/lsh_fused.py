@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..chunked import Workspace, flash_backward_offset, flash_window_forward
 from .lsh_plan import with_self
 from .rows import BACKWARD_PASS_BYTES, FORWARD_PASS_BYTES, row_view
@@ -82,7 +82,7 @@ class RoundsFlash(Function):
         return out
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, grad):  # type: ignore[override]
         q, k, v, rk, out, lse, own = ctx.saved_tensors
         plan = ctx.plan

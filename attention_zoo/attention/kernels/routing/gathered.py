@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..exp import exp_, logsumexp
 from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
@@ -96,7 +96,7 @@ class GatheredRouted(Function):
         return out
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         geo, scale = ctx.geo, ctx.scale

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from torch.autograd import Function
-from torch.autograd.function import once_differentiable
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from .compressed import compressed_part, query_spans
 from .route import Route, add_block_means_grad, from_blocks, score_dtype
 from .tiled import Tiles, plan_tiles, tiled_backward, tiled_forward, zero_grads
@@ -103,8 +102,7 @@ class MixedNSA(Function):
         return out.to(torch.promote_types(q.dtype, g_slc.dtype))  # as the gated sum's dtype
 
     @staticmethod
-    @once_differentiable
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, g_cmp, g_slc, g_swa, lse_slc, lse_swa = ctx.saved_tensors
         br, scale = ctx.branches, ctx.scale

@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
-from torch.autograd.function import once_differentiable
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..exp import exp_
 from ..masks import mask_value
 from .route import Route, as_blocks, from_blocks, score_dtype
@@ -241,8 +240,7 @@ class TiledRouted(Function):
         return out.to(q.dtype)
 
     @staticmethod
-    @once_differentiable
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, g):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         delta = torch.linalg.vecdot(g.to(lse.dtype), out)

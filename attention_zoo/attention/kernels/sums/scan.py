@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..autocast import backward_without_autocast
+from ..backward import hand_written_backward
 from ..chunked import padded_length
 from ..exp import exp_
 from ..segments import segments
@@ -175,7 +175,7 @@ class _KernelScan(torch.autograd.Function):
         return out.to(q.dtype)
 
     @staticmethod
-    @backward_without_autocast
+    @hand_written_backward
     def backward(ctx, g):
         q, k, v, mask, proj, out, den, total = ctx.saved_tensors
         kind, scale, causal, c, eps = ctx.setup
