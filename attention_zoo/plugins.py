@@ -187,7 +187,8 @@ def _import_file(path: Path) -> ModuleType:
     if module is not None and getattr(module, "__file__", None) == str(path.resolve()):
         return module
     spec = importlib.util.spec_from_file_location(name, path.resolve())
-    assert spec is not None and spec.loader is not None
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python module: give a .py file or a module's name")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:

@@ -24,6 +24,8 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the messa
 BAD_INPUTS: list[tuple[str, list[str], str]] = [
     # the results store: missing, empty, garbage, read-only, mistyped folder
     ("report-no-store", ["report"], "no results store at results/zoo.sqlite"),
+    ("task-table-no-store", ["task", "--table2", "--store", "{missing}"], "no results store at"),
+    ("list-import-not-python", ["list", "--import", "{file}"], "is not a Python module"),
     ("report-empty-store", ["report", "--store", "{empty}"], "(the file is empty)"),
     ("report-garbage-store", ["report", "--store", "{garbage}"], "not an attention-zoo results"),
     ("results-empty-store", ["results", "--store", "{empty}"], "(the file is empty)"),
@@ -75,6 +77,11 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("task-threads-0", ["task", "duplication", "--threads", "0"], "must be an integer >= 1"),
     ("task-seeds-negative", ["task", "duplication", "--seeds", "-1"], "from 0 to 4294967295"),
     ("task-train-hashes-0", ["task", "duplication", "--train-hashes", "0"], "integer >= 1"),
+    (
+        "task-train-hashes-without-lsh",
+        ["task", "duplication", "--backends", "local", "--train-hashes", "2", "--dry-run"],
+        "no backend here has an lsh layer (local): add lsh or leave them out",
+    ),
     # names: did you mean
     ("bench-misspelled-flag", ["bench", "--lenghts", "1024"], "did you mean --lengths?"),
     ("memory-misspelled-flag", ["memory", "--fit", "8GiB", "--fitz", "1"], "did you mean --fits?"),
@@ -113,6 +120,11 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
         ["reproduce", "lra-listops", "--preset", "smoke", "--settings", "lr"],
         "has no settings 'lr'; settings: preset, lra",
     ),
+    (
+        "reproduce-smoke-at-paper-scale",
+        ["reproduce", "reformer", "--preset", "smoke", "--scale", "paper"],
+        "--preset smoke and --scale paper disagree; give one",
+    ),
     ("results-format-typo", ["results", "--format", "cvs"], "did you mean 'csv'?"),
     (
         "results-unknown-metric",
@@ -121,6 +133,11 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ),
     ("results-unknown-run", ["results", "--store", "{store}", "--run-id", "x"], "no run 'x'"),
     ("report-unknown-run", ["report", "--store", "{store}", "--run-id", "x"], "no run 'x'"),
+    (
+        "report-from-and-store",
+        ["report", "--from", "folder", "--store", "{store}"],
+        "--store reads a store; --from rebuilds a folder from its rows: use one",
+    ),
     (
         "results-unknown-reference",
         ["results", "--store", "{store}", "--reference", "sdpa"],

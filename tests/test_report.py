@@ -227,6 +227,12 @@ def test_zoo_report_command_writes_the_folder_and_the_index(tmp_path, capsys):
     assert "[cpu-test](cpu-test/report.md)" in readme and meta["command"] in readme
     assert "`hand-written`" in readme
     assert zoo_main(["report", "--store", str(store), "--run-id", "nope"]) == 2
+    latest = tmp_path / "latest"  # as zoo results takes it; the command records the run's id
+    assert (
+        zoo_main(["report", "--store", str(store), "--run-id", "latest", "--out", str(latest)]) == 0
+    )
+    run_id = json.loads((latest / "runs.json").read_text())[-1]["run_id"]
+    assert f"--run-id {run_id}" in json.loads((latest / "report.json").read_text())["command"]
 
 
 def test_index_without_reports(tmp_path):

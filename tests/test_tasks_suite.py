@@ -293,8 +293,8 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     )
     assert main(["task", "duplication", "--preset", "huge", "--store", store]) == 2
     assert "no preset 'huge'; presets: smoke, cpu, paper" in capsys.readouterr().err
-    assert main(["task", "--table2", "--store", store]) == 1
-    assert "no stored task runs" in capsys.readouterr().out
+    assert main(["task", "--table2", "--store", store]) == 2
+    assert f"no results store at {store}" in capsys.readouterr().err
     assert main(["task", "--list"]) == 0
     assert "duplication: presets smoke, cpu, paper" in capsys.readouterr().out
 

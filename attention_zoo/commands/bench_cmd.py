@@ -26,6 +26,7 @@ from ..measure.peers import families as peer_families
 from ..measure.preflight import check_cases, over_time
 from ..measure.rate import probes_to_time
 from ..measure.runner import MeasureSettings
+from ..measure.status import ERROR, INVALID
 from ..measure.table import comparison_table, group_cases
 from ..measure.timing import CLOCKS, CPU_CLOCK, WALL
 from ..measure.trust import busy_threads
@@ -67,13 +68,14 @@ EXAMPLE = """examples:
 Results go to --store (default: %(store)s), one row per metric, committed case by case.
 A case that fails is stored as 'error', an out-of-memory one as 'oom', one whose output breaks
 the contract (shape, dtype, NaN, or an exact backend off its reference) as 'invalid', one
-stopped past --timeout as 'timeout', and the sweep goes on. Refused before anything runs, one
-line each, nothing stored for them: a named kernel that cannot run a case, and a case predicted
-past --time-limit or --timeout (its FLOPs at its own rate here, timed once at 1024 tokens and
-cached); when every case is refused the command exits 2. A time whose repeats
-disagree, or taken while other processes kept the cores busy, is marked 'ok (unstable)' /
-'ok (busy)' and left out of time ratios. Ctrl-C stops within seconds, even inside one long
-operation; --resume then measures only the missing cases.
+stopped past --timeout as 'timeout', and the sweep goes on; at its end the command exits 1 when
+a case ended 'error' or 'invalid' (code that failed; 'oom' and 'timeout' are the machine's
+limits). Refused before anything runs, one line each, nothing stored for them: a named kernel
+that cannot run a case, and a case predicted past --time-limit or --timeout (its FLOPs at its own
+rate here, timed once at 1024 tokens and cached); when every case is refused the command exits 2.
+A time whose repeats disagree, or taken while other processes kept the cores busy, is marked
+'ok (unstable)' / 'ok (busy)' and left out of time ratios. Ctrl-C stops within seconds, even
+inside one long operation; --resume then measures only the missing cases.
 Built-in presets: %(presets)s (or a path to a .toml file).
 
 %(rule)s
@@ -546,4 +548,12 @@ def run(args: argparse.Namespace) -> int:
             + (f"; {result.already_done} already stored (resumed)" if result.already_done else "")
             + f"; see 'zoo results --store {store.path} --run-id {result.run_id}'"
         )
+        failed = sum(result.counts().get(s, 0) for s in (ERROR, INVALID))
+    if failed:  # a CI running the sweep must notice code that failed
+        print(
+            f"zoo bench: {failed} case(s) ended {ERROR} or {INVALID} (their messages: 'zoo "
+            f"results --store {store.path} --run-id {result.run_id}'); exit status 1",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -20,8 +20,11 @@ def add_command(
     )
 
 
-def add_store_argument(p: argparse.ArgumentParser) -> None:
-    """--store of a command that reads the results store."""
+def add_store_argument(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """--store of a command that reads the results store; optional: None when not given (a
+    command that reads other sources too resolves DEFAULT_STORE itself)."""
     p.add_argument(
-        "--store", default=DEFAULT_STORE, help="SQLite results file (default: %(default)s)"
+        "--store",
+        default=None if optional else DEFAULT_STORE,
+        help=f"SQLite results file (default: {DEFAULT_STORE})",
     )

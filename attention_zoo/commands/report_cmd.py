@@ -19,7 +19,7 @@ from ..report.index import check_index_target, write_index
 from ..report.output import check_report_target
 from ..report.rebuild import folder_inputs
 from ..reproduce import REPRODUCTIONS
-from ..store import open_store
+from ..store import DEFAULT_STORE, open_store
 from .parsers import add_command, add_store_argument
 from .recording import recorded_command
 from .validate import check_output_file, check_output_folder
@@ -56,7 +56,7 @@ DEFAULT_TITLE = "attention-zoo comparison"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "report", HELP, DESCRIPTION, EXAMPLE)
-    add_store_argument(p)
+    add_store_argument(p, optional=True)
     p.add_argument(
         "--out",
         help=f"output folder, created if missing; its parent must exist (default: {DEFAULT_OUT})",
@@ -75,7 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--run-id",
-        help="report only this run (default: every run, the latest of each configuration)",
+        help="report only this run, or 'latest' (default: every run, the latest of each "
+        "configuration)",
     )
     p.add_argument(
         "--reference",
@@ -143,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
     require_report_extra()
     if args.source and args.run_id:
         raise UsageError("--run-id selects from a store; --from rebuilds a whole folder: use one")
+    if args.source and args.store:
+        raise UsageError("--store reads a store; --from rebuilds a folder from its rows: use one")
+    args.store = args.store or DEFAULT_STORE
     if args.screenshot and chromium() is None:
         raise UnavailableError(
             "--screenshot needs Chromium on PATH (Debian: apt-get install chromium)"
@@ -211,6 +215,8 @@ def _reference(args: argparse.Namespace, df: Any) -> str:
 
 def _from_store(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
     with open_store(args.store, write=False) as store:
+        if args.run_id == "latest":  # as zoo results names it
+            args.run_id = store.latest_run() or args.run_id
         if args.run_id and store.run(args.run_id) is None:
             known = [r["run_id"] for r in store.runs()]
             raise UsageError(

@@ -188,6 +188,6 @@ def _size(args: argparse.Namespace) -> str:
     """The size --preset and --scale name together (a preset other than full names it)."""
     if args.preset == "full":
         return args.scale
-    if args.preset != "smoke" and args.scale not in (DEFAULT_SCALE, args.preset):
+    if args.scale not in (DEFAULT_SCALE, args.preset):
         raise UsageError(f"--preset {args.preset} and --scale {args.scale} disagree; give one")
     return args.preset

@@ -54,7 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--reference", help=f"backend the table's ratios divide by (default: {DEFAULT_REFERENCE})"
     )
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument(
+        "-o", "--output", help="write to this file instead of stdout (an existing file is replaced)"
+    )
     p.add_argument(
         "--recover",
         nargs="?",
@@ -121,8 +123,13 @@ def run(args: argparse.Namespace) -> int:
                 )
             text = _render(store, run_id, args)
     if args.output:
-        write_text_atomic(Path(args.output), text)  # all of it, or the file as it was
-        print(f"wrote {args.output}", file=sys.stderr)
+        out = Path(args.output)
+        replaced = out.is_file() and out.stat().st_size > 0
+        write_text_atomic(out, text)  # all of it, or the file as it was
+        print(
+            f"wrote {args.output}" + (" (replacing what it held)" if replaced else ""),
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0

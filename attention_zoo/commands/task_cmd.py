@@ -14,7 +14,7 @@ from ..engine import RunPolicy
 from ..errors import UnknownPresetError, UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
 from ..reproduce import REPRODUCTIONS
-from ..store import DEFAULT_STORE
+from ..store import DEFAULT_STORE, open_store
 from ..tasks import results
 from ..tasks.base import TASKS, tabulation_of
 from ..tasks.driver import TaskRequest, train_task
@@ -250,6 +250,8 @@ def _tuple(values: list | None) -> tuple | None:
 
 
 def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
+    with open_store(store, write=False):  # missing or damaged: one line, as every reader says
+        pass
     rows, left_out = results.load_rows(store, task=task, preset=preset)
     if not rows:
         print(f"no stored task runs in {store}" + (f" for {task} / {preset}" if task else ""))

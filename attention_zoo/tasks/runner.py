@@ -188,6 +188,7 @@ def plan_runs(
     grid = preset.grid
     backends = expand_backends(backends if backends is not None else grid.backends)
     seeds = list(seeds if seeds is not None else grid.seeds)
+    given_hashes = train_hashes
     train_hashes = list(train_hashes if train_hashes is not None else grid.train_hashes)
     eval_hashes = list(eval_hashes if eval_hashes is not None else grid.eval_hashes)
     if not backends or not seeds:
@@ -195,8 +196,14 @@ def plan_runs(
     for mix in backends:
         for name in split_mix(mix):
             get_backend(name)  # UnknownNameError lists the registered backends
-    if any(LSH in split_mix(m) for m in backends) and not train_hashes:
+    with_lsh = any(LSH in split_mix(m) for m in backends)
+    if with_lsh and not train_hashes:
         raise ConfigError("a mix with lsh needs at least one train hash count (--train-hashes)")
+    if given_hashes is not None and not with_lsh:  # given, it would change nothing
+        raise ConfigError(
+            "train hash counts (--train-hashes) set lsh's num_hashes while training, and no "
+            f"backend here has an lsh layer ({', '.join(backends)}): add lsh or leave them out"
+        )
     if eval_hashes:
         _check_available(LSH, device)
     runs, skipped = [], []
