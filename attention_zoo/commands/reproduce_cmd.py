@@ -7,7 +7,7 @@ import sys
 
 from ..argtypes import integer
 from ..engine import RunPolicy
-from ..errors import UsageError, ZooError
+from ..errors import UsageError
 from ..executors import add_executor_args, executor_from_args
 from ..reproduce import (
     OWN_SETTINGS,
@@ -124,12 +124,12 @@ def run(args: argparse.Namespace) -> int:
         )
     device = reproduction.device(size)
     policy = policy_from_args(args, default=RunPolicy(resume=True))
+    executor = executor_from_args(args)
     try:
-        executor = executor_from_args(args)
         store = preview_store(args.store) if policy.dry_run else open_store(args.store, write=True)
-    except ZooError as err:
-        print(f"zoo reproduce: {err}", file=sys.stderr)
-        return 2
+    except BaseException:  # one line, as every command's error (cli.main); nothing left open
+        executor.close()
+        raise
     with store, executor:
         for line in reproduction.announce(size, device, str(store.path)):
             print(line)
