@@ -7,20 +7,23 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterable
 
-from .errors import did_you_mean
+from .declarative import MAX_COUNT
+from .errors import did_you_mean, plural
 from .measure.units import parse_bytes
 
 
-def integer(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
-    """An int >= minimum (and <= maximum), e.g. `type=integer(1)` for --repeats."""
+def integer(minimum: int = 1, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """An int from minimum to maximum, e.g. `type=integer(1)` for --repeats; the default maximum,
+    MAX_COUNT (2**31 - 1), is the most tokens the kernels can index (declarative.MAX_COUNT)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum or (maximum is not None and value > maximum):
-            within = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        if value < minimum or value > maximum:
+            below = value < minimum and maximum == MAX_COUNT  # the bound no one asks about
+            within = f">= {minimum}" if below else f"from {minimum} to {maximum}"
             raise argparse.ArgumentTypeError(f"must be an integer {within}, got {value}")
         return value
 
@@ -49,31 +52,45 @@ def number(*, above: float | None = None, minimum: float | None = None) -> Calla
 
 
 def integers(
-    minimum: int = 1, *, maximum: int | None = None, allow_empty: bool = False
+    minimum: int = 1, *, maximum: int = MAX_COUNT, allow_empty: bool = False
 ) -> Callable[[str], list[int]]:
-    """A comma list of ints >= minimum (and <= maximum), e.g. `--lengths 1024,4096`."""
+    """A comma list of ints from minimum to maximum, e.g. `--lengths 1024,4096`; allow_empty: ''
+    is the empty list."""
     one = integer(minimum, maximum)
 
     def parse(text: str) -> list[int]:
-        values = [one(x.strip()) for x in text.split(",") if x.strip()]
-        if not values and not allow_empty:
+        if not text.strip():
+            if allow_empty:
+                return []
             raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}")
-        return values
+        return [one(x) for x in comma_items(text, "integers", example="1024,4096")]
 
     parse.__name__ = "integers"
     return parse
 
 
 def names(text: str) -> list[str]:
-    """A comma list of names; empty items are dropped."""
-    values = [x.strip() for x in text.split(",") if x.strip()]
-    if not values:
+    """A comma list of names, none of them empty."""
+    if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a comma list of names, got {text!r}")
-    return values
+    return comma_items(text, "names", example="full,sdpa")
+
+
+def comma_items(text: str, what: str, *, example: str) -> list[str]:
+    """The stripped items of a comma list; an empty one (`64,,128`, a trailing comma) is refused,
+    never dropped."""
+    items = [x.strip() for x in text.split(",")]
+    if "" in items:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty item; give {what} separated by single commas, e.g. {example}"
+        )
+    return items
 
 
 def size(text: str) -> int:
     """A memory size > 0: 8GiB, 8GB, 512MiB, or a bare number of GiB."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"must be a size > 0 such as 8GiB, got {text!r}")
     try:
         value = parse_bytes(text)
     except ValueError as err:
@@ -92,7 +109,7 @@ def choices(allowed: Iterable[str], what: str) -> Callable[[str], list[str]]:
         for value in values:
             if value not in options:
                 raise argparse.ArgumentTypeError(
-                    f"unknown {what} {value!r}; {what}s: {', '.join(options)}"
+                    f"unknown {what} {value!r}; {plural(what)}: {', '.join(options)}"
                     + did_you_mean(value, options)
                 )
         return values

@@ -55,6 +55,9 @@ class ZooArgumentParser(argparse.ArgumentParser):
 
 
 def _suggest(message: str) -> str:
+    if flag := re.fullmatch(r"argument ([-\w]+)(?:/[-\w]+)*: expected one argument", message):
+        # argparse reads a value that starts with '-' (--fits -1GiB) as the next flag
+        return f"{message} (a value that starts with '-' is written {flag.group(1)}=VALUE)"
     match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
     if not match:
         return message

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
-from .errors import ConfigError, ZooError, did_you_mean
+from .errors import ConfigError, ZooError, did_you_mean, plural
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -26,6 +26,14 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 T = TypeVar("T")
+
+MAX_COUNT = 2**31 - 1
+"""The largest count user input may give: a length, context, batch, head count, repeats, threads.
+A length becomes positions that several kernels keep as int32 (LSH's sorted buckets, the circular
+rounds' chunks, the routed tiles' query positions, FlexAttention's block indices), so a sequence of
+more tokens cannot be indexed; a count beyond it also overflows C ints such as torch's thread
+count. (Products of counts, n x n scores, overflow int64 sizes well below it: such a case fails
+as a case, or its numbers are left blank.)"""
 
 
 def field_names(cls: type) -> list[str]:
@@ -39,6 +47,17 @@ def required_fields(cls: type) -> list[str]:
         for f in dataclasses.fields(cls)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
+
+
+def check_count(value: Any, name: str, *, minimum: int = 1) -> None:
+    """ConfigError unless `value` is an int from `minimum` to MAX_COUNT (a bool is no int):
+    "num_heads must be an integer >= 1, got 'four'"."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value > MAX_COUNT:
+        raise ConfigError(
+            f"{name} must be an integer from {minimum} to {MAX_COUNT} (2**31 - 1), got {value!r}"
+        )
 
 
 def check_keys(
@@ -56,7 +75,7 @@ def check_keys(
     if unknown:
         raise error(
             f"{where} does not take {noun}(s) {', '.join(map(repr, unknown))}; "
-            f"it takes: {', '.join(accepted) or f'(no {noun}s)'}"
+            f"it takes: {', '.join(accepted) or f'(no {plural(noun)})'}"
             + "".join(did_you_mean(k, accepted) for k in unknown)
         )
 
@@ -120,8 +139,8 @@ def _kind(tp: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(map(repr, args))
     if origin in (tuple, list):
-        plural = {int: "ints", float: "numbers", bool: "true/false values", str: "strings"}
-        return f"a list of {plural.get(args[0], _kind(args[0]))}" if args else "a list"
+        plurals = {int: "ints", float: "numbers", bool: "true/false values", str: "strings"}
+        return f"a list of {plurals.get(args[0], _kind(args[0]))}" if args else "a list"
     names = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
     return "None" if tp is type(None) else names.get(tp, getattr(tp, "__name__", str(tp)))
 

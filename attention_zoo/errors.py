@@ -16,6 +16,15 @@ def did_you_mean(name: object, known: Iterable[str], *, quote: bool = True) -> s
     return f"; did you mean {close[0]!r}?" if quote else f"; did you mean {close[0]}?"
 
 
+def plural(noun: str) -> str:
+    """'backend' -> 'backends', 'peer family' -> 'peer families' (the last word's plural)."""
+    if len(noun) > 1 and noun.endswith("y") and noun[-2] not in "aeiou":
+        return noun[:-1] + "ies"
+    if noun.endswith(("s", "x", "sh", "ch")):
+        return noun + "es"
+    return noun + "s"
+
+
 class ZooError(Exception):
     """Base class of every error attention-zoo raises on purpose."""
 
@@ -26,7 +35,7 @@ class UnknownNameError(ZooError, ValueError):
     def __init__(self, kind: str, name: object, known: Iterable[str]) -> None:
         known = sorted(known)
         super().__init__(
-            f"unknown {kind} {name!r}; known {kind}s: {', '.join(known) or '(none)'}"
+            f"unknown {kind} {name!r}; known {plural(kind)}: {', '.join(known) or '(none)'}"
             + did_you_mean(name, known)
         )
         self.kind, self.name, self.known = kind, name, known

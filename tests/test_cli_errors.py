@@ -20,7 +20,8 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the messa
 
 # (id, argv, a piece of the message). Placeholders: {store} a store with one run, {empty} a 0-byte
 # file, {garbage} a file that is not a store, {ro_store} a read-only store, {ro_dir} a read-only
-# folder, {file} an existing plain file, {bad_toml} a preset that is not valid TOML.
+# folder, {file} an existing plain file, {bad_toml} a preset that is not valid TOML, {heads_toml},
+# {causal_toml}, {long_toml}, {threads_toml}, {budget_toml} presets with one bad value each.
 BAD_INPUTS: list[tuple[str, list[str], str]] = [
     # the results store: missing, empty, garbage, read-only, mistyped folder
     ("report-no-store", ["report"], "no results store at results/zoo.sqlite"),
@@ -82,6 +83,67 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
         ["task", "duplication", "--backends", "local", "--train-hashes", "2", "--dry-run"],
         "no backend here has an lsh layer (local): add lsh or leave them out",
     ),
+    # counts past MAX_COUNT (2**31 - 1): refused as arguments, never a case stored as an error
+    (
+        "list-context-past-int64-sizes",
+        ["list", "--context", "1099511627776"],
+        "--context: must be an integer from 1 to 2147483647, got 1099511627776",
+    ),
+    ("list-context-int64-max", ["list", "--context", "9223372036854775807"], "from 1 to 2147483"),
+    ("list-context-past-int64", ["list", "--context", "99999999999999999999"], "from 1 to 21474"),
+    (
+        "bench-lengths-past-int64",
+        ["bench", "--backends", "sdpa", "--lengths", "99999999999999999999", "--threads", "1"],
+        "--lengths: must be an integer from 1 to 2147483647, got 99999999999999999999",
+    ),
+    (
+        "bench-lengths-int64-max",
+        ["bench", "--backends", "sdpa", "--lengths", "9223372036854775807", "--threads", "1"],
+        "--lengths: must be an integer from 1 to 2147483647",
+    ),
+    ("bench-new-tokens-huge", ["bench", "--new-tokens", "2147483648"], "from 1 to 2147483647"),
+    (
+        "bench-preset-seq-lens-huge",
+        ["bench", "--preset", "{long_toml}", "--dry-run"],
+        "seq_lens must be an integer from 1 to 2147483647 (2**31 - 1), got 99999999999999",
+    ),
+    # comma lists: an empty item is refused, never dropped
+    (
+        "bench-lengths-empty-item",
+        ["bench", "--lengths", "64,,128"],
+        "--lengths: '64,,128' has an empty item; give integers separated by single commas",
+    ),
+    ("bench-backends-trailing-comma", ["bench", "--backends", "sdpa,"], "has an empty item"),
+    ("bench-modes-empty-item", ["bench", "--modes", "forward,,decode"], "has an empty item"),
+    ("task-seeds-empty-item", ["task", "duplication", "--seeds", "0,,1"], "has an empty item"),
+    (
+        "bench-option-empty-value",
+        ["bench", "--backends", "sdpa", "--option", "sdpa.kv_heads=2,,4"],
+        "--option 'sdpa.kv_heads=2,,4' has an empty value",
+    ),
+    # a backend option given twice would leave only the last
+    (
+        "bench-option-twice",
+        [
+            "bench",
+            "--backends",
+            "sdpa",
+            "--option",
+            "sdpa.kv_heads=2",
+            "--option",
+            "sdpa.kv_heads=4",
+            "--dry-run",
+        ],
+        "--option sdpa.kv_heads is given twice ('sdpa.kv_heads=2', 'sdpa.kv_heads=4'); give its "
+        "values as one comma list: --option sdpa.kv_heads=2,4",
+    ),
+    # a negative size: argparse reads it as a flag unless written with '='
+    ("memory-fits-negative", ["memory", "--fits=-1GiB"], "--fits: must be a size > 0"),
+    (
+        "memory-fits-negative-as-a-flag",
+        ["memory", "--fits", "-1GiB"],
+        "--fits: expected one argument (a value that starts with '-' is written --fits=VALUE)",
+    ),
     # names: did you mean
     ("bench-misspelled-flag", ["bench", "--lenghts", "1024"], "did you mean --lengths?"),
     ("memory-misspelled-flag", ["memory", "--fit", "8GiB", "--fitz", "1"], "did you mean --fits?"),
@@ -92,6 +154,32 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("bench-unknown-preset", ["bench", "--preset", "quik"], "did you mean 'quick'?"),
     ("bench-missing-preset-file", ["bench", "--preset", "nope.toml"], "does not exist"),
     ("bench-bad-toml-preset", ["bench", "--preset", "{bad_toml}"], "is not valid TOML"),
+    (
+        "bench-preset-a-folder",
+        ["bench", "--preset", "results"],
+        "preset results is a folder; a preset is a built-in name (",
+    ),
+    # preset values of the wrong kind: refused before any case, --dry-run included
+    (
+        "bench-preset-heads-text",
+        ["bench", "--preset", "{heads_toml}", "--dry-run"],
+        "heads.toml [grid]: num_heads must be an integer >= 1, got 'four'",
+    ),
+    (
+        "bench-preset-causal-strings",
+        ["bench", "--preset", "{causal_toml}", "--dry-run"],
+        "causal.toml [grid]: causal must be true or false values, got 'false'",
+    ),
+    (
+        "bench-preset-threads-negative",
+        ["bench", "--preset", "{threads_toml}", "--dry-run"],
+        "threads.toml [measure]: threads must be an integer >= 1, got -2",
+    ),
+    (
+        "bench-preset-budget-text",
+        ["bench", "--preset", "{budget_toml}"],
+        "budget.toml [measure]: time_budget_s must be a number of seconds, got 'x'",
+    ),
     ("bench-unknown-mode", ["bench", "--modes", "forwad"], "did you mean 'forward'?"),
     ("bench-unknown-dtype", ["bench", "--dtypes", "float3"], "unknown dtype 'float3'"),
     ("bench-unknown-metric-group", ["bench", "--metrics", "tme"], "did you mean 'time'?"),
@@ -286,6 +374,12 @@ def make_fixtures(root: Path) -> tuple[dict[str, str], list[Callable[[], None]]]
     (root / "garbage.sqlite").write_text("not a database\n" * 100)
     (root / "file.txt").write_text("a plain file\n")
     (root / "bad.toml").write_text("[grid]\nseq_lens = [1024\n")
+    grid = '[grid]\nbackends = ["sdpa"]\nseq_lens = [64]\n'
+    (root / "heads.toml").write_text(grid + 'num_heads = "four"\n')
+    (root / "causal.toml").write_text(grid + 'causal = ["false"]\n')
+    (root / "long.toml").write_text('[grid]\nbackends = ["sdpa"]\nseq_lens = [99999999999999]\n')
+    (root / "threads.toml").write_text(grid + "[measure]\nthreads = -2\n")
+    (root / "budget.toml").write_text(grid + '[measure]\ntime_budget_s = "x"\n')
     shutil.copy(store, root / "ro_store.sqlite")
     (root / "ro_dir").mkdir()
     undo = [u for u in (_read_only(root / "ro_store.sqlite"), _read_only(root / "ro_dir")) if u]
@@ -295,6 +389,11 @@ def make_fixtures(root: Path) -> tuple[dict[str, str], list[Callable[[], None]]]
         "garbage": "garbage.sqlite",
         "file": "file.txt",
         "bad_toml": "bad.toml",
+        "heads_toml": "heads.toml",
+        "causal_toml": "causal.toml",
+        "long_toml": "long.toml",
+        "threads_toml": "threads.toml",
+        "budget_toml": "budget.toml",
         "ro_store": "ro_store.sqlite",
         "ro_dir": "ro_dir",
         "missing": "missing.sqlite",  # never created

@@ -15,6 +15,7 @@ from attention_zoo.attention.inputs import Extra, InputLayout, expand_kv
 from attention_zoo.attention.kernels.recurrences.table import RECURRENCE_KERNELS
 from attention_zoo.attention.spec import get_backend
 from attention_zoo.cli import main
+from attention_zoo.commands import list_cmd
 from attention_zoo.errors import ConfigError, OptionError, ShapeError, UnavailableError
 from attention_zoo.measure.fair import FairSetting, fair_numbers
 
@@ -129,6 +130,16 @@ def test_fair_numbers_follow_the_layout():
         fair_numbers("linear", {}, setting).state_bytes
     )
     assert fair_numbers("nystrom", {}, setting).state_bytes is None  # bidirectional only
+
+
+def test_fair_numbers_past_int64_sizes_are_a_zoo_error_left_blank():
+    """Before: n x n scores at 2**31 - 1 positions overflowed torch's sizes and `zoo list
+    --context` ended in a RuntimeError traceback; a ShapeError is what _fair leaves blank."""
+    setting = FairSetting(context=2**31 - 1)
+    for backend in ("full", "linear"):  # materialised scores; feature maps (numel overflows)
+        with pytest.raises(ShapeError, match=rf"^{backend} at 2147483647 positions is too large"):
+            fair_numbers(backend, {}, setting)
+    assert list_cmd._fair("full", setting) is None
 
 
 @pytest.mark.slow

@@ -8,8 +8,10 @@ import time
 import pytest
 import torch
 
+from attention_zoo.errors import ConfigError
 from attention_zoo.measure.flops import count_flops
 from attention_zoo.measure.memory import profiled_peak, rss_peak, rss_supported
+from attention_zoo.measure.runner import MeasureSettings
 from attention_zoo.measure.timing import fixed_threads, summarize, time_call, time_interleaved
 from attention_zoo.measure.tracker import tracked_peak
 
@@ -154,3 +156,34 @@ def test_parse_bytes_units() -> None:
     assert format_bytes(3 * 2**20) == "3.0 MiB" and format_bytes(None) == "-"
     with pytest.raises(ValueError, match=re.escape("write e.g. 8GiB")):
         parse_bytes("8 potatoes")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"threads": -2}, "threads must be an integer >= 1, got -2"),
+        ({"threads": 2**31}, "threads must be an integer from 1 to 2147483647"),
+        ({"warmup": -1}, "warmup must be an integer >= 0, got -1"),
+        ({"min_repeats": 0}, "min_repeats must be an integer >= 1, got 0"),
+        ({"max_repeats": "9"}, "max_repeats must be an integer >= 1, got '9'"),
+        ({"min_repeats": 5, "max_repeats": 2}, "min_repeats (5) is more than max_repeats (2)"),
+        ({"time_budget_s": "x"}, "time_budget_s must be a number of seconds, got 'x'"),
+        ({"time_budget_s": -1.0}, "time_budget_s must be a number of seconds >= 0, got -1.0"),
+        ({"time_budget_s": float("nan")}, "time_budget_s must be a number of seconds, got nan"),
+        ({"time_limit_s": 0}, "time_limit_s must be a number of seconds > 0, got 0"),
+        ({"timeout_s": True}, "timeout_s must be a number of seconds, got True"),
+        ({"memory_limit_bytes": 0}, "memory_limit_bytes must be a whole number of bytes > 0"),
+        ({"interleave": "false"}, "interleave must be true or false, got 'false'"),
+        ({"metrics": (["time"],)}, "metrics must be names of metric groups"),
+    ],
+)
+def test_measure_settings_refuse_what_a_run_could_not_use(changes: dict, message: str) -> None:
+    """Up front, one line each, not a traceback from timing.py halfway through a run."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+        MeasureSettings(**changes)
+
+
+def test_measure_settings_take_the_edges() -> None:
+    settings = MeasureSettings(time_budget_s=0, warmup=0, min_repeats=1, max_repeats=1, threads=1)
+    assert settings.time_limit_s is None and settings.timeout_s is None
+    assert MeasureSettings(time_limit_s=0.5, timeout_s=2, memory_limit_bytes=1).timeout_s == 2

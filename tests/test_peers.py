@@ -58,7 +58,10 @@ def test_families_bring_the_peers_of_the_backends_measured() -> None:
         "lucid:local",
     ]
     assert select_peers(["hf:local"], ["lsh"]) == ["hf:local"]  # named explicitly: taken
-    with pytest.raises(UnknownNameError, match=r"unknown peer or peer family 'hugging'.*hf"):
+    with pytest.raises(
+        UnknownNameError,
+        match=r"unknown peer or peer family 'hugging'; known peer or peer families: hf",
+    ):
         select_peers(["hugging"], ["lsh"])
 
 

@@ -4,6 +4,7 @@ resume after a kill with no lost or duplicate rows, presets."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -92,6 +93,30 @@ def test_bad_grid_values() -> None:
         SweepGrid(target="attention", modes=("train-step",)).cases()
 
 
+def test_grid_values_of_the_wrong_kind_are_refused_before_anything_computes_with_them() -> None:
+    """Before: num_heads = "four" reached kv_heads_for (TypeError); causal = ["false"] and a
+    length past what the kernels index became per-case errors at run time."""
+    for bad, message in [
+        (dict(num_heads="four"), "num_heads must be an integer >= 1, got 'four'"),
+        (dict(num_heads=4.5), "num_heads must be an integer >= 1, got 4.5"),
+        (dict(num_heads=True), "num_heads must be an integer >= 1, got True"),
+        (dict(seq_lens=(64, "128")), "seq_lens must be an integer >= 1, got '128'"),
+        (dict(seq_lens=(2**31,)), "seq_lens must be an integer from 1 to 2147483647"),
+        (dict(batches=(0,)), "batches must be an integer >= 1, got 0"),
+        (dict(new_tokens=-1), "new_tokens must be an integer >= 0, got -1"),
+        (dict(causal=("false",)), "causal must be true or false values, got 'false'"),
+        (dict(dtypes=(32,)), "dtypes must be names (strings), got 32"),
+        (dict(options={"sdpa": 2}), "options must map each backend to a table of its options"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+            SweepGrid(**{"backends": ("sdpa",), "options": {"sdpa": {"kv_heads": 2}}, **bad})
+    with pytest.raises(ConfigError, match=r"^p.toml \[grid\]: num_heads must be an integer >= 1"):
+        parse_sweep_preset('[grid]\nnum_heads = "four"\n', source="p.toml")
+    with pytest.raises(ConfigError, match="seq_len must be an integer from 1 to 2147483647"):
+        BenchCase(seq_len=2**31)
+    assert SweepGrid(seq_lens=(2**31 - 1,), new_tokens=0).seq_lens == (2**31 - 1,)
+
+
 # ---- presets --------------------------------------------------------------------------------
 
 
@@ -127,6 +152,25 @@ def test_malformed_preset_says_where() -> None:
         parse_sweep_preset("grid = 3\n", source="p.toml")
     with pytest.raises(ConfigError, match=r"unknown preset 'nope'; built-in presets: .*quick"):
         load_sweep_preset("nope")
+
+
+def test_measure_values_a_run_could_not_use_are_refused_with_the_preset() -> None:
+    """Before: threads = -2 passed --dry-run and failed in timing.py; time_budget_s = "x" became
+    an error row per case."""
+    for line, message in [
+        ("threads = -2", "threads must be an integer >= 1, got -2"),
+        ('time_budget_s = "x"', "time_budget_s must be a number of seconds, got 'x'"),
+        ("min_repeats = 5\nmax_repeats = 2", "min_repeats (5) is more than max_repeats (2)"),
+        ("warmup = 1.5", "warmup must be an integer >= 0, got 1.5"),
+        ('interleave = "yes"', "interleave must be true or false, got 'yes'"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^p.toml \\[measure\\]: {re.escape(message)}"):
+            parse_sweep_preset(f"[measure]\n{line}\n", source="p.toml")
+
+
+def test_a_preset_that_is_a_folder_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"is a folder; a preset is a built-in name \(.*quick"):
+        load_sweep_preset(str(tmp_path))
 
 
 def test_preset_file_from_path(tmp_path: Path) -> None:

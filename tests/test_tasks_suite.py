@@ -108,6 +108,23 @@ def test_bad_fields_say_what_is_accepted(tmp_path: Path) -> None:
         load_task_preset(str(bad), "tiny")
 
 
+@pytest.mark.parametrize(
+    ("seq_len", "message"),
+    [
+        ('"16"', "duplication: seq_len must be an integer >= 2, got '16'"),
+        ("99999999999999", "seq_len must be an integer from 2 to 2147483647 (2**31 - 1)"),
+    ],
+)
+def test_a_task_length_of_the_wrong_kind_is_refused_in_one_line(
+    tmp_path: Path, seq_len: str, message: str
+) -> None:
+    """Before: a string compared with an int (TypeError); a length past the kernels' int32."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SUITE.replace("seq_len = 16", f"seq_len = {seq_len}"))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_task_preset(str(bad), "tiny")
+
+
 def test_grid_expansion_and_eval_overrides() -> None:
     labels = [v.label for v in train_variants(["shared-qk", "lsh", "local+lsh", "full"], [4, 1])]
     assert labels == ["shared-qk", "lsh-4", "lsh-1", "local+lsh-4", "local+lsh-1", "full"]

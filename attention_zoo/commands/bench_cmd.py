@@ -183,8 +183,17 @@ def grid_from_args(
             changes[name] = tuple(value) if isinstance(value, list) else value
     if args.option:
         options = {k: dict(v) for k, v in base.options.items()}
+        given: dict[tuple[str, str], str] = {}
         for text in args.option:
             backend, name, values = _parse_option(text)
+            if (backend, name) in given:  # the last would win silently
+                both = ",".join(t.split("=", 1)[1] for t in (given[backend, name], text))
+                raise UsageError(
+                    f"--option {backend}.{name} is given twice ({given[backend, name]!r}, "
+                    f"{text!r}); give its values as one comma list: --option "
+                    f"{backend}.{name}={both}"
+                )
+            given[backend, name] = text
             options.setdefault(backend, {})[name] = values if len(values) > 1 else values[0]
         changes["options"] = options
     grid = dataclasses.replace(base, **changes)
@@ -229,7 +238,13 @@ def _parse_option(text: str) -> tuple[str, str, list[Any]]:
     lhs, rhs = text.split("=", 1)
     backend, name = lhs.split(".", 1)
     values = []
-    for part in _split_top(rhs):
+    parts = _split_top(rhs)
+    if any(not part.strip() for part in parts):
+        raise UsageError(
+            f"--option {text!r} has an empty value; give values separated by single commas, "
+            f"e.g. {lhs}=1,4"
+        )
+    for part in parts:
         try:
             values.append(json.loads(part))
         except json.JSONDecodeError:

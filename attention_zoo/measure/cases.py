@@ -31,7 +31,7 @@ from ..attention.inputs import Inputs, gaussian
 from ..attention.spec import RunTarget, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..config import ReformerConfig
-from ..declarative import checked_dataclass
+from ..declarative import check_count, checked_dataclass
 from ..errors import ConfigError, UnavailableError
 from ..model import ReformerForSequenceClassification, ReformerLM
 from .peers import get_peer, is_peer
@@ -85,9 +85,7 @@ class BenchCase:
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype {self.dtype!r} is not one of: {', '.join(DTYPES)}")
         for name in ("seq_len", "batch", "num_heads", "head_dim", "hidden"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+            check_count(getattr(self, name), name)
         if self.target == "attention" and self.mode == "train-step":
             raise ConfigError(
                 "mode 'train-step' needs parameters to update; an attention core alone has none. "
@@ -104,8 +102,7 @@ class BenchCase:
         if self.decoder not in DECODERS:
             raise ConfigError(f"decoder {self.decoder!r} is not one of: {', '.join(DECODERS)}")
         tokens = self.new_tokens
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ConfigError(f"new_tokens must be an integer >= 0, got {tokens!r}")
+        check_count(tokens, "new_tokens", minimum=0)
         if self.mode not in DECODE_MODES:
             if tokens or self.decoder != "own":
                 raise ConfigError(

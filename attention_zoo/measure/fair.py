@@ -13,7 +13,7 @@ from ..attention import decode
 from ..attention.dispatch import AUTO
 from ..attention.spec import BackendSpec, build_attention, get_backend
 from ..blocks.attention import SelfAttention
-from ..errors import ZooError
+from ..errors import ShapeError, ZooError
 from .cases import DTYPES, BenchCase
 from .metrics import Metric, metric_row
 from .peers import is_peer
@@ -73,12 +73,15 @@ def fair_numbers(backend: str, options: dict[str, Any], setting: FairSetting) ->
         causal=causal,
         dtype=setting.dtype,
     )
-    flops = predict_flops(case)
-    return FairNumbers(
-        params=params,
-        state_bytes=_state_bytes(backend, options, setting),
-        flops_per_token=flops / n,
-    )
+    try:
+        flops = predict_flops(case)
+        state_bytes = _state_bytes(backend, options, setting)
+    except RuntimeError as err:
+        if "overflow" not in str(err):
+            raise
+        # n x n scores past int64 sizes (from ~2**30 positions): not even meta tensors hold them
+        raise ShapeError(f"{backend} at {n} positions is too large to count: {err}") from None
+    return FairNumbers(params=params, state_bytes=state_bytes, flops_per_token=flops / n)
 
 
 FAIR_TARGETS = ("attention", "block")  # a model's layers may mix backends: no one block to count

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import math
 import re
 import time
 import traceback
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 
 from ..attention.spec import BACKENDS
+from ..declarative import check_count
 from ..errors import ConfigError, ZooError
 from .capture import (
     AUTO,
@@ -87,6 +89,7 @@ class MeasureSettings:
     cuda_graphs: str = AUTO
 
     def __post_init__(self) -> None:
+        self._check_counts()
         check_cuda_graphs(self.cuda_graphs)
         if self.clock not in CLOCKS:
             raise ConfigError(f"clock {self.clock!r} is not one of: {', '.join(CLOCKS)}")
@@ -95,11 +98,53 @@ class MeasureSettings:
                 f"clock 'cpu' times one thread's work, so it needs threads = 1 (got "
                 f"{self.threads}); time more threads with the wall clock"
             )
+        if not all(isinstance(m, str) for m in self.metrics):
+            raise ConfigError(f"metrics must be names of metric groups, got {list(self.metrics)}")
         unknown = sorted(set(self.metrics) - set(MEASURE_GROUPS))
         if unknown:
             raise ValueError(
                 f"unknown metric group(s) {unknown}; known: {', '.join(MEASURE_GROUPS)}"
             )
+
+    def _check_counts(self) -> None:
+        """ConfigError, one line, for a count or a time a run could not use (a preset's
+        `threads = -2` or `time_budget_s = "x"`): refused here, before any case runs."""
+        check_count(self.warmup, "warmup", minimum=0)
+        check_count(self.min_repeats, "min_repeats")
+        check_count(self.max_repeats, "max_repeats")
+        if self.min_repeats > self.max_repeats:
+            raise ConfigError(
+                f"min_repeats ({self.min_repeats}) is more than max_repeats "
+                f"({self.max_repeats}); raise max_repeats or lower min_repeats"
+            )
+        if self.threads is not None:
+            check_count(self.threads, "threads")
+        if self.memory_limit_bytes is not None:
+            _check_bytes(self.memory_limit_bytes, "memory_limit_bytes")
+        _check_seconds(self.time_budget_s, "time_budget_s", zero=True)
+        for name in ("time_limit_s", "timeout_s"):
+            if getattr(self, name) is not None:
+                _check_seconds(getattr(self, name), name, zero=False)
+        if not isinstance(self.interleave, bool):
+            raise ConfigError(f"interleave must be true or false, got {self.interleave!r}")
+        for name in ("clock", "cuda_graphs"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a name (a string), got {getattr(self, name)!r}")
+
+
+def _check_seconds(value: Any, name: str, *, zero: bool) -> None:
+    """ConfigError unless `value` is a finite number of seconds, > 0 (or >= 0 with `zero`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not zero):
+        least = ">=" if zero else ">"
+        raise ConfigError(f"{name} must be a number of seconds {least} 0, got {value!r}")
+
+
+def _check_bytes(value: Any, name: str) -> None:
+    """ConfigError unless `value` is a whole number of bytes > 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a whole number of bytes > 0, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,6 +57,11 @@ def load_sweep_preset(name_or_path: str | Path) -> SweepPreset:
     """Load a built-in preset by name or a TOML file by path; ConfigError says what is wrong."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
+        if path.is_dir():
+            raise ConfigError(
+                f"preset {path} is a folder; a preset is a built-in name "
+                f"({', '.join(builtin_presets())}) or a .toml file"
+            )
         if not path.is_file():
             raise ConfigError(
                 f"preset file {path} does not exist; "

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from ..declarative import checked_dataclass
+from ..declarative import check_count, checked_dataclass
 from ..errors import ConfigError, OptionError, did_you_mean
 from ..model import IGNORE_INDEX
 from ..registry import Registry
@@ -96,11 +96,8 @@ class TaskConfig:
     eval_size: int = 512  # sequences in the fixed evaluation set, and in the held-out test set
 
     def __post_init__(self) -> None:
-        if self.seq_len < 2 or self.vocab_size < 2 or self.eval_size < 1:
-            raise ConfigError(
-                f"{self.name}: seq_len and vocab_size must be >= 2 and eval_size >= 1, got "
-                f"seq_len={self.seq_len}, vocab_size={self.vocab_size}, eval_size={self.eval_size}"
-            )
+        for name, least in (("seq_len", 2), ("vocab_size", 2), ("eval_size", 1)):
+            check_count(getattr(self, name), f"{self.name}: {name}", minimum=least)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         """`batch_size` fresh sequences drawn with `generator` (CPU)."""
