@@ -28,12 +28,9 @@ else:  # pragma: no cover
 T = TypeVar("T")
 
 MAX_COUNT = 2**31 - 1
-"""The largest count user input may give: a length, context, batch, head count, repeats, threads.
-A length becomes positions that several kernels keep as int32 (LSH's sorted buckets, the circular
-rounds' chunks, the routed tiles' query positions, FlexAttention's block indices), so a sequence of
-more tokens cannot be indexed; a count beyond it also overflows C ints such as torch's thread
-count. (Products of counts, n x n scores, overflow int64 sizes well below it: such a case fails
-as a case, or its numbers are left blank.)"""
+"""The largest count user input may give (a length, context, batch, head count, repeats, threads):
+kernels keep positions as int32 (LSH's buckets, rounds' chunks, routed tiles, FlexAttention's
+blocks), and torch takes threads as a C int."""
 
 
 def field_names(cls: type) -> list[str]:

@@ -17,6 +17,7 @@ from attention_zoo.blocks import (
     ReversibleResidual,
     TablePositionEmbedding,
 )
+from attention_zoo.errors import UnavailableError
 from attention_zoo.measure import profiled_peak
 from attention_zoo.model import build_layer
 from attention_zoo.rng import record_rng, replay_rng
@@ -204,6 +205,16 @@ def test_reversible_recomputes_under_the_forward_autocast() -> None:
     out.float().sum().backward()  # outside autocast, as training loops do
     assert seen == [torch.bfloat16, torch.bfloat16]  # forward, then the recomputation
     assert torch.isfinite(x.grad).all()
+
+
+def test_reversible_refuses_second_order_gradients() -> None:
+    """Its backward recomputes by hand, one derivative deep: create_graph=True is refused in one
+    line, never a second-order term silently missing; the standard residual computes it."""
+    x = torch.randn(1, 8, 64, requires_grad=True)
+    (grad,) = torch.autograd.grad(_stack("standard", 1)(x).square().sum(), x, create_graph=True)
+    assert grad.requires_grad
+    with pytest.raises(UnavailableError, match=r"reversible residual .*residual='standard'"):
+        torch.autograd.grad(_stack("reversible", 1)(x).square().sum(), x, create_graph=True)
 
 
 def test_same_weights_load_into_every_residual_variant() -> None:

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..attention.kernels.autocast import autocasting
+from ..attention.kernels.backward import refuse_second_order
 from ..registry import Registry
 from ..rng import RNGState, record_rng, replay_rng
 from .layer import ReformerLayer
@@ -136,6 +137,7 @@ class _ReversibleFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy1: Tensor, dy2: Tensor) -> tuple[Tensor | None, ...]:
+        refuse_second_order("the reversible residual", "residual='standard'")
         y1, y2, key_padding_mask = ctx.saved_tensors
         grads: list[Tensor | None] = [None] * len(ctx.param_index)
 

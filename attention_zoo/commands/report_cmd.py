@@ -215,8 +215,8 @@ def _reference(args: argparse.Namespace, df: Any) -> str:
 
 def _from_store(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
     with open_store(args.store, write=False) as store:
-        if args.run_id == "latest":  # as zoo results names it
-            args.run_id = store.latest_run() or args.run_id
+        if args.run_id == "latest":  # as zoo results names it; none yet: nothing stored
+            args.run_id = store.latest_run()
         if args.run_id and store.run(args.run_id) is None:
             known = [r["run_id"] for r in store.runs()]
             raise UsageError(

@@ -70,7 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--scale",
         choices=["cpu", "paper"],
-        default=DEFAULT_SCALE,
+        default=None,
         help="cpu: scaled to minutes on 2 cores (default); paper: the published settings",
     )
     p.add_argument(
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
 def _size(args: argparse.Namespace) -> str:
     """The size --preset and --scale name together (a preset other than full names it)."""
     if args.preset == "full":
-        return args.scale
-    if args.scale not in (DEFAULT_SCALE, args.preset):
+        return args.scale or DEFAULT_SCALE
+    if args.scale not in (None, args.preset):
         raise UsageError(f"--preset {args.preset} and --scale {args.scale} disagree; give one")
     return args.preset

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
@@ -14,7 +15,7 @@ from ..engine import RunPolicy
 from ..errors import UnknownPresetError, UsageError, ZooError
 from ..executors import add_executor_args, executor_from_args
 from ..reproduce import REPRODUCTIONS
-from ..store import DEFAULT_STORE, open_store
+from ..store import DEFAULT_STORE
 from ..tasks import results
 from ..tasks.base import TASKS, tabulation_of
 from ..tasks.driver import TaskRequest, train_task
@@ -250,8 +251,11 @@ def _tuple(values: list | None) -> tuple | None:
 
 
 def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
-    with open_store(store, write=False):  # missing or damaged: one line, as every reader says
-        pass
+    if not Path(store).exists():
+        raise UsageError(
+            f"no results store at {store}; train a task into it first (zoo task NAME --preset "
+            "smoke --store PATH) or give the --store that holds them"
+        )
     rows, left_out = results.load_rows(store, task=task, preset=preset)
     if not rows:
         print(f"no stored task runs in {store}" + (f" for {task} / {preset}" if task else ""))

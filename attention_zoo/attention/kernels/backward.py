@@ -25,14 +25,15 @@ def hand_written_backward(backward: F) -> F:
     """A custom Function's backward(ctx, *grads): refused under create_graph=True, run with
     autocast off on its gradients' device."""
 
+    name = backward.__qualname__.partition(".")[0]
+
     @functools.wraps(backward)
     def run(ctx: Any, *grads: Any) -> Any:
-        if torch.is_grad_enabled():  # autograd runs a backward with grad mode on for create_graph
-            raise UnavailableError(
-                f"{backward.__qualname__.partition('.')[0]} differentiates by hand and only once: "
-                "second-order gradients (create_graph=True) need a backend autograd "
-                "differentiates, such as 'full'"
-            )
+        refuse_second_order(
+            f"this kernel ({name})",
+            "kernel='math' where the backend has one ('zoo list' shows its kernels), or backend "
+            "'full'",
+        )
         t = next((g for g in grads if isinstance(g, Tensor)), None)
         if t is None or not autocasting(t.device.type):
             return backward(ctx, *grads)
@@ -40,3 +41,13 @@ def hand_written_backward(backward: F) -> F:
             return backward(ctx, *grads)
 
     return run  # type: ignore[return-value]
+
+
+def refuse_second_order(what: str, instead: str) -> None:
+    """UnavailableError when a hand-written backward runs under create_graph=True (autograd turns
+    grad mode on in a backward only then): `what` differentiates only once; `instead` would work."""
+    if torch.is_grad_enabled():
+        raise UnavailableError(
+            f"{what} differentiates by hand and only once: second-order gradients "
+            f"(create_graph=True) need {instead}"
+        )
