@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    reference = _reference(args, df)
+    reference = _reference(args, df, inputs.reference if inputs else None)
     files = build_report(
         df,
         args.out,
@@ -192,10 +192,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reference(args: argparse.Namespace, df: Any) -> str:
-    """The variant the ratios divide by: an explicit --reference must be among the rows (exit 2
-    otherwise); the default missing from them is said in one line (the report has no ratios)."""
-    reference = args.reference or DEFAULT_REFERENCE
+def _reference(args: argparse.Namespace, df: Any, kept: str | None) -> str:
+    """The variant the ratios divide by (--reference, else the one a --from folder kept, else the
+    default): an explicit one must be among the rows (exit 2 otherwise); the default missing from
+    them is said in one line (the report has no ratios)."""
+    reference = args.reference or kept or DEFAULT_REFERENCE
     choices = reference_choices(df)
     if not choices or reference in choices:
         return reference

@@ -212,6 +212,7 @@ def _write_report(
     meta = {
         "generator": GENERATOR,  # the folder's mark: zoo report may write here again
         "title": title,
+        "reference": reference,  # what the ratios divide by: --from keeps it
         "command": command,
         "measured_by": measured_by,
         "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

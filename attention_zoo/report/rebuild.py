@@ -40,6 +40,7 @@ class FolderInputs:
     runs: list[dict[str, Any]]
     measured_by: list[str]  # report.json's, for runs whose metadata lost their command line
     title: str
+    reference: str | None  # what its ratios divided by (None: a folder from before it was kept)
 
 
 def folder_inputs(folder: str | Path) -> FolderInputs:
@@ -63,6 +64,7 @@ def folder_inputs(folder: str | Path) -> FolderInputs:
         runs=runs,
         measured_by=list(meta.get("measured_by", [])),
         title=meta.get("title", ""),
+        reference=meta.get("reference"),
     )
 
 

@@ -211,7 +211,7 @@ def _reference_unbeaten(ctx: Context, groups: list[tuple[str, Any]]) -> str:
     found = []
     for setting, part in groups:
         ok = part[part["status"] == OK]
-        lengths = []
+        lengths, beaten = [], set()
         for n, at_n in ok.groupby("seq_len", sort=True):
             mine = reference_row(part, n, ref)
             others = [r for _, r in at_n.iterrows() if r["computes"] not in ("full", UNKNOWN_KIND)]
@@ -223,21 +223,22 @@ def _reference_unbeaten(ctx: Context, groups: list[tuple[str, Any]]) -> str:
             if min(r["metrics"][TIME] for r in timed) <= mine["metrics"][TIME]:
                 break
             lengths.append(at_n.iloc[0])
+            beaten.update(r["variant"] for r in timed)
         else:
             if lengths:
-                found.append((setting, lengths))
+                found.append((setting, lengths, sorted(beaten)))
     if not found:
         return ""
     names = short_settings([s for s, _ in groups])
     parts = [
         f"`{names[setting]}` (L {ctx.config(rows[0], 'seq_len')} to "
-        f"{ctx.config(rows[-1], 'seq_len')})"
-        for setting, rows in found
+        f"{ctx.config(rows[-1], 'seq_len')}: {', '.join(f'`{v}`' for v in beaten)})"
+        for setting, rows, beaten in found
     ]
     return (
-        f"`{ref}` is faster than every not-exact variant at every measured length in "
+        f"`{ref}` is faster than every not-exact variant measured at every measured length in "
         + ", ".join(parts)
-        + ": at these lengths on this machine no pattern or approximation saves time over it "
+        + ": at these lengths on this machine none of them saves time over it "
         "(measure longer lengths to find where one does)."
     )
 
@@ -341,10 +342,15 @@ def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
             won = wins.get(f"{word} {cls}", [])
             if not won:
                 continue
-            top = Counter(r["variant"] for r, _ in won).most_common(1)[0][0]
-            mine = _count(ctx, [ctx.input(r, m) for r, m in won if r["variant"] == top])
-            of = _count(ctx, [ctx.input(r, m) for r, m in won])
-            parts.append(f"{word} `{top}` (at {mine} of {of})")
+            counts = Counter(r["variant"] for r, _ in won)
+            most = max(counts.values())
+            tops = [v for v, n in counts.items() if n == most]  # equal counts: every one named
+            named = []
+            for top in tops:
+                mine = _count(ctx, [ctx.input(r, m) for r, m in won if r["variant"] == top])
+                of = _count(ctx, [ctx.input(r, m) for r, m in won])
+                named.append(f"`{top}` (at {mine} of {of})")
+            parts.append(f"{word} " + " and ".join(named))
         if parts:
             sentences.append(f"**{cls.capitalize()}**: " + ", ".join(parts))
     return (
