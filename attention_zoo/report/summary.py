@@ -345,10 +345,10 @@ def _winners(ctx: Context, wins: dict[str, list[Any]]) -> str:
             counts = Counter(r["variant"] for r, _ in won)
             most = max(counts.values())
             tops = [v for v, n in counts.items() if n == most]  # equal counts: every one named
+            of = _count(ctx, [ctx.input(r, m) for r, m in won])
             named = []
             for top in tops:
                 mine = _count(ctx, [ctx.input(r, m) for r, m in won if r["variant"] == top])
-                of = _count(ctx, [ctx.input(r, m) for r, m in won])
                 named.append(f"`{top}` (at {mine} of {of})")
             parts.append(f"{word} " + " and ".join(named))
         if parts:
