@@ -113,6 +113,7 @@ def rss_peak(fn: Callable[[], Any]) -> tuple[Any, RssPeak]:
 
     Known bias: malloc keeps freed blocks and reuses them, so this is off by 0.4x-1.9x of the
     profiler's number with the default glibc malloc; much closer with MALLOC_MMAP_THRESHOLD_=65536.
+    A heap that is never trimmed (the benchmarks' steady allocator) can hide a call's growth whole.
     Earlier garbage is collected first: freed during fn, it would hide fn's own growth.
     """
     gc.collect()
