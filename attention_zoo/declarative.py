@@ -86,17 +86,37 @@ def check_types(
     error: type[ZooError] = ConfigError,
 ) -> None:
     """Raise `error` for a value that does not fit its field's annotation in dataclass `cls`
-    (int, float, bool, str, None, Literal, unions, tuples and lists of them): "<where> <noun>
+    (int, float, bool, str, None, Literal, unions, tuples, lists and dicts of them): "<where> <noun>
     window must be an int, got 'abc'". A bool is no int, an int is a float; annotations this check
     cannot read are left to the dataclass's own checks."""
+    misfit = _misfit(cls, values)
+    if misfit:
+        raise error(f"{where} {noun} {misfit}")
+
+
+def check_field_types(config: Any) -> None:
+    """ConfigError for a field of dataclass instance `config` whose value does not fit its
+    annotation, for a config built from Python as from a file: "causal must be a list of
+    true/false values, got ('false',)". Call it before any check that computes with the values."""
+    misfit = _misfit(
+        type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    )
+    if misfit:
+        raise ConfigError(misfit)
+
+
+def _misfit(cls: type, values: Mapping[str, Any]) -> str | None:
+    """The first value that does not fit its field's annotation in dataclass `cls`, said as
+    "<name> must be <kind>, got <value>"; None when all fit."""
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # an annotation naming what its module does not define: not checkable
-        return
+        return None
     for name, value in values.items():
         expected = hints.get(name)
         if expected is not None and not _fits(value, expected):
-            raise error(f"{where} {noun} {name} must be {_kind(expected)}, got {value!r}")
+            return f"{name} must be {_kind(expected)}, got {value!r}"
+    return None
 
 
 def _fits(value: Any, tp: Any) -> bool:
@@ -107,6 +127,11 @@ def _fits(value: Any, tp: Any) -> bool:
         return any(_fits(value, a) for a in args)
     if origin is Literal:
         return value in args
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False
+        key, item = args or (Any, Any)
+        return all(_fits(k, key) and _fits(v, item) for k, v in value.items())
     if origin in (tuple, list):
         if not isinstance(value, (tuple, list)):
             return False
@@ -136,10 +161,19 @@ def _kind(tp: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(map(repr, args))
     if origin in (tuple, list):
-        plurals = {int: "ints", float: "numbers", bool: "true/false values", str: "strings"}
-        return f"a list of {plurals.get(args[0], _kind(args[0]))}" if args else "a list"
+        return f"a list of {_plural(args[0])}" if args else "a list"
+    if origin is dict:
+        return "a table" if not args or args[1] is Any else f"a table of {_plural(args[1])}"
     names = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
     return "None" if tp is type(None) else names.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _plural(tp: Any) -> str:
+    """How a message names several values that fit `tp`: ints, strings, tables, ..."""
+    if typing.get_origin(tp) is dict:
+        return "tables"
+    plurals = {int: "ints", float: "numbers", bool: "true/false values", str: "strings"}
+    return plurals.get(tp, _kind(tp))
 
 
 def checked_dataclass(

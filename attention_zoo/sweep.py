@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .attention.spec import get_backend, list_backends
-from .declarative import check_count
+from .declarative import check_count, check_field_types
 from .engine import Plan, RunPolicy, Stored, failed_status, fingerprint, run_plan
 from .errors import ConfigError
 from .executors import Executor, Job, Outcome
@@ -100,32 +100,15 @@ class SweepGrid:
             )
 
     def _check_types(self) -> None:
-        """ConfigError for a value of the wrong kind (a preset's `num_heads = "four"`), in the
-        words BenchCase uses for one value, so a grid and a case say the same."""
+        """ConfigError for a value of the wrong kind (a preset's `num_heads = "four"`); counts in
+        the words BenchCase uses for one value, so a grid and a case say the same."""
         for name in ("num_heads", "head_dim", "hidden"):
             check_count(getattr(self, name), name)
         check_count(self.new_tokens, "new_tokens", minimum=0)
+        check_field_types(self)
         for name in ("seq_lens", "batches"):
             for value in getattr(self, name):
                 check_count(value, name)
-        for value in self.causal:
-            if not isinstance(value, bool):
-                raise ConfigError(f"causal must be true or false values, got {value!r}")
-        for name in ("target", *_NAME_AXES):
-            values = getattr(self, name)
-            for value in [values] if name == "target" else values:
-                if not isinstance(value, str):
-                    raise ConfigError(f"{name} must be names (strings), got {value!r}")
-        if not isinstance(self.options, dict) or not all(
-            isinstance(o, dict) for o in self.options.values()
-        ):
-            raise ConfigError(
-                f"options must map each backend to a table of its options, got {self.options!r}"
-            )
-        if not all(isinstance(m, dict) for m in self.models):
-            raise ConfigError(
-                f"models must be tables of ReformerConfig fields, got {self.models!r}"
-            )
 
     def backend_names(self) -> list[str]:
         """Our backends (every registered one when none is given), then the peers."""
@@ -216,9 +199,6 @@ class SweepGrid:
             inherited = [spec.inherit(o) for o in mirrored]
             return list({json.dumps(o, sort_keys=True): o for o in inherited}.values())
         return expand_options(backend, self.options.get(backend, {}))
-
-
-_NAME_AXES = ("backends", "modes", "dtypes", "devices", "peers", "decoders")
 
 
 def expand_options(backend: str, options: dict[str, Any]) -> list[dict[str, Any]]:

@@ -168,7 +168,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     (
         "bench-preset-causal-strings",
         ["bench", "--preset", "{causal_toml}", "--dry-run"],
-        "causal.toml [grid]: causal must be true or false values, got 'false'",
+        "causal.toml [grid]: causal must be a list of true/false values, got ('false',)",
     ),
     (
         "bench-preset-threads-negative",

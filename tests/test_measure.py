@@ -186,7 +186,7 @@ def test_parse_bytes_units() -> None:
         ({"timeout_s": True}, "timeout_s must be a number of seconds, got True"),
         ({"memory_limit_bytes": 0}, "memory_limit_bytes must be a whole number of bytes > 0"),
         ({"interleave": "false"}, "interleave must be true or false, got 'false'"),
-        ({"metrics": (["time"],)}, "metrics must be names of metric groups"),
+        ({"metrics": (["time"],)}, "metrics must be a list of strings, got (['time'],)"),
     ],
 )
 def test_measure_settings_refuse_what_a_run_could_not_use(changes: dict, message: str) -> None:

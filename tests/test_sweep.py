@@ -100,13 +100,13 @@ def test_grid_values_of_the_wrong_kind_are_refused_before_anything_computes_with
         (dict(num_heads="four"), "num_heads must be an integer >= 1, got 'four'"),
         (dict(num_heads=4.5), "num_heads must be an integer >= 1, got 4.5"),
         (dict(num_heads=True), "num_heads must be an integer >= 1, got True"),
-        (dict(seq_lens=(64, "128")), "seq_lens must be an integer >= 1, got '128'"),
+        (dict(seq_lens=(64, "128")), "seq_lens must be a list of ints, got (64, '128')"),
         (dict(seq_lens=(2**31,)), "seq_lens must be an integer from 1 to 2147483647"),
         (dict(batches=(0,)), "batches must be an integer >= 1, got 0"),
         (dict(new_tokens=-1), "new_tokens must be an integer >= 0, got -1"),
-        (dict(causal=("false",)), "causal must be true or false values, got 'false'"),
-        (dict(dtypes=(32,)), "dtypes must be names (strings), got 32"),
-        (dict(options={"sdpa": 2}), "options must map each backend to a table of its options"),
+        (dict(causal=("false",)), "causal must be a list of true/false values, got ('false',)"),
+        (dict(dtypes=(32,)), "dtypes must be a list of strings, got (32,)"),
+        (dict(options={"sdpa": 2}), "options must be a table of tables, got {'sdpa': 2}"),
     ]:
         with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
             SweepGrid(**{"backends": ("sdpa",), "options": {"sdpa": {"kv_heads": 2}}, **bad})

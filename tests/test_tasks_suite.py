@@ -125,6 +125,25 @@ def test_a_task_length_of_the_wrong_kind_is_refused_in_one_line(
         load_task_preset(str(bad), "tiny")
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("max_steps = 4", 'max_steps = "4"', "train: max_steps must be an int, got '4'"),
+        ("max_steps = 4", "max_steps = 4.5", "train: max_steps must be an int, got 4.5"),
+        ("seeds = [0]", "seeds = [0.5]", "grid: seeds must be a list of ints, got (0.5,)"),
+        ("eval_hashes = []", "eval_full = 1", "grid: eval_full must be true or false, got 1"),
+    ],
+)
+def test_train_and_grid_values_of_the_wrong_kind_are_refused_in_one_line(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    """Before: a string step count compared with an int (TypeError); 4.5 steps passed."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SUITE.replace(old, new, 1))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_task_preset(str(bad), "tiny")
+
+
 def test_grid_expansion_and_eval_overrides() -> None:
     labels = [v.label for v in train_variants(["shared-qk", "lsh", "local+lsh", "full"], [4, 1])]
     assert labels == ["shared-qk", "lsh-4", "lsh-1", "local+lsh-4", "local+lsh-1", "full"]

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ..attention.spec import BACKENDS
-from ..declarative import check_count
+from ..declarative import check_count, check_field_types
 from ..errors import ConfigError, ZooError
 from .capture import (
     AUTO,
@@ -98,8 +98,6 @@ class MeasureSettings:
                 f"clock 'cpu' times one thread's work, so it needs threads = 1 (got "
                 f"{self.threads}); time more threads with the wall clock"
             )
-        if not all(isinstance(m, str) for m in self.metrics):
-            raise ConfigError(f"metrics must be names of metric groups, got {list(self.metrics)}")
         unknown = sorted(set(self.metrics) - set(MEASURE_GROUPS))
         if unknown:
             raise ValueError(
@@ -107,8 +105,9 @@ class MeasureSettings:
             )
 
     def _check_counts(self) -> None:
-        """ConfigError, one line, for a count or a time a run could not use (a preset's
-        `threads = -2` or `time_budget_s = "x"`): refused here, before any case runs."""
+        """ConfigError, one line, for a count, a time or a value of the wrong kind that a run
+        could not use (a preset's `threads = -2` or `time_budget_s = "x"`): refused here, before
+        any case runs."""
         check_count(self.warmup, "warmup", minimum=0)
         check_count(self.min_repeats, "min_repeats")
         check_count(self.max_repeats, "max_repeats")
@@ -125,11 +124,7 @@ class MeasureSettings:
         for name in ("time_limit_s", "timeout_s"):
             if getattr(self, name) is not None:
                 _check_seconds(getattr(self, name), name, zero=False)
-        if not isinstance(self.interleave, bool):
-            raise ConfigError(f"interleave must be true or false, got {self.interleave!r}")
-        for name in ("clock", "cuda_graphs"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a name (a string), got {getattr(self, name)!r}")
+        check_field_types(self)
 
 
 def _check_seconds(value: Any, name: str, *, zero: bool) -> None:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from ..declarative import check_count, checked_dataclass
+from ..declarative import check_count, check_field_types, checked_dataclass
 from ..errors import ConfigError, OptionError, did_you_mean
 from ..model import IGNORE_INDEX
 from ..registry import Registry
@@ -98,6 +98,7 @@ class TaskConfig:
     def __post_init__(self) -> None:
         for name, least in (("seq_len", 2), ("vocab_size", 2), ("eval_size", 1)):
             check_count(getattr(self, name), f"{self.name}: {name}", minimum=least)
+        check_field_types(self)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         """`batch_size` fresh sequences drawn with `generator` (CPU)."""

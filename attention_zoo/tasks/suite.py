@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import ReformerConfig
-from ..declarative import check_keys, checked_dataclass, field_names, load_toml
+from ..declarative import check_field_types, check_keys, checked_dataclass, field_names, load_toml
 from ..errors import ConfigError, UnknownPresetError, did_you_mean
 from .base import TaskConfig, get_task, make_task
 from .trainer import TrainConfig
@@ -54,6 +54,7 @@ class TaskGrid:
     eval_full: bool = True  # also evaluate shared-QK models with shared-QK full attention
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         bad = [s for s in self.seeds if not (isinstance(s, int) and 0 <= s <= MAX_SEED)]
         if bad:
             raise ConfigError(f"grid seeds must be integers from 0 to {MAX_SEED}, got {bad[0]!r}")

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..declarative import check_field_types
 from ..errors import ConfigError
 from .base import IGNORE_INDEX, Batch, TaskData
 
@@ -40,6 +41,7 @@ class TrainConfig:
     grad_clip: float | None = None  # max gradient norm; None: no clipping
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         bad = [
             name
             for name in ("batch_size", "max_steps", "eval_every", "eval_batch_size", "log_every")
