@@ -18,6 +18,8 @@ from attention_zoo.report.analysis import (
     linear_slope,
     pareto_front,
 )
+from attention_zoo.report.context import Context
+from attention_zoo.report.cost import crossover_text
 from attention_zoo.report.ledger import fmt, numbers_in, significant
 
 
@@ -56,6 +58,46 @@ def test_crossover_always_never_and_touching():
     touching = crossover(lengths, [3, 1, 0.5], [1, 1, 1])
     assert touching.kind == "from" and touching.length == pytest.approx(2.0)
     assert crossover([], [], []) is None
+
+
+def test_a_crossover_counts_a_pair_within_its_margin_as_tied():
+    """The ranking's tie rule: below by less than the larger spread is no win."""
+    lengths = [1, 2, 4]
+    # below at the longest length, but within the margin: tied (without margins: "always")
+    assert crossover(lengths, [1, 1, 0.95], [2, 2, 1]).kind == "always"
+    assert crossover(lengths, [1, 1, 0.95], [2, 2, 1], margins=[0, 0, 0.1]).kind == "tied"
+    assert crossover(lengths, [1, 1, 1], [1, 1, 1]).kind == "tied"  # equal: tied, not "never"
+    # tied at the first length, below after it: from that length, not "always"
+    found = crossover(lengths, [0.95, 0.5, 0.5], [1, 1, 1], margins=[0.1, 0, 0])
+    assert found.kind == "from" and found.length == pytest.approx(1.0)
+    # a tie in the middle moves the crossing to it
+    found = crossover(lengths, [0.5, 0.95, 0.5], [1, 1, 1], margins=[0, 0.1, 0])
+    assert found.kind == "from" and found.between == (2, 4) and found.length == pytest.approx(2)
+
+
+def test_the_report_says_tied_where_the_spreads_overlap_at_the_longest_length(tmp_path):
+    rows = {
+        name: {
+            n: {
+                "run_id": "r",
+                "case_key": f"{name}{n}",
+                "config": {"seq_len": n},
+                "metrics": {"time_median": t, "time_iqr": iqr},
+            }
+            for n, t, iqr in points
+        }
+        for name, points in {
+            "a": [(256, 2.0, 0.1), (512, 1.0, 0.1), (1024, 0.95, 0.1)],
+            "b": [(256, 1.0, 0.1), (512, 1.0, 0.1), (1024, 1.0, 0.02)],
+        }.items()
+    }
+    ctx = Context(cases=None, bench=None, tasks=None, runs=[], out_dir=tmp_path)
+    assert crossover_text(ctx, rows["a"], rows["b"], "time_median") == "tied at the longest length"
+    rows["a"][1024]["metrics"]["time_median"] = 0.5  # now below beyond both spreads
+    text = crossover_text(ctx, rows["a"], rows["b"], "time_median")
+    assert text == "from L ≈ 512"  # tied at 512 (0.1 apart), below from there
+    (entry,) = ctx.ledger.entries
+    assert entry.params == {"n_a": 3, "spread": True} and len(entry.refs) == 12
 
 
 def test_pareto_front_keeps_only_undominated_points():

@@ -55,7 +55,8 @@ class Crossover:
 
     kind: "always" (A below B at every measured length), "from" (A below B from `length` on,
     interpolated log-log between the measured lengths `between`), "never" (A not below B at the
-    largest measured length: not within the measured range).
+    largest measured length: not within the measured range), "tied" (A and B not told apart at
+    the largest measured length).
     """
 
     kind: str
@@ -63,18 +64,26 @@ class Crossover:
     between: tuple[float, float] | None = None
 
 
-def crossover(lengths: Sequence[float], a: Sequence[float], b: Sequence[float]) -> Crossover | None:
+def crossover(
+    lengths: Sequence[float],
+    a: Sequence[float],
+    b: Sequence[float],
+    margins: Sequence[float] | None = None,
+) -> Crossover | None:
     """From which length A < B holds through the largest measured length; None with no common
-    positive points. The crossing is interpolated linearly in log(length) vs log(A/B)."""
+    positive points. The crossing is interpolated linearly in log(length) vs log(A/B).
+    margins: per length, how far apart A and B may lie and still be tied (their spreads): a tie
+    counts as A not below B, and sits exactly on the crossing line."""
+    margins = margins if margins is not None else [0.0] * len(lengths)
     pts = sorted(
-        (float(n), math.log(x) - math.log(y))
-        for n, x, y in zip(lengths, a, b)
+        (float(n), 0.0 if abs(x - y) <= m else math.log(x) - math.log(y))
+        for n, x, y, m in zip(lengths, a, b, margins)
         if n > 0 and x and y and x > 0 and y > 0
     )
     if not pts:
         return None
     if pts[-1][1] >= 0:
-        return Crossover(kind="never")
+        return Crossover(kind="tied" if pts[-1][1] == 0 else "never")
     j = max((i for i, (_, d) in enumerate(pts) if d >= 0), default=None)
     if j is None:
         return Crossover(kind="always")

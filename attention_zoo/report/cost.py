@@ -4,6 +4,7 @@ that tell the setting apart are in its heading, the variant in each row."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..measure.labels import (
@@ -176,7 +177,6 @@ def best(at_n: Any, metric: str) -> dict[str, Any]:
 def tied(at_n: Any, winner: Any, metric: str) -> list[Any]:
     """The other rows of `winner`'s class that no ranking tells apart from it: a median time
     within the larger of the two interquartile ranges; an equal value of another metric."""
-    iqr = metric.removesuffix("_median") + "_iqr"  # e.g. time_iqr; a metric without one: 0
     if winner is None:
         return []
     cls, value = kind_class(winner["computes"]), winner["metrics"][metric]
@@ -187,8 +187,15 @@ def tied(at_n: Any, winner: Any, metric: str) -> list[Any]:
         and r["computes"] != UNKNOWN_KIND
         and kind_class(r["computes"]) == cls
         and trusted(r, metric)
-        and r["metrics"][metric] - value <= max(_spread(winner, iqr), _spread(r, iqr))
+        and r["metrics"][metric] - value
+        <= max(_spread(winner, spread_of(metric)), _spread(r, spread_of(metric)))
     ]
+
+
+def spread_of(metric: str) -> str:
+    """The metric holding `metric`'s spread: time_median's is time_iqr; one without a spread (a
+    deterministic count) names a metric no row has, so its spread is 0."""
+    return metric.removesuffix("_median") + "_iqr"
 
 
 def _spread(row: Any, iqr: str) -> float:
@@ -410,7 +417,9 @@ def scaling(ctx: Context) -> list[Any]:
             "slope of a least-squares line through the log-log points (time ∝ L^exponent), with "
             "its R² (1 = an exact power law); the crossover tables say from which length the "
             "row's variant is below the column's, interpolated log-log between the two measured "
-            "lengths around the crossing — or that it is not within the measured range. Both "
+            "lengths around the crossing — or that it is not within the measured range, or tied "
+            "there (a time within the larger interquartile range is no win, as in every "
+            "ranking). Both "
             f"need `{MIN_FIT_LENGTHS}` measured lengths or more; with fewer the cell says "
             f"{NOT_ENOUGH}. Times set aside (busy or unstable) are plotted but never fitted or "
             "crossed."
@@ -475,21 +484,35 @@ def series(ok: Any, metric: str) -> dict[str, dict[int, Any]]:
 
 
 def crossover_text(ctx: Context, a: dict[int, Any], b: dict[int, Any], metric: str) -> str:
-    """From which length series `a` is below series `b` (through the largest common length)."""
+    """From which length series `a` is below series `b` (through the largest common length),
+    by the ranking's tie rule: within the larger interquartile range is no win."""
     common = sorted(set(a) & set(b))
     if len(common) < MIN_FIT_LENGTHS:
         return NOT_ENOUGH
-    found = crossover(
-        common, [a[n]["metrics"][metric] for n in common], [b[n]["metrics"][metric] for n in common]
-    )
+    rows = [a[n] for n in common] + [b[n] for n in common]
+    spread = spread_of(metric)
+    spreads = all(math.isfinite(r["metrics"].get(spread, math.nan)) for r in rows)
+    measures = [metric, spread] if spreads else [metric]
+    values = {m: [r["metrics"][m] for r in rows] for m in measures}
+    n = len(common)
+    margins = None
+    if spreads:
+        margins = [max(x, y) for x, y in zip(values[spread][:n], values[spread][n:])]
+    found = crossover(common, values[metric][:n], values[metric][n:], margins)
     if found is None:
         return "-"
-    if found.kind == "always":
-        return "at every measured length"
-    if found.kind == "never":
-        return "not within the measured range"
-    inputs = [ctx.input(a[n], metric) for n in common] + [ctx.input(b[n], metric) for n in common]
-    return "from L ≈ " + ctx.ledger.derive("length", "crossover", inputs, n_a=len(common))[1]
+    if found.kind in CROSSOVER_WORDS:
+        return CROSSOVER_WORDS[found.kind]
+    inputs = [ctx.input(r, m) for m in measures for r in rows]
+    params = {"n_a": n, "spread": True} if spreads else {"n_a": n}
+    return "from L ≈ " + ctx.ledger.derive("length", "crossover", inputs, **params)[1]
+
+
+CROSSOVER_WORDS = {
+    "always": "at every measured length",
+    "never": "not within the measured range",
+    "tied": "tied at the longest length",
+}
 
 
 def _crossovers(ctx: Context, ok: Any, metric: str) -> list[Table]:

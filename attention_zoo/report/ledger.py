@@ -70,8 +70,14 @@ def _points(inputs: Sequence[Input], x: str) -> tuple[list[float], list[float]]:
 
 
 def _crossover_length(inputs: Sequence[Input], params: dict[str, Any]) -> float:
+    """A's values, then B's; with `spread`, each row's spread follows (A's, then B's), the
+    points aligned: a pair within the larger spread is tied."""
     n_a, x = params["n_a"], params.get("x", "config.seq_len")
     la, va = _points(inputs[:n_a], x)
+    if params.get("spread"):
+        vb, sa, sb = (_points(inputs[k * n_a : (k + 1) * n_a], x)[1] for k in (1, 2, 3))
+        found = crossover(la, va, vb, [max(p, q) for p, q in zip(sa, sb)])
+        return found.length if found and found.length is not None else math.nan
     lb, vb = _points(inputs[n_a:], x)
     b_at = dict(zip(lb, vb))
     common = [n for n in la if n in b_at]
