@@ -19,15 +19,18 @@ from attention_zoo.store import ResultStore, run_status
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
 
 # (id, argv, a piece of the message). Placeholders: {store} a store with one run, {empty} a 0-byte
-# file, {garbage} a file that is not a store, {ro_store} a read-only store, {ro_dir} a read-only
-# folder, {file} an existing plain file, {bad_toml} a preset that is not valid TOML, {heads_toml},
-# {causal_toml}, {long_toml}, {threads_toml}, {budget_toml} presets with one bad value each.
+# file, {no_runs} a store without runs, {garbage} a file that is not a store, {ro_store} a
+# read-only store, {ro_dir} a read-only folder, {file} an existing plain file, {bad_toml} a preset
+# that is not valid TOML, {heads_toml}, {causal_toml}, {long_toml}, {threads_toml}, {budget_toml}
+# presets with one bad value each.
 BAD_INPUTS: list[tuple[str, list[str], str]] = [
     # the results store: missing, empty, garbage, read-only, mistyped folder
     ("report-no-store", ["report"], "no results store at results/zoo.sqlite"),
     ("task-table-no-store", ["task", "--table2", "--store", "{missing}"], "no results store at"),
     ("list-import-not-python", ["list", "--import", "{file}"], "is not a Python module"),
     ("report-empty-store", ["report", "--store", "{empty}"], "(the file is empty)"),
+    ("report-store-without-runs", ["report", "--store", "{no_runs}"], "nothing stored in"),
+    ("results-store-without-runs", ["results", "--store", "{no_runs}"], "holds no runs yet"),
     ("report-garbage-store", ["report", "--store", "{garbage}"], "not an attention-zoo results"),
     ("results-empty-store", ["results", "--store", "{empty}"], "(the file is empty)"),
     ("results-garbage-store", ["results", "--store", "{garbage}"], "not an attention-zoo results"),
@@ -371,6 +374,7 @@ def make_fixtures(root: Path) -> tuple[dict[str, str], list[Callable[[], None]]]
         s.finish_run(run)
     (root / "results").mkdir()
     (root / "empty.sqlite").write_bytes(b"")
+    ResultStore(root / "no_runs.sqlite").close()
     (root / "garbage.sqlite").write_text("not a database\n" * 100)
     (root / "file.txt").write_text("a plain file\n")
     (root / "bad.toml").write_text("[grid]\nseq_lens = [1024\n")
@@ -386,6 +390,7 @@ def make_fixtures(root: Path) -> tuple[dict[str, str], list[Callable[[], None]]]
     names = {
         "store": "store.sqlite",
         "empty": "empty.sqlite",
+        "no_runs": "no_runs.sqlite",
         "garbage": "garbage.sqlite",
         "file": "file.txt",
         "bad_toml": "bad.toml",

@@ -164,12 +164,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         df, runs = _from_store(args)
     if not len(df):
-        print(
-            f"zoo report: nothing stored in {args.source or args.store}; "
-            "run 'zoo bench --preset quick' first",
-            file=sys.stderr,
+        raise UsageError(
+            f"nothing stored in {args.source or args.store}; run 'zoo bench --preset quick' first"
         )
-        return 1
     reference = _reference(args, df, inputs.reference if inputs else None)
     files = build_report(
         df,

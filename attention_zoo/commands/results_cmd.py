@@ -100,11 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 None if wanted == "all" else store.latest_run() if wanted == "latest" else wanted
             )
             if wanted == "latest" and run_id is None:
-                print(
-                    f"zoo results: {args.store} holds no runs yet; run 'zoo bench --preset quick'",
-                    file=sys.stderr,
-                )
-                return 1
+                raise UsageError(f"{args.store} holds no runs yet; run 'zoo bench --preset quick'")
             if run_id is not None and store.run(run_id) is None:
                 known = ", ".join(r["run_id"] for r in store.runs()[-5:]) or "(none)"
                 raise UsageError(
