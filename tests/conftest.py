@@ -91,6 +91,15 @@ def registrations_undone() -> Iterator[None]:
                 del sys.modules[name]
 
 
+@pytest.fixture(autouse=True)
+def _no_registration_outlives_its_test() -> Iterator[None]:
+    """Every test's registrations and plugin modules are undone after it, asked for or not: an
+    in-process `zoo` command with ZOO_IMPORT set registers its plugins, and a later test in the
+    same worker would see them (whichever tests a worker happens to share)."""
+    with registrations_undone():
+        yield
+
+
 @pytest.fixture
 def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A test's registrations and plugins removed afterwards (registrations_undone), and no

@@ -195,7 +195,7 @@ def test_one_row_per_configuration_latest_run_and_every_parameter_shown(tmp_path
 def test_report_of_an_empty_store_says_which_command_fills_each_section(tmp_path, capsys):
     path = tmp_path / "empty.sqlite"
     ResultStore(path).close()
-    assert zoo_main(["report", "--store", str(path)]) == 1
+    assert zoo_main(["report", "--store", str(path)]) == 2  # bad input, like a missing store
     assert "zoo bench --preset quick" in capsys.readouterr().err
 
 

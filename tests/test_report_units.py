@@ -13,11 +13,8 @@ from attention_zoo.measure.metrics import METRICS
 from attention_zoo.report import plots
 
 
-@pytest.mark.slow
-def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
-    saved = []
-    monkeypatch.setattr(plots, "save_figure", lambda fig, path: saved.append(fig) or path)
-    ok = pd.DataFrame(
+def _two_lengths() -> pd.DataFrame:
+    return pd.DataFrame(
         {
             "variant": ["full", "full"],
             "computes": ["full", "full"],
@@ -28,7 +25,13 @@ def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
             ],
         }
     )
-    plots.scaling_plot(ok, "setting", tmp_path / "p.png")
+
+
+@pytest.mark.slow
+def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
+    saved = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: saved.append(fig) or path)
+    plots.scaling_plot(_two_lengths(), "setting", tmp_path / "p.png")
     time_ax, memory_ax = saved[0].axes[:2]
     time, memory = METRICS["time_median"], METRICS["peak_bytes"]
     # the bench table's column names, as in every table of the report
@@ -36,4 +39,27 @@ def test_scaling_plot_axes_use_the_catalogue_units(tmp_path, monkeypatch):
     assert memory_ax.get_ylabel() == f"{memory.column} [{memory.display_unit}], log scale"
     assert list(time_ax.lines[0].get_ydata()) == pytest.approx([2.0, 8.0])  # ms
     assert list(memory_ax.lines[0].get_ydata()) == pytest.approx([3.0, 12.0])  # MiB
-    plots.pyplot().close(saved[0])
+
+
+@pytest.mark.slow
+def test_plots_leave_the_callers_matplotlib_as_it_was(tmp_path, monkeypatch):
+    """A report built from a notebook keeps the notebook's backend, open figures and settings,
+    and its figures keep the report's theme whatever the caller's settings."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    saved, save = [], plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, p: saved.append(fig) or save(fig, p))
+    backend = matplotlib.get_backend()
+    try:
+        matplotlib.use("template")
+        with matplotlib.rc_context({"axes.facecolor": "pink", "lines.linewidth": 7.0}):
+            before, figures = dict(matplotlib.rcParams), plt.get_fignums()
+            assert plots.scaling_plot(_two_lengths(), "setting", tmp_path / "p.png").stat().st_size
+            assert matplotlib.get_backend() == "template" and plt.get_fignums() == figures
+            assert dict(matplotlib.rcParams) == before
+    finally:
+        matplotlib.use(backend)
+    time_ax = saved[0].axes[0]
+    assert time_ax.get_facecolor() == matplotlib.colors.to_rgba("white")  # whitegrid, not pink
+    assert time_ax.lines[0].get_linewidth() != 7.0

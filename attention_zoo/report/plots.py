@@ -1,12 +1,14 @@
-"""The report's figures (seaborn on matplotlib's Agg backend), each plotting exactly the values of
-the table beside it: one row per (variant, length), no aggregation. One theme for all; what a
-variant computes is its line style and marker (exact solid circles, not exact dashed triangles or
-squares); names sit in a legend beside the axes, never on the points; every figure has a caption
-(CAPTIONS) saying what to look for."""
+"""The report's figures (seaborn on matplotlib, drawn without pyplot, so the caller's matplotlib
+is left alone), each plotting exactly the values of the table beside it: one row per (variant,
+length), no aggregation. One theme for all; what a variant computes is its line style and marker
+(exact solid circles, not exact dashed triangles or squares); names sit in a legend beside the
+axes, never on the points; every figure has a caption (CAPTIONS) saying what to look for."""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,16 +66,30 @@ def axis_label(metric: str, label: str = "") -> str:
     return f"{label or spec.label} [{spec.display_unit}]"
 
 
-def pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend, in the report's seaborn theme."""
+@contextmanager
+def figure(nrows: int = 1, ncols: int = 1, **subplots: Any) -> Iterator[tuple[Any, Any]]:
+    """(figure, axes) in the report's theme, drawn without pyplot: the caller's backend, open
+    figures and matplotlib settings stay as they were (a notebook's too). Save inside the block:
+    the theme holds only there. subplots: `figsize`, then Figure.subplots' keywords."""
     import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    figsize = subplots.pop("figsize", None)
+    with matplotlib.rc_context(theme()):
+        fig = Figure(figsize=figsize)
+        yield fig, fig.subplots(nrows, ncols, **subplots)
+
+
+def theme() -> dict[str, Any]:
+    """THEME as matplotlib settings: what seaborn.set_theme would set for the whole process."""
     import seaborn as sns
+    from matplotlib import cycler
 
-    sns.set_theme(**THEME)
-    return plt
+    return {
+        **sns.plotting_context(THEME["context"]),
+        **sns.axes_style(THEME["style"], rc={"font.family": "sans-serif"}),
+        "axes.prop_cycle": cycler("color", sns.color_palette(THEME["palette"])),
+    }
 
 
 def _legend_outside(fig: Any, ax: Any, title: str = "") -> None:
@@ -97,11 +113,8 @@ def _legend_outside(fig: Any, ax: Any, title: str = "") -> None:
 def save_figure(fig: Any, path: Path) -> Path:
     """Write `fig` to `path` (laid out, at the report's resolution) and close it."""
     fig.tight_layout()
-    try:
-        with writing(path):
-            fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    finally:
-        pyplot().close(fig)
+    with writing(path):
+        fig.savefig(path, dpi=DPI, bbox_inches="tight")
     return path
 
 
@@ -117,7 +130,6 @@ def scaling_plot(
     (pattern: squares, approximate: triangles); one legend for both panels."""
     import seaborn as sns
 
-    plt = pyplot()
     titles = metrics or {m: METRICS[m].column for m in SCALING_METRICS}
     panels = [(m, axis_label(m, title), METRICS[m].scale) for m, title in titles.items()]
     data = []
@@ -149,45 +161,47 @@ def scaling_plot(
     kinds = dict(zip(frame["variant"], frame["computes"]))
     markers = {v: kind_style(kinds[v])[0] for v in names}
     dashes = {v: kind_style(kinds[v])[1] for v in names}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-    lengths = sorted(frame["L"].unique())
-    shown = None
-    for ax, (metric, label, _) in zip(axes, panels):
-        part = frame[frame["panel"] == metric]
-        if part.empty:
-            ax.set_visible(False)
-            continue
-        sns.lineplot(
-            data=part,
-            x="L",
-            y="y",
-            hue="variant",
-            hue_order=names,
-            style="variant",
-            style_order=names,
-            markers=markers,
-            dashes=dashes,
-            errorbar=None,
-            estimator=None,
-            ax=ax,
-        )
-        for _, r in part[part["iqr"].notna()].iterrows():
-            ax.errorbar(r["L"], r["y"], yerr=r["iqr"] / 2, fmt="none", ecolor="gray", lw=1)
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel=f"{xlabel} (log scale)",
-            ylabel=f"{label}, log scale",
-        )
-        ax.set_xticks(lengths, [str(n) for n in lengths], rotation=45 if len(lengths) > 5 else 0)
-        ax.minorticks_off()
-        shown = ax if shown is None else shown
-        if ax.get_legend() is not None:
-            ax.get_legend().remove()
-    if shown is not None:
-        _legend_outside(fig, shown, "variant (computes)")
-    fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
-    return save_figure(fig, path)
+    with figure(1, 2, figsize=(11, 4.4)) as (fig, axes):
+        lengths = sorted(frame["L"].unique())
+        shown = None
+        for ax, (metric, label, _) in zip(axes, panels):
+            part = frame[frame["panel"] == metric]
+            if part.empty:
+                ax.set_visible(False)
+                continue
+            sns.lineplot(
+                data=part,
+                x="L",
+                y="y",
+                hue="variant",
+                hue_order=names,
+                style="variant",
+                style_order=names,
+                markers=markers,
+                dashes=dashes,
+                errorbar=None,
+                estimator=None,
+                ax=ax,
+            )
+            for _, r in part[part["iqr"].notna()].iterrows():
+                ax.errorbar(r["L"], r["y"], yerr=r["iqr"] / 2, fmt="none", ecolor="gray", lw=1)
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel=f"{xlabel} (log scale)",
+                ylabel=f"{label}, log scale",
+            )
+            ax.set_xticks(
+                lengths, [str(n) for n in lengths], rotation=45 if len(lengths) > 5 else 0
+            )
+            ax.minorticks_off()
+            shown = ax if shown is None else shown
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        if shown is not None:
+            _legend_outside(fig, shown, "variant (computes)")
+        fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
+        return save_figure(fig, path)
 
 
 def pareto_plot(points: Any, front: list[bool], x: str, y: str, title: str, path: Path) -> Path:
@@ -196,42 +210,44 @@ def pareto_plot(points: Any, front: list[bool], x: str, y: str, title: str, path
     joined and circled."""
     import seaborn as sns
 
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.4))
-    kinds = [backend_kind(str(b)) for b in points.get("backend", points["label"])]
-    data = points.assign(computes=[kind_text(k) for k in kinds], **{"run": points["label"]})
-    markers = {kind_text(k): kind_style(k)[0] for k in set(kinds)}
-    sns.scatterplot(
-        data=data, x=x, y=y, hue="run", style="computes", markers=markers, s=60, ax=ax, zorder=2
-    )
-    front_pts = points[front].sort_values(x)
-    ax.plot(front_pts[x], front_pts[y], color="tab:red", lw=1.5, zorder=1, label="Pareto front")
-    ax.scatter(front_pts[x], front_pts[y], s=160, facecolors="none", edgecolors="tab:red", zorder=3)
-    ax.set(xscale="log", xlabel=f"{x} (log scale)", ylabel=y, title=title)
-    _legend_outside(fig, ax)
-    return save_figure(fig, path)
+    with figure(figsize=(7.5, 4.4)) as (fig, ax):
+        kinds = [backend_kind(str(b)) for b in points.get("backend", points["label"])]
+        data = points.assign(computes=[kind_text(k) for k in kinds], **{"run": points["label"]})
+        markers = {kind_text(k): kind_style(k)[0] for k in set(kinds)}
+        sns.scatterplot(
+            data=data, x=x, y=y, hue="run", style="computes", markers=markers, s=60, ax=ax, zorder=2
+        )
+        front_pts = points[front].sort_values(x)
+        ax.plot(front_pts[x], front_pts[y], color="tab:red", lw=1.5, zorder=1, label="Pareto front")
+        ax.scatter(
+            front_pts[x], front_pts[y], s=160, facecolors="none", edgecolors="tab:red", zorder=3
+        )
+        ax.set(xscale="log", xlabel=f"{x} (log scale)", ylabel=y, title=title)
+        _legend_outside(fig, ax)
+        return save_figure(fig, path)
 
 
 def heatmaps(ours: Any, paper: Any, path: Path) -> Path:
     """Two train x eval accuracy matrices side by side (percent), ours and the paper's."""
     import seaborn as sns
 
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
-    for ax, (title, frame) in zip(axes, (("measured here", ours), ("published (paper)", paper))):
-        sns.heatmap(
-            frame * 100,
-            annot=True,
-            fmt=".1f",
-            vmin=0,
-            vmax=100,
-            cmap="viridis",
-            cbar=False,
-            ax=ax,
-        )
-        ax.set(title=f"accuracy [%], {title}", xlabel="evaluated with", ylabel="trained with")
-        ax.tick_params(axis="x", labelrotation=30)
-    return save_figure(fig, path)
+    with figure(1, 2, figsize=(12, 3.8)) as (fig, axes):
+        for ax, (title, frame) in zip(
+            axes, (("measured here", ours), ("published (paper)", paper))
+        ):
+            sns.heatmap(
+                frame * 100,
+                annot=True,
+                fmt=".1f",
+                vmin=0,
+                vmax=100,
+                cmap="viridis",
+                cbar=False,
+                ax=ax,
+            )
+            ax.set(title=f"accuracy [%], {title}", xlabel="evaluated with", ylabel="trained with")
+            ax.tick_params(axis="x", labelrotation=30)
+        return save_figure(fig, path)
 
 
 def fidelity_plot(
@@ -241,27 +257,28 @@ def fidelity_plot(
     one marker per length; each length's Pareto front (lower time and error) joined in red."""
     import seaborn as sns
 
-    plt = pyplot()
     families = list(dict.fromkeys(points["inputs"]))
-    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False)
-    for ax, inputs in zip(axes[0], families):
-        part = points[points["inputs"] == inputs]
-        sns.scatterplot(data=part, x="time", y="approx_error", hue="variant", style="L", ax=ax)
-        metric = part["metric"].iloc[0]
-        on = part[[fronts[metric].get(i, False) for i in part["index"]]]
-        for _, front in on.groupby("L"):
-            front = front.sort_values("time")
-            ax.plot(front["time"], front["approx_error"], color="tab:red", lw=1, zorder=1)
-        ax.scatter(on["time"], on["approx_error"], s=120, facecolors="none", edgecolors="tab:red")
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel=f"{axis_label('time_median')} (log scale)",
-            ylabel=f"approx_error, {inputs} inputs (log scale)",
-            title=f"{inputs} inputs (circled: Pareto front per length)",
-        )
-        if ax.get_legend() is not None:
-            ax.get_legend().remove()
-    _legend_outside(fig, axes[0][0])
-    fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
-    return save_figure(fig, path)
+    with figure(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False) as (fig, axes):
+        for ax, inputs in zip(axes[0], families):
+            part = points[points["inputs"] == inputs]
+            sns.scatterplot(data=part, x="time", y="approx_error", hue="variant", style="L", ax=ax)
+            metric = part["metric"].iloc[0]
+            on = part[[fronts[metric].get(i, False) for i in part["index"]]]
+            for _, front in on.groupby("L"):
+                front = front.sort_values("time")
+                ax.plot(front["time"], front["approx_error"], color="tab:red", lw=1, zorder=1)
+            ax.scatter(
+                on["time"], on["approx_error"], s=120, facecolors="none", edgecolors="tab:red"
+            )
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel=f"{axis_label('time_median')} (log scale)",
+                ylabel=f"approx_error, {inputs} inputs (log scale)",
+                title=f"{inputs} inputs (circled: Pareto front per length)",
+            )
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        _legend_outside(fig, axes[0][0])
+        fig.suptitle(textwrap.fill(setting, 110), fontsize=9)
+        return save_figure(fig, path)

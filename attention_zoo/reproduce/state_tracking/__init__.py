@@ -11,7 +11,7 @@ from typing import Any
 from ...report.claims import ClaimRow
 from ...report.context import Context
 from ...report.document import Heading, Image, Para, narrow_tables
-from ...report.plots import pyplot, save_figure
+from ...report.plots import figure, save_figure
 from ...tasks.suite import TaskPreset, load_task_preset
 from ..base import GPU_SIZE, register_reproduction
 from ..evidence import cell_text, error_bar
@@ -105,25 +105,25 @@ def plot(rows: Iterable[Mapping[str, Any]], size: str, path: Path) -> Path | Non
     lines = {m.name: accuracies(rows, size, m, [k for k, _ in spans])[0] for m in MECHANISMS}
     if not any(lines.values()):
         return None
-    fig, ax = pyplot().subplots(figsize=(6.5, 3.6))
-    xs = range(len(spans))
-    for name, cells in lines.items():
-        points = [(x, cells[k]) for x, (k, _) in zip(xs, spans) if cells.get(k)]
-        if not points:
-            continue
-        means, errs = zip(*(error_bar(s) for _, s in points))
-        ax.errorbar([x for x, _ in points], means, yerr=errs, marker="o", capsize=3, label=name)
-    ax.axhline(50, color="grey", linestyle=":", label="chance")
-    ax.axhline(FLOOR, color="grey", linestyle="--", linewidth=0.8, label=f"floor {FLOOR:g}%")
-    ax.set_xticks(list(xs), [f"{text}{' (train)' if i == 0 else ''}" for i, (_, text) in
-                             enumerate(spans)])  # fmt: skip
-    ax.set_xlabel("scored positions")
-    ax.set_ylabel("parity accuracy [%] (mean over seeds)")
-    ax.set_ylim(0, 105)
-    ax.legend(fontsize=7, loc="lower left")
-    ax.set_title(f"Parity past the training length, preset {size}", fontsize=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return save_figure(fig, path)
+    with figure(figsize=(6.5, 3.6)) as (fig, ax):
+        xs = range(len(spans))
+        for name, cells in lines.items():
+            points = [(x, cells[k]) for x, (k, _) in zip(xs, spans) if cells.get(k)]
+            if not points:
+                continue
+            means, errs = zip(*(error_bar(s) for _, s in points))
+            ax.errorbar([x for x, _ in points], means, yerr=errs, marker="o", capsize=3, label=name)
+        ax.axhline(50, color="grey", linestyle=":", label="chance")
+        ax.axhline(FLOOR, color="grey", linestyle="--", linewidth=0.8, label=f"floor {FLOOR:g}%")
+        ax.set_xticks(list(xs), [f"{text}{' (train)' if i == 0 else ''}" for i, (_, text) in
+                                 enumerate(spans)])  # fmt: skip
+        ax.set_xlabel("scored positions")
+        ax.set_ylabel("parity accuracy [%] (mean over seeds)")
+        ax.set_ylim(0, 105)
+        ax.legend(fontsize=7, loc="lower left")
+        ax.set_title(f"Parity past the training length, preset {size}", fontsize=10)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return save_figure(fig, path)
 
 
 def _names(size: str) -> set[str]:

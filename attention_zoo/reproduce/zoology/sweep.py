@@ -20,6 +20,7 @@ from typing import Any
 
 from ...measure.metrics import is_measured
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, WEAKER, ClaimRow
+from ...report.plots import figure, save_figure
 from ...tasks.results import STOP_ACCURACY, TRAINED
 from ...tasks.suite import TaskPreset, load_task_preset
 from ..evidence import (
@@ -332,46 +333,34 @@ def plot(rows: Iterable[Mapping[str, Any]], preset: str, path: Path) -> Path | N
     best, _ = best_of_rates(rows, preset)
     if not best:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sweep = SWEEPS[preset]
     backends = sorted({b for b, _, _ in best}, key=lambda b: (b != REFERENCE, b))
-    fig, axes = plt.subplots(
-        1,
-        len(sweep.points),
-        figsize=(max(4 * len(sweep.points), 6.5), 3.6),
-        sharey=True,
-        squeeze=False,
-    )
-    for ax, (seq_len, pairs) in zip(axes[0], sweep.points):
-        for backend in backends:
-            xs, ys, errs = [], [], []
-            for w in sweep.widths:
-                seeds = best.get((backend, seq_len, w))
-                if not seeds:
-                    continue
-                mean, err = error_bar(seeds)
-                xs.append(w)
-                ys.append(mean)
-                errs.append(err)
-            if xs:
-                ax.errorbar(
-                    xs, ys, yerr=errs, marker="o", capsize=3, label=backend,
-                    linewidth=2.5 if backend == REFERENCE else 1.2,
-                )  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sweep.widths, [str(w) for w in sweep.widths])
-        ax.set_title(f"L {seq_len}, {pairs} key-value pairs")
-        ax.set_xlabel("model width")
-        ax.set_ylim(0, 1.05)
-    axes[0][0].set_ylabel("MQAR accuracy (mean over seeds)")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"MQAR accuracy vs width (Zoology Figure 2 layout), preset {preset}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    size = (max(4 * len(sweep.points), 6.5), 3.6)
+    with figure(1, len(sweep.points), figsize=size, sharey=True, squeeze=False) as (fig, axes):
+        for ax, (seq_len, pairs) in zip(axes[0], sweep.points):
+            for backend in backends:
+                xs, ys, errs = [], [], []
+                for w in sweep.widths:
+                    seeds = best.get((backend, seq_len, w))
+                    if not seeds:
+                        continue
+                    mean, err = error_bar(seeds)
+                    xs.append(w)
+                    ys.append(mean)
+                    errs.append(err)
+                if xs:
+                    ax.errorbar(
+                        xs, ys, yerr=errs, marker="o", capsize=3, label=backend,
+                        linewidth=2.5 if backend == REFERENCE else 1.2,
+                    )  # fmt: skip
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sweep.widths, [str(w) for w in sweep.widths])
+            ax.set_title(f"L {seq_len}, {pairs} key-value pairs")
+            ax.set_xlabel("model width")
+            ax.set_ylim(0, 1.05)
+        axes[0][0].set_ylabel("MQAR accuracy (mean over seeds)")
+        axes[0][-1].legend(fontsize=7, loc="lower right")
+        title = f"MQAR accuracy vs width (Zoology Figure 2 layout), preset {preset}"
+        fig.suptitle(title, fontsize=10)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return save_figure(fig, path)
