@@ -24,11 +24,15 @@ OPTIONS = {
     "retention": {"chunk_length": 4},
     "gla": {"chunk_length": 4},
     "gated-deltanet": {"chunk_length": 4, "negative_eigenvalues": True},
+    "deltanet": {"chunk_length": 4},
+    "moba": {"block_size": 4, "top_k": 2},
+    "nsa": {"block_size": 4, "num_selected": 3, "window": 8},
 }
 MIXES = [
     ("sdpa", "local", "lsh", "linear"),
     ("sliding-window", "bigbird", "performer", "shared-qk"),
     ("full", "retention", "gla", "gated-deltanet"),
+    ("deltanet", "sigmoid", "moba", "nsa"),
 ]
 
 

@@ -143,6 +143,20 @@ def test_a_plugin_file_path_and_zoo_import_work_too(
     assert child_environment()["ZOO_IMPORT"] == path  # an isolated worker loads it again
 
 
+@pytest.mark.slow  # a two-step training run per task
+@pytest.mark.parametrize("task", ["niah", "state-tracking", "selective-copying", "forgetting-mqar"])
+def test_a_plugin_backend_trains_on_every_new_task(
+    plugin_dir: Path, capsys: pytest.CaptureFixture[str], task: str
+) -> None:
+    """The tasks take any registered causal backend, a plugin's too, as `zoo task` runs them."""
+    argv = ["task", task, "--preset", "smoke", "--import", MODULE, "--backends", "mine"]
+    code, _, err = run(capsys, *argv, "--max-steps", "2", "--quiet", "--store", "t.db")
+    assert code == 0, err
+    with ResultStore(plugin_dir.parent / "t.db") as store:
+        cases = store.cases()
+    assert cases and {(c["config"]["backend"], c["status"]) for c in cases} == {("mine", "ok")}
+
+
 @pytest.mark.slow
 def test_zoo_import_environment_variable(
     plugin_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
