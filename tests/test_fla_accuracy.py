@@ -24,7 +24,8 @@ from attention_zoo.measure.accuracy import compare, outputs_and_grads, rms_ratio
 
 from .test_recurrence_delta import _fla_naive
 
-LENGTHS = (4096, 16384)  # the GPU check's grid lengths that the targets are set at
+LENGTHS = (4096, 16384)  # the lengths the GPU check's targets are set at
+CUDA_LENGTHS = (*LENGTHS, 65536)  # and the longest its quick grid benchmarks
 B, H, D = 1, 4, 64  # the targets' (1, 4, n, 64)
 # RMS ratio fla's kernels (bfloat16, the dtype they run in here) may reach against the float64
 # reference on the same rounded inputs: fla's own chunk tests allow 0.008 for outputs and q, k
@@ -181,6 +182,30 @@ FLA_BACKENDS = {
 }
 
 
+def _reference(name: str, n: int) -> str:
+    """The reference implementation of `name` at `n`: past 16k the quadratic form of linear and
+    performer would need n x n float64 scores (32 GiB a head at 64k), so their chunked scan,
+    exact too, stands in."""
+    reference = FLA_BACKENDS[name]
+    return "scan" if reference == "math" and n > LENGTHS[-1] else reference
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_the_long_reference_is_the_exact_one_in_another_order(name):
+    """At 64k the CUDA test measures linear and performer against their scan, not their quadratic
+    form: in float64 the two give the same outputs and gradients."""
+    assert _reference(name, CUDA_LENGTHS[-1]) == "scan" and _reference(name, LENGTHS[-1]) == "math"
+    x = get_backend(name).layout().sample(B, 2, 512, 32, generator=torch.Generator().manual_seed(0))
+    tensors = [t.double() for t in (x.q, x.k, x.v)]
+    results = {}
+    for kernel in ("scan", "math"):
+        seeded = {"seed": 3} if "seed" in get_backend(name).defaults() else {}  # same features
+        core = build_attention(name, causal=True, kernel=kernel, **seeded).double()
+        results[kernel] = outputs_and_grads(lambda q, k, v, c=core: c(q, k, v), tensors)
+    ratios = compare(results["scan"], results["math"], ["out", "dq", "dk", "dv"])
+    assert all(r.ratio < 1e-12 for r in ratios.values()), ratios
+
+
 def _record(row: dict) -> None:
     """One case's numbers as a JSON line in $ZOO_ACCURACY_OUT/fla-accuracy.jsonl (if set)."""
     if folder := os.environ.get("ZOO_ACCURACY_OUT"):
@@ -190,7 +215,7 @@ def _record(row: dict) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("n", CUDA_LENGTHS)
 @pytest.mark.parametrize("name", sorted(FLA_BACKENDS))
 def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, n):
     """The fla implementation's run on inputs rounded to bfloat16 (the dtype fla runs in here),
@@ -206,7 +231,7 @@ def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, n):
     seeded = {"seed": 3} if "seed" in get_backend(name).defaults() else {}  # the same features
     cores = {
         kernel: build_attention(name, causal=True, device="cuda", kernel=kernel, **seeded)
-        for kernel in ("fla", FLA_BACKENDS[name])
+        for kernel in ("fla", _reference(name, n))
     }
 
     def run(kernel: str):
@@ -215,7 +240,7 @@ def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, n):
         return lambda q, k, v, *ex: impl.run(core, q, k, v, None, **dict(zip(names, ex)))
 
     row = {"backend": name, "kernel": "fla", "dtype": str(dtype).removeprefix("torch."),
-           "length": n, "reference": f"{FLA_BACKENDS[name]} float64"}  # fmt: skip
+           "length": n, "reference": f"{_reference(name, n)} float64"}  # fmt: skip
     # a refusal (no fla here, a shape its kernels do not take) is recorded and skipped
     fla = type(cores["fla"]).kernels.by_name["fla"]
     if refused := fla.reasons(cores["fla"], Call("cuda", dtype, n, D)):
@@ -223,7 +248,7 @@ def test_fla_kernels_on_cuda_are_within_the_rms_tolerance(name, n):
         pytest.skip("; ".join(refused))
     try:
         got = outputs_and_grads(run("fla"), tensors)
-        want = outputs_and_grads(run(FLA_BACKENDS[name]), [t.double() for t in tensors])
+        want = outputs_and_grads(run(_reference(name, n)), [t.double() for t in tensors])
     except Exception as error:
         _record({**row, "error": f"{type(error).__name__}: {error}"})
         raise
