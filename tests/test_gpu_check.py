@@ -241,6 +241,33 @@ def test_the_task_presets_run_alone_and_side_by_side(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_gate_step_runs_the_cuda_acceptance_alone(tmp_path):
+    """STEPS=gate: one gate run on an unchanged commit and one on a planted 1.25x slowdown, on
+    CUDA, their output logged beside the store; never part of the check itself (the order
+    test). A copy without git runs it from a scratch repository, removed after."""
+    commands, printed = _check_with_a_fake_gpu(tmp_path, STEPS="gate")
+    (run,) = [c for _, _, c in commands]
+    script, *flags = run.split()
+    assert script == str(ROOT / "benchmarks" / "scripts" / "acceptance.py")
+    assert " ".join(flags) == (
+        "--device cuda --runs 1 --scenario unchanged --scenario slowdown --slowdown 1.25 "
+        f"--log {tmp_path}/gate-acceptance.log"
+    )
+    assert "=== gate (at most " in printed
+    tree = tmp_path / "tree"
+    (tree / "benchmarks" / "scripts").mkdir(parents=True)
+    for name in ("gpu_check.sh", "budget.sh"):
+        shutil.copy(ROOT / "benchmarks" / "scripts" / name, tree / "benchmarks" / "scripts")
+    (tmp_path / "commands.log").unlink()
+    commands, _ = _check_with_a_fake_gpu(
+        tmp_path, tree, STEPS="gate", GIT_CEILING_DIRECTORIES=str(tmp_path)
+    )
+    (run,) = [c for _, _, c in commands]
+    copied = Path(run.split()[0]).parents[2]
+    assert copied != tree and not copied.exists() and not (tree / ".git").exists()
+
+
+@pytest.mark.slow
 def test_warming_stops_at_its_share_of_the_budget(tmp_path):
     """Compiling stops at 60% of the warm-up's share (10 s: the floor), tuning gets the rest;
     each stopped run's log ends the warm-up's output."""

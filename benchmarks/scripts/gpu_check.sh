@@ -5,7 +5,7 @@
 # grids (bf16, forward+backward, causal and bidirectional, 16k and 64k tokens; each step a CUDA
 # graph's replay where the case can be captured, as zoo bench's --cuda-graphs auto does) and the
 # decoding grid, judges the targets on them, runs fla's accuracy test (RMS ratios of its kernels'
-# outputs and gradients against our float64 references, 4k and 16k, each case's numbers in
+# outputs and gradients against our float64 references, 4k, 16k and 64k, each case's numbers in
 # fla-accuracy.jsonl beside the store, or in OUT), the CUDA tests, the block grids, the asv CUDA
 # benchmarks, and writes a report folder reports/gpu-<device>-<date>/ from the store it fills.
 # Optional packages (fla-core; asv and what it needs) travel as wheels in .whl/ (docs/gpu.md):
@@ -33,6 +33,9 @@
 #                                                   # state-tracking reproductions, TASK_WORKERS
 #                                                   # (default 8) training runs side by side on
 #                                                   # the GPU; their wall times calibrate them
+#   STEPS=gate BUDGET=500 ...                       # instead: the CUDA gate's acceptance, an
+#                                                   # unchanged commit (exit 0) and a planted
+#                                                   # 1.25x slowdown (flagged), one run each
 #
 # The steps run in the order of what they are for: the grids the targets are set on first, then
 # the targets' verdicts, then the rest. Each step's time and exit status are printed as it ends,
@@ -103,7 +106,7 @@ wanted() { case "$steps_wanted" in *" ${1%%-*} "*) return 0 ;; *) return 1 ;; es
 BUDGET_START=0  # the budget counts from the script's start: the setup above is part of it
 source benchmarks/scripts/budget.sh
 for item in warm:8 attention-causal:6 attention-bidirectional:3 decode:3 targets:1 accuracy:3 \
-    tests:4 block-causal:3 block-bidirectional:2 asv:3 tasks-niah:1 tasks-state:1; do
+    tests:4 block-causal:3 block-bidirectional:2 asv:3 gate:1 tasks-niah:1 tasks-state:1; do
     wanted "${item%%:*}" && budget_plan "$item"
 done
 REPORT_LIMIT=40  # the report's own seconds, outside BUDGET: a stuck report loses no tarball
@@ -250,6 +253,27 @@ step tests "$PY" -m pytest -n 4 -v -rf --tb=line -m "${GPU_TESTS:-gpu and not sl
     tests/test_recurrence_decay.py tests/test_recurrence_delta.py
 bench block true "$causal_backends"
 bench block false "$bidirectional_backends"
+scratch_repository() {  # scratch_repository WHAT: a one-commit git repository of this tree's
+    # files in $repo (what .gitignore leaves out left out), for a script that needs a commit in a
+    # tree without git (a copy); says why not and fails where none can be made
+    if ! command -v git >/dev/null; then
+        echo "$1: skipped: it needs a git commit, and this tree has no git repository and no git" \
+            "to make one"
+        return 1
+    fi
+    repo=$(mktemp -d)
+    # git add reads this tree (its .gitignore too) and writes only into the scratch repository
+    if ! { git -c init.defaultBranch=main init -q "$repo" &&
+        git --git-dir="$repo/.git" --work-tree=. add -A &&
+        git -C "$repo" -c user.name=gpu_check.sh -c user.email=gpu-check@localhost \
+            -c commit.gpgsign=false commit -q --no-verify -m "scratch commit of a copied tree" &&
+        git -C "$repo" reset -q --hard; }; then
+        echo "$1: skipped: this tree has no git repository, and a scratch one could not be made"
+        rm -rf "$repo"
+        return 1
+    fi
+}
+left() { echo $((budget_now - (SECONDS - $1) > 1 ? budget_now - (SECONDS - $1) : 1)); }
 asv_record() {  # the asv CUDA benchmarks (record.py) within budget_now, their results in
     # OUT/asv-results when OUT is set. record.py records a commit: a tree without git (a copy)
     # is committed once into a scratch repository, which record.py then runs from
@@ -261,35 +285,35 @@ asv_record() {  # the asv CUDA benchmarks (record.py) within budget_now, their r
             ${results[@]+"${results[@]}"}
         return
     fi
-    if ! command -v git >/dev/null; then
-        echo "asv: skipped: record.py records a git commit, and this tree has no git repository" \
-            "and no git to make one"
-        return 1
-    fi
-    repo=$(mktemp -d)
-    # git add reads this tree (its .gitignore too) and writes only into the scratch repository
-    if ! { git -c init.defaultBranch=main init -q "$repo" &&
-        git --git-dir="$repo/.git" --work-tree=. add -A &&
-        git -C "$repo" -c user.name=gpu_check.sh -c user.email=gpu-check@localhost \
-            -c commit.gpgsign=false commit -q --no-verify -m "scratch commit of a copied tree" &&
-        git -C "$repo" reset -q --hard; }; then
-        echo "asv: skipped: this tree has no git repository, and a scratch one could not be made"
-        rm -rf "$repo"
-        return 1
-    fi
+    scratch_repository asv || return 1
     [ ${#results[@]} -gt 0 ] || results=(--results-dir "$PWD/reports/asv-results")
     echo "asv: no git repository here: recording from a scratch repository of this tree's files," \
         "one commit ($(git -C "$repo" rev-parse --short HEAD), in no project history), results" \
         "in ${results[1]}"
-    PYTHONPATH="${site:+$site:}$repo${given_path:+:$given_path}" \
-        timeout -k 15 $((budget_now - (SECONDS - start) > 1 ? budget_now - (SECONDS - start) : 1)) \
+    PYTHONPATH="${site:+$site:}$repo${given_path:+:$given_path}" timeout -k 15 "$(left "$start")" \
         "$PY" "$repo/benchmarks/scripts/record.py" --device cuda "${results[@]}"
     status=$?
     rm -rf "$repo"
     return "$status"
 }
+gate_acceptance() {  # the CUDA gate's two acceptance runs within budget_now: an unchanged commit
+    # passes, a planted 1.25x slowdown of the local core is flagged (acceptance.py clones HEAD:
+    # a tree without git runs it from a scratch repository); every gate run's output in OUT
+    local start=$SECONDS repo="$PWD" status
+    local log="${OUT:-$(dirname "$store")}/gate-acceptance.log"
+    if ! git rev-parse -q --verify HEAD >/dev/null 2>&1; then
+        scratch_repository gate || return 1
+    fi
+    PYTHONPATH="${site:+$site:}$repo${given_path:+:$given_path}" timeout -k 15 "$(left "$start")" \
+        "$PY" "$repo/benchmarks/scripts/acceptance.py" --device cuda --runs 1 \
+        --scenario unchanged --scenario slowdown --slowdown 1.25 --log "$log"
+    status=$?
+    [ "$repo" = "$PWD" ] || rm -rf "$repo"
+    return "$status"
+}
 
 step asv asv_record
+step gate gate_acceptance  # only with STEPS=gate: not part of the check (minutes a run)
 for reproduction in niah state-tracking; do  # only with STEPS=tasks: not part of the check
     step "tasks-${reproduction%%-*}" "$PY" -m attention_zoo reproduce "$reproduction" --preset gpu \
         --threads 1 --executor processes --workers "${TASK_WORKERS:-8}" --store "$store" --no-progress
