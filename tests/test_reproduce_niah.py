@@ -102,13 +102,14 @@ def test_no_verdict_where_the_run_cannot_tell() -> None:
 
 
 def test_a_backend_whose_state_cannot_be_sized_here_is_undecided() -> None:
-    """A run of a backend unavailable here (xformers on CPU) or of a mix of layers: which claim
-    applies (fixed or growing state) is unknown, so no verdict, and the other claims stand."""
-    rows = _rows({"full": _ladder(0.99, 0.97), "xformers": _ladder(0.99, 0.97),
-                  "local+lsh": _ladder(0.9, 0.5)})  # fmt: skip
+    """A run of a backend not registered here (a plugin's, not loaded) or of a mix of layers:
+    which claim applies (fixed or growing state) is unknown, so no verdict, and the other claims
+    stand. A backend that cannot run here is sized on the meta device all the same."""
+    rows = _rows({"full": _ladder(0.99, 0.97), "mine": _ladder(0.99, 0.97),
+                  "local+lsh": _ladder(0.9, 0.5), "xformers": _ladder(0.99, 0.97)})  # fmt: skip
     verdicts = _verdicts(rows)
-    assert verdicts["xformers"] == verdicts["local+lsh"] == ladder.UNSIZED
-    assert verdicts["full"] == HOLDS
+    assert verdicts["mine"] == verdicts["local+lsh"] == ladder.UNSIZED
+    assert verdicts["full"] == verdicts["xformers"] == HOLDS  # xformers: a growing cache
 
 
 def test_accuracy_a_key_blind_rule_reaches_decides_nothing() -> None:

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 from .base import AttentionCore, check_dropout
-from .dispatch import Implementation, KernelTable
+from .dispatch import Call, Implementation, KernelTable
 from .kernels.masks import mask_value, real_keys_mask
 from .spec import Capabilities, register_attention
 
@@ -43,6 +44,8 @@ def _kernel_error() -> str | None:
 
 
 def xformers_availability(device: str) -> str | None:
+    if device == "meta":  # shapes only: counted as SDPA's same computation (_counted)
+        return None
     if device != "cuda":
         return f"xformers kernels need CUDA; asked to run on {device!r}"
     if not torch.cuda.is_available():
@@ -66,7 +69,7 @@ class XFormersConfig:
     "xformers",
     config=XFormersConfig,
     caps=Capabilities(
-        devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "bfloat16", "float16"})
+        devices=frozenset({"cuda", "meta"}), dtypes=frozenset({"float32", "bfloat16", "float16"})
     ),
     availability=xformers_availability,
 )
@@ -74,6 +77,8 @@ class XFormersAttention(AttentionCore):
     """Full attention via xformers' memory-efficient CUDA kernel; scores never materialised."""
 
     def _xformers(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        if Call.of(q, q.shape[-1]).fake:
+            return self._counted(q, k, v, key_padding_mask)
         import xformers.ops as xops
 
         # xformers wants (b, n, h, d).
@@ -90,6 +95,19 @@ class XFormersAttention(AttentionCore):
         out = xops.memory_efficient_attention(q, k, v, attn_bias=bias, p=self.dropout_p)
         return out.transpose(1, 2)
 
+    def _counted(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """On shapes only (meta, FakeTensors): SDPA's memory-efficient attention, the same
+        computation, so parameters, states, FLOPs (torch's formula) and memory can be counted
+        where xformers' kernels cannot run, or are not installed."""
+        mask = None if key_padding_mask is None else real_keys_mask(key_padding_mask)
+        if mask is not None and self.causal:
+            n = q.shape[-2]
+            mask = mask & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        causal = self.causal and mask is None
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p, is_causal=causal
+        )
+
 
 KERNELS = KernelTable(
     (
@@ -97,11 +115,10 @@ KERNELS = KernelTable(
             name="memory-efficient",
             summary="xformers.ops.memory_efficient_attention (its CUDA kernels)",
             run=XFormersAttention._xformers,
-            devices=frozenset({"cuda"}),
+            devices=frozenset({"cuda", "meta"}),
             dropout=True,
-            fake=False,
         ),
     ),
-    {"cuda": ("memory-efficient",)},
+    {"cuda": ("memory-efficient",), "meta": ("memory-efficient",)},
 )
 XFormersAttention.kernels = KERNELS
