@@ -11,7 +11,7 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from attention_zoo import build_attention, list_backends
 from attention_zoo.attention import dispatch
-from attention_zoo.attention.dispatch import Call
+from attention_zoo.attention.dispatch import Call, Implementation, KernelTable
 from attention_zoo.attention.kernels import fla_package
 from attention_zoo.attention.kernels.compiled import run_compiled
 from attention_zoo.attention.kernels.dense import dense_attention
@@ -346,13 +346,35 @@ CPU_AUTO = {
 }
 
 
+# where the CPU's best differs in bfloat16: the low-rank cores' SDPA calls in the input's dtype
+# (faster and 2-3.5x leaner than the float32 forms there, measured: docs/backends.md)
+CPU_BF16_AUTO = {"nystrom": "sdpa", "linformer": "sdpa"}
+
+
 @pytest.mark.parametrize("name", sorted(CPU_AUTO))
 def test_auto_on_the_cpu_keeps_the_cpu_kernels(name):
     causal = name not in ("nystrom", "linformer")
     core = build_attention(name, causal=causal, device="cpu")
-    for dtype in (torch.float32, torch.bfloat16):
-        assert core.pick(Call("cpu", dtype, 4096, 64)).name == CPU_AUTO[name]
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        expected = CPU_BF16_AUTO.get(name, CPU_AUTO[name])
+        expected = expected if dtype == torch.bfloat16 else CPU_AUTO[name]
+        assert core.pick(Call("cpu", dtype, 4096, 64)).name == expected
         assert core.pick(Call("meta", dtype, 4096, 64, fake=True)).name == CPU_AUTO[name]
+
+
+def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_dtype():
+    def run(*args):
+        raise AssertionError("never run")
+
+    a, b = (Implementation(name=n, summary=n, run=run) for n in ("a", "b"))
+    table = KernelTable((a, b), {"cpu": ("a", "b"), "cpu:bfloat16": ("b", "a")})
+    assert [table.preference(Call("cpu", t, 64, 8)) for t in (torch.float32, torch.bfloat16)] == [
+        ("a", "b"),
+        ("b", "a"),
+    ]
+    assert table.pick("x", "auto", None, Call("cpu", torch.bfloat16, 64, 8)).name == "b"
+    with pytest.raises(ValueError, match=r"\['cpu:bf16'\] name no dtype"):
+        KernelTable((a, b), {"cpu:bf16": ("a",)})
 
 
 @pytest.fixture

@@ -249,12 +249,13 @@ def test_linformer_block_longer_than_max_length_is_the_cores_error():
         block(torch.randn(1, 17, 32))
 
 
-@pytest.mark.parametrize("name", ["nystrom", "linformer"])
-def test_folded_block_in_bfloat16_is_its_float32_result_rounded(name):
-    """bfloat16 in and out, computed in float32 inside (compute_dtype): the float32 block with
-    the same (bfloat16-exact) weights, rounded once, within one bfloat16 step. Projecting q, k
-    and v in bfloat16 first misses this by hundreds of steps."""
-    block = SelfAttention(64, 4, name, **SMALL[name]).to(torch.bfloat16)
+@pytest.mark.parametrize(("name", "kernel"), [("nystrom", "math"), ("linformer", "cpu-fused")])
+def test_folded_block_in_bfloat16_is_its_float32_result_rounded(name, kernel):
+    """bfloat16 in and out, computed in float32 inside (compute_dtype) by the kernels that do
+    (auto takes sdpa in bfloat16 on the CPU: in the input's dtype): the float32 block with the
+    same (bfloat16-exact) weights, rounded once, within one bfloat16 step. Projecting q, k and v
+    in bfloat16 first misses this by hundreds of steps."""
+    block = SelfAttention(64, 4, name, kernel=kernel, **SMALL[name]).to(torch.bfloat16)
     x = torch.randn(2, 100, 64).to(torch.bfloat16)
     mask = _padding(100)
     got = block(x, key_padding_mask=mask)

@@ -104,7 +104,9 @@ class KernelTable:
     """A backend's implementations and, per device, their order of preference."""
 
     implementations: tuple[Implementation, ...]
-    priority: Mapping[str, tuple[str, ...]]  # device -> names, best first
+    # device -> names, best first; "device:dtype" (cpu:bfloat16) for one dtype there, where the
+    # best differs by dtype
+    priority: Mapping[str, tuple[str, ...]]
     # instead of the priority lists: a library's own dispatch names the one auto runs (SDPA)
     choose: Callable[[Any, Call], str] | None = None
     by_name: dict[str, Implementation] = field(init=False, repr=False, compare=False)
@@ -114,6 +116,9 @@ class KernelTable:
         unknown = {n for names in self.priority.values() for n in names} - set(self.by_name)
         if unknown or len(self.by_name) != len(self.implementations):
             raise ValueError(f"kernel table: unknown or repeated names {sorted(unknown)}")
+        dtypes = {_dtype_name(t) for t in FLOAT_DTYPES}
+        if bad := [k for k in self.priority if k.partition(":")[2] not in ("", *dtypes)]:
+            raise ValueError(f"kernel table: {bad} name no dtype of {sorted(dtypes)}")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -139,7 +144,7 @@ class KernelTable:
         if self.choose is not None:
             return self.by_name[self.choose(core, call)]
         why = []
-        for name in self.priority.get(call.device, ()):
+        for name in self.preference(call):
             impl = self.by_name[name]
             reasons = impl.reasons(core, call)
             if not reasons:
@@ -149,6 +154,12 @@ class KernelTable:
             f"{backend}: no implementation runs on {call.device} {_dtype_name(call.dtype)}"
             + (f" ({' | '.join(why)})" if why else "")
         )
+
+    def preference(self, call: Call) -> tuple[str, ...]:
+        """The names auto tries for `call`, best first: its device's list for its dtype where the
+        table has one, else the device's."""
+        by_dtype = self.priority.get(f"{call.device}:{_dtype_name(call.dtype)}")
+        return by_dtype if by_dtype is not None else self.priority.get(call.device, ())
 
     def replacing(self, name: str, **changes: Any) -> KernelTable:
         """This table with implementation `name` changed (a backend that composes a family's

@@ -180,6 +180,11 @@ KERNELS = KernelTable(
             environment=compile_reason,
         ),
     ),
-    {"cpu": ("math",), "meta": ("math",), "cuda": ("sdpa", "compiled", "math")},
+    {
+        "cpu": ("math",),
+        "cpu:bfloat16": ("sdpa", "math"),  # faster and leaner there, measured (docs/backends.md)
+        "meta": ("math",),
+        "cuda": ("sdpa", "compiled", "math"),
+    },
 )
 NystromAttention.kernels = KERNELS
