@@ -97,10 +97,10 @@ def check_types(
 def check_field_types(config: Any) -> None:
     """ConfigError for a field of dataclass instance `config` whose value does not fit its
     annotation, for a config built from Python as from a file: "causal must be a list of
-    true/false values, got ('false',)". Call it before any check that computes with the values."""
-    misfit = _misfit(
-        type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    )
+    true/false values, got ('false',)". Call it before any check that computes with the values
+    (fields not set by __init__ are the dataclass's own business)."""
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    misfit = _misfit(type(config), values)
     if misfit:
         raise ConfigError(misfit)
 

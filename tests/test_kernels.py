@@ -347,7 +347,7 @@ CPU_AUTO = {
 
 
 # where the CPU's best differs in bfloat16: the low-rank cores' SDPA calls in the input's dtype
-# (faster and 2-3.5x leaner than the float32 forms there, measured: docs/backends.md)
+# (faster and 2-3.6x leaner than the float32 forms there, measured: docs/backends.md)
 CPU_BF16_AUTO = {"nystrom": "sdpa", "linformer": "sdpa"}
 
 

@@ -211,3 +211,24 @@ def test_flops_counted_on_meta_follow_the_cpu_kernels(case: BenchCase) -> None:
     """SDPA on meta would take the math path (a backward with one matmul fewer than the CPU's
     fused kernel), also when a reversible layer recomputes it inside its backward."""
     assert predict_flops(case) == predict_case(case).flops
+
+
+def test_a_backend_that_runs_on_cuda_only_is_counted_on_the_target(monkeypatch):
+    """xformers has no CPU implementation to count FLOPs on: they are counted on the fake target
+    (where it stands in as SDPA, the same computation), equal to the meta device's count."""
+    from attention_zoo.attention.spec import BackendSpec
+    from attention_zoo.measure import predict
+
+    original = BackendSpec.unavailable_reason
+
+    def reason(self, device="cpu"):  # as on a CUDA machine with xformers installed
+        if self.name == "xformers":
+            return "xformers kernels need CUDA" if torch.device(device).type == "cpu" else None
+        return original(self, device)
+
+    monkeypatch.setattr(BackendSpec, "unavailable_reason", reason)
+    monkeypatch.setattr(predict, "stand_in_device", lambda device: "cuda")
+    case = BenchCase(backend="xformers", device="cuda", seq_len=256, dtype="bfloat16")
+    found = predict_case(case)
+    assert found.method == "fake:cuda" and found.peak_bytes > 0
+    assert found.flops == predict_flops(case) > 0

@@ -95,7 +95,7 @@ def test_the_report_says_tied_where_the_spreads_overlap_at_the_longest_length(tm
     assert crossover_text(ctx, rows["a"], rows["b"], "time_median") == "tied at the longest length"
     rows["a"][1024]["metrics"]["time_median"] = 0.5  # now below beyond both spreads
     text = crossover_text(ctx, rows["a"], rows["b"], "time_median")
-    assert text == "from L ≈ 512"  # tied at 512 (0.1 apart), below from there
+    assert text == "from L ≈ 512"  # equal at 512, below beyond both spreads from there
     (entry,) = ctx.ledger.entries
     assert entry.params == {"n_a": 3, "spread": True} and len(entry.refs) == 12
 

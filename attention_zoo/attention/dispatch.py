@@ -2,7 +2,8 @@
 
 Each implementation states where it runs (devices, dtypes, torch version or package, attention
 dropout, head size, the options it computes) and, when it cannot, why, as xformers' fmha dispatch
-does. `kernel="auto"` takes the first implementation of the device's priority list that can run;
+does. `kernel="auto"` takes the first implementation of the device's priority list (its list for
+the dtype, where it keeps one) that can run;
 a named kernel runs, or refuses in one line with its reasons. The name of the one that ran is what
 measurements store.
 """

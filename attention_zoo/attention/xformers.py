@@ -81,32 +81,34 @@ class XFormersAttention(AttentionCore):
             return self._counted(q, k, v, key_padding_mask)
         import xformers.ops as xops
 
+        bias = None if key_padding_mask is None else self._dense_bias(q, key_padding_mask)
         # xformers wants (b, n, h, d).
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        bias = xops.LowerTriangularMask() if self.causal else None
-        if key_padding_mask is not None:
-            b, n, h, _ = q.shape
-            dense = torch.zeros(b, h, n, n, dtype=q.dtype, device=q.device)
-            dense = dense.masked_fill(~real_keys_mask(key_padding_mask), mask_value(q.dtype))
-            if self.causal:
-                future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-                dense = dense.masked_fill(future, mask_value(q.dtype))
-            bias = dense
+        if bias is None and self.causal:
+            bias = xops.LowerTriangularMask()
         out = xops.memory_efficient_attention(q, k, v, attn_bias=bias, p=self.dropout_p)
         return out.transpose(1, 2)
 
     def _counted(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         """On shapes only (meta, FakeTensors): SDPA's memory-efficient attention, the same
-        computation, so parameters, states, FLOPs (torch's formula) and memory can be counted
-        where xformers' kernels cannot run, or are not installed."""
-        mask = None if key_padding_mask is None else real_keys_mask(key_padding_mask)
-        if mask is not None and self.causal:
-            n = q.shape[-2]
-            mask = mask & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-        causal = self.causal and mask is None
+        computation with the same bias, so parameters, states, FLOPs (torch's formula) and memory
+        can be counted where xformers' kernels cannot run, or are not installed."""
+        bias = None if key_padding_mask is None else self._dense_bias(q, key_padding_mask)
+        causal = self.causal and bias is None
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout_p, is_causal=causal
+            q, k, v, attn_mask=bias, dropout_p=self.dropout_p, is_causal=causal
         )
+
+    def _dense_bias(self, q: Tensor, key_padding_mask: Tensor) -> Tensor:
+        """(b, h, n, n) additive bias in q's dtype hiding padded keys (and, causal, the future):
+        q (b, h, n, d); xformers takes no boolean mask with padding."""
+        b, h, n, _ = q.shape
+        dense = torch.zeros(b, h, n, n, dtype=q.dtype, device=q.device)
+        dense = dense.masked_fill(~real_keys_mask(key_padding_mask), mask_value(q.dtype))
+        if self.causal:
+            future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+            dense = dense.masked_fill(future, mask_value(q.dtype))
+        return dense
 
 
 KERNELS = KernelTable(

@@ -28,6 +28,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensorMode  # its first instance imports dynamo
 from torch.library import _scoped_library
 
+from ..errors import UnavailableError
 from .cases import BenchCase, build_runnable
 from .flops import count_flops
 from .tracker import StorageTracker
@@ -61,9 +62,10 @@ def stand_in_device(device: str) -> str:
 def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     """Predict peak/resident bytes and FLOPs of one step of `case` on `device` (default: its own).
 
-    FLOPs are counted on the CPU's implementations whatever the device, so they measure the
-    mechanism's work, not a library's: a fused CUDA kernel the counter cannot see (fla), or one it
-    counts as dense (FlexAttention), would otherwise change them. Memory is predicted on the fake
+    FLOPs are counted on the CPU's implementations whatever the device (on the target's where a
+    backend has none there, xformers), so they measure the mechanism's work, not a library's: a
+    fused CUDA kernel the counter cannot see (fla), or one it counts as dense (FlexAttention),
+    would otherwise change them. Memory is predicted on the fake
     target device where its kernels trace there, else on the CPU standing in (the method says so).
     Raises UnavailableError when a backend cannot run on the stand-in device, and whatever the
     case raises on FakeTensors (e.g. a backend with data-dependent shapes, which the style guide
@@ -72,7 +74,12 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     target = torch.device(device or case.device).type
     fake_device = stand_in_device(target)
     method = f"fake:{fake_device}" + ("" if fake_device == target else f" standing in for {target}")
-    cpu = _fake_step(case, "cpu", flops=True) if fake_device != "cpu" else None
+    cpu = None
+    if fake_device != "cpu":
+        try:
+            cpu = _fake_step(case, "cpu", flops=True)
+        except UnavailableError:  # the backend runs on the target only: counted there
+            pass
     try:
         peak, resident, flops = _fake_step(case, fake_device, flops=cpu is None)
     except NotImplementedError as exc:  # an operator these counting modes cannot trace

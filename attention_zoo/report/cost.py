@@ -485,7 +485,8 @@ def series(ok: Any, metric: str) -> dict[str, dict[int, Any]]:
 
 def crossover_text(ctx: Context, a: dict[int, Any], b: dict[int, Any], metric: str) -> str:
     """From which length series `a` is below series `b` (through the largest common length),
-    by the ranking's tie rule: within the larger interquartile range is no win."""
+    by the ranking's tie rule: within the larger interquartile range is no win (where every row
+    has its spread: rows stored without one are compared by their medians alone)."""
     common = sorted(set(a) & set(b))
     if len(common) < MIN_FIT_LENGTHS:
         return NOT_ENOUGH
