@@ -4,7 +4,6 @@ residual variant and task, and a newly registered backend is picked up with no o
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +19,13 @@ from attention_zoo.measure.metrics import METRICS
 from attention_zoo.tasks.base import TASKS
 from attention_zoo.tasks.suite import find_suite
 
-os.environ.setdefault("ZOO_ASV_NO_WARMUP", "1")  # importing the asv suite need not warm up
-
 
 def _asv(module: str):
-    return importlib.reload(importlib.import_module(f"benchmarks.{module}"))
+    """benchmarks.<module> imported afresh, without the suite's import-time warm-up (not needed to
+    read its parameters)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ZOO_ASV_NO_WARMUP", "1")
+        return importlib.reload(importlib.import_module(f"benchmarks.{module}"))
 
 
 def _baselined_backends() -> set[str]:
