@@ -403,8 +403,10 @@ def test_a_job_that_raises_is_an_error_outcome_with_the_environment() -> None:
 def ray_runtime():
     """One local Ray runtime (2 CPUs) for the module; workers import this checkout and tests/."""
     ray = pytest.importorskip("ray")
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), old]))
+    # what Ray leaves set in this process (variables, sys.path, hooks) is put back after it
+    env, path, hook = dict(os.environ), list(sys.path), sys.excepthook
+    sigterm = signal.getsignal(signal.SIGTERM)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     ray.init(
         num_cpus=2,
         resources={TIMING_SLOT: 1},
@@ -414,10 +416,10 @@ def ray_runtime():
     )
     yield ray
     ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:], sys.excepthook = path, hook
+    signal.signal(signal.SIGTERM, sigterm)
 
 
 def _pairs(rows: list) -> list[tuple[str, str]]:
