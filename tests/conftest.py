@@ -6,11 +6,14 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
+from attention_zoo import AttentionCore
+from attention_zoo.attention.spec import BACKENDS, register_attention
 from attention_zoo.errors import PluginError
 from attention_zoo.measure import load
 from attention_zoo.plugins import PLUGINS, load_plugins_for_command
@@ -107,3 +110,32 @@ def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("ZOO_IMPORT", raising=False)
     with registrations_undone():
         yield
+
+
+@dataclass(frozen=True, kw_only=True)
+class _NoOptions:
+    """No options."""
+
+
+@pytest.fixture
+def bad_backends():
+    """Two injected backends: one raising an ordinary error, one an allocator out-of-memory one."""
+
+    @register_attention("test-failing", config=_NoOptions)
+    class Failing(AttentionCore):
+        def attend(self, q, k, v, key_padding_mask):
+            raise ValueError("injected failure")
+
+    @register_attention("test-oom", config=_NoOptions)
+    class OutOfMemory(AttentionCore):
+        def attend(self, q, k, v, key_padding_mask):
+            if q.device.type == "meta" or type(q).__name__ == "FakeTensor":
+                return q  # predictable; only the real run fails
+            raise RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: "
+                "you tried to allocate 1099511627776 bytes"
+            )
+
+    yield
+    BACKENDS.remove("test-failing")
+    BACKENDS.remove("test-oom")

@@ -5,13 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from attention_zoo import AttentionCore
-from attention_zoo.attention.spec import BACKENDS, register_attention
+from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.cli import main
 from attention_zoo.measure.labels import DEFAULT_REFERENCE
 
@@ -324,43 +322,17 @@ def test_results_output_never_overwrites_a_results_store(
     assert code == 0 and f"wrote {tmp_path / 'notes.txt'} (replacing what it held)" in err
 
 
-@dataclass(frozen=True, kw_only=True)
-class _NoOptions:
-    """No options."""
-
-
-@pytest.fixture
-def failing_backends():
-    """Injected backends: one whose code fails, one that runs out of memory (only when real)."""
-
-    @register_attention("test-cli-failing", config=_NoOptions)
-    class Failing(AttentionCore):
-        def attend(self, q, k, v, key_padding_mask):
-            raise ValueError("injected failure")
-
-    @register_attention("test-cli-oom", config=_NoOptions)
-    class OutOfMemory(AttentionCore):
-        def attend(self, q, k, v, key_padding_mask):
-            if q.device.type == "meta" or type(q).__name__ == "FakeTensor":
-                return q  # predictable; only the real run fails
-            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate")
-
-    yield
-    BACKENDS.remove("test-cli-failing")
-    BACKENDS.remove("test-cli-oom")
-
-
 @pytest.mark.slow
 def test_bench_exits_1_when_a_case_fails_and_0_past_the_machines_limits(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], failing_backends: None
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad_backends: None
 ) -> None:
     """A case whose code failed makes the sweep's exit status 1 (a CI notices); an out-of-memory
     case is a measurement of the machine, not a failure."""
     grid = ["bench", "--target", "attention", "--lengths", "64", "--modes", "forward", *FAST]
     store = str(tmp_path / "zoo.sqlite")
-    code, out, err = run(capsys, *grid, "--backends", "sdpa,test-cli-oom", "--store", store)
+    code, out, err = run(capsys, *grid, "--backends", "sdpa,test-oom", "--store", store)
     assert code == 0, err
     assert "1 ok, 1 oom" in out
-    code, out, err = run(capsys, *grid, "--backends", "sdpa,test-cli-failing", "--store", store)
+    code, out, err = run(capsys, *grid, "--backends", "sdpa,test-failing", "--store", store)
     assert code == 1 and "1 error, 1 ok" in out
     assert "zoo bench: 1 case(s) ended error or invalid" in err and "exit status 1" in err

@@ -8,14 +8,12 @@ import re
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
-from attention_zoo import UnknownNameError, register_attention
-from attention_zoo.attention.base import AttentionCore
+from attention_zoo import UnknownNameError
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.engine import RunPolicy
 from attention_zoo.errors import ConfigError, OptionError
@@ -184,35 +182,6 @@ def test_preset_file_from_path(tmp_path: Path) -> None:
 
 
 # ---- failures and OOM keep the sweep going ---------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class _NoOptions:
-    """No options."""
-
-
-@pytest.fixture
-def bad_backends():
-    """Two injected backends: one raising an ordinary error, one an allocator out-of-memory one."""
-
-    @register_attention("test-failing", config=_NoOptions)
-    class Failing(AttentionCore):
-        def attend(self, q, k, v, key_padding_mask):
-            raise ValueError("injected failure")
-
-    @register_attention("test-oom", config=_NoOptions)
-    class OutOfMemory(AttentionCore):
-        def attend(self, q, k, v, key_padding_mask):
-            if q.device.type == "meta" or type(q).__name__ == "FakeTensor":
-                return q  # predictable; only the real run fails
-            raise RuntimeError(
-                "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: "
-                "you tried to allocate 1099511627776 bytes"
-            )
-
-    yield
-    BACKENDS.remove("test-failing")
-    BACKENDS.remove("test-oom")
 
 
 @pytest.mark.slow
