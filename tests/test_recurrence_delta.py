@@ -4,7 +4,6 @@ ones; fla's Triton kernels against the chunks on CUDA."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from functools import partial
 from pathlib import Path
@@ -20,6 +19,9 @@ from attention_zoo.attention.kernels.recurrences.fla import fla_recurrence
 from attention_zoo.attention.kernels.recurrences.reference import recurrence
 from attention_zoo.attention.kernels.recurrences.table import RecurrenceInputs
 from attention_zoo.measure.flops import count_flops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "scripts"))
+import recurrence_targets
 
 fla_chunk_delta = partial(fla_recurrence, chunked=True)
 fla_recurrent_delta = partial(fla_recurrence, chunked=False)
@@ -325,15 +327,10 @@ def test_forward_flops_count_the_triangular_solve(monkeypatch):
 
 
 def _fla_naive(family: str) -> ModuleType:
-    """fla.ops.<family>.naive, a plain PyTorch file, loaded alone: importing the fla package
-    imports Triton and all its layers, seconds of the test's time."""
-    spec = importlib.util.find_spec("fla")
-    if spec is None or not spec.submodule_search_locations:
+    """fla.ops.<family>.naive loaded alone (recurrence_targets.fla_naive); skips without fla."""
+    module = recurrence_targets.fla_naive(family)
+    if module is None:
         pytest.skip("fla is not installed")
-    path = Path(spec.submodule_search_locations[0], "ops", family, "naive.py")
-    module_spec = importlib.util.spec_from_file_location(f"_fla_naive_{family}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
     return module
 
 
