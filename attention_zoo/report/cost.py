@@ -180,6 +180,7 @@ def tied(at_n: Any, winner: Any, metric: str) -> list[Any]:
     if winner is None:
         return []
     cls, value = kind_class(winner["computes"]), winner["metrics"][metric]
+    iqr = spread_of(metric)
     return [
         r
         for _, r in at_n.iterrows()
@@ -187,8 +188,7 @@ def tied(at_n: Any, winner: Any, metric: str) -> list[Any]:
         and r["computes"] != UNKNOWN_KIND
         and kind_class(r["computes"]) == cls
         and trusted(r, metric)
-        and r["metrics"][metric] - value
-        <= max(_spread(winner, spread_of(metric)), _spread(r, spread_of(metric)))
+        and r["metrics"][metric] - value <= max(_spread(winner, iqr), _spread(r, iqr))
     ]
 
 
