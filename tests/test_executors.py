@@ -318,6 +318,59 @@ def test_a_worker_that_always_dies_fails_its_own_job_only() -> None:
     assert all(outcomes[j.key].ok for j in others) and len(outcomes) == 5
 
 
+# a pool of 2 workers: a quick job (its outcome printed once a worker has started), then 2 long
+DRIVER = """
+import time
+from attention_zoo.executors import Job, PoolExecutor
+jobs = [Job(key="quick", label="q", fn=time.sleep, args=(0,), timed=False)]
+jobs += [Job(key=str(i), label="s", fn=time.sleep, args=(120,), timed=False) for i in range(2)]
+for outcome in PoolExecutor(workers=2).run(jobs):
+    print(outcome.key, flush=True)
+"""
+
+
+def _children(pid: int) -> set[int]:
+    """The live (not zombie) processes whose parent is `pid`."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while read
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_workers_end_when_their_driver_is_killed() -> None:
+    """A driver killed without the chance to end its pool (SIGKILL; SIGTERM alike) leaves no
+    worker training on: each watches its parent and exits when it is gone."""
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "quick"  # a worker has started: it is watching
+        workers = _children(driver.pid)
+        assert workers
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 30
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [w for w in workers if _alive(w)]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    assert not left, "workers outlived their driver"
+
+
 def _unpicklable_result() -> object:
     return lambda: None
 

@@ -16,6 +16,8 @@ import multiprocessing
 import os
 import pickle
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -40,9 +42,21 @@ def default_workers(threads: int | None) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, threads or 1))
 
 
-def _start_worker(threads: int) -> None:
-    """A worker's torch threads (a job that names its own sets them again)."""
+PARENT_POLL_S = 1.0  # how often a worker checks that the process that started it still runs
+
+
+def _start_worker(threads: int, parent: int) -> None:
+    """A worker's torch threads (a job that names its own sets them again), and a watch that ends
+    it when its parent is gone (killed without the chance to end its pool: SIGTERM, SIGKILL)."""
     torch.set_num_threads(threads)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """End this process once `parent` is no longer its parent (orphans are re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _work(marker: str, payload: bytes, **job: object) -> Outcome:
@@ -124,7 +138,7 @@ class PoolExecutor(ExecutorBase):
                 max_workers=workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_worker,
-                initargs=(threads,),
+                initargs=(threads, os.getpid()),
             )
             try:
                 futures: dict[Future[Outcome], tuple[Job, Path]] = {}
