@@ -362,7 +362,7 @@ def test_auto_on_the_cpu_keeps_the_cpu_kernels(name):
         assert core.pick(Call("meta", dtype, 4096, 64, fake=True)).name == CPU_AUTO[name]
 
 
-def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_dtype():
+def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_device_and_dtype():
     def run(*args):
         raise AssertionError("never run")
 
@@ -375,6 +375,8 @@ def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_dtype():
     assert table.pick("x", "auto", None, Call("cpu", torch.bfloat16, 64, 8)).name == "b"
     with pytest.raises(ValueError, match=r"\['cpu:bf16'\] name no dtype"):
         KernelTable((a, b), {"cpu:bf16": ("a",)})
+    with pytest.raises(ValueError, match=r"\['cdua:bfloat16'\] name no torch device type"):
+        KernelTable((a, b), {"cdua:bfloat16": ("a",)})  # a misspelt device: never consulted
 
 
 @pytest.fixture

@@ -120,6 +120,8 @@ class KernelTable:
         dtypes = {_dtype_name(t) for t in FLOAT_DTYPES}
         if bad := [k for k in self.priority if k.partition(":")[2] not in ("", *dtypes)]:
             raise ValueError(f"kernel table: {bad} name no dtype of {sorted(dtypes)}")
+        if bad := [k for k in self.priority if not _is_device_type(k.partition(":")[0])]:
+            raise ValueError(f"kernel table: {bad} name no torch device type (cpu, cuda, ...)")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -179,6 +181,14 @@ class KernelTable:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _is_device_type(name: str) -> bool:
+    """Whether `name` is a device type as `Call.device` holds it (cpu, cuda, meta; no index)."""
+    try:
+        return torch.device(name).type == name
+    except RuntimeError:
+        return False
 
 
 @functools.cache
