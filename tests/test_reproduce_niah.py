@@ -12,6 +12,8 @@ from attention_zoo.report.claims import FAILS, HOLDS, NOT_MEASURED, verdict_clas
 from attention_zoo.reproduce.evidence import FEW_SEEDS
 from attention_zoo.reproduce.niah import ladder
 from attention_zoo.reproduce.niah.plot import plot
+from attention_zoo.tasks.niah import VARIANTS
+from attention_zoo.tasks.suite import TaskPreset
 
 SEEDS = (0, 1, 2)
 PRESET = ladder.ladder_presets("cpu")[0]
@@ -19,23 +21,28 @@ PRESET_SMOKE = ladder.ladder_presets("smoke")[0]
 SHORT, LONG = PRESET.task.lengths[0], PRESET.task.lengths[-1]
 
 
-def _rows(accs: dict[str, dict[int, float]], seeds: tuple[int, ...] = SEEDS) -> list[dict]:
-    """Planted runs: backend -> length -> accuracy (a fraction) at every depth split, the seeds a
-    point apart."""
+def _rows(
+    accs: dict[str, dict[int, float]],
+    seeds: tuple[int, ...] = SEEDS,
+    preset: TaskPreset = PRESET,
+) -> list[dict]:
+    """Planted runs of `preset`'s ladder: backend -> length -> accuracy (a fraction) at every
+    depth split, the seeds a point apart."""
     rows = []
     for backend, by_length in accs.items():
         for seed in seeds:
             for length, acc in by_length.items():
-                for depth in PRESET.task.depths:
+                for depth in preset.task.depths:
                     rows.append({
-                        "task": "niah", "preset": ladder.rung_name(PRESET, length),
+                        "task": "niah", "preset": ladder.rung_name(preset, length),
                         "backend": backend, "length": length, "seed": seed, "metric": "accuracy",
                         "value": min(1.0, acc + 0.01 * (seed - 1)),
                         "eval": f"n{length}-d{round(100 * depth)}", "ref": f"run/{backend}{seed}",
                     })  # fmt: skip
-            rows.append({"task": "niah", "preset": ladder.rung_name(PRESET, LONG),
+            longest = preset.task.lengths[-1]
+            rows.append({"task": "niah", "preset": ladder.rung_name(preset, longest),
                          "backend": backend,
-                         "length": LONG, "seed": seed, "metric": "accuracy", "value": 0.5,
+                         "length": longest, "seed": seed, "metric": "accuracy", "value": 0.5,
                          "eval": "trained", "ref": f"run/{backend}{seed}"})  # fmt: skip
     return rows
 
@@ -54,8 +61,9 @@ def test_the_recurrences_share_one_fixed_state_and_attention_grows() -> None:
     fixed = {b: ladder.memory(PRESET, b) for b in ("gla", "gated-deltanet", "retention")}
     assert all(m.fixed for m in fixed.values())
     assert len({m.long_bytes for m in fixed.values()}) == 1  # same heads, same head width
-    full = ladder.memory(PRESET, "full")
-    assert not full.fixed and full.long_bytes > full.short_bytes
+    for routed in ("full", "moba", "nsa"):  # block routing reads a cache that grows all the same
+        grows = ladder.memory(PRESET, routed)
+        assert not grows.fixed and grows.long_bytes > grows.short_bytes
 
 
 def test_attention_that_keeps_and_recurrences_that_fall_hold() -> None:
@@ -130,11 +138,30 @@ def test_accuracy_a_key_blind_rule_reaches_decides_nothing() -> None:
     assert PRESET.task.num_needles == 4 and 24 < ladder.key_blind(PRESET) < 28
 
 
+def test_a_ladder_a_key_blind_rule_solves_judges_nothing() -> None:
+    """One needle in filler (RULER's single): copying the only value there is answers every query,
+    so perfect accuracy shows no retrieval, and every claim on that ladder says so."""
+    single = next(p for p in ladder.ladder_presets("cpu") if p.task.variant == "single")
+    assert ladder.key_blind(single) == 100.0
+    rows = _rows({"full": _ladder(1.0, 1.0), "gla": _ladder(1.0, 0.3)}, preset=single)
+    verdicts = {c.verdict for c in ladder.claims(rows, single)}
+    assert verdicts == {ladder.KEY_BLIND.format(100)}
+    assert verdict_class(verdicts.pop()) == "undecided"
+    floors = {c.floor for c in ladder.claims(rows, single)}
+    assert floors == {"none: the key-blind rules score 100.0% at L 32"}
+
+
+def test_every_variant_has_a_ladder() -> None:
+    """One accuracy-vs-length plot per RULER variant needs a ladder of each at some size."""
+    variants = {p.task.variant for size in ladder.SIZES for p in ladder.ladder_presets(size)}
+    assert variants == set(VARIANTS)
+
+
 def test_the_key_blind_floor_is_read_where_the_ladder_is_judged() -> None:
     """At a fixed depth the asked needle's place among the needles can give it away (depth 0:
     first), which the training draw (uniform depths) does not show: the rules are scored on the
     shortest length's depth splits, the accuracies the claims compare."""
-    (preset, _) = ladder.ladder_presets("gpu")
+    preset = ladder.ladder_presets("gpu")[0]
     assert 100 * preset.task.baseline_accuracy() < 10  # the training draw: distractor needles
     assert 25 < ladder.key_blind(preset) < 45  # the splits: 'first' is right at depth 0
 

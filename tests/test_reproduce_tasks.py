@@ -374,16 +374,23 @@ def test_a_user_suite_without_a_size_leaves_the_reproduction_readable(
     assert reproduction.claims(frame)  # its claims read the sizes the suite defines
 
 
-def test_a_user_niah_suite_without_the_gpu_ladders_still_reports(
+def test_a_user_niah_suite_without_the_later_ladders_still_reports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A user's copy of the suite made before the single and gpu ladders were added: its cpu
+    ladder is still trained and reported."""
     from attention_zoo.tasks.suite import find_suite
 
     text = Path(str(find_suite("niah"))).read_text()
     (tmp_path / "tasks").mkdir()
-    keep = text[: text.index("[presets.ladder-gpu-multikey]")]
+    keep = text[: text.index("[presets.ladder-cpu-single]")]
     (tmp_path / "tasks" / "niah.toml").write_text(keep)
     monkeypatch.chdir(tmp_path)
     reproduction = get_reproduction("niah")
     assert {p.name for p in reproduction.ladders()} == {"ladder-smoke", "ladder-cpu"}
+    assert {p.name for p in reproduction.trained_presets("cpu")} == {
+        "ladder-cpu-n32",
+        "ladder-cpu-n64",
+        "ladder-cpu-n128",
+    }
     assert reproduction.claims(None)

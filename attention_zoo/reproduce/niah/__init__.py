@@ -61,7 +61,9 @@ class NeedleLadder(TaskReproduction):
         for preset in self.ladders():
             if stored & rung_lengths(preset).keys():
                 out += claims(tidy, preset)
-        return out or [c for p in ladder_presets("cpu") for c in claims([], p)]
+        ladders = self.ladders()
+        unmeasured = [p for p in ladders if p.name in SIZES["cpu"]] or ladders[:1]
+        return out or [c for p in unmeasured for c in claims([], p)]
 
     def report_sections(self, ctx: Context) -> list[Any]:
         rows = report_rows(ctx.tasks, self.defined_presets())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ...errors import ZooError
+from ...errors import UnknownPresetError, ZooError
 from ...measure.fair import FairSetting, fair_numbers
 from ...measure.metrics import is_measured
 from ...report.claims import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, ClaimRow
@@ -51,8 +51,8 @@ PUBLISHED = (
 # The preset names `zoo reproduce niah --preset SIZE` trains (the niah suite), one per variant.
 SIZES = {
     "smoke": ("ladder-smoke",),
-    "cpu": ("ladder-cpu",),
-    "gpu": ("ladder-gpu-multikey", "ladder-gpu-multiquery"),
+    "cpu": ("ladder-cpu", "ladder-cpu-single"),
+    "gpu": ("ladder-gpu-multikey", "ladder-gpu-multiquery", "ladder-gpu-multivalue"),
 }
 LEARNED = 50.0  # %: a mechanism's interval at the shortest length clears this before it is judged
 MARGIN = 5.0  # points above the task's key-blind rules that the shortest length must clear too
@@ -62,6 +62,10 @@ NO_FALL = f"{UNDECIDED}: it did not clear the floor at the shortest length"
 NO_REFERENCE = f"{UNDECIDED}: full attention did not keep its accuracy here (its claim must hold)"
 STRADDLES = f"{UNDECIDED}: the gap's interval crosses -{BAND:g} points"
 UNSIZED = f"{UNDECIDED}: its state cannot be sized here (fixed or growing: which claim applies)"
+KEY_BLIND = (
+    f"{UNDECIDED}: a rule that never reads the asked key scores {{:.0f}}% at the shortest length, "
+    "so no accuracy here shows retrieval"
+)
 RULE = (
     f"per mechanism, over >= {MIN_SEEDS} seeds: the paired gap of its accuracy at the longest "
     f"length minus the shortest (each the mean over depths), its 95% interval classed below "
@@ -69,7 +73,8 @@ RULE = (
     f"judged only when its own interval at the shortest length clears the floor ({LEARNED:g}%, "
     f"or the key-blind rules' accuracy + {MARGIN:g} points if higher) and, for a "
     "fixed state, when full attention keeps its accuracy here (its own claim holds: the contrast "
-    "the claim states); a growing cache holds when not below, a fixed state when below"
+    "the claim states); a growing cache holds when not below, a fixed state when below; a ladder "
+    f"whose key-blind rules score {100 - MARGIN:g}% or more is judged nowhere (no floor is left)"
 )
 
 Accuracies = dict[str, dict[int, dict[int, float]]]  # backend -> length -> seed -> accuracy [%]
@@ -95,8 +100,17 @@ class Memory:
 
 
 def ladder_presets(size: str) -> list[TaskPreset]:
-    """The niah suite presets trained at `size`."""
-    return [load_task_preset(TASK, name) for name in SIZES[size]]
+    """The niah suite presets trained at `size` that the suite in use defines (a user's copy may
+    lack those added since); UnknownPresetError when it defines none of them."""
+    found, missing = [], []
+    for name in SIZES[size]:
+        try:
+            found.append(load_task_preset(TASK, name))
+        except UnknownPresetError as exc:
+            missing.append(exc)
+    if missing and not found:
+        raise missing[0]
+    return found
 
 
 def rung_name(preset: TaskPreset, length: int) -> str:
@@ -217,11 +231,14 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimR
     floor = learned_floor(preset)
     _, ref_cls, ref_why = fall(reference.get(short, {}), reference.get(long, {}), floor)
     cleared = not ref_why and ref_cls == NOT_BELOW
-    floor_text = (
-        f"learned: >= {floor:.1f}% at L {short} (key-blind rules {key_blind(preset):.1f}% + "
-        f"{MARGIN:g}, at least {LEARNED:g}%); "
-        "full keeps its accuracy: " + _kept(reference, ref_cls, ref_why)
-    )
+    if floor >= 100:
+        floor_text = f"none: the key-blind rules score {key_blind(preset):.1f}% at L {short}"
+    else:
+        floor_text = (
+            f"learned: >= {floor:.1f}% at L {short} (key-blind rules {key_blind(preset):.1f}% + "
+            f"{MARGIN:g}, at least {LEARNED:g}%); "
+            "full keeps its accuracy: " + _kept(reference, ref_cls, ref_why)
+        )
     backends = sorted(accs, key=lambda b: (b != REFERENCE, b)) or [REFERENCE]
     scale = scale_text(preset)
     out = []
@@ -231,6 +248,8 @@ def claims(rows: Iterable[Mapping[str, Any]], preset: TaskPreset) -> list[ClaimR
         gap, cls, why = fall(per_length.get(short, {}), per_length.get(long, {}), floor)
         if not per_length:
             verdict = NOT_MEASURED
+        elif floor >= 100:
+            verdict = KEY_BLIND.format(key_blind(preset))
         elif why:
             verdict = why
         elif mem.long_bytes is None:
@@ -289,7 +308,8 @@ def scale_text(preset: TaskPreset) -> str:
     width = model.get("attention_head_size") or model["hidden_size"] // heads
     return (
         f"lengths {', '.join(map(str, task.lengths))}, each trained apart; {task.num_needles} "
-        f"needles, {task.num_keys} keys, {task.num_values} values (chance "
+        f"needle{'s' if task.num_needles != 1 else ''}, {task.num_keys} keys, "
+        f"{task.num_values} values (chance "
         f"{100 * task.chance_accuracy():.1f}%, key-blind rules at L {task.lengths[0]} "
         f"{key_blind(preset):.1f}%); "
         f"depths {', '.join(f'{d:g}' for d in task.depths)}; "
