@@ -329,24 +329,25 @@ for outcome in PoolExecutor(workers=2).run(jobs):
 """
 
 
-def _children(pid: int) -> set[int]:
-    """The live (not zombie) processes whose parent is `pid`."""
-    out = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended while read
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.add(int(stat.parent.name))
-    return out
+def _stat(pid: int | str) -> tuple[str, int] | None:
+    """(state, parent pid) of a process from /proc, or None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # ended, or ended while read
+        return None
+    return fields[0], int(fields[1])
 
 
 def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    """Whether process `pid` runs (a zombie has ended)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid`."""
+    pids = (int(p.name) for p in Path("/proc").glob("[0-9]*"))
+    return {c for c in pids if (stat := _stat(c)) and stat[1] == pid and stat[0] != "Z"}
 
 
 @pytest.mark.slow

@@ -57,11 +57,10 @@ class NeedleLadder(TaskReproduction):
     def claims(self, rows: Any) -> list[ClaimRow]:
         tidy = task_rows(rows, self.defined_presets())
         stored = {r["preset"] for r in tidy if r["task"] == "niah"}
-        out = []
-        for preset in self.ladders():
+        ladders, out = self.ladders(), []
+        for preset in ladders:
             if stored & rung_lengths(preset).keys():
                 out += claims(tidy, preset)
-        ladders = self.ladders()
         unmeasured = [p for p in ladders if p.name in SIZES["cpu"]] or ladders[:1]
         return out or [c for p in unmeasured for c in claims([], p)]
 
