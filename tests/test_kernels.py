@@ -379,6 +379,25 @@ def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_device_and_dty
         KernelTable((a, b), {"cdua:bfloat16": ("a",)})  # a misspelt device: never consulted
 
 
+def test_auto_passes_over_an_implementation_that_does_not_pay_but_a_named_one_runs():
+    def run(*args):
+        raise AssertionError("never run")
+
+    long_only = Implementation(
+        name="tiles", summary="", run=run, pays=lambda core, c: c.length > 99
+    )
+    dense = Implementation(name="dense", summary="", run=run)
+    bf16 = Implementation(name="bf16", summary="", run=run, dtypes=frozenset({torch.bfloat16}))
+    table = KernelTable(
+        (long_only, dense, bf16), {"cpu": ("tiles", "dense"), "cuda": ("tiles", "bf16")}
+    )
+    short, long = Call("cpu", torch.float32, 64, 8), Call("cpu", torch.float32, 128, 8)
+    assert [table.pick("x", "auto", None, c).name for c in (short, long)] == ["dense", "tiles"]
+    assert table.pick("x", "tiles", None, short).name == "tiles"  # named: it can, so it runs
+    # where nothing after it can run, the first that can runs, paying or not
+    assert table.pick("x", "auto", None, Call("cuda", torch.float32, 64, 8)).name == "tiles"
+
+
 @pytest.fixture
 def triton_present(monkeypatch):
     """As on a CUDA machine with Triton and fla-core."""

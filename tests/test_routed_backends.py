@@ -12,6 +12,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attention_zoo import build_attention, get_backend
 from attention_zoo.attention import nsa as nsa_module
+from attention_zoo.attention.dispatch import Call
 from attention_zoo.attention.kernels.flex import TILE
 from attention_zoo.attention.kernels.routing import mixed, tiled
 from attention_zoo.attention.kernels.routing.compressed import window_route
@@ -305,6 +306,28 @@ def test_nsa_mixed_node_agrees_with_the_reference(mixed_always, kv, padded):
     _kernels_agree("nsa", ("tiled", "math"), kv, padded, seed=4)
 
 
+@pytest.mark.parametrize(
+    ("name", "options", "dense_below"),
+    [
+        ("moba", dict(block_size=16, top_k=3), 300),  # 100 keys per slot
+        ("nsa", dict(block_size=16, num_selected=4, window=16), 400),
+        ("moba", dict(block_size=128, top_k=2), 257),  # the route reads every key up to 256
+    ],
+)
+def test_auto_runs_the_dense_reference_where_the_tiles_do_not_pay(name, options, dense_below):
+    """On the CPU the key-block tiles run from TILES_PAY_FROM keys per route slot, and only
+    where the route reads fewer keys than there are; shorter inputs run `math`, on meta too."""
+    core = build_attention(name, causal=True, device="cpu", **options)
+    for device in ("cpu", "meta"):
+        picks = [
+            core.pick(Call(device, torch.float32, n, 64, fake=device == "meta")).name
+            for n in (dense_below - 1, dense_below)
+        ]
+        assert picks == ["math", "tiled"]
+    tiled = build_attention(name, causal=True, device="cpu", kernel="tiled", **options)
+    assert tiled.pick(Call("cpu", torch.float32, 32, 64)).name == "tiled"
+
+
 def test_nsa_mixed_node_runs_on_long_inputs_only(monkeypatch):
     """Inputs whose outputs are small beside the tiles' scratch run the branches one by one;
     long ones run the node, with or without a backward to follow (a recomputed forward, as a
@@ -313,7 +336,7 @@ def test_nsa_mixed_node_runs_on_long_inputs_only(monkeypatch):
     assert nsa_module.pays(4, 16384, 64)
     calls = []
     monkeypatch.setattr(nsa_module.MixedNSA, "apply", lambda *a: calls.append(a) or a[0])
-    core = build_attention("nsa", causal=True, device="cpu", **ROUTED["nsa"])
+    core = build_attention("nsa", causal=True, device="cpu", kernel="tiled", **ROUTED["nsa"])
     q, k, v, gates = _nsa_inputs(n=40)
     core(q, k, v, **gates)
     assert not calls
@@ -328,7 +351,9 @@ def test_nsa_mixed_node_under_saved_tensor_hooks_keeps_no_outputs(mixed_always):
     """Under checkpointing or offloading hooks the node keeps no outputs of its own (the hooks
     would not see them); its backward remakes them and gives the same gradients."""
     q, k, v, gates = _nsa_inputs(kv=2, n=50, seed=8)
-    core = build_attention("nsa", causal=True, device="cpu", kv_heads=2, **ROUTED["nsa"])
+    core = build_attention(
+        "nsa", causal=True, device="cpu", kv_heads=2, kernel="tiled", **ROUTED["nsa"]
+    )
     seen = []
     forward = nsa_module.MixedNSA.forward
 
@@ -535,7 +560,9 @@ def test_nsa_mixed_node_in_bfloat16_matches_the_branches_one_by_one(mixed_always
     """16-bit inputs: the node (float32 scores and sums inside) and the composition agree to
     bfloat16's rounding, gradients included."""
     q, k, v, *gates = (x.to(torch.bfloat16) for x in _nsa_inputs_flat(kv=2, n=70, seed=6))
-    core = build_attention("nsa", causal=True, device="cpu", kv_heads=2, **ROUTED["nsa"])
+    core = build_attention(
+        "nsa", causal=True, device="cpu", kv_heads=2, kernel="tiled", **ROUTED["nsa"]
+    )
     node = with_grads(lambda *x: core(*x[:3], **dict(zip(GATES, x[3:]))), [q, k, v, *gates])
     monkeypatch.setattr(nsa_module, "pays", lambda *shape: False)
     one_by_one = with_grads(lambda *x: core(*x[:3], **dict(zip(GATES, x[3:]))), [q, k, v, *gates])
@@ -549,7 +576,7 @@ def test_nsa_mixed_node_refuses_a_double_backward(mixed_always):
     """Its backward is not differentiable: asking for a graph of it raises, not a wrong number."""
     q, k, v, gates = _nsa_inputs(n=30)
     leaves = [t.requires_grad_() for t in (q, k, v, *gates.values())]
-    core = build_attention("nsa", causal=True, device="cpu", **ROUTED["nsa"])
+    core = build_attention("nsa", causal=True, device="cpu", kernel="tiled", **ROUTED["nsa"])
     with pytest.raises(UnavailableError, match=r"\(MixedNSA\) .*\(create_graph=True\)"):
         torch.autograd.grad(core(q, k, v, **gates).sum(), leaves[:1], create_graph=True)
 

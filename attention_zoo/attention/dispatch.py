@@ -3,8 +3,9 @@
 Each implementation states where it runs (devices, dtypes, torch version or package, attention
 dropout, head size, the options it computes) and, when it cannot, why, as xformers' fmha dispatch
 does. `kernel="auto"` takes the first implementation of the device's priority list (its list for
-the dtype, where it keeps one) that can run;
-a named kernel runs, or refuses in one line with its reasons. The name of the one that ran is what
+the dtype, where it keeps one) that can run and pays for the call (an implementation may say it
+does not, where a later one is cheaper: dense products on short inputs); a named kernel runs, or
+refuses in one line with its reasons. The name of the one that ran is what
 measurements store.
 """
 
@@ -58,6 +59,8 @@ class Call:
 
 # (core, call) -> why this implementation cannot compute it, or None
 Check = Callable[[Any, Call], "str | None"]
+# (core, call) -> whether auto should run it where it can (False: a later one that can is cheaper)
+Pays = Callable[[Any, Call], bool]
 # (core, q, k, v, key_padding_mask, **extras) -> out; extras: the core's declared extra inputs
 Run = Callable[..., Tensor]
 
@@ -77,6 +80,7 @@ class Implementation:
     # the installation: a missing package or a torch without the feature (cached per device)
     environment: Callable[[str], str | None] | None = None
     checks: tuple[Check, ...] = ()  # the options and shapes it computes
+    pays: Pays | None = None  # auto passes it over for a later one that can run where False
 
     def reasons(self, core: Any, call: Call) -> list[str]:
         """Why it cannot compute `call` for `core`; empty when it can."""
@@ -135,7 +139,8 @@ class KernelTable:
 
     def pick(self, backend: str, kernel: str, core: Any, call: Call) -> Implementation:
         """The implementation that runs `call`: the named one, or with auto the first of the
-        device's priority list that can. Raises UnavailableError (one line, every reason)."""
+        device's priority list that can and pays (the first that can where none pays). Raises
+        UnavailableError (one line, every reason)."""
         if kernel != AUTO:
             impl = self.by_name[kernel]
             if reasons := impl.reasons(core, call):
@@ -146,13 +151,17 @@ class KernelTable:
             return impl
         if self.choose is not None:
             return self.by_name[self.choose(core, call)]
-        why = []
+        why, runnable = [], []
         for name in self.preference(call):
             impl = self.by_name[name]
-            reasons = impl.reasons(core, call)
-            if not reasons:
+            if reasons := impl.reasons(core, call):
+                why.append(f"{name}: {'; '.join(reasons)}")
+            elif impl.pays is None or impl.pays(core, call):
                 return impl
-            why.append(f"{name}: {'; '.join(reasons)}")
+            else:
+                runnable.append(impl)
+        if runnable:  # none pays: the first that can run
+            return runnable[0]
         raise UnavailableError(
             f"{backend}: no implementation runs on {call.device} {_dtype_name(call.dtype)}"
             + (f" ({' | '.join(why)})" if why else "")

@@ -81,6 +81,10 @@ class MoBAAttention(AttentionCore):
         route = moba_route(q, means, has, block=self.cfg.block_size, top_k=self.cfg.top_k)
         return attend(q, k, v, route, real)
 
+    def route_shape(self) -> tuple[int, int]:
+        """(slots, block): the key blocks a query's route holds, and their length."""
+        return self.cfg.top_k, self.cfg.block_size
+
     # ---- decoding: a KV cache and the mean key of every complete block
 
     def init_state(self, shape: StateShape) -> BlocksState:

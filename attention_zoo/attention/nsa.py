@@ -148,6 +148,10 @@ class NSAAttention(AttentionCore):
         g_cmp, g_slc, g_swa = (gates[name].unsqueeze(-1) for name in GATES)
         return g_cmp * o_cmp + g_slc * o_slc + g_swa * o_swa
 
+    def route_shape(self) -> tuple[int, int]:
+        """(slots, block): the key blocks a query's selected route holds, and their length."""
+        return self.cfg.num_selected, self.cfg.block_size
+
     def idle_cores(self, call: Call, rows: int) -> tuple[nn.Module, ...]:
         """The window core, where the one node computes the window on tiles (long inputs)."""
         node = self.pick(call).name == "tiled" and pays(rows, call.length, call.head_dim)

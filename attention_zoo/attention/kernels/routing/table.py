@@ -1,7 +1,7 @@
-"""The routed backends' implementations and their order: key-block tiles on the CPU,
-FlexAttention on CUDA, per-query gathers (what decoding steps use) and the dense reference by
-name. Each is a function (q, k, v, route, real) -> out that the core hands its route to
-(`core.routed`)."""
+"""The routed backends' implementations and their order: key-block tiles on the CPU (the dense
+reference where the sequence is too short for them to pay), FlexAttention on CUDA, per-query
+gathers (what decoding steps use) by name. Each is a function (q, k, v, route, real) -> out that
+the core hands its route to (`core.routed`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ...dispatch import Implementation, KernelTable
+from ...dispatch import Call, Implementation, KernelTable
 from ..flex import flex_dtype, flex_environment
 from .flex_routed import routed_flex
 from .gathered import gathered_attention
@@ -20,6 +20,16 @@ from .tiled import tiled_attention
 
 # (q, k, v, route, real) -> out: what an implementation computes over one route
 Attend = Callable[[Tensor, Tensor, Tensor, Route, Tensor], Tensor]
+# keys per route slot below which the dense product beats the tiles' gathers and merges (CPU)
+TILES_PAY_FROM = 100
+
+
+def tiles_pay(core: Any, call: Call) -> bool:
+    """Whether the tiles beat the dense product on `call`: the sequence holds more keys than a
+    query's route reads, and at least TILES_PAY_FROM keys per slot of it. `core.route_shape()`:
+    (slots, block)."""
+    slots, block = core.route_shape()
+    return call.length >= TILES_PAY_FROM * slots and call.length > slots * block
 
 
 def _runs(attend: Attend) -> Callable[..., Tensor]:
@@ -37,6 +47,7 @@ ROUTED_KERNELS = KernelTable(
             "queries, partial softmaxes merged; autograd",
             run=_runs(tiled_attention),
             grouped=True,
+            pays=tiles_pay,
         ),
         Implementation(
             name="gathered",
@@ -62,5 +73,5 @@ ROUTED_KERNELS = KernelTable(
             grouped=True,
         ),
     ),
-    {"cpu": ("tiled",), "meta": ("tiled",), "cuda": ("flex", "tiled")},
+    {"cpu": ("tiled", "math"), "meta": ("tiled", "math"), "cuda": ("flex", "tiled")},
 )
