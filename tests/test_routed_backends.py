@@ -77,13 +77,16 @@ def test_moba_with_every_block_is_causal_full_attention(kernel, kv):
         torch.testing.assert_close(moba(q, k, v), want, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("kernel", ["tiled", "math"])
 @pytest.mark.parametrize("top_k", [1, 2, 3])
 @pytest.mark.parametrize("kv", [None, 2])
-def test_moba_equals_its_published_algorithm(top_k, kv):
+def test_moba_equals_its_published_algorithm(top_k, kv, kernel):
     """Small top_k (1: its own block only, as MoBA's naive version) against the definition."""
     q, k, v = _qkv(n=41, kv=kv)
     kw = {} if kv is None else {"kv_heads": kv}
-    moba = build_attention("moba", causal=True, device="cpu", block_size=4, top_k=top_k, **kw)
+    moba = build_attention(
+        "moba", causal=True, device="cpu", block_size=4, top_k=top_k, kernel=kernel, **kw
+    )
     out = moba(q, k, v)
     torch.testing.assert_close(out, naive_moba(q, k, v, 4, top_k), atol=1e-10, rtol=1e-10)
     if top_k < 4:  # differs from full attention: the routing is not vacuous
@@ -203,11 +206,12 @@ def naive_nsa(q, k, v, gates, block, selected, window):
     return out
 
 
+@pytest.mark.parametrize("kernel", ["tiled", "math"])
 @pytest.mark.parametrize("kv", [None, 2])
-def test_nsa_equals_its_algorithm_written_out(kv):
+def test_nsa_equals_its_algorithm_written_out(kv, kernel):
     q, k, v, gates = _nsa_inputs(kv=kv)
     kw = {} if kv is None else {"kv_heads": kv}
-    nsa = build_attention("nsa", causal=True, device="cpu", **SMALL_NSA, **kw)
+    nsa = build_attention("nsa", causal=True, device="cpu", kernel=kernel, **SMALL_NSA, **kw)
     want = naive_nsa(q, k, v, gates, 4, 4, 6)
     torch.testing.assert_close(nsa(q, k, v, **gates), want, atol=1e-10, rtol=1e-10)
 
@@ -315,8 +319,9 @@ def test_nsa_mixed_node_agrees_with_the_reference(mixed_always, kv, padded):
     ],
 )
 def test_auto_runs_the_dense_reference_where_the_tiles_do_not_pay(name, options, dense_below):
-    """On the CPU the key-block tiles run from TILES_PAY_FROM keys per route slot, and only
-    where the route reads fewer keys than there are; shorter inputs run `math`, on meta too."""
+    """On the CPU, under DENSE_UP_TO tokens, the key-block tiles run from TILES_PAY_FROM keys
+    per route slot, and only where the route reads fewer keys than there are; shorter inputs run
+    `math`, on meta too."""
     core = build_attention(name, causal=True, device="cpu", **options)
     for device in ("cpu", "meta"):
         picks = [
@@ -326,6 +331,20 @@ def test_auto_runs_the_dense_reference_where_the_tiles_do_not_pay(name, options,
         assert picks == ["math", "tiled"]
     tiled = build_attention(name, causal=True, device="cpu", kernel="tiled", **options)
     assert tiled.pick(Call("cpu", torch.float32, 32, 64)).name == "tiled"
+
+
+def test_auto_keeps_the_tiles_from_1024_tokens_and_in_16_bits():
+    """The dense product's (t, n) scores grow with the length, and it scores in the input's
+    dtype: auto keeps the tiles from DENSE_UP_TO tokens, and in 16-bit dtypes at any length."""
+    wide = build_attention("moba", causal=True, device="cpu", block_size=128, top_k=16)
+    assert [wide.pick(Call("cpu", torch.float32, n, 64)).name for n in (1023, 1024)] == [
+        "math",
+        "tiled",
+    ]
+    core = build_attention("moba", causal=True, device="cpu", block_size=16, top_k=3)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert core.pick(Call("cpu", dtype, 128, 64)).name == "tiled"
+    assert core.pick(Call("cpu", torch.float64, 128, 64)).name == "math"
 
 
 def test_nsa_mixed_node_runs_on_long_inputs_only(monkeypatch):

@@ -1,5 +1,5 @@
-"""The family's reference: a dense softmax under the route's token mask. O(t n): for tests at
-small lengths, and the `math` implementation."""
+"""The family's reference: a dense softmax under the route's token mask. O(t n): the tests'
+reference, and the `math` implementation (what auto runs on short CPU inputs)."""
 
 from __future__ import annotations
 

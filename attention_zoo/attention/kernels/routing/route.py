@@ -100,7 +100,7 @@ def top_blocks(scores: Tensor, slots: int) -> tuple[Tensor, Tensor]:
 
 def token_mask(route: Route, n: int, real: Tensor) -> Tensor:
     """(b, h, t, n) bool: the keys each query may see under `route`: in a used block, at or
-    before the query, real. The dense reference's mask: O(t n), for tests and short steps."""
+    before the query, real. The dense reference's mask: O(t n), for short inputs."""
     b, h, t, _ = route.blocks.shape
     nb = -(-n // route.block)
     picked = torch.zeros(b, h, t, nb + 1, dtype=torch.bool, device=route.blocks.device)

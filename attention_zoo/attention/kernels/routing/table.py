@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ...dispatch import Call, Implementation, KernelTable
@@ -22,12 +23,17 @@ from .tiled import tiled_attention
 Attend = Callable[[Tensor, Tensor, Tensor, Route, Tensor], Tensor]
 # keys per route slot below which the dense product beats the tiles' gathers and merges (CPU)
 TILES_PAY_FROM = 100
+# from this length the tiles run whatever the route: the dense product's (t, n) scores grow with it
+DENSE_UP_TO = 1024
 
 
 def tiles_pay(core: Any, call: Call) -> bool:
-    """Whether the tiles beat the dense product on `call`: the sequence holds more keys than a
-    query's route reads, and at least TILES_PAY_FROM keys per slot of it. `core.route_shape()`:
-    (slots, block)."""
+    """Whether auto runs the tiles rather than the dense product on `call`: from DENSE_UP_TO
+    tokens and in 16-bit dtypes (the tiles score in float32, the dense product in the input's
+    dtype) always; else where the sequence holds more keys than a query's route reads, and at
+    least TILES_PAY_FROM keys per slot of it. `core.route_shape()`: (slots, block)."""
+    if call.length >= DENSE_UP_TO or torch.finfo(call.dtype).bits < 32:
+        return True
     slots, block = core.route_shape()
     return call.length >= TILES_PAY_FROM * slots and call.length > slots * block
 
