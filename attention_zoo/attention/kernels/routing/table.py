@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from ...dispatch import Call, Implementation, KernelTable
@@ -16,7 +15,7 @@ from ..flex import flex_dtype, flex_environment
 from .flex_routed import routed_flex
 from .gathered import gathered_attention
 from .reference import routed_reference
-from .route import Route
+from .route import Route, score_dtype
 from .tiled import tiled_attention
 
 # (q, k, v, route, real) -> out: what an implementation computes over one route
@@ -29,10 +28,10 @@ DENSE_UP_TO = 1024
 
 def tiles_pay(core: Any, call: Call) -> bool:
     """Whether auto runs the tiles rather than the dense product on `call`: from DENSE_UP_TO
-    tokens and in 16-bit dtypes (the tiles score in float32, the dense product in the input's
-    dtype) always; else where the sequence holds more keys than a query's route reads, and at
-    least TILES_PAY_FROM keys per slot of it. `core.route_shape()`: (slots, block)."""
-    if call.length >= DENSE_UP_TO or torch.finfo(call.dtype).bits < 32:
+    tokens and where the tiles score wider than the input (16-bit dtypes; the dense product
+    scores in the input's) always; else where the sequence holds more keys than a query's route
+    reads, and at least TILES_PAY_FROM keys per slot of it. `core.route_shape()`: (slots, block)."""
+    if call.length >= DENSE_UP_TO or score_dtype(call.dtype) != call.dtype:
         return True
     slots, block = core.route_shape()
     return call.length >= TILES_PAY_FROM * slots and call.length > slots * block
