@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,29 @@ def test_the_gate_says_when_its_limits_were_calibrated_on_another_machine(tmp_pa
     old = {NAME: {"noise": 1.07, "limit": 1.14, "runs": 3, "machine": "vm"}}
     assert limits.Limits(old).calibrated_elsewhere("vm", "any") is None
     assert limits.Limits(old).calibrated_elsewhere("other", "any") is not None
+
+
+def test_the_gate_runs_the_rounds_its_limits_were_calibrated_with(tmp_path: Path) -> None:
+    """A limit is the noise of one sampling: the gate takes its processor's calibrated rounds,
+    else DEFAULT_ROUNDS (--factor, none recorded, or mixed); --rounds overrides; two calibrations
+    of different rounds do not merge."""
+    four, six, none = (tmp_path / f"{n}.json" for n in ("four", "six", "none"))
+    limits.write({NAME: 1.03}, runs=3, machine="vm", commit="a", path=four, rounds=4)
+    limits.write({NAME: 1.05}, runs=3, machine="vm", commit="b", path=six, rounds=6)
+    limits.write({NAME: 1.03}, runs=3, machine="vm", commit="c", path=none)
+
+    def rounds(*argv: str) -> int:
+        return gate.parse_args(["--bench", "x", *argv]).rounds
+
+    assert rounds("--limits", str(four)) == 4
+    assert rounds("--limits", str(four), "--rounds", "8") == 8
+    assert rounds("--limits", str(none)) == rounds("--factor", "1.2") == gate.DEFAULT_ROUNDS
+    other = NAME.replace("'local'", "'lsh'")
+    limits.write({other: 1.03}, runs=3, machine="vm", commit="d", path=four, rounds=6)
+    assert rounds("--limits", str(four)) == gate.DEFAULT_ROUNDS  # mixed: none of them
+    with pytest.raises(SystemExit) as exit_:
+        limits.main([str(six), str(tmp_path / "none.json"), "--into", str(tmp_path / "m.json")])
+    assert exit_.value.code == 2 and not (tmp_path / "m.json").exists()
 
 
 def test_the_gate_reads_the_limits_of_its_own_processor(tmp_path: Path) -> None:
@@ -319,7 +343,7 @@ def test_a_time_over_its_limit_is_re_measured_before_it_counts(monkeypatch, seco
     monkeypatch.setattr(judging, "ensure_machine", lambda machine: None)
     fake = FakeGate([row(0.010, 0.015)], [row(0.010, second)])
     verdict = judging.time_verdict(fake, "a" * 40, "b" * 40, UNIFORM)
-    assert fake.asked[1] == ([f"^{re.escape(NAME)}$"], 2 * gate.DEFAULT_ROUNDS)
+    assert fake.asked[1] == ([f"^{re.escape(NAME)}$"], 2 * fake.args.rounds)
     assert verdict.remeasured == {NAME: pytest.approx(second / 0.010)}
     if second > 0.013:  # over the limit again: a regression, with both ratios
         assert len(verdict.regressions) == 1 and "re-measured: 1.50x" in verdict.regressions[0]
@@ -410,7 +434,18 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     `gate-start`, on a scratch branch; commits go there only, each on top of `gate-start`, so
     that no test sees another's planted change."""
     path = tmp_path_factory.mktemp("gate") / "repo"
-    snapshot = sh("git", "stash", "create", cwd=ROOT).strip() or "HEAD"
+    # on a private copy of the index: workers snapshotting at once would race for index.lock
+    index = ROOT / sh("git", "rev-parse", "--git-path", "index", cwd=ROOT).strip()
+    private = shutil.copyfile(index, path.parent / "index")
+    snapshot = subprocess.run(
+        ["git", "stash", "create"],
+        cwd=ROOT,
+        env={**os.environ, "GIT_INDEX_FILE": str(private)},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    snapshot = snapshot or "HEAD"
     ref = f"refs/zoo-test/gate-start-{os.getpid()}-{path.parent.name}"  # one per xdist worker
     sh("git", "update-ref", ref, snapshot, cwd=ROOT)
     try:
@@ -598,7 +633,7 @@ def test_calibrate_writes_each_compared_benchmarks_noise_and_limit(
     assert set(written) == {NAME}
     entry = written[NAME]
     assert entry["limit"] == limits.from_noise(entry["noise"]) and entry["runs"] == 1
-    assert entry["commit"] == head[:12]
+    assert entry["commit"] == head[:12] and entry["rounds"] == 2
     assert sh("git", "diff", "--stat", cwd=clone).strip() == ""  # the committed limits untouched
 
 

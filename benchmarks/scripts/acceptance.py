@@ -173,7 +173,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--device", choices=gate.DEVICES, default="cpu")
     parser.add_argument(
-        "--rounds", type=int, default=gate.DEFAULT_ROUNDS, help="each gate run's --rounds"
+        "--rounds", type=int, help="each gate run's --rounds (default: the gate's own choice)"
     )
     parser.add_argument(
         "--scenario",
@@ -188,7 +188,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="append every gate run's output here (default: in the clone's folder)",
     )
     args = parser.parse_args(argv)
-    if args.rounds < gate.MIN_ROUNDS:
+    if args.rounds is not None and args.rounds < gate.MIN_ROUNDS:
         parser.error(f"--rounds must be >= {gate.MIN_ROUNDS} (what the gate interleaves)")
     if args.log is not None and not args.log.parent.is_dir():
         parser.error(f"--log {args.log}: its folder does not exist")
@@ -200,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     subset = (
         [f"--bench={b}" for b in args.bench] + ["--quick-baselines"] if args.bench else ["--fast"]
     )
-    gate_args = [*subset, "--device", args.device, "--rounds", str(args.rounds)]
+    gate_args = [*subset, "--device", args.device]
+    gate_args += ["--rounds", str(args.rounds)] if args.rounds else []
     from attention_zoo.measure import baseline
 
     (case,) = [c for c in baseline.quick_cases() if c.backend == "local"]

@@ -14,14 +14,15 @@
                                                        # Markdown: a PR comment, CI's artifact
 
 Time: each commit gets a clean environment of its own, built for this run (benchmarks/scripts/
-sides.py), and asv runs the selected benchmarks in `--rounds` rounds per commit, interleaved
-(ABAB then BABA: sides.interleaved), at one torch thread (the suite's `threads` parameter),
-with glibc's heap on transparent huge pages where glibc and the kernel offer them
-(sides.huge_pages_env), each round sampling for 0.4 s (plumbing.SAMPLING). A time benchmark
-regresses when the 10th percentile of its samples over all rounds (plumbing.gate_time) grows
-beyond its limit, calibrated by `--calibrate` and stored in benchmarks/baselines/time-limits.json
-(benchmarks/scripts/limits.py), in the comparison and again when the gate re-measures it at once
-with twice the rounds (a load spike rarely lasts). The judging is judging.py's.
+sides.py), and asv runs the selected benchmarks in `--rounds` rounds per commit (by default the
+rounds its limits were calibrated with), interleaved (ABAB then BABA: sides.interleaved), at one
+torch thread (the suite's `threads` parameter), with glibc's heap on transparent huge pages
+where glibc and the kernel offer them (sides.huge_pages_env), each round sampling for 0.4 s
+(plumbing.SAMPLING). A time benchmark regresses when the 10th percentile of its samples over all
+rounds (plumbing.gate_time) grows beyond its limit, calibrated by `--calibrate` and stored in
+benchmarks/baselines/time-limits.json (benchmarks/scripts/limits.py), in the comparison and again
+when the gate re-measures it at once with twice the rounds (a load spike rarely lasts). The
+judging is judging.py's.
 Deterministic metrics (the metric catalogue says which) regress on any increase beyond their
 tolerance: asv's track_<metric> results, and the baselines (benchmarks/baselines/) checked on the
 head commit and, where head differs from them, on the base commit too: a difference already there
@@ -63,7 +64,7 @@ from plumbing import (
     snapshot_worktree,
 )
 
-DEFAULT_ROUNDS = 6
+DEFAULT_ROUNDS = 6  # where the limits record no rounds of their own (--factor, none calibrated)
 MIN_ROUNDS = 2  # rounds are what the gate interleaves
 DEVICES = ("cpu", "cuda")
 
@@ -110,7 +111,9 @@ def calibrate(gate: Gate, head: str) -> int:
             say(f"calibration run {i + 1}: largest ratio {run_worst[0]:.3f}x ({run_worst[1]})")
     if not worst:
         raise GateError("no time benchmark produced a result in the calibration runs")
-    written = time_limits.write(worst, args.calibrate, args.machine, head, args.limits)
+    written = time_limits.write(
+        worst, args.calibrate, args.machine, head, args.limits, rounds=args.rounds
+    )
     print(f"\nlargest ratio between identical commits in {args.calibrate} runs (either way):")
     for name, ratio in sorted(worst.items(), key=lambda kv: -kv[1]):
         limit = written.for_benchmark(name)
@@ -171,8 +174,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=DEFAULT_ROUNDS,
-        help="asv rounds per commit, interleaved across the two (default: %(default)s)",
+        help="asv rounds per commit, interleaved across the two (default: the rounds this "
+        f"processor's limits were calibrated with, else {DEFAULT_ROUNDS})",
     )
     parser.add_argument("--no-baselines", action="store_true", help="skip the baseline check")
     parser.add_argument(
@@ -228,7 +231,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.bench = [*args.bench, *fast_bench(args.device)]
     elif not args.bench and args.device != "cpu":
         args.bench = [rf"\('{args.device}'"]  # every benchmark with that device parameter
-    if args.rounds < MIN_ROUNDS:
+    if args.rounds is not None and args.rounds < MIN_ROUNDS:
         parser.error(f"--rounds must be >= {MIN_ROUNDS} (rounds are what is interleaved)")
     if args.factor is not None and args.factor <= 1:
         parser.error("--factor must be > 1")
@@ -246,6 +249,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             f"gate: error: --limits {args.limits} is not a time-limits file (JSON with a "
             f"'processors' table, as gate.py --calibrate writes): {type(err).__name__}\n",
         )
+    if args.rounds is None:  # a limit holds for the sampling its noise was measured with
+        args.rounds = args.limits_used.rounds or DEFAULT_ROUNDS
     return args
 
 
@@ -268,6 +273,7 @@ def run(args: argparse.Namespace, verdict: Verdict) -> int:
         say(f"base {short(base)}")
         say(f"head {short(head)}")
         if gate is not None:
+            say(f"{args.rounds} rounds a side")
             found = time_verdict(gate, base, head, args.limits_used)
             for key in ("regressions", "notes", "failures", "rows", "remeasured"):
                 setattr(verdict, key, getattr(found, key))

@@ -79,6 +79,13 @@ class Limits:
     def uniform(cls, factor: float) -> Limits:
         return cls({}, factor)
 
+    @property
+    def rounds(self) -> int | None:
+        """The rounds a side these limits were calibrated with, where every entry records the
+        same (None: not recorded, or mixed): noise, and so a limit, holds for its sampling."""
+        found = {entry.get("rounds") for entry in self.entries.values()}
+        return found.pop() if len(found) == 1 else None
+
     def calibrated_elsewhere(self, machine: str, cpu: str) -> str | None:
         """A note when no limit was calibrated on this machine (matched by the processor an
         entry records, else by its machine name): another machine's noise is not this one's."""
@@ -136,10 +143,12 @@ def write(
     commit: str,
     path: Path = PATH,
     cpu: str | None = None,
+    rounds: int | None = None,
 ) -> Limits:
     """Store the limits drawn from a calibration's largest ratios under the machine's processor
-    (cpu, default: this one's), keeping the entries of other benchmarks (another device's, an
-    earlier calibration's) and of other processors; returns this processor's limits."""
+    (cpu, default: this one's), with the rounds a side it ran, keeping the entries of other
+    benchmarks (another device's, an earlier calibration's) and of other processors; returns this
+    processor's limits."""
     cpu = cpu or this_cpu()
     groups = _processors(path)
     entries = groups.setdefault(cpu, {})
@@ -149,6 +158,7 @@ def write(
         "cpu": cpu,
         "commit": commit[:12],
         "date": time.strftime("%F"),
+        **({"rounds": rounds} if rounds else {}),
     }
     for name, noise in worst.items():
         entries[name] = {"noise": round(noise, 4), "limit": from_noise(noise), **when}
@@ -173,6 +183,12 @@ def combine(paths: Sequence[Path], into: Path) -> dict[str, dict[str, dict]]:
                 ours, theirs = set(kept["commits"]), set(_calibrations(entry))
                 if theirs <= ours:
                     continue  # every calibration of it is in already
+                if kept.get("rounds") != entry.get("rounds"):
+                    raise ValueError(
+                        f"{path}: {name} on {cpu} was calibrated with {entry.get('rounds')} "
+                        f"rounds a side, another file's with {kept.get('rounds')}: merge only "
+                        "calibrations of one sampling"
+                    )
                 if ours & theirs:
                     raise ValueError(
                         f"{path}: {name} on {cpu} shares some calibrations with another file "
