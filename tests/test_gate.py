@@ -11,7 +11,6 @@ import math
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -434,18 +433,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     `gate-start`, on a scratch branch; commits go there only, each on top of `gate-start`, so
     that no test sees another's planted change."""
     path = tmp_path_factory.mktemp("gate") / "repo"
-    # on a private copy of the index: workers snapshotting at once would race for index.lock
-    index = ROOT / sh("git", "rev-parse", "--git-path", "index", cwd=ROOT).strip()
-    private = shutil.copyfile(index, path.parent / "index")
-    snapshot = subprocess.run(
-        ["git", "stash", "create"],
-        cwd=ROOT,
-        env={**os.environ, "GIT_INDEX_FILE": str(private)},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    snapshot = snapshot or "HEAD"
+    snapshot = plumbing.snapshot_worktree(ROOT)  # one per xdist worker, on its own index copy
     ref = f"refs/zoo-test/gate-start-{os.getpid()}-{path.parent.name}"  # one per xdist worker
     sh("git", "update-ref", ref, snapshot, cwd=ROOT)
     try:

@@ -64,8 +64,12 @@ def say(message: str) -> None:
 # ---- git -------------------------------------------------------------------------------------
 
 
-def git(*args: str, check: bool = True, repo: Path = ROOT) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+def git(
+    *args: str, check: bool = True, repo: Path = ROOT, env: dict[str, str] | None = None
+) -> str:
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
     if check and proc.returncode != 0:
         raise GateError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout}")
     return proc.stdout.strip()
@@ -103,9 +107,14 @@ def checked_out(commit: str) -> Iterator[Path]:
             git("worktree", "remove", "--force", str(tree), check=False)
 
 
-def snapshot_worktree() -> str:
-    """A commit of the working tree's tracked files (uncommitted changes included), or HEAD."""
-    return git("stash", "create") or git("rev-parse", "HEAD")
+def snapshot_worktree(repo: Path = ROOT) -> str:
+    """A commit of the working tree's tracked files (uncommitted changes included), or HEAD. Taken
+    on a private copy of the index: two snapshots at once would otherwise race for index.lock."""
+    index = repo / git("rev-parse", "--git-path", "index", repo=repo)
+    with tempfile.TemporaryDirectory(prefix="zoo-gate-") as tmp:
+        private = shutil.copyfile(index, Path(tmp) / "index") if index.is_file() else index
+        made = git("stash", "create", repo=repo, env={"GIT_INDEX_FILE": str(private)})
+    return made or git("rev-parse", "HEAD", repo=repo)
 
 
 def same_tree_commit(commit: str) -> str:
