@@ -248,6 +248,7 @@ def test_memory_rows_of_an_option_axis_are_told_apart(capsys: pytest.CaptureFixt
     assert "  lsh  " in out and "lsh(num_hashes=2)" in out and "num_hashes=1" not in out
 
 
+@pytest.mark.slow
 def test_interleave_times_a_flag_built_grid_round_robin(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,6 +86,7 @@ def test_kernel_equals_the_dense_reference(kernel, causal, padded, kv, dtype, to
         torch.testing.assert_close(got, want, atol=tol, rtol=tol)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("small_tiles")
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["no-pad", "key-padding"])

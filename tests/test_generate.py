@@ -83,6 +83,7 @@ def test_generating_with_the_cache_equals_recomputing(layers, residual):
         assert torch.equal(cached, lm.generate(ids, 20, use_cache=False, **kw)), kw
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", MIXES, ids="+".join)
 def test_generating_under_autocast_keeps_states_in_its_dtype(layers):
     """Under CPU autocast every layer's decoding state is bfloat16 (the dtype its steps compute
@@ -166,6 +167,7 @@ def test_generating_equals_transformers(case, length):
     _same_as_hf(hf, ours, ids, new, do_sample=True, top_k=6, top_p=0.8, temperature=0.7)
 
 
+@pytest.mark.slow
 def test_generation_stops_at_eos_as_transformers_does():
     """A sequence that produced eos_token_id goes on with padding; all done, generation stops."""
     hf, ours = _hf_pair(CASES[0])

@@ -46,6 +46,7 @@ def test_a_step_gets_its_floor_and_step_limit_caps_it():
     assert _limits("budget_plan a:1\nbudget_limit a; echo $budget_now", STEP_LIMIT="7") == [7]
 
 
+@pytest.mark.slow
 def test_no_cuda_is_refused_in_one_line():
     run = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "scripts" / "gpu_check.sh")],
@@ -331,6 +332,7 @@ def test_compile_caches_larger_than_cache_max_mib_are_not_kept(tmp_path):
     assert line.endswith(" KiB, more than CACHE_MAX_MIB=0")
 
 
+@pytest.mark.slow
 def test_the_budget_counts_from_the_start_of_the_script(tmp_path):
     _, printed = _check_with_a_fake_gpu(
         tmp_path, STEPS="targets", BUDGET="100", FAKE_SETUP_SECONDS="2"

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 import attention_zoo
 
 PACKAGE = Path(attention_zoo.__file__).parent
@@ -142,6 +144,7 @@ def unit(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
+@pytest.mark.slow
 def test_no_import_cycles_between_modules() -> None:
     assert cycles(module_graph()) == []
 

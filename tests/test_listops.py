@@ -84,6 +84,7 @@ def test_paper_scale_batch_lengths_and_token_layout() -> None:
         assert evaluate(example["input"])[0] == example["target"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_examples_and_a_stream() -> None:
     task = ListOpsTask(seq_len=64, min_length=8, max_length=64, max_depth=4)
     assert task.first_examples(3, 5) == task.first_examples(3, 5)

@@ -265,6 +265,7 @@ def test_times_within_each_others_noise_are_tied_not_ranked():
             ] == ["b"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_store_of_failed_cases_summarises_without_ranking_nothing(tmp_path, capsys):
     """No winner line over no wins, no table of no rows: one line that says where to look."""
     path = tmp_path / "s.sqlite"
@@ -282,6 +283,7 @@ def test_a_store_of_failed_cases_summarises_without_ranking_nothing(tmp_path, ca
     assert "Most often best" not in summary and "| setting | L |" not in summary
 
 
+@pytest.mark.slow
 def test_variants_best_equally_often_are_all_named(tmp_path, capsys):
     """`local` fastest in one setting and `linear` in the other, at two lengths each: the summary
     names both (2 of 4 each), never whichever was counted first."""

@@ -157,6 +157,7 @@ def test_every_variant_has_a_ladder() -> None:
     assert variants == set(VARIANTS)
 
 
+@pytest.mark.slow
 def test_the_key_blind_floor_is_read_where_the_ladder_is_judged() -> None:
     """At a fixed depth the asked needle's place among the needles can give it away (depth 0:
     first), which the training draw (uniform depths) does not show: the rules are scored on the

@@ -24,6 +24,7 @@ def _hf_classifier(num_labels: int = 5):
     return transformers.ReformerForSequenceClassification(config).eval()
 
 
+@pytest.mark.slow
 def test_from_hf_computes_what_transformers_computes_and_to_hf_round_trips() -> None:
     hf = _hf_classifier()
     with warnings.catch_warnings():

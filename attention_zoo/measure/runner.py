@@ -523,7 +523,9 @@ def _measure_memory(
     if "crosscheck" in settings.metrics:
         _, tracked = tracked_peak(step)
         rows.append(metric_row("tracked_peak_bytes", tracked.peak_bytes))
-        if not on_cuda and rss_supported():
+        # RSS cross-checks the measured peak: one more step, taken only where that peak is
+        # (the baseline's deterministic metrics need the tracked one alone)
+        if "memory" in settings.metrics and not on_cuda and rss_supported():
             _, rss = rss_peak(step)
             rows.append(metric_row("rss_peak_bytes", rss.peak_bytes))
     return rows
