@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from attention_zoo.errors import ConfigError
+from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.flops import count_flops
 from attention_zoo.measure.memory import profiled_peak, rss_supported
-from attention_zoo.measure.runner import MeasureSettings
+from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.timing import fixed_threads, summarize, time_call, time_interleaved
 from attention_zoo.measure.tracker import tracked_peak
 
@@ -144,6 +145,23 @@ def test_rss_peak_sees_a_large_allocation() -> None:
 def test_rss_peak_is_not_hidden_by_earlier_garbage_freed_while_it_runs() -> None:
     size = 64 * 2**20  # 3 x 64 MiB of garbage, freed while fn runs, would hide fn's 64 MiB
     assert 0.9 * size <= rss_peak_in_a_fresh_process("garbage") <= 1.5 * size
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not rss_supported(), reason="needs /proc/self/clear_refs (Linux)")
+def test_rss_cross_checks_the_measured_peak_only_where_it_is_measured() -> None:
+    """RSS costs one more step: a run of the deterministic metrics alone (the baseline's) skips
+    it, a run measuring memory keeps it beside the profiler's peak."""
+    case = BenchCase(backend="sdpa", seq_len=64, mode="forward")
+
+    def names(*groups: str) -> set[str]:
+        result = measure_case(case, MeasureSettings(metrics=groups, time_budget_s=0.0))
+        return {row.metric for row in result.rows}
+
+    assert "rss_peak_bytes" not in names("crosscheck") and "tracked_peak_bytes" in names(
+        "crosscheck"
+    )
+    assert {"rss_peak_bytes", "peak_bytes", "tracked_peak_bytes"} <= names("memory", "crosscheck")
 
 
 def test_flops_of_matmul_and_cpu_flash_attention() -> None:
