@@ -89,6 +89,19 @@ def _slow_machine(monkeypatch, flops_per_s: float) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "device,metrics,steps",
+    [
+        ("cpu", ("crosscheck",), 2),  # the output check and the tracked peak
+        ("cpu", ("memory", "crosscheck"), 4),  # with the profiled peak and RSS beside it
+        ("cuda", ("memory", "crosscheck"), 3),  # no RSS on CUDA
+    ],
+)
+def test_the_expected_steps_are_those_the_runner_takes(device, metrics, steps):
+    case = BenchCase(seq_len=64, mode="forward", device=device)
+    assert duration.step_count(case, metrics, warmup=1, min_repeats=3) == steps
+
+
 def test_a_case_predicted_past_the_limit_is_not_run(monkeypatch):
     _slow_machine(monkeypatch, 1e6)  # a million FLOPs a second: any case takes hours
     built = []

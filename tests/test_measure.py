@@ -15,6 +15,7 @@ from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.flops import count_flops
 from attention_zoo.measure.memory import profiled_peak, rss_supported
 from attention_zoo.measure.runner import MeasureSettings, measure_case
+from attention_zoo.measure.status import OK
 from attention_zoo.measure.timing import fixed_threads, summarize, time_call, time_interleaved
 from attention_zoo.measure.tracker import tracked_peak
 
@@ -156,11 +157,11 @@ def test_rss_cross_checks_the_measured_peak_only_where_it_is_measured() -> None:
 
     def names(*groups: str) -> set[str]:
         result = measure_case(case, MeasureSettings(metrics=groups, time_budget_s=0.0))
+        assert result.status == OK, result.error
         return {row.metric for row in result.rows}
 
-    assert "rss_peak_bytes" not in names("crosscheck") and "tracked_peak_bytes" in names(
-        "crosscheck"
-    )
+    alone = names("crosscheck")
+    assert "rss_peak_bytes" not in alone and "tracked_peak_bytes" in alone
     assert {"rss_peak_bytes", "peak_bytes", "tracked_peak_bytes"} <= names("memory", "crosscheck")
 
 

@@ -54,10 +54,11 @@ def format_duration(seconds: float) -> str:
 
 def step_count(case: BenchCase, metrics: Sequence[str], *, warmup: int, min_repeats: int) -> int:
     """Steps a case runs at least: the output check, a warm-up (not for a forward), one per
-    memory reading (RSS only beside a measured peak), the timing's warm-up and repeats."""
+    memory reading (RSS: the CPU's, beside a measured peak), the timing's warm-up and repeats."""
     steps = 1 + (case.mode != "forward")
     memory = "memory" in metrics
-    steps += memory + ("crosscheck" in metrics) * (1 + memory)
+    rss = memory and case.device.split(":")[0] == "cpu"
+    steps += memory + ("crosscheck" in metrics) * (1 + rss)
     if "time" in metrics:
         steps += max(0, warmup - 1) + min_repeats
     return steps

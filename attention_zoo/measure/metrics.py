@@ -97,6 +97,7 @@ _CATALOGUE = (
            label="decoding state per sequence (prefill, decode)", column="state", report=True),
     _bytes(name="tracked_peak_bytes", group="crosscheck", deterministic=True,
            label="peak of live tensor storages (tracked)", tolerance=0.01),
+    # on the CPU beside the measured peak only (with the memory group): a step of its own
     _bytes(name="rss_peak_bytes", group="crosscheck", deterministic=False,
            label="peak RSS growth"),
     _bytes(name="predicted_peak_bytes", group="predict", deterministic=True,
