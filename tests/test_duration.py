@@ -88,7 +88,6 @@ def _slow_machine(monkeypatch, flops_per_s: float) -> None:
     monkeypatch.setattr(duration, "case_rate", lambda *_: fixed)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "device,metrics,steps",
     [
@@ -102,6 +101,7 @@ def test_the_expected_steps_are_those_the_runner_takes(device, metrics, steps):
     assert duration.step_count(case, metrics, warmup=1, min_repeats=3) == steps
 
 
+@pytest.mark.slow
 def test_a_case_predicted_past_the_limit_is_not_run(monkeypatch):
     _slow_machine(monkeypatch, 1e6)  # a million FLOPs a second: any case takes hours
     built = []
