@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .cases import BenchCase
+from .memory import rss_taken
 from .rate import CALIBRATION_LENGTH, Rate, case_rate
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,8 @@ def step_count(case: BenchCase, metrics: Sequence[str], *, warmup: int, min_repe
     """Steps a case runs at least: the output check, a warm-up (not for a forward), one per
     memory reading (RSS: the CPU's, beside a measured peak), the timing's warm-up and repeats."""
     steps = 1 + (case.mode != "forward")
-    memory = "memory" in metrics
-    rss = memory and case.device.split(":")[0] == "cpu"
-    steps += memory + ("crosscheck" in metrics) * (1 + rss)
+    crosscheck = "crosscheck" in metrics
+    steps += ("memory" in metrics) + crosscheck * (1 + rss_taken(case.device, metrics))
     if "time" in metrics:
         steps += max(0, warmup - 1) + min_repeats
     return steps

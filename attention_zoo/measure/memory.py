@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +106,12 @@ def rss_supported() -> bool:
         return os.access("/proc/self/clear_refs", os.W_OK)
     except OSError:
         return False
+
+
+def rss_taken(device: str, groups: Collection[str]) -> bool:
+    """Whether measuring a case on `device` takes an RSS step: a cross-check of the measured peak,
+    so only with the memory group, and only of the CPU's, where the OS can reset it."""
+    return "memory" in groups and torch.device(device).type != "cuda" and rss_supported()
 
 
 def rss_peak(fn: Callable[[], Any]) -> tuple[Any, RssPeak]:

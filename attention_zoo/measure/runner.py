@@ -54,7 +54,7 @@ from .duration import (
 from .fair import fair_rows
 from .fidelity import measure_fidelity
 from .kernels import kernel_names
-from .memory import cuda_peak, profiled_peak, rss_peak, rss_supported
+from .memory import cuda_peak, profiled_peak, rss_peak, rss_taken
 from .metrics import MEASURE_GROUPS, Metric, metric_row
 from .predict import Prediction, predict_case
 from .status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
@@ -523,9 +523,7 @@ def _measure_memory(
     if "crosscheck" in settings.metrics:
         _, tracked = tracked_peak(step)
         rows.append(metric_row("tracked_peak_bytes", tracked.peak_bytes))
-        # RSS cross-checks the measured peak: one more step, taken only where that peak is
-        # (the baseline's deterministic metrics need the tracked one alone)
-        if "memory" in settings.metrics and not on_cuda and rss_supported():
+        if rss_taken(case.device, settings.metrics):  # not in the baseline's runs: a step saved
             _, rss = rss_peak(step)
             rows.append(metric_row("rss_peak_bytes", rss.peak_bytes))
     return rows
