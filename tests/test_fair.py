@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from attention_zoo.attention.kernels.recurrences import delta
 from attention_zoo.cli import main
+from attention_zoo.measure import fair
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.fair import FairSetting, fair_numbers
+from attention_zoo.measure.predict import predict_flops
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK, TIMEOUT
 
@@ -64,3 +67,72 @@ def test_zoo_report_equal_keeps_the_variants_at_the_references_state(tmp_path: P
     assert main([*bench, "--no-progress"]) == 0
     argv = ["report", "--store", str(bare), "--equal", "params", "--out", str(out / "none")]
     assert main(argv) == 2 and not (out / "none").exists()
+
+
+def _shrunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """forward_flops' lengths scaled down, so the extension runs in a quick test."""
+    monkeypatch.setattr(fair, "COUNTED_UP_TO", 2048)
+    monkeypatch.setattr(fair, "PERIOD", 256)
+    monkeypatch.setattr(fair, "SAMPLED_FROM", 1024)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend, options",
+    [(name, {}) for name in ("retention", "gla", "deltanet", "gated-deltanet")]
+    + [("gla", {"gate": "vector"}), ("gated-deltanet", {"negative_eigenvalues": True})],
+)
+def test_a_recurrence_s_flops_past_the_counted_lengths_equal_a_direct_count(
+    backend: str, options: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _shrunk(monkeypatch)
+    case = BenchCase(target="block", backend=backend, options=options, seq_len=3000)
+    assert fair.forward_flops(case) == predict_flops(case)
+
+
+def test_only_a_recurrence_whose_count_is_one_line_is_extended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _shrunk(monkeypatch)
+    counted: list[int] = []
+
+    def quadratic(case: BenchCase) -> int:  # no recurrence's: a count that bends
+        counted.append(case.seq_len)
+        return case.seq_len**2
+
+    monkeypatch.setattr(fair, "predict_flops", quadratic)
+    assert fair.forward_flops(BenchCase(backend="retention", seq_len=3000)) == 3000**2
+    assert counted == [1024 + 3000 % 256 + i * 256 for i in range(3)] + [3000]
+    counted.clear()
+    assert fair.forward_flops(BenchCase(backend="sdpa", seq_len=3000)) == 3000**2
+    assert counted == [3000]  # not a recurrence: counted directly
+    counted.clear()
+    assert fair.forward_flops(BenchCase(backend="retention", seq_len=2048)) == 2048**2
+    assert counted == [2048]  # up to COUNTED_UP_TO: counted directly
+
+
+@pytest.mark.slow
+def test_a_chunk_longer_than_the_period_is_counted_directly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Samples PERIOD apart would all be the same few chunks: a line through them misses the
+    chunks past them."""
+    _shrunk(monkeypatch)
+    for backend in ("retention", "gla"):
+        options = {"chunk_length": 4 * fair.PERIOD}
+        case = BenchCase(target="block", backend=backend, options=options, seq_len=3000)
+        assert fair.forward_flops(case) == predict_flops(case)
+
+
+def test_the_samples_are_past_the_kernels_length_thresholds() -> None:
+    assert delta._segment_length(fair.SAMPLED_FROM) == delta._segment_length(1 << 30)
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_recurrence_s_flops_at_the_real_lengths_equal_a_direct_count() -> None:
+    """The constants as they are, with a remainder whose last segment's chunks are shorter where
+    the segment length is."""
+    n = fair.COUNTED_UP_TO + fair.PERIOD + 520
+    case = BenchCase(target="block", backend="gated-deltanet", seq_len=n)
+    assert fair.forward_flops(case) == predict_flops(case)

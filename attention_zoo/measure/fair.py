@@ -11,6 +11,7 @@ import torch
 
 from ..attention import decode
 from ..attention.dispatch import AUTO
+from ..attention.recurrent import RecurrenceConfig
 from ..attention.spec import BackendSpec, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..errors import ShapeError, ZooError
@@ -74,7 +75,7 @@ def fair_numbers(backend: str, options: dict[str, Any], setting: FairSetting) ->
         dtype=setting.dtype,
     )
     try:
-        flops = predict_flops(case)
+        flops = forward_flops(case)
         state_bytes = _state_bytes(backend, options, setting)
     except RuntimeError as err:
         if "overflow" not in str(err):
@@ -82,6 +83,39 @@ def fair_numbers(backend: str, options: dict[str, Any], setting: FairSetting) ->
         # n x n scores past int64 sizes (from ~2**30 positions): not even meta tensors hold them
         raise ShapeError(f"{backend} at {n} positions is too large to count: {err}") from None
     return FairNumbers(params=params, state_bytes=state_bytes, flops_per_token=flops / n)
+
+
+# Forward FLOPs are counted on the meta device, where a recurrence's Python loop over chunks costs
+# time per chunk (seconds at 64k positions, hours near 2**31). A recurrence's state has one size
+# at any length, so past COUNTED_UP_TO positions its count is extended instead: counted at three
+# lengths PERIOD apart with the context's remainder, a line through two of them checked on the
+# third. PERIOD is a multiple of every chunk this applies to (powers of two up to it), and the
+# samples start at SAMPLED_FROM, where the kernels' segments are as long as at any length.
+COUNTED_UP_TO = 1 << 16
+PERIOD = 1 << 12
+SAMPLED_FROM = 4 * PERIOD
+
+
+def forward_flops(case: BenchCase) -> int:
+    """FLOPs of `case`'s step as predict_flops counts them; for a recurrence past COUNTED_UP_TO
+    positions, read off the line through counts at shorter lengths where a third count confirms
+    it (else counted directly)."""
+    n = case.seq_len
+    if n <= COUNTED_UP_TO or not _extensible(case):
+        return predict_flops(case)
+    first = SAMPLED_FROM + n % PERIOD
+    counts = [predict_flops(case.replace(seq_len=first + i * PERIOD)) for i in range(3)]
+    step = counts[1] - counts[0]
+    if counts[2] - counts[1] != step:  # not one cost per PERIOD: count it all
+        return predict_flops(case)
+    return counts[0] + (n - first) // PERIOD * step
+
+
+def _extensible(case: BenchCase) -> bool:
+    """Whether forward_flops may extend the case's count: a recurrence whose chunks divide PERIOD
+    (a longer chunk is few chunks, counted directly in moments)."""
+    cfg = get_backend(case.backend).make_config(**case.options)
+    return isinstance(cfg, RecurrenceConfig) and cfg.chunk_length <= PERIOD
 
 
 FAIR_TARGETS = ("attention", "block")  # a model's layers may mix backends: no one block to count

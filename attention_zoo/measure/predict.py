@@ -98,7 +98,8 @@ def predict_flops(case: BenchCase) -> int:
     counted on the meta device: nothing allocated and no FakeTensorMode to import."""
     with _cpu_sdpa_on_meta():
         runnable = build_runnable(case, device="meta")
-        runnable.step()  # as predict_case: a decoding state moves on one token
+        if case.mode != "forward":  # as predict_case: a decoding state moves on one token, an
+            runnable.step()  # optimizer's moments appear; a forward has nothing to settle
         return count_flops(runnable.step)[1]
 
 
