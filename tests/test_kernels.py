@@ -359,7 +359,8 @@ def test_auto_on_the_cpu_keeps_the_cpu_kernels(name):
         expected = CPU_BF16_AUTO.get(name, CPU_AUTO[name])
         expected = expected if dtype == torch.bfloat16 else CPU_AUTO[name]
         assert core.pick(Call("cpu", dtype, 4096, 64)).name == expected
-        assert core.pick(Call("meta", dtype, 4096, 64, fake=True)).name == CPU_AUTO[name]
+        # meta (shapes only: memory and FLOP predictions) stands in for the CPU
+        assert core.pick(Call("meta", dtype, 4096, 64, fake=True)).name == expected
 
 
 def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_device_and_dtype():
@@ -377,6 +378,18 @@ def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_device_and_dty
         KernelTable((a, b), {"cpu:bf16": ("a",)})
     with pytest.raises(ValueError, match=r"\['cdua:bfloat16'\] name no torch device type"):
         KernelTable((a, b), {"cdua:bfloat16": ("a",)})  # a misspelt device: never consulted
+
+
+def test_meta_picks_as_the_cpu_unless_a_table_keeps_lists_for_meta():
+    def run(*args):
+        raise AssertionError("never run")
+
+    a, b = (Implementation(name=n, summary=n, run=run) for n in ("a", "b"))
+    cpu = {"cpu": ("a", "b"), "cpu:bfloat16": ("b", "a"), "cuda": ("b",)}
+    meta = [Call("meta", t, 64, 8, fake=True) for t in (torch.float32, torch.bfloat16)]
+    assert [KernelTable((a, b), cpu).preference(c) for c in meta] == [("a", "b"), ("b", "a")]
+    own = KernelTable((a, b), {**cpu, "meta": ("b",)})  # meta standing in for another device
+    assert [own.preference(c) for c in meta] == [("b",), ("b",)]
 
 
 def test_auto_passes_over_an_implementation_that_does_not_pay_but_a_named_one_runs():

@@ -325,13 +325,10 @@ OWN = Implementation(
 )
 
 # The table of a core with its own attend: that, or flex for a fixed pattern (auto on CUDA).
-OWN_KERNELS = KernelTable(
-    (OWN, FLEX), {"cuda": ("flex", "attend"), "cpu": ("attend",), "meta": ("attend",)}
-)
+OWN_KERNELS = KernelTable((OWN, FLEX), {"cuda": ("flex", "attend"), "cpu": ("attend",)})
 # The fixed patterns' order of preference: the fused CPU op, FlexAttention on CUDA, else math.
 PATTERN_PRIORITY = {
     "cpu": ("cpu-fused", "math"),
-    "meta": ("cpu-fused", "math"),
     "cuda": ("flex", "math"),
 }
 AttentionCore.kernels = OWN_KERNELS

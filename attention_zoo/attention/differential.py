@@ -163,7 +163,6 @@ KERNELS = KernelTable(
     ),
     {
         "cpu": ("cpu-fused", "sdpa", "math"),
-        "meta": ("cpu-fused", "sdpa", "math"),
         "cuda": ("sdpa", "math"),
     },
 )

@@ -6,7 +6,8 @@ does. `kernel="auto"` takes the first implementation of the device's priority li
 the dtype, where it keeps one) that can run and pays for the call (an implementation may say it
 does not, where a later one is cheaper: dense products on short inputs); a named kernel runs, or
 refuses in one line with its reasons. The name of the one that ran is what
-measurements store.
+measurements store. On the meta device (shapes only: predictions) auto picks as on the CPU, which
+meta stands in for, unless a table keeps a list for meta itself.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class KernelTable:
 
     implementations: tuple[Implementation, ...]
     # device -> names, best first; "device:dtype" (cpu:bfloat16) for one dtype there, where the
-    # best differs by dtype
+    # best differs by dtype; meta takes the CPU's lists unless it has its own
     priority: Mapping[str, tuple[str, ...]]
     # instead of the priority lists: a library's own dispatch names the one auto runs (SDPA)
     choose: Callable[[Any, Call], str] | None = None
@@ -169,9 +170,12 @@ class KernelTable:
 
     def preference(self, call: Call) -> tuple[str, ...]:
         """The names auto tries for `call`, best first: its device's list for its dtype where the
-        table has one, else the device's."""
-        by_dtype = self.priority.get(f"{call.device}:{_dtype_name(call.dtype)}")
-        return by_dtype if by_dtype is not None else self.priority.get(call.device, ())
+        table has one, else the device's; on meta without lists of its own, the CPU's."""
+        device = call.device
+        if device == "meta" and not any(k.partition(":")[0] == "meta" for k in self.priority):
+            device = "cpu"
+        by_dtype = self.priority.get(f"{device}:{_dtype_name(call.dtype)}")
+        return by_dtype if by_dtype is not None else self.priority.get(device, ())
 
     def replacing(self, name: str, **changes: Any) -> KernelTable:
         """This table with implementation `name` changed (a backend that composes a family's

@@ -57,6 +57,6 @@ class FullAttention(AttentionCore):
 
 KERNELS = KernelTable(
     (materialised(FullAttention._dense, "materialised n x n scores with autograd", grouped=True),),
-    {"cpu": ("math",), "meta": ("math",), "cuda": ("math",)},
+    {"cpu": ("math",), "cuda": ("math",)},
 )
 FullAttention.kernels = KERNELS

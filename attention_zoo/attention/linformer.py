@@ -156,7 +156,6 @@ KERNELS = KernelTable(
     {
         "cpu": ("cpu-fused", "math"),
         "cpu:bfloat16": ("sdpa", "cpu-fused", "math"),  # faster and leaner there, measured
-        "meta": ("cpu-fused", "math"),
         "cuda": ("sdpa", "math"),
     },
 )

@@ -605,6 +605,6 @@ KERNELS = KernelTable(
             checks=(_exact, flex_dtype),
         ),
     ),
-    {"cpu": ("cpu-fused", "math"), "meta": ("cpu-fused", "math"), "cuda": ("flex", "math")},
+    {"cpu": ("cpu-fused", "math"), "cuda": ("flex", "math")},
 )
 LSHAttention.kernels = KERNELS

@@ -183,7 +183,6 @@ KERNELS = KernelTable(
     {
         "cpu": ("math",),
         "cpu:bfloat16": ("sdpa", "math"),  # faster and leaner there, measured (docs/backends.md)
-        "meta": ("math",),
         "cuda": ("sdpa", "compiled", "math"),
     },
 )

@@ -66,6 +66,6 @@ class SharedQKAttention(AttentionCore):
 
 KERNELS = KernelTable(
     (materialised(SharedQKAttention._dense, "materialised n x n scores with autograd"),),
-    {"cpu": ("math",), "meta": ("math",), "cuda": ("math",)},
+    {"cpu": ("math",), "cuda": ("math",)},
 )
 SharedQKAttention.kernels = KERNELS

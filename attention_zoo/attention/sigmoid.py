@@ -110,6 +110,6 @@ KERNELS = KernelTable(
             SigmoidAttention._math, "materialised n x n weights with autograd", grouped=True
         ),
     ),
-    {device: ("tiled", "math") for device in ("cpu", "cuda", "meta")},
+    {device: ("tiled", "math") for device in ("cpu", "cuda")},
 )
 SigmoidAttention.kernels = KERNELS

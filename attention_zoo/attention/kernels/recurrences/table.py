@@ -145,5 +145,5 @@ RECURRENCE_KERNELS = KernelTable(
             checks=(_fla_shape, _fla_chunk),
         ),
     ),
-    {"cpu": ("chunk",), "meta": ("chunk",), "cuda": ("fla", "chunk")},
+    {"cpu": ("chunk",), "cuda": ("fla", "chunk")},
 )

@@ -78,5 +78,5 @@ ROUTED_KERNELS = KernelTable(
             grouped=True,
         ),
     ),
-    {"cpu": ("tiled", "math"), "meta": ("tiled", "math"), "cuda": ("flex", "tiled")},
+    {"cpu": ("tiled", "math"), "cuda": ("flex", "tiled")},
 )
