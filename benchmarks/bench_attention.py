@@ -79,7 +79,7 @@ class Memory:
 
 
 class Prediction:
-    """Predicted peak and FLOPs on FakeTensors: nothing allocated, so long lengths are cheap."""
+    """Predicted peak and FLOPs on shapes only: nothing allocated, so long lengths are cheap."""
 
     params = (DEVICES, TARGETS, backend_names(), PREDICTED_LENGTHS, MODES)
     param_names = ("device", "target", "backend", "seq_len", "mode")

@@ -1,4 +1,4 @@
-"""Memory prediction on FakeTensors against the profiler's measurement, and how memory scales.
+"""Memory prediction on shapes only against the profiler's measurement, and how memory scales.
 
 Tolerance: the prediction may be below the measurement by what kernels allocate internally
 (scratch buffers of fused kernels, e.g. SDPA's CPU flash kernel keeps per-thread blocks: up to
@@ -13,12 +13,16 @@ import math
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.blocks.residual import RESIDUALS
+from attention_zoo.errors import UnavailableError
 from attention_zoo.measure.cases import BenchCase, build_runnable
+from attention_zoo.measure.flops import count_flops
 from attention_zoo.measure.memory import profiled_peak
 from attention_zoo.measure.predict import predict_case, predict_flops, stand_in_device
+from attention_zoo.measure.tracker import StorageTracker
 
 MiB = 2**20
 RUNNABLE = [name for name in BACKENDS.names() if not BACKENDS.get(name).unavailable_reason("cpu")]
@@ -84,6 +88,16 @@ def test_prediction_is_exact_for_naive_attention() -> None:
     assert p.resident_bytes == 3 * b * h * n * d * 4  # q, k, v
 
 
+def test_sdpa_s_predicted_peak_is_its_output_and_logsumexp_only() -> None:
+    """On the meta device SDPA asks the CPU which kernel it would take, with small CPU tensors
+    standing in for the inputs: those are not the case's memory (nor its FLOPs)."""
+    b, h, n, d = 1, 4, 2048, 64
+    case = BenchCase(target="attention", backend="sdpa", seq_len=n, mode="forward")
+    p = predict_case(case)
+    assert p.peak_bytes == b * h * n * d * 4 + b * h * n * 4  # output, logsumexp (float32)
+    assert p.flops == predict_flops(case) == 4 * b * h * n * n * d
+
+
 def test_prediction_allocates_nothing_at_half_a_million_tokens() -> None:
     case = BenchCase(target="attention", backend="full", seq_len=524288, mode="forward")
     p, real = profiled_peak(lambda: predict_case(case))  # real allocations made while predicting
@@ -96,7 +110,7 @@ def test_cuda_target_predicted_without_gpu() -> None:
         BenchCase(target="block", backend="sdpa", seq_len=4096, device="cuda", mode="forward")
     )
     if not torch.cuda.is_available():
-        assert stand_in_device("cuda") == "cpu" and p.method == "fake:cpu standing in for cuda"
+        assert stand_in_device("cuda") == "cpu" and p.method == "meta:cpu standing in for cuda"
     assert p.device == "cuda" and p.peak_bytes > 0
 
 
@@ -121,7 +135,7 @@ def test_full_attention_memory_grows_quadratically() -> None:
 
 @pytest.mark.parametrize(
     "backend",
-    # four fake-tensor traces up to 32k tokens: local ~15 s (its backward is many ops), lsh ~2.5 s
+    # four traces on shapes up to 32k tokens: local ~15 s (its backward is many ops), lsh ~2.5 s
     [pytest.param(b, marks=[pytest.mark.slow, pytest.mark.long]) for b in ("local", "lsh")]
     + ["sdpa"],
 )
@@ -155,7 +169,7 @@ def test_a_target_whose_kernels_cannot_be_traced_is_predicted_on_the_cpu(monkeyp
     memory comes from the CPU's implementations then, and the method says so; FLOPs always do."""
     from attention_zoo.measure import predict
 
-    real = predict._fake_step
+    real = predict._shapes_step
 
     def fake_step(case, device, *, flops):
         if device != "cpu":
@@ -163,7 +177,7 @@ def test_a_target_whose_kernels_cannot_be_traced_is_predicted_on_the_cpu(monkeyp
         return real(case, device, flops=flops)
 
     monkeypatch.setattr(predict, "stand_in_device", lambda device: "cuda")
-    monkeypatch.setattr(predict, "_fake_step", fake_step)
+    monkeypatch.setattr(predict, "_shapes_step", fake_step)
     case = BenchCase(target="attention", backend="local", seq_len=512, device="cuda")
     got = predict.predict_case(case)
     want = predict.predict_case(case.replace(device="cpu"))
@@ -172,7 +186,60 @@ def test_a_target_whose_kernels_cannot_be_traced_is_predicted_on_the_cpu(monkeyp
         want.resident_bytes,
         want.flops,
     )
-    assert got.method.startswith("fake:cpu standing in for cuda (no rule registered")
+    assert got.method.startswith("meta:cpu standing in for cuda (no rule registered")
+
+
+def _on_cpu_fake_tensors(case: BenchCase) -> tuple[int, int, int]:
+    """(peak, resident, FLOPs) of one step of `case` on FakeTensors of the CPU: its real dispatch
+    (kernel choices, SDPA's mask conversion), shapes only."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        runnable = build_runnable(case, device="cpu")
+        runnable.step()
+        with StorageTracker() as tracker:
+            flops = count_flops(runnable.step)[1]
+        return tracker.peak, runnable.resident_bytes(), flops
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        BenchCase(
+            target="block",
+            backend=b,
+            seq_len=300,
+            mode="forward+backward",
+            causal=BACKENDS.get(b).caps.causal,
+        )
+        for b in RUNNABLE
+    ]
+    + [
+        # SDPA's boolean mask becomes an additive one before the CPU's kernel (landmarks)
+        BenchCase(target="attention", backend="nystrom", seq_len=700, mode="forward", causal=False),
+        # the CPU's bfloat16 list (the low-rank cores' sdpa)
+        BenchCase(target="block", backend="nystrom", seq_len=512, causal=False, dtype="bfloat16"),
+        BenchCase(  # the CPU's kernel takes fewer key/value heads as they are
+            target="block",
+            backend="sdpa",
+            seq_len=256,
+            mode="forward+backward",
+            options={"kv_heads": 2},
+        ),
+        # SDPA on meta alone would take the math path (a backward with one matmul fewer than the
+        # CPU's fused kernel), also where a reversible layer recomputes it inside its backward
+        BenchCase(target="model", backend="sdpa", seq_len=256, mode="train-step"),
+        BenchCase(
+            target="block", backend="sdpa", seq_len=256, mode="forward+backward", causal=False
+        ),
+        BenchCase(target="attention", backend="lsh", seq_len=256, mode="decode", new_tokens=4),
+    ],
+    ids=lambda c: c.name(),
+)
+def test_the_meta_device_predicts_what_the_cpu_s_fake_tensors_do(case: BenchCase) -> None:
+    """Predictions for the CPU run on meta, standing in for the CPU's own dispatch, which
+    FakeTensors of the CPU follow at many times the cost: the same bytes and FLOPs."""
+    p = predict_case(case)
+    assert (p.peak_bytes, p.resident_bytes, p.flops) == _on_cpu_fake_tensors(case)
 
 
 @pytest.mark.slow
@@ -189,28 +256,13 @@ def test_flops_counted_on_meta_equal_the_prediction(backend: str, mode: str) -> 
     assert predict_flops(case) == predict_case(case).flops
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "case",
-    [
-        BenchCase(
-            target="block", backend="sdpa", seq_len=256, mode="forward+backward", causal=False
-        ),
-        BenchCase(
-            target="block",
-            backend="sdpa",
-            seq_len=256,
-            mode="forward+backward",
-            options={"kv_heads": 2},
-        ),
-        BenchCase(target="model", backend="sdpa", seq_len=256, mode="train-step"),  # reversible
-    ],
-    ids=lambda c: c.name(),
-)
-def test_flops_counted_on_meta_follow_the_cpu_kernels(case: BenchCase) -> None:
-    """SDPA on meta would take the math path (a backward with one matmul fewer than the CPU's
-    fused kernel), also when a reversible layer recomputes it inside its backward."""
-    assert predict_flops(case) == predict_case(case).flops
+def test_a_backend_that_cannot_run_on_the_cpu_is_not_predicted_there() -> None:
+    """The meta device stands in for the CPU, but a backend that meta runs (xformers, as SDPA)
+    and the CPU does not is refused for a CPU target, as it was before anything is built."""
+    if "xformers" not in BACKENDS:
+        pytest.skip("xformers is not registered")
+    with pytest.raises(UnavailableError, match="need CUDA"):
+        predict_case(BenchCase(target="attention", backend="xformers", seq_len=256))
 
 
 def test_a_backend_that_runs_on_cuda_only_is_counted_on_the_target(monkeypatch):

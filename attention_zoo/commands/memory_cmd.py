@@ -30,11 +30,11 @@ EXAMPLE = """examples:
   zoo memory --preset quick --check
       also measure each case here (CPU profiler) and print measured / predicted
 
-Predictions run the case on FakeTensors (shapes only): no memory is allocated, any length works,
-and a CUDA target can be predicted on a machine without a GPU (CPU kernels then stand in, which
-the 'method' column says). They cannot see memory kernels allocate internally (scratch), so a
-measured number can be a little higher; see --check. Sizes: 8GB = 8e9 bytes, 8GiB = 8 * 2^30,
-a bare number means GiB. Built-in presets: %(presets)s.
+Predictions run the case on shapes only (the meta device; FakeTensors for CUDA): no memory is
+allocated, any length works, and a CUDA target can be predicted on a machine without a GPU (CPU
+kernels then stand in, which the 'method' column says). They cannot see memory kernels allocate
+internally (scratch), so a measured number can be a little higher; see --check. Sizes: 8GB = 8e9
+bytes, 8GiB = 8 * 2^30, a bare number means GiB. Built-in presets: %(presets)s.
 """
 
 

@@ -4,7 +4,7 @@ timing.py   warm-up, repeats until a budget, median/IQR/min; CUDA events; thread
 memory.py   measured peaks: torch.profiler on CPU, allocator stats on CUDA; RSS as a cross-check
 tracker.py  live storage bytes under a dispatch mode (cross-check on real devices; predictor
             on fake ones)
-predict.py  memory and FLOPs of a case on FakeTensors: any length, any device, nothing allocated
+predict.py  memory and FLOPs of a case on shapes only: any length, any device, nothing allocated
 flops.py    FLOPs from PyTorch's flop formulas (plus the CPU flash-attention kernels)
 throughput.py  FLOP rate achieved and its share of the device's dense peak (peaks.py): derived
             where rows are read

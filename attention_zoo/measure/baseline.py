@@ -1,6 +1,6 @@
 """Deterministic metrics of a fixed set of cases, compared against a baseline file kept in the repo.
 
-FLOPs, predicted peak bytes (FakeTensors), tracked peak bytes (storages counted on CPU) and the
+FLOPs, predicted peak bytes (shapes only), tracked peak bytes (storages counted on CPU) and the
 approx_error of approximate backends (seeded inputs) do not depend on machine load, so unlike
 timings they can gate CI exactly: a change that makes a backend use more memory or work (or
 approximate worse) fails, and so does one that uses less until someone has looked at why and

@@ -1,15 +1,12 @@
-"""Memory and FLOPs predicted without allocating: the case runs on FakeTensors (meta storage).
+"""Memory and FLOPs predicted without allocating: the case runs on tensors with shapes only.
 
-A FakeTensorMode builds the module and inputs and runs the step with shapes only; a StorageTracker
-counts live storage bytes and a FlopCounterMode the FLOPs. Any length on any target device takes
-seconds on a laptop. The fake device is the target device when this PyTorch build can fake it (CPU,
-or CUDA when CUDA is present), so the same kernels are chosen as in a real run (e.g. SDPA's flash
-kernel, which never materialises the scores); otherwise CPU stands in for the target and the method
-says so.
-
-FLOPs alone (`predict_flops`: what a time prediction needs) are counted on the meta device instead,
-with SDPA taking the kernel the CPU would: the same count without FakeTensorMode, whose import
-(torch._dynamo) costs seconds, so a case refused by its predicted time is refused at once.
+A StorageTracker counts live storage bytes and a FlopCounter the FLOPs while one step runs on
+shapes. For the CPU that is the meta device, with SDPA taking the kernel the CPU would (on meta
+torch always takes the math path); for CUDA, where this PyTorch build can fake it, FakeTensors of
+CUDA, so the same kernels are chosen as in a real run (e.g. SDPA's flash kernel, which never
+materialises the scores). Elsewhere the CPU stands in for the target and the method says so. On
+the meta device each operator costs a fraction of FakeTensorMode's work: a long case is predicted
+in seconds, and a case refused by its predicted time is refused at once.
 
 Expected agreement with the measured number (profiler on CPU, allocator stats on CUDA): the
 prediction cannot see memory a kernel allocates internally (scratch buffers invisible on meta) and
@@ -19,6 +16,7 @@ the tracker makes autograd accumulate gradients out of place; measured on CPU wi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensorMode  # its first instance imports dynamo
 from torch.library import _scoped_library
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import UnavailableError
 from .cases import BenchCase, build_runnable
@@ -44,7 +43,7 @@ class Prediction:
     resident_bytes: int  # parameters, buffers, inputs, optimizer state
     flops: int
     device: str  # the target device type
-    method: str  # e.g. "fake:cpu", or "fake:cpu standing in for cuda"
+    method: str  # e.g. "meta:cpu", "fake:cuda", or "meta:cpu standing in for cuda"
 
     @property
     def total_bytes(self) -> int:
@@ -52,7 +51,7 @@ class Prediction:
 
 
 def stand_in_device(device: str) -> str:
-    """The device type FakeTensors can use for `device` in this PyTorch build."""
+    """The device type whose kernels a prediction for `device` runs in this PyTorch build."""
     kind = torch.device(device).type
     if kind == "cpu" or (kind == "cuda" and torch.cuda.is_available()):
         return kind
@@ -65,27 +64,28 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     FLOPs are counted on the CPU's implementations whatever the device (on the target's where a
     backend has none there, xformers), so they measure the mechanism's work, not a library's: a
     fused CUDA kernel the counter cannot see (fla), or one it counts as dense (FlexAttention),
-    would otherwise change them. Memory is predicted on the fake
-    target device where its kernels trace there, else on the CPU standing in (the method says so).
+    would otherwise change them. Memory is predicted on the target's kernels where they trace on
+    shapes, else on the CPU's standing in (the method says so).
     Raises UnavailableError when a backend cannot run on the stand-in device, and whatever the
-    case raises on FakeTensors (e.g. a backend with data-dependent shapes, which the style guide
+    case raises on shapes (e.g. a backend with data-dependent shapes, which the style guide
     forbids).
     """
     target = torch.device(device or case.device).type
-    fake_device = stand_in_device(target)
-    method = f"fake:{fake_device}" + ("" if fake_device == target else f" standing in for {target}")
+    stand_in = stand_in_device(target)
+    method = _method(stand_in) + ("" if stand_in == target else f" standing in for {target}")
     cpu = None
-    if fake_device != "cpu":
+    if stand_in != "cpu":
         try:
-            cpu = _fake_step(case, "cpu", flops=True)
+            cpu = _shapes_step(case, "cpu", flops=True)
         except UnavailableError:  # the backend runs on the target only: counted there
             pass
     try:
-        peak, resident, flops = _fake_step(case, fake_device, flops=cpu is None)
+        peak, resident, flops = _shapes_step(case, stand_in, flops=cpu is None)
     except NotImplementedError as exc:  # an operator these counting modes cannot trace
         if cpu is None:
             raise
-        (peak, resident, flops), method = cpu, f"fake:cpu standing in for {target} ({exc})"
+        (peak, resident, flops) = cpu
+        method = f"{_method('cpu')} standing in for {target} ({exc})"
     if cpu is not None:
         flops = cpu[2]
     return Prediction(
@@ -95,7 +95,7 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
 
 def predict_flops(case: BenchCase) -> int:
     """FLOPs of one step of `case`, as predict_case counts them (on the CPU's implementations),
-    counted on the meta device: nothing allocated and no FakeTensorMode to import."""
+    without tracking memory."""
     with _cpu_sdpa_on_meta():
         runnable = build_runnable(case, device="meta")
         if case.mode != "forward":  # as predict_case: a decoding state moves on one token, an
@@ -103,10 +103,19 @@ def predict_flops(case: BenchCase) -> int:
         return count_flops(runnable.step)[1]
 
 
-def _fake_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, int]:
-    """(peak above resident, resident bytes, FLOPs or 0) of one step on FakeTensors of `device`."""
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        runnable = build_runnable(case, device=device)
+def _method(device: str) -> str:
+    """How a prediction on `device`'s kernels runs: "meta:cpu" or "fake:cuda"."""
+    return f"{'meta' if device == 'cpu' else 'fake'}:{device}"
+
+
+def _shapes_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, int]:
+    """(peak above resident, resident bytes, FLOPs or 0) of one step of `case` on `device`'s
+    kernels, on shapes only: the meta device standing in for the CPU, FakeTensors otherwise."""
+    if device == "cpu" and (reason := case.unsupported("cpu")):  # meta would take, e.g., xformers
+        raise UnavailableError(reason)
+    shapes = _cpu_sdpa_on_meta() if device == "cpu" else FakeTensorMode(allow_non_fake_inputs=True)
+    with shapes:
+        runnable = build_runnable(case, device="meta" if device == "cpu" else device)
         runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
         with StorageTracker() as tracker:
             counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0
@@ -136,21 +145,23 @@ def _sdpa_as_on_cpu(
 ) -> Tensor:
     """SDPA on meta tensors through the CPU's flash kernel where the CPU picks it, else math."""
     args = (query, key, value, attn_mask, dropout_p, is_causal)
-    stand_ins = [_cpu_stand_in(t) for t in (query, key, value, attn_mask)]
-    choice = torch._fused_sdp_choice(
-        *stand_ins[:3],
-        attn_mask=stand_ins[3],
-        dropout_p=dropout_p,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=enable_gqa,
-    )
+    with _disable_current_modes():  # the stand-ins are not the case's memory or work
+        stand_ins = [_cpu_stand_in(t) for t in (query, key, value, attn_mask)]
+        choice = torch._fused_sdp_choice(
+            *stand_ins[:3],
+            attn_mask=stand_ins[3],
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+        )
     if choice != _FLASH or query.dim() != 4:
         sdpa = torch.ops.aten.scaled_dot_product_attention.default
         return sdpa.decompose(*args, scale=scale, enable_gqa=enable_gqa)
-    if enable_gqa and key.shape[-3] != query.shape[-3]:  # the CPU kernel gets repeated heads
-        groups = query.shape[-3] // key.shape[-3]
-        key, value = key.repeat_interleave(groups, -3), value.repeat_interleave(groups, -3)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # as SDPA does before its kernel
+        masked = torch.scalar_tensor(-math.inf, dtype=query.dtype, device=attn_mask.device)
+        attn_mask = torch.where(attn_mask, 0.0, masked)
+        del masked  # freed before the kernel runs, as SDPA frees it
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     return flash(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 

@@ -1,4 +1,4 @@
-"""Measure one case: prediction and FLOPs (fake tensors), measured memory, cross-checks, time.
+"""Measure one case: prediction and FLOPs (shapes only), measured memory, cross-checks, time.
 The output is checked before anything is measured (validate.py: a broken one is `invalid`), and a
 group whose repeats disagree is timed again, all of it; its spread and the free cores are stored,
 from which trust.py marks a time unstable or busy.
