@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from attention_zoo.attention import nsa
 from attention_zoo.attention.kernels.recurrences import delta
 from attention_zoo.cli import main
 from attention_zoo.measure import fair
@@ -69,6 +70,26 @@ def test_zoo_report_equal_keeps_the_variants_at_the_references_state(tmp_path: P
     assert main(argv) == 2 and not (out / "none").exists()
 
 
+def _extended(case: BenchCase, monkeypatch: pytest.MonkeyPatch) -> int:
+    """forward_flops(case), asserting it extended shorter counts rather than counting the case."""
+    counted: list[int] = []
+
+    def spy(sample: BenchCase) -> int:
+        counted.append(sample.seq_len)
+        return predict_flops(sample)
+
+    monkeypatch.setattr(fair, "predict_flops", spy)
+    flops = fair.forward_flops(case)
+    monkeypatch.setattr(fair, "predict_flops", predict_flops)
+    assert counted and case.seq_len not in counted
+    return flops
+
+
+def _node_from(length: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nsa's three branches in one node from `length` positions on (at real sizes: 16k here)."""
+    monkeypatch.setattr(nsa, "pays", lambda rows, n, value_dim: n >= length)
+
+
 def _shrunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """forward_flops' lengths scaled down, so the extension runs in a quick test."""
     monkeypatch.setattr(fair, "COUNTED_UP_TO", 2048)
@@ -87,10 +108,65 @@ def test_a_recurrence_s_flops_past_the_counted_lengths_equal_a_direct_count(
 ) -> None:
     _shrunk(monkeypatch)
     case = BenchCase(target="block", backend=backend, options=options, seq_len=3000)
+    assert _extended(case, monkeypatch) == predict_flops(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend, options",
+    [
+        ("moba", {}),
+        ("moba", {"top_k": 3, "kv_heads": 1}),
+        ("nsa", {}),
+        ("nsa", {"window": 100, "num_selected": 5}),
+    ],
+)
+def test_a_routed_backend_s_flops_past_the_counted_lengths_equal_a_direct_count(
+    backend: str, options: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _shrunk(monkeypatch)
+    _node_from(1024, monkeypatch)  # nsa's branches share its tiles at the samples, as at 16k
+    case = BenchCase(target="block", backend=backend, options={**options, "block_size": 32})
+    case = case.replace(options={**case.options, "kernel": "tiled"}, seq_len=3000)
+    assert _extended(case, monkeypatch) == predict_flops(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend, options, node_from",
+    [
+        # the window on its own kernel at the samples, on the tiles at the case's length
+        ("nsa", {"block_size": 32}, 2500),
+        # routes still filling at the samples (fewer blocks than slots)
+        ("moba", {"block_size": 128, "top_k": 18}, None),
+        ("nsa", {"block_size": 128, "num_selected": 18}, None),
+    ],
+)
+def test_a_routed_count_that_changes_past_its_samples_is_counted_directly(
+    backend: str, options: dict, node_from: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _shrunk(monkeypatch)
+    if node_from is not None:
+        _node_from(node_from, monkeypatch)
+    options = {**options, "kernel": "tiled"}
+    case = BenchCase(target="block", backend=backend, options=options, seq_len=3008)
     assert fair.forward_flops(case) == predict_flops(case)
 
 
-def test_only_a_recurrence_whose_count_is_one_line_is_extended(
+@pytest.mark.slow
+def test_a_routed_backend_is_counted_on_its_tiles_not_its_dense_reference():
+    """Its math is every query against every key, masked: not what the mechanism costs."""
+    setting = FairSetting(context=2048)
+    for backend in ("moba", "nsa"):
+        flops = fair_numbers(backend, {}, setting).flops_per_token
+        tiles = fair_numbers(backend, {"kernel": "tiled"}, setting).flops_per_token
+        dense = fair_numbers(backend, {"kernel": "math"}, setting).flops_per_token
+        assert flops == tiles < dense / 2
+    full = fair_numbers("full", {}, setting).flops_per_token  # math: the mechanism itself
+    assert full == fair_numbers("full", {"kernel": "math"}, setting).flops_per_token
+
+
+def test_only_a_count_known_to_be_a_polynomial_is_extended(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _shrunk(monkeypatch)
@@ -109,6 +185,16 @@ def test_only_a_recurrence_whose_count_is_one_line_is_extended(
     counted.clear()
     assert fair.forward_flops(BenchCase(backend="retention", seq_len=2048)) == 2048**2
     assert counted == [2048]  # up to COUNTED_UP_TO: counted directly
+    counted.clear()
+    tiles = BenchCase(backend="moba", seq_len=3000, options={"kernel": "tiled"})
+    assert fair.forward_flops(tiles) == 3000**2
+    assert counted == [1024 + 3000 % 256 + i * 256 for i in range(4)]  # a quadratic, checked
+    for options in ({"kernel": "tiled", "block_size": 48}, {"kernel": "gathered"}):
+        counted.clear()  # blocks that do not divide the period, not its tiles: counted directly
+        assert fair.forward_flops(tiles.replace(options=options)) == 3000**2
+        assert counted == [3000]
+    monkeypatch.setattr(fair, "predict_flops", lambda case: case.seq_len**3)
+    assert fair.forward_flops(tiles) == 3000**3  # bends more
 
 
 @pytest.mark.slow
@@ -130,9 +216,11 @@ def test_the_samples_are_past_the_kernels_length_thresholds() -> None:
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_a_recurrence_s_flops_at_the_real_lengths_equal_a_direct_count() -> None:
+def test_a_recurrence_s_flops_at_the_real_lengths_equal_a_direct_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The constants as they are, with a remainder whose last segment's chunks are shorter where
     the segment length is."""
     n = fair.COUNTED_UP_TO + fair.PERIOD + 520
     case = BenchCase(target="block", backend="gated-deltanet", seq_len=n)
-    assert fair.forward_flops(case) == predict_flops(case)
+    assert _extended(case, monkeypatch) == predict_flops(case)

@@ -380,6 +380,15 @@ def test_a_dtype_s_own_priority_list_comes_first_and_names_a_real_device_and_dty
         KernelTable((a, b), {"cdua:bfloat16": ("a",)})  # a misspelt device: never consulted
 
 
+def test_a_table_s_plain_implementation_is_one_of_its_own():
+    """The one fair-comparison FLOPs count: a misspelt name would count auto's pick instead."""
+    a, b = (Implementation(name=n, summary=n, run=print) for n in ("a", "b"))
+    with pytest.raises(ValueError, match=r"unknown or repeated names \['c'\]"):
+        KernelTable((a, b), {"cpu": ("a",)}, plain="c")
+    assert KernelTable((a, b), {"cpu": ("a",)}, plain="b").replacing("a").plain == "b"
+    assert KernelTable((a, b), {"cpu": ("a",)}).plain == "math"  # a table without one: auto
+
+
 def test_meta_picks_as_the_cpu_unless_a_table_keeps_lists_for_meta():
     def run(*args):
         raise AssertionError("never run")

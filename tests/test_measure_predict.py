@@ -135,7 +135,7 @@ def test_full_attention_memory_grows_quadratically() -> None:
 
 @pytest.mark.parametrize(
     "backend",
-    # four traces on shapes up to 32k tokens: local ~15 s (its backward is many ops), lsh ~2.5 s
+    # four traces on shapes up to 32k tokens: seconds for local and lsh (many ops each)
     [pytest.param(b, marks=[pytest.mark.slow, pytest.mark.long]) for b in ("local", "lsh")]
     + ["sdpa"],
 )

@@ -115,11 +115,16 @@ class KernelTable:
     priority: Mapping[str, tuple[str, ...]]
     # instead of the priority lists: a library's own dispatch names the one auto runs (SDPA)
     choose: Callable[[Any, Call], str] | None = None
+    # the one computing the mechanism's own products in a few large ops, where the table has it
+    # (fair-comparison FLOPs count it): plain PyTorch, unless that is a dense reference
+    plain: str = "math"
     by_name: dict[str, Implementation] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {i.name: i for i in self.implementations})
         unknown = {n for names in self.priority.values() for n in names} - set(self.by_name)
+        if self.plain != "math":  # a table without math has no plain one, unless it names it
+            unknown |= {self.plain} - set(self.by_name)
         if unknown or len(self.by_name) != len(self.implementations):
             raise ValueError(f"kernel table: unknown or repeated names {sorted(unknown)}")
         dtypes = {_dtype_name(t) for t in FLOAT_DTYPES}
@@ -183,7 +188,7 @@ class KernelTable:
         implementations = tuple(
             replace(i, **changes) if i.name == name else i for i in self.implementations
         )
-        return KernelTable(implementations, self.priority, self.choose)
+        return replace(self, implementations=implementations)
 
     def _auto_name(self, core: Any, call: Call) -> str:
         try:

@@ -4,18 +4,22 @@ the meta device, so they cost no memory and no hardware."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..attention import decode
+from ..attention.base import AttentionCore
 from ..attention.dispatch import AUTO
 from ..attention.recurrent import RecurrenceConfig
 from ..attention.spec import BackendSpec, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..errors import ShapeError, ZooError
 from .cases import DTYPES, BenchCase
+from .kernels import attention_cores, case_call
 from .metrics import Metric, metric_row
 from .peers import is_peer
 from .predict import predict_flops
@@ -85,11 +89,11 @@ def fair_numbers(backend: str, options: dict[str, Any], setting: FairSetting) ->
     return FairNumbers(params=params, state_bytes=state_bytes, flops_per_token=flops / n)
 
 
-# Forward FLOPs are counted on the meta device, where a recurrence's Python loop over chunks costs
-# time per chunk (seconds at 64k positions, hours near 2**31). A recurrence's state has one size
-# at any length, so past COUNTED_UP_TO positions its count is extended instead: counted at three
-# lengths PERIOD apart with the context's remainder, a line through two of them checked on the
-# third. PERIOD is a multiple of every chunk this applies to (powers of two up to it), and the
+# Forward FLOPs are counted on the meta device, where a kernel's Python loop over chunks or tiles
+# costs time per iteration (seconds at 64k positions, hours near 2**31). Where the count is known
+# to be a polynomial in the length over lengths PERIOD apart (a recurrence's a line, a routed
+# backend's a quadratic), past COUNTED_UP_TO positions it is extended instead: counted at lengths
+# PERIOD apart with the context's remainder, one more than the polynomial needs to check it. The
 # samples start at SAMPLED_FROM, where the kernels' segments are as long as at any length.
 COUNTED_UP_TO = 1 << 16
 PERIOD = 1 << 12
@@ -97,25 +101,52 @@ SAMPLED_FROM = 4 * PERIOD
 
 
 def forward_flops(case: BenchCase) -> int:
-    """FLOPs of `case`'s step as predict_flops counts them; for a recurrence past COUNTED_UP_TO
-    positions, read off the line through counts at shorter lengths where a third count confirms
-    it (else counted directly)."""
+    """FLOPs of `case`'s step as predict_flops counts them; past COUNTED_UP_TO positions, where
+    the count is a polynomial in the length, from the polynomial through counts at shorter
+    lengths that one more count confirms (else counted directly)."""
     n = case.seq_len
-    if n <= COUNTED_UP_TO or not _extensible(case):
-        return predict_flops(case)
     first = SAMPLED_FROM + n % PERIOD
-    counts = [predict_flops(case.replace(seq_len=first + i * PERIOD)) for i in range(3)]
-    step = counts[1] - counts[0]
-    if counts[2] - counts[1] != step:  # not one cost per PERIOD: count it all
+    if n <= COUNTED_UP_TO or (degree := _degree(case, first)) is None:
         return predict_flops(case)
-    return counts[0] + (n - first) // PERIOD * step
+    counts = [predict_flops(case.replace(seq_len=first + i * PERIOD)) for i in range(degree + 2)]
+    differences = [counts]  # Newton's forward differences: the j-th of them at `first`
+    while len(differences[-1]) > 1:
+        row = differences[-1]
+        differences.append([b - a for a, b in itertools.pairwise(row)])
+    if differences[-1][0] != 0:  # not that polynomial: count it all
+        return predict_flops(case)
+    steps = (n - first) // PERIOD
+    return sum(math.comb(steps, j) * row[0] for j, row in enumerate(differences[:-1]))
 
 
-def _extensible(case: BenchCase) -> bool:
-    """Whether forward_flops may extend the case's count: a recurrence whose chunks divide PERIOD
-    (a longer chunk is few chunks, counted directly in moments)."""
-    cfg = get_backend(case.backend).make_config(**case.options)
-    return isinstance(cfg, RecurrenceConfig) and cfg.chunk_length <= PERIOD
+def _degree(case: BenchCase, first: int) -> int | None:
+    """The degree of the polynomial the case's count follows from `first` on, over lengths PERIOD
+    apart: 1 for a recurrence whose chunks divide PERIOD (one state at any length); 2 for block
+    routing on its tiles (each query scores every block), see `_routes_settled`; else None."""
+    spec = get_backend(case.backend)
+    cfg = spec.make_config(**case.options)
+    if isinstance(cfg, RecurrenceConfig):
+        return 1 if PERIOD % cfg.chunk_length == 0 else None
+    core = spec.cls(cfg, causal=True)
+    if hasattr(core, "route_shape") and _routes_settled(core, case, first):
+        return 2
+    return None
+
+
+def _routes_settled(core: AttentionCore, case: BenchCase, first: int) -> bool:
+    """Whether a routed core runs its plain implementation (its tiles) the same way from `first`
+    to the case's length: blocks dividing PERIOD, every query's route full (as many blocks as it
+    has slots), and no inner core run besides the tiles (nsa's window joins them on long inputs)."""
+    slots, block = core.route_shape()
+    if core.cfg.kernel != core.kernels.plain or PERIOD % block or first < slots * block:
+        return False
+    rows = case.batch * case.attention_shape()[0]
+    for length in (first, case.seq_len):
+        call = case_call(case.replace(seq_len=length), core)
+        idle = {id(c) for c in core.idle_cores(call, rows)}
+        if any(id(c) not in idle for c in attention_cores(core) if c is not core):
+            return False
+    return True
 
 
 FAIR_TARGETS = ("attention", "block")  # a model's layers may mix backends: no one block to count
@@ -144,14 +175,15 @@ def fair_rows(case: BenchCase, metrics: tuple[str, ...] | list[str]) -> list[Met
 
 
 def _plain(spec: BackendSpec, options: dict[str, Any]) -> dict[str, Any]:
-    """The options with the plain PyTorch implementation ("math") where the backend has one and
-    none is named: the mechanism's matmuls, counted in a few large ops rather than a fused
-    kernel's many small ones (a segment loop costs seconds even on the meta device)."""
+    """The options with the table's plain implementation where the backend has one and none is
+    named: the mechanism's own products, counted in a few large ops rather than a fused kernel's
+    many small ones (a segment loop costs seconds even on the meta device)."""
     table = getattr(spec.cls, "kernels", None)
     named = options.get("kernel", AUTO) != AUTO
-    if named or table is None or "math" not in table.by_name or "kernel" not in spec.defaults():
+    plain = getattr(table, "plain", None)
+    if named or table is None or plain not in table.by_name or "kernel" not in spec.defaults():
         return dict(options)
-    return {**options, "kernel": "math"}
+    return {**options, "kernel": plain}
 
 
 def _state_bytes(backend: str, options: dict[str, Any], setting: FairSetting) -> int | None:

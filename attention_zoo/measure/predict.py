@@ -111,11 +111,14 @@ def _method(device: str) -> str:
 def _shapes_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int, int]:
     """(peak above resident, resident bytes, FLOPs or 0) of one step of `case` on `device`'s
     kernels, on shapes only: the meta device standing in for the CPU, FakeTensors otherwise."""
-    if device == "cpu" and (reason := case.unsupported("cpu")):  # meta would take, e.g., xformers
-        raise UnavailableError(reason)
-    shapes = _cpu_sdpa_on_meta() if device == "cpu" else FakeTensorMode(allow_non_fake_inputs=True)
+    if device == "cpu":
+        if reason := case.unsupported("cpu"):  # meta would take, e.g., xformers
+            raise UnavailableError(reason)
+        shapes, built_on = _cpu_sdpa_on_meta(), "meta"
+    else:
+        shapes, built_on = FakeTensorMode(allow_non_fake_inputs=True), device
     with shapes:
-        runnable = build_runnable(case, device="meta" if device == "cpu" else device)
+        runnable = build_runnable(case, device=built_on)
         runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
         with StorageTracker() as tracker:
             counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0

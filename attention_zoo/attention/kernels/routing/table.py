@@ -79,4 +79,5 @@ ROUTED_KERNELS = KernelTable(
         ),
     ),
     {"cpu": ("tiled", "math"), "cuda": ("flex", "tiled")},
+    plain="tiled",  # math is the dense reference: every query against every key, masked
 )
