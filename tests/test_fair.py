@@ -139,7 +139,7 @@ def test_a_routed_backend_s_flops_past_the_counted_lengths_equal_a_direct_count(
         ("nsa", {"block_size": 32}, 2500),
         # routes still filling at the samples (fewer blocks than slots)
         ("moba", {"block_size": 128, "top_k": 18}, None),
-        ("nsa", {"block_size": 128, "num_selected": 18}, None),
+        ("nsa", {"block_size": 128, "num_selected": 20}, None),
     ],
 )
 def test_a_routed_count_that_changes_past_its_samples_is_counted_directly(
@@ -150,7 +150,32 @@ def test_a_routed_count_that_changes_past_its_samples_is_counted_directly(
         _node_from(node_from, monkeypatch)
     options = {**options, "kernel": "tiled"}
     case = BenchCase(target="block", backend=backend, options=options, seq_len=3008)
+    counted: list[int] = []
+
+    def spy(sample: BenchCase) -> int:
+        counted.append(sample.seq_len)
+        return predict_flops(sample)
+
+    monkeypatch.setattr(fair, "predict_flops", spy)
     assert fair.forward_flops(case) == predict_flops(case)
+    assert counted == [3008]  # refused before sampling, not by a check that happened to fail
+
+
+@pytest.mark.parametrize(
+    "shape, options, plan",
+    [
+        ((4, 64), {}, (2, fair.SAMPLED_FROM)),
+        ((4, 64), {"kv_heads": 1}, (2, fair.SAMPLED_FROM)),  # the node counts query heads
+        ((1, 8), {}, (2, 16 * fair.SAMPLED_FROM)),  # the node from 196,608 on: samples there
+        ((4, 64), {"kernel": "gathered"}, None),  # not its tiles
+    ],
+)
+def test_nsa_s_samples_start_where_its_branches_share_the_tiles(shape, options, plan) -> None:
+    heads, head_dim = shape
+    options = {"kernel": "tiled", **options}
+    case = BenchCase(target="block", backend="nsa", options=options, seq_len=1 << 20)
+    case = case.replace(num_heads=heads, head_dim=head_dim, hidden=heads * head_dim)
+    assert fair._polynomial(case) == plan
 
 
 @pytest.mark.slow

@@ -105,9 +105,9 @@ def forward_flops(case: BenchCase) -> int:
     the count is a polynomial in the length, from the polynomial through counts at shorter
     lengths that one more count confirms (else counted directly)."""
     n = case.seq_len
-    first = SAMPLED_FROM + n % PERIOD
-    if n <= COUNTED_UP_TO or (degree := _degree(case, first)) is None:
+    if n <= COUNTED_UP_TO or (plan := _polynomial(case)) is None:
         return predict_flops(case)
+    degree, first = plan
     counts = [predict_flops(case.replace(seq_len=first + i * PERIOD)) for i in range(degree + 2)]
     differences = [counts]  # Newton's forward differences: the j-th of them at `first`
     while len(differences[-1]) > 1:
@@ -119,24 +119,30 @@ def forward_flops(case: BenchCase) -> int:
     return sum(math.comb(steps, j) * row[0] for j, row in enumerate(differences[:-1]))
 
 
-def _degree(case: BenchCase, first: int) -> int | None:
-    """The degree of the polynomial the case's count follows from `first` on, over lengths PERIOD
+def _polynomial(case: BenchCase) -> tuple[int, int] | None:
+    """(degree, first sample) of the polynomial the case's count follows over lengths PERIOD
     apart: 1 for a recurrence whose chunks divide PERIOD (one state at any length); 2 for block
-    routing on its tiles (each query scores every block), see `_routes_settled`; else None."""
+    routing on its tiles (each query scores every block) from where `_routes_settled`."""
     spec = get_backend(case.backend)
     cfg = spec.make_config(**case.options)
+    first = SAMPLED_FROM + case.seq_len % PERIOD
     if isinstance(cfg, RecurrenceConfig):
-        return 1 if PERIOD % cfg.chunk_length == 0 else None
+        return (1, first) if PERIOD % cfg.chunk_length == 0 else None
     core = spec.cls(cfg, causal=True)
-    if hasattr(core, "route_shape") and _routes_settled(core, case, first):
-        return 2
+    if not hasattr(core, "route_shape"):
+        return None
+    while first + 3 * PERIOD <= case.seq_len:  # later samples, where routes settle later
+        if _routes_settled(core, case, first):
+            return 2, first
+        first = 2 * first - case.seq_len % PERIOD  # twice as far, the same remainder
     return None
 
 
 def _routes_settled(core: AttentionCore, case: BenchCase, first: int) -> bool:
     """Whether a routed core runs its plain implementation (its tiles) the same way from `first`
     to the case's length: blocks dividing PERIOD, every query's route full (as many blocks as it
-    has slots), and no inner core run besides the tiles (nsa's window joins them on long inputs)."""
+    has slots), and no inner core run besides the tiles (nsa's window joins them from a length
+    on, never to leave: checked at both ends)."""
     slots, block = core.route_shape()
     if core.cfg.kernel != core.kernels.plain or PERIOD % block or first < slots * block:
         return False
