@@ -94,7 +94,8 @@ def fair_numbers(backend: str, options: dict[str, Any], setting: FairSetting) ->
 # to be a polynomial in the length over lengths PERIOD apart (a recurrence's a line, a routed
 # backend's a quadratic), past COUNTED_UP_TO positions it is extended instead: counted at lengths
 # PERIOD apart with the context's remainder, one more than the polynomial needs to check it. The
-# samples start at SAMPLED_FROM, where the kernels' segments are as long as at any length.
+# samples start at SAMPLED_FROM, where the kernels' segments are as long as at any length (later
+# for a routed core whose routes settle later).
 COUNTED_UP_TO = 1 << 16
 PERIOD = 1 << 12
 SAMPLED_FROM = 4 * PERIOD
@@ -131,7 +132,7 @@ def _polynomial(case: BenchCase) -> tuple[int, int] | None:
     core = spec.cls(cfg, causal=True)
     if not hasattr(core, "route_shape"):
         return None
-    while first + 3 * PERIOD <= case.seq_len:  # later samples, where routes settle later
+    while first + 3 * PERIOD <= case.seq_len:  # a quadratic's four samples fit before the context
         if _routes_settled(core, case, first):
             return 2, first
         first = 2 * first - case.seq_len % PERIOD  # twice as far, the same remainder
