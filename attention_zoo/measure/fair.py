@@ -19,7 +19,7 @@ from ..attention.spec import BackendSpec, build_attention, get_backend
 from ..blocks.attention import SelfAttention
 from ..errors import ShapeError, ZooError
 from .cases import DTYPES, BenchCase
-from .kernels import attention_cores, case_call
+from .kernels import attention_cores, idle_ids
 from .metrics import Metric, metric_row
 from .peers import is_peer
 from .predict import predict_flops
@@ -147,10 +147,8 @@ def _routes_settled(core: AttentionCore, case: BenchCase, first: int) -> bool:
     slots, block = core.route_shape()
     if core.cfg.kernel != core.kernels.plain or PERIOD % block or first < slots * block:
         return False
-    rows = case.batch * case.attention_shape()[0]
     for length in (first, case.seq_len):
-        call = case_call(case.replace(seq_len=length), core)
-        idle = {id(c) for c in core.idle_cores(call, rows)}
+        idle = idle_ids(case.replace(seq_len=length), [core])
         if any(id(c) not in idle for c in attention_cores(core) if c is not core):
             return False
     return True

@@ -21,8 +21,7 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
         return {type(core).spec.name: "step" for core in attention_cores(module)}
     found: dict[str, list[str]] = {}
     cores = attention_cores(module)
-    rows = case.batch * case.attention_shape()[0]
-    idle = {id(c) for core in cores for c in core.idle_cores(case_call(case, core), rows)}
+    idle = idle_ids(case, cores)
     for core in cores:
         if id(core) in idle:  # an inner core this step does not run
             continue
@@ -31,6 +30,13 @@ def kernel_names(case: BenchCase, module: torch.nn.Module | None) -> dict[str, s
         if name not in names:
             names.append(name)
     return {backend: "+".join(names) for backend, names in found.items()}
+
+
+def idle_ids(case: BenchCase, cores: list[AttentionCore]) -> set[int]:
+    """The ids of the inner cores that `cores` leave idle in the case's step (a core that
+    computes their part itself, as nsa's tiles take its window on long inputs)."""
+    rows = case.batch * case.attention_shape()[0]
+    return {id(c) for core in cores for c in core.idle_cores(case_call(case, core), rows)}
 
 
 def case_call(case: BenchCase, core: AttentionCore) -> Call:
