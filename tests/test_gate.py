@@ -510,8 +510,10 @@ def test_gate_passes_an_unchanged_core_and_compares_only_what_both_sides_have(cl
 @pytest.mark.long
 @pytest.mark.alone
 def test_gate_fails_a_planted_slowdown_naming_the_benchmark(clone: Path) -> None:
-    """A 1.5x slower local core, one comparison (re-measuring: test above)."""
-    commit_change(clone, "planted slowdown", plants.slower(1.5))
+    """A 2x slower local core, one comparison of two rounds (re-measuring: test above), flagged
+    over its calibrated limit (at most 1.3x) with room for two rounds' noise on a shared machine;
+    how small a slowdown the gate catches is the acceptance runs' question."""
+    commit_change(clone, "planted slowdown", plants.slower(2.0))
     argv = ["--base", "HEAD~1", "--bench", LOCAL_FORWARD, "--no-baselines", "--no-confirm"]
     proc = run_gate(clone, *argv, "--rounds", "2")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
