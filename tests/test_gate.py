@@ -493,8 +493,9 @@ def test_each_side_sees_its_own_commits_code_only(clone: Path, tmp_path: Path) -
 def test_gate_passes_an_unchanged_core_and_compares_only_what_both_sides_have(clone: Path) -> None:
     """Head adds a backend the base lacks and leaves local as it is: local (listed before the new
     one, so its parameter index is the same on both sides) passes, the new one's times are on
-    one commit only. The exit-0 path at a 1.3x limit: this runs on shared machines; how close
-    an unchanged commit reads (1.05x) is the acceptance runs' question, on an idle one."""
+    one commit only: each side's later rounds reuse its own first discovery, not the other's.
+    The exit-0 path at a 1.3x limit: this runs on shared machines; how close an unchanged
+    commit reads (1.05x) is the acceptance runs' question, on an idle one."""
     commit_change(clone, "planted head-only backend", plants.head_only_backend("planted"))
     regex = gate.core_time_regex(["local", "planted"]).replace(r"(\+backward)?", "")
     argv = ["--base", "HEAD~1", "--bench", regex, "--no-baselines", "--rounds", "2"]
@@ -504,6 +505,8 @@ def test_gate_passes_an_unchanged_core_and_compares_only_what_both_sides_have(cl
     planted = NAME.replace("'local'", "'planted'")
     assert f"note: {planted}: runs on one commit only, not compared" in proc.stdout
     assert re.search(rf"\d\.\d\dx  {re.escape(NAME)}", proc.stdout)
+    asv_log = (clone / plumbing.GATE_DIR / "asv.log").read_text()
+    assert asv_log.count("Discovering benchmarks") == 2  # once a side, not once a round
 
 
 @pytest.mark.slow
