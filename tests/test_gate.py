@@ -507,6 +507,10 @@ def test_gate_passes_an_unchanged_core_and_compares_only_what_both_sides_have(cl
     assert re.search(rf"\d\.\d\dx  {re.escape(NAME)}", proc.stdout)
     asv_log = (clone / plumbing.GATE_DIR / "asv.log").read_text()
     assert asv_log.count("Discovering benchmarks") == 2  # once a side, not once a round
+    base, head = sorted((clone / plumbing.GATE_DIR / "sides").glob("*/benchmarks.json"))
+    for side, has_planted in ((base, False), (head, True)):
+        backends = json.loads(side.read_text())["bench_attention.Time.time_step"]["params"][3]
+        assert ("'planted'" in backends) == has_planted and "'local'" in backends
 
 
 @pytest.mark.slow

@@ -234,7 +234,8 @@ def asv(
     out = "".join(lines)
     if log is not None:
         with log.open("a") as f:
-            f.write(f"$ asv {' '.join(args)}\n{out}\n")
+            read = f"  # discovery read from {discovered}" if discovered else ""
+            f.write(f"$ asv {' '.join(args)}{read}\n{out}\n")
     return proc.wait(), out
 
 
