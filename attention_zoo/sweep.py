@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -30,6 +30,7 @@ from .measure.env import Environment, capture
 from .measure.limits import auto_memory_limit
 from .measure.load import Load
 from .measure.peers import get_peer, is_peer, select_peers
+from .measure.predict import Prediction
 from .measure.runner import (
     DEFAULT_SETTINGS,
     CaseResult,
@@ -257,13 +258,15 @@ def measure_one(
     memory_limit_bytes: int | str | None = None,
     timeout_s: float | None = None,
     measure: Measure | None = None,
+    predicted: Mapping[str, Prediction] | None = None,
 ) -> CaseResult:
     """Measure one case in the process that runs it (the driver or a Ray worker): the one method
     every executor uses, so local and remote numbers are taken the same way.
 
     memory_limit_bytes guards CPU cases by their prediction (and is the subprocess's address-space
     limit with isolate); AUTO resolves it here, from the memory this process may use
-    (measure.limits: RAM, RLIMIT_AS, cgroup).
+    (measure.limits: RAM, RLIMIT_AS, cgroup). predicted: the case's prediction made before the
+    run, by its key (measure_group).
     """
     cpu = case.device == "cpu"
     limit = default_memory_limit() if memory_limit_bytes == AUTO else memory_limit_bytes
@@ -273,9 +276,13 @@ def measure_one(
         return _guarded(measure, case, settings)
     if isolate:
         return run_isolated(
-            case, settings, rlimit_bytes=int(limit) if cpu and limit else None, timeout_s=timeout_s
+            case,
+            settings,
+            rlimit_bytes=int(limit) if cpu and limit else None,
+            timeout_s=timeout_s,
+            predicted=(predicted or {}).get(case.key()),
         )
-    return measure_case(case, settings)
+    return measure_case(case, settings, predicted)
 
 
 def measure_together(
@@ -283,13 +290,14 @@ def measure_together(
     settings: MeasureSettings = DEFAULT_SETTINGS,
     *,
     memory_limit_bytes: int | str | None = None,
+    predicted: Mapping[str, Prediction] | None = None,
 ) -> list[CaseResult]:
     """measure_one for cases compared with each other (settings.interleave): measured as one group
     in the process that runs them, their timing round-robin (measure_group)."""
     limit = default_memory_limit() if memory_limit_bytes == AUTO else memory_limit_bytes
     if cases[0].device == "cpu" and limit is not None:
         settings = _with_limit(settings, int(limit))
-    return measure_group(cases, settings)
+    return measure_group(cases, settings, predicted)
 
 
 def _batches(cases: Sequence[BenchCase], *, interleave: bool) -> list[list[BenchCase]]:
@@ -312,7 +320,10 @@ def batch_job(cases: Sequence[BenchCase], settings: MeasureSettings, **kwargs: A
         label=f"{cases[0].name()} (+{len(cases) - 1} interleaved)",
         fn=measure_together,
         args=(tuple(cases), settings),
-        kwargs={"memory_limit_bytes": kwargs.get("memory_limit_bytes")},
+        kwargs={
+            "memory_limit_bytes": kwargs.get("memory_limit_bytes"),
+            "predicted": kwargs.get("predicted"),
+        },
         device=cases[0].device,
         threads=settings.threads,
     )
@@ -326,6 +337,7 @@ def case_job(
     memory_limit_bytes: int | str | None = None,
     timeout_s: float | None = None,
     measure: Measure | None = None,
+    predicted: Mapping[str, Prediction] | None = None,
 ) -> Job:
     """The executor job measuring `case` with measure_one."""
     return Job(
@@ -338,6 +350,7 @@ def case_job(
             "memory_limit_bytes": memory_limit_bytes,
             "timeout_s": timeout_s,
             "measure": measure,
+            "predicted": predicted,
         },
         device=case.device,
         threads=settings.threads,
@@ -358,9 +371,11 @@ class BenchPlan(Plan):
         settings: MeasureSettings,
         *,
         environment: Environment,
+        predicted: Mapping[str, Prediction] | None = None,
         **job_options: Any,
     ) -> None:
         self.cases, self.settings, self.environment = list(cases), settings, environment
+        self.predicted = dict(predicted or {})  # made before the run, by case key
         self.names = {c.key(): c.name() for c in self.cases}
         self.job_options = job_options  # case_job's: isolate, memory_limit_bytes, ...
         self.interleave = (
@@ -379,7 +394,15 @@ class BenchPlan(Plan):
         wanted = set(todo)
         batches = _batches([c for c in self.cases if c.key() in wanted], interleave=self.interleave)
         self.batch_of = {b[0].key(): b for b in batches}
-        return [batch_job(b, self.settings, **self.job_options) for b in batches]
+        return [
+            batch_job(b, self.settings, predicted=self._predicted(b), **self.job_options)
+            for b in batches
+        ]
+
+    def _predicted(self, batch: Sequence[BenchCase]) -> dict[str, Prediction] | None:
+        """The batch's predictions made before the run: each job carries its own only."""
+        known = {c.key(): self.predicted[c.key()] for c in batch if c.key() in self.predicted}
+        return known or None
 
     def save(self, store: ResultStore, run_id: str, outcome: Outcome) -> list[Stored]:
         batch = self.batch_of[outcome.key]
@@ -417,6 +440,7 @@ def run_sweep(
     meta: dict[str, Any] | None = None,
     executor: Executor | None = None,
     load_start: Load | None = None,
+    predicted: Mapping[str, Prediction] | None = None,
 ) -> SweepResult:
     """Measure `cases` into `store` through the run engine (engine.run_plan), one committed case
     at a time; returns what ran now.
@@ -432,6 +456,7 @@ def run_sweep(
     with each other (same shape, mode, dtype, device) are one job, measured together and timed
     round-robin (not with isolate or measure: one by one then). load_start: the machine's load
     the caller sampled just before (recorded as the run's start; default: sampled here).
+    predicted: predictions the caller made (zoo bench's time check) by case key, not made again.
     """
     if not cases:
         raise ConfigError("the sweep has no cases; check the grid's axes")
@@ -440,6 +465,7 @@ def run_sweep(
         cases,
         settings,
         environment=environment,
+        predicted=predicted,
         isolate=isolate,
         memory_limit_bytes=memory_limit_bytes,
         timeout_s=timeout_s,

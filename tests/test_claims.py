@@ -170,16 +170,18 @@ def test_smoke_reproduction_end_to_end_resumes_after_an_interruption(
     path = str(tmp_path / "zoo.sqlite")
     real_group, real_case, measured = sweep.measure_group, sweep.measure_case, []
 
-    def interrupted(batch, settings):
+    def interrupted(batch, settings, predicted=None):
         if len(measured) == 5:
             raise KeyboardInterrupt
         measured.extend(c.key() for c in batch)
-        return real_group(batch, settings)
+        return real_group(batch, settings, predicted)
 
     # Cases are measured one by one (measure_case) or, when interleaved, as groups (measure_group).
     monkeypatch.setattr(sweep, "measure_group", interrupted)
     monkeypatch.setattr(
-        sweep, "measure_case", lambda case, settings: interrupted([case], settings)[0]
+        sweep,
+        "measure_case",
+        lambda case, settings, predicted=None: interrupted([case], settings, predicted)[0],
     )
     assert (
         zoo(["reproduce", "reformer", "--preset", "smoke", "--store", path, "--no-progress"]) == 130

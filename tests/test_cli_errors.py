@@ -517,11 +517,11 @@ def test_ctrl_c_in_bench_keeps_finished_cases_and_marks_the_run(
 
     real, calls = sweep.measure_case, []
 
-    def measure_then_ctrl_c(case, settings):
+    def measure_then_ctrl_c(case, settings, predicted=None):
         calls.append(case)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(case, settings)
+        return real(case, settings, predicted)
 
     monkeypatch.setattr(sweep, "measure_case", measure_then_ctrl_c)
     argv = ["bench", "--target", "attention", "--backends", "full", "--lengths", "32,64"]

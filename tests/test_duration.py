@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 
 from attention_zoo.cli import main
-from attention_zoo.measure import duration, rate, runner
+from attention_zoo.measure import duration, preflight, rate, runner
 from attention_zoo.measure.cases import BenchCase
 from attention_zoo.measure.memory import rss_supported
-from attention_zoo.measure.predict import predict_flops
-from attention_zoo.measure.preflight import over_time
+from attention_zoo.measure.predict import predict_case, predict_flops
+from attention_zoo.measure.preflight import time_check
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK, TIMEOUT
 from attention_zoo.measure.timing import fixed_threads
+from attention_zoo.measure.worker import run_isolated
 from attention_zoo.store import ResultStore, run_status
 
 CASE = BenchCase(target="attention", backend="sdpa", seq_len=128)
@@ -59,8 +60,8 @@ def test_the_preflight_says_when_it_times_cases_and_not_when_their_rates_are_cac
     settings = MeasureSettings(time_limit_s=300, threads=1)  # CPU-timed: cached on a busy machine
     cases = [dataclasses.replace(CASE, seq_len=n) for n in (2048, 4096)]  # one 1024-token probe
     with caplog.at_level("WARNING", logger="attention_zoo.measure.preflight"):
-        assert over_time(cases, settings) == {}
-        assert over_time(cases, settings) == {}
+        assert time_check(cases, settings).refused == {}
+        assert time_check(cases, settings).refused == {}
     (said,) = [r.getMessage() for r in caplog.records]
     assert said.startswith("timing 1 case once (at up to 1024 tokens) to predict the run's time")
     assert "--time-limit none skips this" in said
@@ -152,6 +153,48 @@ def test_refused_cases_leave_the_others_to_run_and_the_run_resumable(tmp_path, c
         assert [c["config"]["seq_len"] for c in s.cases(run["run_id"])] == [64]
     assert main([*argv, "--no-progress", "--resume"]) == 0  # the same run: nothing left to do
     assert "1 already stored (resumed)" in capsys.readouterr().out
+
+
+def test_a_case_the_time_check_predicted_is_not_predicted_again_and_stores_its_numbers(
+    tmp_path, monkeypatch, capsys
+):
+    """zoo bench's time check predicts every case (its FLOPs set the expected time); the run
+    stores those predictions instead of making each again, plain and interleaved alike."""
+    made = []
+
+    def counted(case, device=None):
+        made.append(case.key())
+        return predict_case(case, device)
+
+    monkeypatch.setattr(preflight, "predict_case", counted)
+    monkeypatch.setattr(runner, "predict_case", counted)
+    argv = ["bench", "--target", "attention", "--backends", "sdpa,local", "--lengths", "64"]
+    argv += ["--metrics", "predict,flops", "--no-progress", "--threads", "1"]
+    for interleave in ([], ["--interleave"]):
+        made.clear()
+        store = tmp_path / f"s{len(interleave)}.sqlite"
+        assert main([*argv, *interleave, "--store", str(store)]) == 0
+        assert sorted(made) == sorted(set(made)) and len(made) == 2
+        with ResultStore(store, write=False) as s:
+            (run,) = s.runs()
+            rows = {(r["case_key"], r["metric"]): r["value"] for r in s.rows(run["run_id"])}
+            cases = [BenchCase.from_dict(c["config"]) for c in s.cases(run["run_id"])]
+        assert sorted(c.key() for c in cases) == sorted(made)
+        for case in cases:
+            prediction = predict_case(case)
+            assert rows[(case.key(), "flops")] == prediction.flops
+            assert rows[(case.key(), "predicted_peak_bytes")] == prediction.peak_bytes
+    capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_an_isolated_case_takes_the_prediction_made_before_the_run():
+    """--isolate measures a case in a subprocess: the prediction made before the run travels
+    with it and is stored, not made again there."""
+    made = dataclasses.replace(predict_case(CASE), flops=123)
+    result = run_isolated(CASE, MeasureSettings(metrics=("flops",)), predicted=made)
+    assert result.status == OK, result.error
+    assert [r.value for r in result.rows if r.metric == "flops"] == [123]
 
 
 @pytest.mark.slow

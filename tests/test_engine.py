@@ -275,11 +275,12 @@ def test_a_dry_run_leaves_out_what_the_time_limit_refuses(
     so after a run that refused a case, --resume --dry-run continues that same run."""
     from attention_zoo.commands import bench_cmd
 
-    def over_time(cases, settings) -> dict[str, str]:
-        return {c.key(): f"{c.name()}: past the limit" for c in cases if c.seq_len == 32}
+    def time_check(cases, settings) -> bench_cmd.TimeCheck:
+        refused = {c.key(): f"{c.name()}: past the limit" for c in cases if c.seq_len == 32}
+        return bench_cmd.TimeCheck(refused=refused, predicted={})
 
     monkeypatch.setattr(bench_cmd, "probes_to_time", lambda cases: 0)  # every rate known here
-    monkeypatch.setattr(bench_cmd, "over_time", over_time)
+    monkeypatch.setattr(bench_cmd, "time_check", time_check)
     argv = [a if a != "16" else "16,32" for a in BENCH]
     assert main(argv) == 0
     capsys.readouterr()

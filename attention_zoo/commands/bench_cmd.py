@@ -23,7 +23,7 @@ from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
-from ..measure.preflight import check_cases, over_time
+from ..measure.preflight import TimeCheck, check_cases, time_check
 from ..measure.rate import probes_to_time
 from ..measure.runner import MeasureSettings
 from ..measure.status import ERROR, INVALID
@@ -448,18 +448,19 @@ class _AllRefused(Exception):
 
 def _without_refused(
     cases: list[BenchCase], settings: MeasureSettings, *, local: bool
-) -> list[BenchCase]:
+) -> tuple[list[BenchCase], TimeCheck]:
     """The cases left to run once those predicted past the time limit are refused, one line
-    each on stderr, before the store is opened: when none is left, _AllRefused (exit 2, nothing
-    stored). The run holds only the cases left, so the same command with --resume continues it.
-    On Ray the cases run elsewhere, at a rate this machine cannot know: each worker refuses."""
-    refused = over_time(cases, settings) if local else {}
-    left = [c for c in cases if c.key() not in refused]
-    for line in refused.values():
+    each on stderr, before the store is opened, and the check (its predictions are the run's):
+    when none is left, _AllRefused (exit 2, nothing stored). The run holds only the cases left,
+    so the same command with --resume continues it. On Ray the cases run elsewhere, at a rate
+    this machine cannot know: each worker refuses."""
+    check = time_check(cases, settings) if local else TimeCheck(refused={}, predicted={})
+    left = [c for c in cases if c.key() not in check.refused]
+    for line in check.refused.values():
         print(f"zoo bench: {'error: ' if not left else ''}{line}", file=sys.stderr)
     if not left:
         raise _AllRefused
-    return left
+    return left, check
 
 
 def _dry_run(
@@ -472,7 +473,7 @@ def _dry_run(
     untimed = probes_to_time(cases) if limited and local else 0
     try:
         if not untimed:
-            cases = _without_refused(cases, settings, local=local)
+            cases, _ = _without_refused(cases, settings, local=local)
     except _AllRefused:
         return 2
     with preview_store(args.store) as store:
@@ -502,7 +503,7 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(args, cases, settings, policy)
     try:
         check_store_path(args.store, write=True)  # refused before the cases' time predictions
-        cases = _without_refused(cases, settings, local=args.executor == "local")
+        cases, check = _without_refused(cases, settings, local=args.executor == "local")
         where = executor.describe()  # connects: a bad cluster address fails before the store
         store = open_store(args.store, write=True, resume=policy.resume_required)
     except _AllRefused:
@@ -543,6 +544,7 @@ def run(args: argparse.Namespace) -> int:
                 },
                 executor=executor,
                 load_start=load_start,
+                predicted=check.predicted,
             )
         except RunInterrupted as stop:
             raise Interrupted(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -16,7 +17,7 @@ from ..attention.spec import BACKENDS
 from ..errors import UsageError, ZooError
 from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs
 from .duration import expected_duration, over_limit
-from .predict import predict_flops
+from .predict import Prediction, predict_case, predict_flops
 from .rate import CALIBRATION_LENGTH, cache_file, probes_to_time
 from .runner import MeasureSettings
 from .timing import fixed_threads
@@ -77,13 +78,22 @@ def check_cases(cases: Iterable[BenchCase], metrics: Sequence[str]) -> None:
     raise UsageError(f"{which[0].name()}: {reason}{more}; nothing was run or stored")
 
 
-def over_time(cases: Iterable[BenchCase], settings: MeasureSettings) -> dict[str, str]:
-    """The cases predicted past settings' time limit (or timeout) by key, each with the line that
-    refuses it: their FLOPs (counted on meta, nothing allocated) at their rate here, at the
-    run's thread count. A case whose prediction fails is left to the run, which reports it."""
+@dataclass(frozen=True)
+class TimeCheck:
+    """What the time check found before a run: the cases refused, and the predictions it made,
+    which the run takes instead of predicting those cases again."""
+
+    refused: dict[str, str]  # case key -> the line that refuses it
+    predicted: dict[str, Prediction]  # case key -> its prediction (a failed one is left out)
+
+
+def time_check(cases: Iterable[BenchCase], settings: MeasureSettings) -> TimeCheck:
+    """The cases predicted past settings' time limit (or timeout): their FLOPs (counted on meta,
+    nothing allocated) at their rate here, at the run's thread count. A case whose prediction
+    fails is left to the run, which reports it."""
     if settings.time_limit_s is None and settings.timeout_s is None:
-        return {}
-    refused = {}
+        return TimeCheck(refused={}, predicted={})
+    refused, predicted = {}, {}
     with fixed_threads(settings.threads):
         cases = [c for c in cases if not _unsupported(c)]  # the run stores those as n/a
         if unknown := probes_to_time(cases):
@@ -96,10 +106,12 @@ def over_time(cases: Iterable[BenchCase], settings: MeasureSettings) -> dict[str
                 cache_file(),
             )
         for case in cases:
+            if (prediction := _run_prediction(case)) is not None:
+                predicted[case.key()] = prediction
             try:
                 expected = expected_duration(
                     case,
-                    predict_flops(case),
+                    prediction.flops if prediction else predict_flops(case),
                     settings.metrics,
                     warmup=settings.warmup,
                     min_repeats=settings.min_repeats,
@@ -108,7 +120,19 @@ def over_time(cases: Iterable[BenchCase], settings: MeasureSettings) -> dict[str
                 continue
             if reason := over_limit(expected, settings.time_limit_s, settings.timeout_s):
                 refused[case.key()] = f"{case.name()}: {reason}"
-    return refused
+    return TimeCheck(refused=refused, predicted=predicted)
+
+
+def _run_prediction(case: BenchCase) -> Prediction | None:
+    """The prediction the run would make of a CPU case (on meta, nothing allocated), made here
+    once for both; None for a CUDA case (its prediction traces on the device: this process would
+    hold a CUDA context for the whole run) and where it fails (the run reports that)."""
+    if torch.device(case.device).type != "cpu":
+        return None
+    try:
+        return predict_case(case)
+    except Exception:
+        return None
 
 
 def _unsupported(case: BenchCase) -> bool:

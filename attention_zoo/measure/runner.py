@@ -18,7 +18,7 @@ import math
 import re
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,19 +217,28 @@ def prediction_rows(p: Prediction) -> list[Metric]:
 DEFAULT_SETTINGS = MeasureSettings()
 
 
-def measure_case(case: BenchCase, settings: MeasureSettings = DEFAULT_SETTINGS) -> CaseResult:
+def measure_case(
+    case: BenchCase,
+    settings: MeasureSettings = DEFAULT_SETTINGS,
+    predicted: Mapping[str, Prediction] | None = None,
+) -> CaseResult:
     """Measure `case`; a failing case is a status (error/oom), only KeyboardInterrupt raises."""
-    return measure_group([case], settings)[0]
+    return measure_group([case], settings, predicted)[0]
 
 
 def measure_group(
-    cases: Sequence[BenchCase], settings: MeasureSettings = DEFAULT_SETTINGS
+    cases: Sequence[BenchCase],
+    settings: MeasureSettings = DEFAULT_SETTINGS,
+    predicted: Mapping[str, Prediction] | None = None,
 ) -> list[CaseResult]:
     """Measure cases that are compared with each other (same device): each is predicted, built and
     its memory measured in turn, then all are timed round-robin (a, b, c, a, b, c, ...) so that a
-    change in the machine's load hits them alike. One case alone is timed exactly as before."""
+    change in the machine's load hits them alike. One case alone is timed exactly as before.
+    predicted: predictions made before the run (zoo bench's time check) by case key, not made
+    again."""
+    known = predicted or {}
     with fixed_threads(settings.threads):
-        pending = [_Pending(case) for case in cases]
+        pending = [_Pending(case, known.get(case.key())) for case in cases]
         try:
             for i, p in enumerate(pending):
                 alone = not any(q.runnable is not None for q in pending[:i])
@@ -255,8 +264,9 @@ def measure_group(
 class _Pending:
     """One case of a group on its way to a CaseResult."""
 
-    def __init__(self, case: BenchCase) -> None:
+    def __init__(self, case: BenchCase, predicted: Prediction | None = None) -> None:
         self.case, self.start = case, time.perf_counter()
+        self.predicted = predicted  # made before the run: not made again
         self.rows: list[Metric] = []
         self.notes: list[str] = []
         self.runnable: Runnable | None = None
@@ -300,9 +310,11 @@ class _Pending:
         case = self.case
         if reason := _unsupported(case):
             return self.finish(SKIPPED, reason)
-        prediction = None
         limits = (settings.memory_limit_bytes, settings.time_limit_s, settings.timeout_s)
-        if {"predict", "flops"} & set(settings.metrics) or any(x is not None for x in limits):
+        limited = any(x is not None for x in limits)
+        wanted = limited or not {"predict", "flops"}.isdisjoint(settings.metrics)
+        prediction = self.predicted if wanted else None
+        if prediction is None and wanted:
             try:
                 prediction = predict_case(case)
             except Exception as exc:

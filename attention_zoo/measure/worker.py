@@ -23,6 +23,7 @@ from ..plugins import child_environment, load_plugins
 from .cases import BenchCase
 from .limits import capped, vm_size_bytes
 from .metrics import Metric
+from .predict import Prediction
 from .runner import DEFAULT_SETTINGS, CaseResult, MeasureSettings, measure_case
 from .status import ERROR, OOM, TIMEOUT
 
@@ -65,16 +66,19 @@ def run_isolated(
     *,
     rlimit_bytes: int | None = None,
     timeout_s: float | None = None,
+    predicted: Prediction | None = None,
 ) -> CaseResult:
     """Measure `case` in a subprocess; a crash, kill or timeout is a result, never an exception.
 
     The address-space limit guards host memory: a CPU case's worker sees no GPU (CUDA's start-up
-    maps far more address space than any limit allows), and a CUDA case runs without the limit."""
+    maps far more address space than any limit allows), and a CUDA case runs without the limit.
+    predicted: the case's prediction made before the run, not made again."""
     on_cuda = torch.device(case.device).type == "cuda"
     payload = {
         "case": case.to_dict(),
         "settings": _settings_to_dict(settings),
         "rlimit_bytes": None if on_cuda else rlimit_bytes,
+        "predicted": dataclasses.asdict(predicted) if predicted else None,
     }
     env = child_environment()
     if not on_cuda:
@@ -128,7 +132,9 @@ def main() -> int:
     if payload.get("rlimit_bytes"):
         limit_address_space(int(payload["rlimit_bytes"]))
     case = BenchCase.from_dict(payload["case"])
-    result = measure_case(case, _settings_from_dict(payload["settings"]))
+    known = payload.get("predicted")
+    predicted = {case.key(): Prediction(**known)} if known else None
+    result = measure_case(case, _settings_from_dict(payload["settings"]), predicted)
     sys.stdout.write(MARKER + json.dumps(result_to_dict(result)) + "\n")
     sys.stdout.flush()
     return 0
