@@ -169,6 +169,7 @@ def test_a_cache_counted_on_the_device_decodes_as_the_plain_one(backend, options
     assert int(static.filled) == start
 
 
+@pytest.mark.slow
 def test_the_runner_times_the_replay_and_stores_the_choice(monkeypatch):
     """With a case that can be captured (the device check lifted), the timed step is the
     recording's replay, its memory measured on the step as it is, the choice a fact shown
@@ -201,6 +202,7 @@ def failing(kernels, device, pool):
     raise RuntimeError(NOT_PERMITTED)
 
 
+@pytest.mark.slow
 def test_a_group_is_captured_whole_or_not_at_all(monkeypatch):
     """Cases timed together are compared: all are replayed, or (auto) none when one cannot be
     captured or its capture fails, each saying why."""
@@ -307,6 +309,7 @@ def test_a_seeded_lsh_decode_is_captured_and_decodes_as_the_plain_one():
                 torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_a_replay_over_the_whole_cache_says_so(monkeypatch):
     """A decode step on a KV cache replays on the whole cache, masked past its count, where the
     plain step attends the keys so far: the stored fact and the kernel label say so; a state

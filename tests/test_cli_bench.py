@@ -280,6 +280,7 @@ def test_interleave_times_a_flag_built_grid_round_robin(
     assert not settings_from_args(args, load_sweep_preset("standard")).interleave
 
 
+@pytest.mark.slow
 def test_a_run_is_continued_only_under_its_own_settings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -301,6 +302,7 @@ def test_a_run_is_continued_only_under_its_own_settings(
     assert {json.loads(row["config"])["seq_len"] for row in rows} == {32, 64}
 
 
+@pytest.mark.slow
 def test_results_output_never_overwrites_a_results_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

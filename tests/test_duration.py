@@ -155,6 +155,7 @@ def test_refused_cases_leave_the_others_to_run_and_the_run_resumable(tmp_path, c
     assert "1 already stored (resumed)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_case_the_time_check_predicted_is_not_predicted_again_and_stores_its_numbers(
     tmp_path, monkeypatch, capsys
 ):

@@ -134,6 +134,7 @@ def test_a_failed_case_is_run_again_on_resume_a_finished_one_is_not(tmp_path: Pa
     assert statuses == {8: "ok", 16: "ok"}
 
 
+@pytest.mark.slow
 def test_a_write_the_store_refuses_stops_the_run_in_one_line_that_says_how_to_go_on(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -216,6 +217,7 @@ def test_run_id_of_another_kind_of_run_is_refused(
     assert _runs("bench") == []
 
 
+@pytest.mark.slow
 def test_a_dry_run_says_what_the_rule_would_run_and_writes_nothing(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -290,6 +292,7 @@ def test_a_dry_run_leaves_out_what_the_time_limit_refuses(
     assert "L=32 b=1 forward float32 cpu: past the limit" in captured.err
 
 
+@pytest.mark.slow
 def test_a_reproduction_finishes_its_interrupted_task_run(
     workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -66,6 +66,7 @@ def test_the_recurrences_share_one_fixed_state_and_attention_grows() -> None:
         assert not grows.fixed and grows.long_bytes > grows.short_bytes
 
 
+@pytest.mark.slow
 def test_attention_that_keeps_and_recurrences_that_fall_hold() -> None:
     rows = _rows({"full": _ladder(0.99, 0.97), "gla": _ladder(0.95, 0.30),
                   "retention": _ladder(0.90, 0.88)})  # fmt: skip
@@ -120,6 +121,7 @@ def test_a_backend_whose_state_cannot_be_sized_here_is_undecided() -> None:
     assert verdicts["full"] == verdicts["xformers"] == HOLDS  # xformers: a growing cache
 
 
+@pytest.mark.slow
 def test_accuracy_a_key_blind_rule_reaches_decides_nothing() -> None:
     """With 2 needles in random filler and earlier answers in the input (answers="shown"),
     picking a context value not yet given scores ~76% without reading the asked key: a ladder at
@@ -138,6 +140,7 @@ def test_accuracy_a_key_blind_rule_reaches_decides_nothing() -> None:
     assert PRESET.task.num_needles == 4 and 24 < ladder.key_blind(PRESET) < 28
 
 
+@pytest.mark.slow
 def test_a_ladder_a_key_blind_rule_solves_judges_nothing() -> None:
     """One needle in filler (RULER's single): copying the only value there is answers every query,
     so perfect accuracy shows no retrieval, and every claim on that ladder says so."""

@@ -110,6 +110,7 @@ def test_a_truncated_store_is_damaged_and_its_readable_rows_recovered(
     assert "exists; give --recover a new file name" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_recover_says_when_its_step_budget_cut_the_reading_short(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
