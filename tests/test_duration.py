@@ -67,6 +67,26 @@ def test_the_preflight_says_when_it_times_cases_and_not_when_their_rates_are_cac
     assert "--time-limit none skips this" in said
 
 
+def test_a_probe_that_is_a_case_of_the_grid_is_not_counted_again(tmp_path, monkeypatch):
+    """The time check predicts every case first; a rate's probe (the case at 1024 tokens) that is
+    one of them takes its FLOPs from that prediction, at the count it would make itself."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    counted, rates = [], []
+    real_count, real_rate = rate.predict_flops, rate.case_rate
+    monkeypatch.setattr(rate, "predict_flops", lambda c: counted.append(c) or real_count(c))
+    monkeypatch.setattr(rate, "_fastest_step", lambda *_: 0.5)
+    monkeypatch.setattr(
+        duration, "case_rate", lambda case, probe: rates.append(probe) or real_rate(case, probe)
+    )
+    settings = MeasureSettings(time_limit_s=300, threads=1)
+    probe = dataclasses.replace(CASE, seq_len=1024)
+    time_check([dataclasses.replace(CASE, seq_len=4096), probe], settings)
+    assert counted == [] and rates[0] == predict_flops(probe)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cold"))
+    time_check([dataclasses.replace(CASE, seq_len=4096)], settings)  # its probe is not in it
+    assert counted == [probe]
+
+
 def test_a_case_is_predicted_at_the_rate_of_its_own_step(tmp_path, monkeypatch):
     """Each variant's step is timed (at most CALIBRATION_LENGTH tokens): a materialised softmax
     and a fused kernel that skips the masked half run at very different FLOP rates."""

@@ -65,10 +65,17 @@ def step_count(case: BenchCase, metrics: Sequence[str], *, warmup: int, min_repe
 
 
 def expected_duration(
-    case: BenchCase, flops: float, metrics: Sequence[str], *, warmup: int, min_repeats: int
+    case: BenchCase,
+    flops: float,
+    metrics: Sequence[str],
+    *,
+    warmup: int,
+    min_repeats: int,
+    probe_flops: int | None = None,
 ) -> Expected:
-    """The case's expected duration on this machine (its rate measured once, then cached)."""
-    rate = case_rate(case)
+    """The case's expected duration on this machine (its rate measured once, then cached;
+    `probe_flops` as case_rate takes them)."""
+    rate = case_rate(case, probe_flops)
     steps = step_count(case, metrics, warmup=warmup, min_repeats=min_repeats)
     return Expected(rate.seconds(flops), steps, rate)
 

@@ -96,6 +96,8 @@ class FlopCounter(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.total = 0
+        # operators not decomposed (none to decompose into): counted as they are
+        self._whole: set[Any] = {torch.ops.prim.device.default}
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -108,11 +110,12 @@ class FlopCounter(TorchDispatchMode):
         if func in _SHAPE_QUERIES:
             return NotImplemented
         registry = flop_counter.flop_registry
-        if func not in registry and func is not torch.ops.prim.device.default:
+        if func not in registry and func not in self._whole:
             with self:  # composite ops: count the ops they decompose into
                 out = func.decompose(*args, **kwargs)
                 if out is not NotImplemented:
                     return out
+            self._whole.add(func)
         out = func(*args, **kwargs)
         formula = registry.get(func._overloadpacket)
         if formula is not None:

@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..errors import UnavailableError
 from .cases import BenchCase, build_runnable
 from .flops import count_flops
+from .meta_memo import MetaMemo
 from .tracker import StorageTracker
 
 _FLASH = 1  # torch._fused_sdp_choice's number for the flash kernel (SDPBackend.FLASH_ATTENTION)
@@ -96,7 +97,7 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
 def predict_flops(case: BenchCase) -> int:
     """FLOPs of one step of `case`, as predict_case counts them (on the CPU's implementations),
     without tracking memory."""
-    with _cpu_sdpa_on_meta():
+    with _cpu_on_meta():
         runnable = build_runnable(case, device="meta")
         if case.mode != "forward":  # as predict_case: a decoding state moves on one token, an
             runnable.step()  # optimizer's moments appear; a forward has nothing to settle
@@ -114,7 +115,7 @@ def _shapes_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int
     if device == "cpu":
         if reason := case.unsupported("cpu"):  # meta would take, e.g., xformers
             raise UnavailableError(reason)
-        shapes, built_on = _cpu_sdpa_on_meta(), "meta"
+        shapes, built_on = _cpu_on_meta(), "meta"
     else:
         shapes, built_on = FakeTensorMode(allow_non_fake_inputs=True), device
     with shapes:
@@ -123,6 +124,14 @@ def _shapes_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int
         with StorageTracker() as tracker:
             counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0
         return tracker.peak, runnable.resident_bytes(), counted
+
+
+@contextmanager
+def _cpu_on_meta() -> Iterator[None]:
+    """While open, operators on meta tensors stand in for the CPU's (_cpu_sdpa_on_meta), each run
+    once per distinct input (MetaMemo: a step repeats them on the same shapes)."""
+    with _cpu_sdpa_on_meta(), MetaMemo():
+        yield
 
 
 @contextmanager

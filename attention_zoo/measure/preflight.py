@@ -18,7 +18,7 @@ from ..errors import UsageError, ZooError
 from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs
 from .duration import expected_duration, over_limit
 from .predict import Prediction, predict_case, predict_flops
-from .rate import CALIBRATION_LENGTH, cache_file, probes_to_time
+from .rate import CALIBRATION_LENGTH, cache_file, probe_case, probes_to_time
 from .runner import MeasureSettings
 from .timing import fixed_threads
 
@@ -108,6 +108,9 @@ def time_check(cases: Iterable[BenchCase], settings: MeasureSettings) -> TimeChe
         for case in cases:
             if (prediction := _run_prediction(case)) is not None:
                 predicted[case.key()] = prediction
+        for case in cases:
+            prediction = predicted.get(case.key())
+            probe = predicted.get(probe_case(case).key())  # often a case of the grid itself
             try:
                 expected = expected_duration(
                     case,
@@ -115,6 +118,7 @@ def time_check(cases: Iterable[BenchCase], settings: MeasureSettings) -> TimeChe
                     settings.metrics,
                     warmup=settings.warmup,
                     min_repeats=settings.min_repeats,
+                    probe_flops=probe.flops if probe else None,
                 )
             except Exception:  # the run reports what fails, as it always has
                 continue

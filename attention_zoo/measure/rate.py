@@ -55,11 +55,12 @@ def probe_case(case: BenchCase) -> BenchCase:
     return dataclasses.replace(case, seq_len=min(case.seq_len, CALIBRATION_LENGTH))
 
 
-def case_rate(case: BenchCase) -> Rate:
+def case_rate(case: BenchCase, probe_flops: int | None = None) -> Rate:
     """The rate of `case`'s step at torch's current thread count: read from the cache, else its
     probe timed now and written there (one thread on a CPU: timed by its CPU time; more, by the
     wall clock, not kept when other processes held the cores meanwhile, which would keep a slow
-    rate; a cache that cannot be written is skipped)."""
+    rate; a cache that cannot be written is skipped). `probe_flops`: the probe's FLOPs where a
+    prediction already counted them (else counted here)."""
     probe = probe_case(case)
     key = _key(case)
     path = cache_file()
@@ -69,7 +70,8 @@ def case_rate(case: BenchCase) -> Rate:
     threads = torch.get_num_threads()
     clock = CPU_CLOCK if torch.device(case.device).type == "cpu" and threads == 1 else WALL
     before = read_cpu()
-    rate = max(predict_flops(probe), 1) / _fastest_step(probe, clock)
+    flops = predict_flops(probe) if probe_flops is None else probe_flops
+    rate = max(flops, 1) / _fastest_step(probe, clock)
     free = free_cores(before, read_cpu())
     if clock == WALL and free is not None and too_few_free(free, threads):
         return Rate(rate, key, "measured now on a busy machine (not cached)")
