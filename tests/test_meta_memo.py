@@ -81,10 +81,13 @@ def test_an_operator_that_returns_its_input_s_storage_is_never_kept():
 
 
 def test_tensors_off_meta_pass_through():
+    """Inputs on the CPU, or none (a factory): the outputs hold values, computed each time."""
     x = torch.ones(3)
     with MetaMemo() as memo:
         assert torch.equal(x + 1, torch.full((3,), 2.0)) and torch.equal(x + 1, x + 1)
-    assert memo.repeats == 0
+        assert [torch.arange(3).tolist() for _ in range(2)] == [[0, 1, 2]] * 2
+        assert [torch.arange(3, device="meta").is_meta for _ in range(2)] == [True, True]
+    assert memo.repeats == 1  # the second arange on meta
 
 
 def test_tensors_in_finds_what_torch_s_pytree_finds():

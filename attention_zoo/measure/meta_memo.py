@@ -82,11 +82,14 @@ class MetaMemo(TorchDispatchMode):
             return made[0] if single else tuple(made)
         before = _layout(args[0]) if kind == IN_PLACE else None
         out = func(*args, **kwargs)
+        outputs = [out] if isinstance(out, torch.Tensor) else list(out)
+        if not all(type(t) is torch.Tensor and t.is_meta for t in outputs):
+            return out  # e.g. a CPU tensor made from no input (torch.arange(n)): it holds values
         if kind == IN_PLACE:
             ok = out is args[0] and _layout(out) == before
             layouts = None
         else:
-            layouts = _layouts(out, args, kwargs)
+            layouts = _layouts(outputs, args, kwargs)
             ok = layouts is not None
         if not ok:
             self._kinds[func] = None  # it did not do what its schema says: never kept
@@ -123,14 +126,14 @@ def _add_parts(x: Any, parts: list[Any]) -> bool:
     return True
 
 
-def _layouts(out: Any, args: tuple, kwargs: dict) -> list[_Layout] | None:
+def _layouts(outputs: list[torch.Tensor], args: tuple, kwargs: dict) -> list[_Layout] | None:
     """Each output's layout and storage bytes; None where an output shares storage with an input
     or another output (not fresh)."""
     seen = {x.untyped_storage()._cdata for x in tensors_in(args, kwargs)}
     layouts = []
-    for t in [out] if isinstance(out, torch.Tensor) else list(out):
+    for t in outputs:
         storage = t.untyped_storage()
-        if type(t) is not torch.Tensor or storage._cdata in seen:
+        if storage._cdata in seen:
             return None
         if storage.nbytes() % t.element_size():
             return None
