@@ -3,6 +3,9 @@ running it again would, tensors no input shares included, and predictions are th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 import torch
 
@@ -12,6 +15,16 @@ from attention_zoo.measure.meta_memo import FRESH, IN_PLACE, MetaMemo, memo_kind
 from attention_zoo.measure.tracker import StorageTracker, tensors_in
 
 aten = torch.ops.aten
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
 
 
 def layout(t: torch.Tensor) -> tuple:
@@ -61,6 +74,33 @@ def test_arguments_equal_as_numbers_but_of_other_types_are_not_one_key():
     assert memo.repeats == 1
 
 
+def test_a_factory_without_a_dtype_takes_the_default_dtype_of_each_call():
+    """A case is built under its own default dtype and steps under float32."""
+    with MetaMemo() as memo:
+        with _default_dtype(torch.bfloat16):
+            assert torch.empty(64, device="meta").dtype == torch.bfloat16
+        assert torch.empty(64, device="meta").dtype == torch.float32
+        assert torch.empty(64, device="meta").dtype == torch.float32
+    assert memo.repeats == 1
+
+
+def test_outputs_a_tensor_made_from_a_layout_would_change_are_not_kept():
+    """An undefined gradient (a layer norm without weights: None beside the input's gradient), a
+    zero tensor's flag, a Parameter taken as the plain tensor it is to an operator."""
+    x = torch.empty(4, 8, device="meta", requires_grad=True)
+    with MetaMemo():
+        for _ in range(2):
+            torch.nn.functional.layer_norm(x, (8,)).sum().backward()
+            assert x.grad.shape == x.shape
+    zeros = torch.ops.aten._efficientzerotensor.default([3], device="meta")
+    with MetaMemo() as memo:
+        made = [torch.ops.aten._efficientzerotensor.default([3], device="meta") for _ in range(2)]
+        assert [z._is_zerotensor() for z in made] == [True, True] and zeros._is_zerotensor()
+        weight = torch.nn.Parameter(torch.empty(8, device="meta"))
+        assert [(weight * 2).shape for _ in range(2)] == [(8,), (8,)]
+    assert memo.repeats == 1
+
+
 def test_an_in_place_repeat_returns_its_input_and_counts_no_memory():
     x = torch.empty(64, 64, device="meta")
     with MetaMemo() as memo, StorageTracker() as tracker:
@@ -100,12 +140,22 @@ def test_tensors_in_finds_what_torch_s_pytree_finds():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "backend", ["bigbird", "nsa", "lsh", "performer", "gated-deltanet", "sdpa", "local"]
+    "backend,target,dtype",
+    [
+        *[
+            (b, "attention", "float32")
+            for b in ("bigbird", "nsa", "lsh", "performer", "gated-deltanet", "sdpa", "local")
+        ],
+        ("local", "block", "bfloat16"),  # built under bf16, stepped under float32
+        ("lsh", "model", "float16"),
+    ],
 )
-def test_predictions_are_the_same_with_the_memo(backend, monkeypatch):
+def test_predictions_are_the_same_with_the_memo(backend, target, dtype, monkeypatch):
     """Index arithmetic (bigbird), in-place updates (nsa), sorting (lsh), a lazily drawn buffer
     (performer), a chunked recurrence, SDPA's CPU kernel: byte for byte and FLOP for FLOP."""
-    case = BenchCase(target="attention", backend=backend, seq_len=256, mode="forward+backward")
+    case = BenchCase(
+        target=target, backend=backend, seq_len=256, mode="forward+backward", dtype=dtype
+    )
     with_memo = predict._shapes_step(case, "cpu", flops=True)
     monkeypatch.setattr(predict, "_cpu_on_meta", predict._cpu_sdpa_on_meta)
     assert predict._shapes_step(case, "cpu", flops=True) == with_memo

@@ -73,8 +73,8 @@ def expected_duration(
     min_repeats: int,
     probe_flops: int | None = None,
 ) -> Expected:
-    """The case's expected duration on this machine (its rate measured once, then cached;
-    `probe_flops` as case_rate takes them)."""
+    """The case's expected duration on this machine (its rate measured once, then cached);
+    `probe_flops`: its rate probe's FLOPs where already predicted."""
     rate = case_rate(case, probe_flops)
     steps = step_count(case, metrics, warmup=warmup, min_repeats=min_repeats)
     return Expected(rate.seconds(flops), steps, rate)

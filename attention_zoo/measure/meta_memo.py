@@ -2,8 +2,9 @@
 
 torch runs many meta kernels as Python references, at hundreds of microseconds to milliseconds an
 operator, while a step repeats the same operator on the same shapes (every segment, layer and
-step). An operator that returns fresh tensors is a function of its inputs' metadata on meta, so
-the outputs' shapes, strides, dtypes and storage sizes are kept per input and made anew.
+step). On meta, an operator that returns fresh tensors is a function of its inputs' metadata, its
+other arguments and the default dtype, so the outputs' shapes, strides, dtypes and storage sizes
+are kept per input and made anew.
 """
 
 from __future__ import annotations
@@ -15,20 +16,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .tracker import tensors_in
 
-_Layout = tuple[torch.Size, tuple[int, ...], torch.dtype, int, int]  # shape, strides, dtype, ...
+# shape, strides, dtype, storage offset, storage bytes
+_Layout = tuple[torch.Size, tuple[int, ...], torch.dtype, int, int]
 
 
-FRESH, IN_PLACE = (
-    "fresh",
-    "in place",
-)  # what a kept operator returns: new tensors, or its first input
+FRESH = "fresh"  # a kept operator returns new tensors
+IN_PLACE = "in place"  # a kept operator returns its first input, written in place
 
 
 def memo_kind(func: torch._ops.OpOverload) -> str | None:
-    """FRESH where `func`'s schema returns only new tensors (no view, no aliased or mutated
-    argument, nothing but Tensors); IN_PLACE where it writes its first argument only, in place,
-    without changing its shape (not a resize or an in-place view) and returns it; else None.
-    Random operators are neither."""
+    """FRESH where `func`'s schema returns only new Tensors (no view, no aliased argument); IN_PLACE
+    where it writes its first argument only, keeps its shape (no resize or in-place view) and
+    returns it; else None, random operators included."""
     schema = func._schema
     if func.is_view or len(schema.returns) == 0 or torch.Tag.nondeterministic_seeded in func.tags:
         return None
@@ -37,20 +36,15 @@ def memo_kind(func: torch._ops.OpOverload) -> str | None:
         return FRESH if all(str(r.type) == "Tensor" for r in schema.returns) else None
     first = schema.arguments[0].alias_info if schema.arguments else None
     in_place = torch.Tag.inplace in func.tags and torch.Tag.inplace_view not in func.tags
-    if in_place and first is not None and first.is_write and len(aliased) == 2:
-        return (
-            IN_PLACE
-            if len(schema.returns) == 1 and str(schema.returns[0].type) == "Tensor"
-            else None
-        )
-    return None
+    writes_first = first is not None and first.is_write and len(aliased) == 2
+    returns_it = len(schema.returns) == 1 and str(schema.returns[0].type) == "Tensor"
+    return IN_PLACE if in_place and writes_first and returns_it else None
 
 
 class MetaMemo(TorchDispatchMode):
-    """While active, an operator of a memo_kind with meta inputs runs once per distinct
-    (operator, input metadata, other arguments); a repeat gets new tensors of the kept layouts,
-    or its first input back. Whatever else passes through. Enter it before the modes that count
-    (they see its outputs)."""
+    """While active, an operator of a memo_kind on meta tensors runs once per distinct key (_key);
+    a repeat gets new tensors of the kept layouts, or its first input back; anything else runs.
+    Enter it before the modes that count, which then see its outputs."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -83,7 +77,7 @@ class MetaMemo(TorchDispatchMode):
         before = _layout(args[0]) if kind == IN_PLACE else None
         out = func(*args, **kwargs)
         outputs = [out] if isinstance(out, torch.Tensor) else list(out)
-        if not all(type(t) is torch.Tensor and t.is_meta for t in outputs):
+        if not all(_plain_meta(t) for t in outputs):
             return out  # e.g. a CPU tensor made from no input (torch.arange(n)): it holds values
         if kind == IN_PLACE:
             ok = out is args[0] and _layout(out) == before
@@ -99,9 +93,9 @@ class MetaMemo(TorchDispatchMode):
 
 
 def _key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
-    """What an operator's result depends on when its tensors are on meta; None where a tensor is
-    not a plain strided meta tensor."""
-    parts: list[Any] = [func]
+    """What an operator's result depends on when its tensors are on meta (a factory without a
+    dtype takes the default one); None where a tensor is not a plain meta tensor (_plain_meta)."""
+    parts: list[Any] = [func, torch.get_default_dtype()]
     if not _add_parts(args, parts):
         return None
     for name, value in kwargs.items():
@@ -115,7 +109,7 @@ def _add_parts(x: Any, parts: list[Any]) -> bool:
     """Append `x`'s part of a key (a tensor's metadata, a list's length then its items, any
     other value with its type: 1, 1.0 and True are equal keys but different arguments)."""
     if isinstance(x, torch.Tensor):
-        if type(x) is not torch.Tensor or not x.is_meta or x.layout != torch.strided:
+        if not _plain_meta(x):
             return False
         parts.append((x.shape, x.stride(), x.dtype, x.storage_offset(), x.is_conj(), x.is_neg()))
         return True
@@ -124,6 +118,13 @@ def _add_parts(x: Any, parts: list[Any]) -> bool:
         return all(_add_parts(item, parts) for item in x)
     parts.append((type(x), x))
     return True
+
+
+def _plain_meta(t: Any) -> bool:
+    """A strided meta tensor (a Parameter too) without a subclass's behaviour or a zero tensor's
+    flag, which a tensor made from its layout would lose."""
+    plain = type(t) is torch.Tensor or type(t) is torch.nn.Parameter
+    return plain and t.is_meta and t.layout == torch.strided and not t._is_zerotensor()
 
 
 def _layouts(outputs: list[torch.Tensor], args: tuple, kwargs: dict) -> list[_Layout] | None:
