@@ -69,7 +69,7 @@ def test_the_preflight_says_when_it_times_cases_and_not_when_their_rates_are_cac
 
 def test_a_probe_that_is_a_case_of_the_grid_is_not_counted_again(tmp_path, monkeypatch):
     """The time check predicts every case first; a rate's probe (the case at 1024 tokens) that is
-    one of them takes its FLOPs from that prediction, at the count it would make itself."""
+    one of them, or the case itself, takes its FLOPs from that count, as it would count itself."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     counted, rates = [], []
     real_count, real_rate = rate.predict_flops, rate.case_rate
@@ -85,6 +85,9 @@ def test_a_probe_that_is_a_case_of_the_grid_is_not_counted_again(tmp_path, monke
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cold"))
     time_check([dataclasses.replace(CASE, seq_len=4096)], settings)  # its probe is not in it
     assert counted == [probe]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "colder"))
+    duration.expected_duration(probe, rates[0], ("time",), warmup=1, min_repeats=1)
+    assert counted == [probe] and rates[-1] == rates[0]  # the case is its own probe (the runner)
 
 
 def test_a_case_is_predicted_at_the_rate_of_its_own_step(tmp_path, monkeypatch):

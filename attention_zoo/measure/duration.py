@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .cases import BenchCase
 from .memory import rss_taken
-from .rate import CALIBRATION_LENGTH, Rate, case_rate
+from .rate import CALIBRATION_LENGTH, Rate, case_rate, probe_case
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,9 @@ def expected_duration(
     probe_flops: int | None = None,
 ) -> Expected:
     """The case's expected duration on this machine (its rate measured once, then cached);
-    `probe_flops`: its rate probe's FLOPs where already predicted."""
+    `probe_flops`: its rate probe's FLOPs where already predicted (`flops` if it is the probe)."""
+    if probe_flops is None and probe_case(case) == case:
+        probe_flops = int(flops)
     rate = case_rate(case, probe_flops)
     steps = step_count(case, metrics, warmup=warmup, min_repeats=min_repeats)
     return Expected(rate.seconds(flops), steps, rate)

@@ -22,6 +22,7 @@ _Layout = tuple[torch.Size, tuple[int, ...], torch.dtype, int, int]
 
 FRESH = "fresh"  # a kept operator returns new tensors
 IN_PLACE = "in place"  # a kept operator returns its first input, written in place
+_NOT_KEPT = object()  # a key seen for the first time
 
 
 def memo_kind(func: torch._ops.OpOverload) -> str | None:
@@ -62,14 +63,14 @@ class MetaMemo(TorchDispatchMode):
             kind = self._kinds[func] = memo_kind(func)
         key = _key(func, args, kwargs) if kind is not None else None
         try:
-            hit = key is not None and key in self._kept
+            kept = _NOT_KEPT if key is None else self._kept.get(key, _NOT_KEPT)
         except TypeError:  # an argument that cannot be part of a key
             key = None
         if key is None:
             return func(*args, **kwargs)
-        if hit:
+        if kept is not _NOT_KEPT:
             self.repeats += 1
-            if (kept := self._kept[key]) is None:
+            if kept is None:
                 return args[0]  # IN_PLACE: its metadata as the first run left it
             single, layouts = kept
             made = [_made(layout) for layout in layouts]

@@ -110,7 +110,7 @@ def time_check(cases: Iterable[BenchCase], settings: MeasureSettings) -> TimeChe
                 predicted[case.key()] = prediction
         for case in cases:
             prediction = predicted.get(case.key())
-            probe = predicted.get(probe_case(case).key())  # often a case of the grid itself
+            probe = predicted.get(probe_case(case).key())  # often another case of the grid
             try:
                 expected = expected_duration(
                     case,
