@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +24,19 @@ def require_folder(folder: Path, what: str) -> None:
         f"{what}: folder {folder} does not exist; create it first or fix the path"
         + did_you_mean(folder.name, siblings)
     )
+
+
+def require_writable(folder: Path, what: str) -> None:
+    """UsageError unless a file can be created in `folder`: a nameless temporary file is made and
+    dropped (os.access says yes to root, even where it cannot)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder if str(folder) else "."):
+            pass
+    except OSError as err:
+        raise UsageError(
+            f"{what}: cannot write in {folder} ({err.strerror}); give a path in a folder you can "
+            "write"
+        ) from None
 
 
 STORE_FLAGS = ("--store",)  # flags whose value is a results store

@@ -54,7 +54,7 @@ from .measure.env import Environment, capture
 from .measure.labels import facts_of
 from .measure.load import Load, cpu_count, machine_load
 from .measure.status import OK, STATUSES
-from .paths import require_folder
+from .paths import require_folder, require_writable
 from .salvage import journal_of, readable_rows
 from .version import __version__
 
@@ -776,14 +776,16 @@ def _folder_given(path: Path, flag: str) -> StoreError:
 
 
 def check_store_path(path: str | Path | None, *, write: bool, flag: str = "--store") -> Path:
-    """The store's path, refused at once where no store can be (a folder, or a file to write in a
-    folder that does not exist), without opening or creating anything: a command checks it
-    before its slow planning."""
+    """The store's path, refused at once where no store can be (a folder, or a new file to write
+    in a folder that does not exist or takes no new files), leaving nothing behind: a command
+    checks it before its slow planning."""
     where = Path(DEFAULT_STORE if path is None else path)
     if where.is_dir():
         raise _folder_given(where, flag)
     if write and path is not None:
         require_folder(where.parent, f"{flag} {path}")
+        if not where.exists():  # an existing store's writability is open_store's check
+            require_writable(where.parent, f"{flag} {path}")
     return where
 
 

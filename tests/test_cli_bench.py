@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.cli import main
@@ -339,3 +340,17 @@ def test_bench_exits_1_when_a_case_fails_and_0_past_the_machines_limits(
     code, out, err = run(capsys, *grid, "--backends", "sdpa,test-failing", "--store", store)
     assert code == 1 and "1 error, 1 ok" in out
     assert "zoo bench: 1 case(s) ended error or invalid" in err and "exit status 1" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="plans from a head node without a GPU")
+def test_cuda_runs_on_a_cluster_are_planned_from_a_head_without_a_gpu(tmp_path, capsys):
+    """The workers have the GPUs: the head checks the device's name, not its presence."""
+    pytest.importorskip("ray")
+    store = str(tmp_path / "zoo.sqlite")
+    cluster = ["--executor", "ray", "--dry-run", "--store", store]
+    grid = ["bench", "--devices", "cuda", "--backends", "full", "--lengths", "256"]
+    assert main([*grid, *cluster]) == 0
+    assert "block:full L=256 b=1 forward float32 cuda" in capsys.readouterr().out
+    assert main(["task", "duplication", "--preset", "smoke", "--device", "cuda", *cluster]) == 0
+    assert main([*grid, "--dry-run", "--store", store]) == 2  # run here: there is none
+    assert "CUDA is not available here" in capsys.readouterr().err

@@ -304,6 +304,36 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("bench-run-id-a-path", ["bench", "--run-id", "a/b"], "a run name is letters, digits"),
     ("task-run-id-empty", ["task", "duplication", "--run-id", ""], "a run name is letters"),
     (
+        "bench-every-case-skipped",
+        ["bench", "--backends", "nystrom", "--lengths", "8"],
+        "cannot run causally (it is bidirectional only); pass --causal false",
+    ),
+    (
+        "task-table2-of-a-store-without-task-runs",
+        ["task", "--table2", "--store", "{store}"],
+        "no stored task runs in",
+    ),
+    (
+        "bench-peer-family-mirroring-nothing",
+        ["bench", "--backends", "full", "--lengths", "8", "--peers", "hf"],
+        "--peers hf would change nothing",
+    ),
+    (
+        "bench-hidden-of-the-core-alone",
+        ["bench", "--backends", "full", "--target", "attention", "--hidden", "99"],
+        "--hidden would change nothing",
+    ),
+    (
+        "task-every-backend-skipped",
+        ["task", "duplication", "--preset", "smoke", "--backends", "nystrom"],
+        "no backend asked for can train here (nystrom:",
+    ),
+    (
+        "task-eval-hashes-without-lsh",
+        ["task", "duplication", "--preset", "smoke", "--backends", "full", "--eval-hashes", "2"],
+        "evaluation hash counts (--eval-hashes)",
+    ),
+    (
         "bench-new-tokens-without-decoding",
         ["bench", "--backends", "full", "--lengths", "8", "--new-tokens", "4"],
         "--new-tokens applies to the prefill and decode modes",
@@ -335,6 +365,25 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
         "cannot write in",
     ),
     ("results-output-is-a-folder", ["results", "--store", "{store}", "-o", "."], "is a folder"),
+    (
+        "bench-store-read-only-folder-dry-run",
+        [
+            "bench",
+            "--backends",
+            "full",
+            "--lengths",
+            "8",
+            "--store",
+            "{ro_dir}/z.sqlite",
+            "--dry-run",
+        ],
+        "cannot write in",
+    ),
+    (
+        "task-store-read-only-folder",
+        ["task", "duplication", "--preset", "smoke", "--store", "{ro_dir}/z.sqlite"],
+        "cannot write in",
+    ),
     ("report-out-is-a-file", ["report", "--store", "{store}", "--out", "{file}"], "is a file"),
     (
         "report-out-read-only",

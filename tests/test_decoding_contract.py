@@ -14,6 +14,8 @@ from attention_zoo import (
     Capabilities,
     RunTarget,
     SelfAttention,
+    build_attention,
+    get_backend,
     register_attention,
 )
 from attention_zoo.attention import decode
@@ -105,6 +107,27 @@ def test_prefill_and_steps_equal_the_causal_forward(spec, padded):
     ref = core(x.q, x.k, x.v, key_padding_mask=mask, **x.extras)
     torch.testing.assert_close(out[:, :, 3:], ref[:, :, 3:], atol=1e-10, rtol=1e-10)
     assert state.length == CUTS[-1]
+
+
+@pytest.mark.parametrize("spec", EQUAL, ids=[s.id for s in EQUAL])
+def test_a_sequence_shorter_than_a_block_decodes_with_default_options(spec):
+    """The defaults' blocks, chunks and windows reach before position 0 when the whole sequence
+    is shorter than one of them: steps still equal the causal forward."""
+    _runs(spec)
+    layout = get_backend(spec.name).layout(**spec.options)
+    x = layout.sample(2, 3, 11, 16, dtype=torch.float64)
+    seeded = {"seed": 0} if "seed" in spec.defaults() else {}
+    core = build_attention(spec.name, causal=True, device="cpu", **seeded, **spec.options)
+    shape = decode.StateShape.of(x.q, x.k, x.v, 11)
+    state, outs = decode.init_state(core, shape), []
+    for s, e in itertools.pairwise((0, 6, 7, 8, 9, 10, 11)):
+        more = {name: t[:, :, s:e] for name, t in x.extras.items()}
+        out, state = decode.step(
+            core, x.q[:, :, s:e], x.k[:, :, s:e], x.v[:, :, s:e], state, None, **more
+        )
+        outs.append(out)
+    ref = core(x.q, x.k, x.v, **x.extras)
+    torch.testing.assert_close(torch.cat(outs, dim=2), ref, atol=1e-10, rtol=1e-10)
 
 
 DECODERS = _decoders((decode.CACHED, decode.CACHED_HF, decode.RECOMPUTE))

@@ -62,7 +62,7 @@ def test_independent_parser_on_a_known_expression() -> None:
 )
 def test_values_and_limits_agree_with_an_independent_evaluator(fields: dict) -> None:
     task = ListOpsTask(**fields)
-    examples = task.first_examples(seed=0, n=200)
+    examples = list(task.first_examples(seed=0, n=200))
     for example in examples:
         value, depth, widest = evaluate(example["input"])
         assert example["target"] == value, example
@@ -87,8 +87,8 @@ def test_paper_scale_batch_lengths_and_token_layout() -> None:
 @pytest.mark.slow
 def test_same_seed_same_examples_and_a_stream() -> None:
     task = ListOpsTask(seq_len=64, min_length=8, max_length=64, max_depth=4)
-    assert task.first_examples(3, 5) == task.first_examples(3, 5)
-    assert task.first_examples(3, 5) != task.first_examples(4, 5)
+    assert list(task.first_examples(3, 5)) == list(task.first_examples(3, 5))
+    assert list(task.first_examples(3, 5)) != list(task.first_examples(4, 5))
     data = task.build(0)
     first, second = next(data.batches(8)), next(data.batches(8))
     assert not torch.equal(first.input_ids, second.input_ids)  # fresh batches, never a fixed set

@@ -16,7 +16,7 @@ from attention_zoo.measure.flops import count_flops
 from attention_zoo.measure.memory import profiled_peak, rss_supported
 from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.status import OK
-from attention_zoo.measure.timing import fixed_threads, summarize, time_call, time_interleaved
+from attention_zoo.measure.timing import fixed_threads, summarize, time_interleaved
 from attention_zoo.measure.tracker import tracked_peak
 
 M, K, N = 256, 128, 512  # one matmul of known shapes
@@ -28,16 +28,18 @@ def test_summarize_statistics() -> None:
     assert s.iqr == pytest.approx(2.0)  # inclusive quartiles of 1..5: 2 and 4
 
 
-def test_time_call_respects_budget_and_minimum() -> None:
+def _alone(fn, **kwargs):
+    return time_interleaved({"fn": fn}, max_repeats=1000, **kwargs)["fn"]
+
+
+def test_one_callable_is_timed_to_its_budget_and_its_minimum() -> None:
     calls = []
-    stats = time_call(
-        lambda: calls.append(time.sleep(0.002)), warmup=2, budget_s=0.03, min_repeats=3
-    )
+    stats = _alone(lambda: calls.append(time.sleep(0.002)), warmup=2, budget_s=0.03, repeats=3)
     assert stats.warmup == 2 and len(calls) == stats.repeats + 2
     assert 3 <= stats.repeats <= 20  # ~15 fit the budget; never fewer than min_repeats
     assert stats.min >= 0.002 and stats.min <= stats.median
     assert stats.threads == torch.get_num_threads()
-    slow = time_call(lambda: time.sleep(0.02), warmup=0, budget_s=0.001, min_repeats=3)
+    slow = _alone(lambda: time.sleep(0.02), warmup=0, budget_s=0.001, repeats=3)
     assert slow.repeats == 3  # one call exceeds the budget, still three samples
 
 

@@ -21,7 +21,13 @@ from attention_zoo.errors import UnavailableError
 from attention_zoo.measure.cases import BenchCase, build_runnable
 from attention_zoo.measure.flops import count_flops
 from attention_zoo.measure.memory import profiled_peak
-from attention_zoo.measure.predict import predict_case, predict_flops, stand_in_device
+from attention_zoo.measure.predict import (
+    BeyondAnyMemory,
+    predict_case,
+    predict_flops,
+    stand_in_device,
+)
+from attention_zoo.measure.runner import MeasureSettings, measure_case
 from attention_zoo.measure.tracker import StorageTracker
 
 MiB = 2**20
@@ -284,3 +290,13 @@ def test_a_backend_that_runs_on_cuda_only_is_counted_on_the_target(monkeypatch):
     found = predict_case(case)
     assert found.method == "fake:cuda" and found.peak_bytes > 0
     assert found.flops == predict_flops(case) > 0
+
+
+def test_a_case_past_any_memory_is_refused_as_oom_without_running():
+    """A length whose scores pass 2^63 bytes cannot even be counted: the prediction says so, and
+    a run under a memory limit stores the case as out of memory without building it."""
+    case = BenchCase(target="attention", backend="full", seq_len=2_000_000_000)
+    with pytest.raises(BeyondAnyMemory, match="needs a tensor past 2\\^63 bytes"):
+        predict_case(case)
+    result = measure_case(case, MeasureSettings(metrics=("time",), memory_limit_bytes=2**40))
+    assert result.status == "oom" and "past 2^63 bytes" in result.error

@@ -27,6 +27,7 @@ from attention_zoo import (
     register_attention,
 )
 from attention_zoo.attention.spec import BACKENDS
+from attention_zoo.attention.xformers import XFormersAttention, XFormersConfig
 from attention_zoo.cli import main as zoo_main
 
 BUILT_IN = ["full", "sdpa", "xformers", "shared-qk", "local", "lsh"]
@@ -168,3 +169,19 @@ def test_python_dash_m_entry_point():
         [sys.executable, "-m", "attention_zoo", "list"], capture_output=True, text=True, check=True
     )
     assert "shared-qk" in out.stdout
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_xformers_bias_hides_padding_and_the_future_in_rows_aligned_to_8(causal):
+    """xformers refuses a bias whose rows are not 8-aligned: at 37 keys its rows are 40 apart,
+    and SDPA with that bias (the counted path) equals full attention under the padding."""
+    core = XFormersAttention(XFormersConfig(), causal=causal)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=g) for _ in range(3))
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    mask[0, 30:], mask[1, 20:24] = False, False
+    bias = core._dense_bias(q, mask)
+    assert bias.shape == (2, 3, 37, 37) and bias.stride(-2) == 40
+    out = core._counted(q, k, v, mask)
+    ref = zoo.build_attention("full", causal=causal, device="cpu")(q, k, v, key_padding_mask=mask)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)

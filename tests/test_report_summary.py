@@ -305,3 +305,36 @@ def test_variants_best_equally_often_are_all_named(tmp_path, capsys):
     summary = (tmp_path / "r" / "summary.md").read_text()
     named = summary.split("**Not exact**: fastest ", 1)[1].split(".", 1)[0]
     assert sorted(named.split(" and ")) == ["`linear` (at 2 of 4)", "`local` (at 2 of 4)"]
+
+
+_HEADER = "run_id,case_key,status,metric,value,unit,threads,config,error\n"
+_ROW = 'r1,k1,ok,time_median_s,0.5,s,2,"{""backend"": ""full""}",\n'
+_FOLDER = {"rows.csv": _HEADER + _ROW, "runs.json": '[{"run_id": "r1"}]', "report.json": "{}"}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("runs.json", "{", "runs.json is damaged (not JSON"),
+        ("runs.json", '"x"', "runs.json is damaged (not a list of runs)"),
+        ("runs.json", None, "no runs.json (nor a report.md that lists its runs)"),
+        ("report.json", "[1,2", "report.json is damaged (not JSON"),
+        ("report.json", "[]", "report.json is damaged (not a JSON object)"),
+        ("rows.csv", "", "rows.csv is damaged"),
+        ("rows.csv", "a,b\n1,2\n", "no column run_id, case_key"),
+        ("rows.csv", _HEADER + _ROW.replace('""full""}', '""full'), "not JSON"),
+    ],
+)
+def test_a_damaged_folder_is_refused_in_one_line_and_left_as_it_was(
+    tmp_path, capsys, name, text, said
+):
+    files = {**_FOLDER, name: text}
+    for file, content in files.items():
+        if content is not None:
+            (tmp_path / file).write_text(content)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert zoo_main(["report", "--from", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "zoo report --store FILE --out FOLDER" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -62,6 +62,24 @@ def test_dump_split_prints_that_splits_sequences(capsys: pytest.CaptureFixture[s
     assert [len(e["input"]) for e in _dump(capsys, *argv)] == [16, 16]
 
 
+def test_dump_past_a_split_says_how_many_it_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["niah", "--dump", "100000", "--preset", "smoke", "--split", "n32-d0"]
+    assert main(["task", *argv]) == 0
+    out, err = capsys.readouterr()
+    held = len(out.splitlines())
+    assert (
+        0 < held < 100000 and err.strip() == f"zoo task: note: split n32-d0 holds {held} sequences"
+    )
+
+
+def test_dump_draws_a_batch_at_a_time() -> None:
+    """The first of a huge dump comes at once: nothing draws all n sequences first."""
+    preset = load_task_preset("duplication", "smoke")
+    first = next(preset.task.first_examples(0, 2**31 - 1, preset.train.batch_size))
+    batch = next(preset.task.build(0).batches(preset.train.batch_size))
+    assert first == preset.task.examples(batch)[0]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -198,8 +198,9 @@ class BigBirdAttention(AttentionCore):
         used = (blocks >= 0) & (blocks <= qb[:, None]) & ~repeat
         j = (blocks[:, :, None] * size + torch.arange(size, device=device)).flatten(1)  # (t, K c)
         used = used.repeat_interleave(size, dim=1)
-        allowed = used & (j <= p[:, None]) & self.pattern_with(state.table)(p[:, None], j)
-        j = j.clamp(0, state.length - 1)
+        used = used & (j <= p[:, None])
+        j = j.clamp(0, state.length - 1)  # unused slots read a real position, masked
+        allowed = used & self.pattern_with(state.table)(p[:, None], j)
         real = state.real[:, j]  # (b, t, K c)
         allowed = allowed[None, None] & real[:, None]
         keys, values = state.k[:, :, j], state.v[:, :, j]  # (b, h, t, K c, d)

@@ -39,9 +39,9 @@ from .base import AttentionCore, check_key_padding_mask, check_qkv
 from .kernels.autocast import autocast_dtype, in_dtype
 from .kernels.dense import dense_attention
 from .kernels.masks import MaskMod, real_keys
-from .kernels.routing.route import block_means, score_dtype
+from .kernels.routing.route import block_means
+from .kernels.segments import SEGMENT_LENGTH
 from .kernels.sums.plain import compute_dtype
-from .kernels.sums.scan import SEGMENT_LENGTH
 from .spec import BackendSpec, backends_where
 from .state import (
     CACHED,
@@ -225,7 +225,7 @@ class BlocksState(KVCache):
 def blocks_state(shape: StateShape, *, block: int, pool_values: bool = False) -> BlocksState:
     """An empty BlocksState for max_length positions in blocks of `block` keys; its cache holds
     whole blocks, so the kernels read it as blocks without a copy each step."""
-    s, nb, wide = shape, -(-shape.max_length // block), score_dtype(shape.dtype)
+    s, nb, wide = shape, -(-shape.max_length // block), compute_dtype(shape.dtype)
     return kv_cache(
         s,
         BlocksState,
@@ -239,7 +239,7 @@ def blocks_state(shape: StateShape, *, block: int, pool_values: bool = False) ->
 def blocks_state_bytes(shape: StateShape, *, block: int, pool_values: bool = False) -> int:
     """blocks_state's bytes by formula: the KV cache, and per block its pooled widths and a bool."""
     s, nb = shape, -(-shape.max_length // block)
-    pooled = s.kv * (s.head_dim + (s.dv if pool_values else 0)) * s.itemsize(score_dtype(s.dtype))
+    pooled = s.kv * (s.head_dim + (s.dv if pool_values else 0)) * s.itemsize(compute_dtype(s.dtype))
     return kv_cache_bytes(s, capacity=nb * block) + s.batch * nb * (pooled + 1)
 
 
@@ -274,8 +274,8 @@ def causal_allowed(cache: KVCache, t: int) -> Tensor | None:
     return allowed
 
 
-# SDPA's kernels for a step: all but cuDNN's, which plans anew for every key count it meets
-# (tens of milliseconds per generated token on an H100, whatever the context).
+# SDPA's kernels for a step: all but cuDNN's, which plans anew for every key count it meets (a
+# cost above the step's own, whatever the context).
 STEP_SDPA_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
 
 
@@ -439,7 +439,7 @@ def sums_state_bytes(shape: StateShape, *, features: int) -> int:
 def sums_add(state: SumsState, k: Tensor, v: Tensor, feats: Any) -> SumsState:
     """The state with t new keys and values added (in place), a segment of positions at a time
     (no (t, m) feature tensor of a long prompt at once). feats: the call's feature maps
-    (kernels.linear_scan), its key padding mask over these t positions."""
+    (kernels/sums/scan.CallFeatures), its key padding mask over these t positions."""
     t = k.shape[2]
     for s in range(0, t, SEGMENT_LENGTH):  # static: from the shape
         e = min(s + SEGMENT_LENGTH, t)

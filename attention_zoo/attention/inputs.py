@@ -10,18 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import ConfigError, OptionError, ShapeError
 from .dispatch import expand_kv as expand_kv  # re-exported: part of the contract
 
 Squash = Callable[[Tensor], Tensor]
-
-
-def log_sigmoid(x: Tensor) -> Tensor:
-    """A log decay in (-inf, 0): the decay exp(.) stays in (0, 1), so a recurrence never grows."""
-    return F.logsigmoid(x)
 
 
 def unit_sigmoid(x: Tensor) -> Tensor:

@@ -68,7 +68,7 @@ from .kernels.rounds.lsh_hashing import (
     validate_buckets,
 )
 from .kernels.rounds.lsh_math import lsh_math
-from .kernels.rounds.lsh_plan import EPS, LSHPlan, with_self
+from .kernels.rounds.lsh_plan import LSHPlan, with_self
 from .options import check_chunking, check_int
 from .spec import Capabilities, register_attention
 
@@ -91,7 +91,7 @@ class LSHConfig:
     kernel: str = "auto"  # auto (the pick rule), cpu-fused, math, flex (exact semantics)
     # most hash rounds per fused forward pass (the backward takes at most one); None: as many as
     # fit the kernel's fixed working set (a long sequence's rounds go in slices), at most 2 for
-    # hf (its chunk-aligned windows need a 1.6x larger mask per round)
+    # hf (its chunk-aligned windows need a larger mask per round)
     rounds_per_pass: int | None = None
 
     def __post_init__(self) -> None:
@@ -320,7 +320,7 @@ class LSHAttention(AttentionCore):
         with replay_rng(rng):
             rotations = core.rotations(q.shape[1], q.shape[3], state.nb, q.device, q.dtype)
         state = dataclasses.replace(state, rotations=rotations)
-        return out, state.filled(unit_keys(k, EPS), v, buckets)
+        return out, state.filled(unit_keys(k), v, buckets)
 
     def _bucket(self, x: Tensor, rotations: Tensor, nb: Buckets) -> Tensor:
         """Buckets (b, h, r, t) of x (b, h, t, d), every round at once."""
@@ -349,7 +349,7 @@ class LSHAttention(AttentionCore):
             out = torch.zeros_like(q[:, :, 0])
             lse = torch.full_like(q[:, :, 0, 0], mask_value(q.dtype))
         out = with_self(out[:, :, None], lse[:, :, None], v, rounds)[0]
-        return out, state.added(bucket, unit_keys(k, EPS), v)
+        return out, state.added(bucket, unit_keys(k), v)
 
     def _step_hf(
         self, q: Tensor, k: Tensor, v: Tensor, state: LSHCache, key_padding_mask: Tensor | None
@@ -477,7 +477,7 @@ def hashed_flex(
     )  # fmt: skip
 
 
-HF_ROUNDS_PER_PASS = 2  # at L = 4096, 4 hashes: peak 0.24x HF's instead of 0.37x (all at once)
+HF_ROUNDS_PER_PASS = 2  # a lower peak than all rounds at once
 
 
 @dataclass(frozen=True, kw_only=True)

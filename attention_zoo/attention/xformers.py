@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from .base import AttentionCore, check_dropout
 from .dispatch import Call, Implementation, KernelTable
-from .kernels.masks import mask_value, real_keys_mask
+from .kernels.masks import additive_mask
 from .spec import Capabilities, register_attention
 
 
@@ -101,14 +101,12 @@ class XFormersAttention(AttentionCore):
 
     def _dense_bias(self, q: Tensor, key_padding_mask: Tensor) -> Tensor:
         """(b, h, n, n) additive bias in q's dtype hiding padded keys (and, causal, the future):
-        q (b, h, n, d); xformers takes no boolean mask with padding."""
+        xformers takes no boolean mask with padding, and wants a bias's rows 8-aligned, so the
+        bias is a slice of rows padded to a multiple of 8."""
         b, h, n, _ = q.shape
-        dense = torch.zeros(b, h, n, n, dtype=q.dtype, device=q.device)
-        dense = dense.masked_fill(~real_keys_mask(key_padding_mask), mask_value(q.dtype))
-        if self.causal:
-            future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-            dense = dense.masked_fill(future, mask_value(q.dtype))
-        return dense
+        rows = torch.empty(b, h, n, -(-n // 8) * 8, dtype=q.dtype, device=q.device)
+        allowed = self.allowed(q, key_padding_mask).expand(b, h, n, n)
+        return additive_mask(allowed, q.dtype, out=rows[..., :n])
 
 
 KERNELS = KernelTable(

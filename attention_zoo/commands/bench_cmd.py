@@ -23,7 +23,7 @@ from ..measure.load import busy_warning, cpu_count, machine_load
 from ..measure.metrics import MEASURE_GROUPS
 from ..measure.peers import PEERS, get_peer, is_peer
 from ..measure.peers import families as peer_families
-from ..measure.preflight import TimeCheck, check_cases, time_check
+from ..measure.preflight import TimeCheck, check_any_runs, check_cases, time_check
 from ..measure.rate import probes_to_time
 from ..measure.runner import MeasureSettings
 from ..measure.status import ERROR, INVALID
@@ -211,8 +211,21 @@ def grid_from_args(
 
 
 def check_options_used(args: argparse.Namespace, cases: list[BenchCase]) -> None:
-    """Each --option must change a measured case: one for a backend not measured (or not taking
-    options there, as a model's layers) is refused, never ignored."""
+    """Each --option, --peers family and --hidden must change a measured case: one that would
+    not (a backend not measured, a family mirroring none of them, a width the core alone does
+    not have) is refused, never ignored."""
+    for family in set(args.peers or []) & set(peer_families()):
+        if not any(is_peer(c.backend) and get_peer(c.backend).family == family for c in cases):
+            mirrors = ", ".join(sorted({s.mirrors for s in PEERS if s.family == family}))
+            raise UsageError(
+                f"--peers {family} would change nothing: its peers mirror {mirrors}, and none is "
+                "measured here; add one to --backends, or drop --peers"
+            )
+    if args.hidden is not None and cases and all(c.target == "attention" for c in cases):
+        raise UsageError(
+            "--hidden would change nothing: --target attention measures the core alone, at "
+            "--heads x --head-dim; use --target block or model, or drop --hidden"
+        )
     for text in args.option:
         backend, name, _ = _parse_option(text)
         takers = [
@@ -488,13 +501,16 @@ def _dry_run(
 
 def run(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
-    grid, preset = grid_from_args(args, devices_present=True)
+    local = args.executor == "local"  # else the cases run, and find their devices, elsewhere
+    grid, preset = grid_from_args(args, devices_present=local)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
     check_options_used(args, cases)
     check_reference(args.reference, [c.backend for c in cases])
     check_graphs(settings.cuda_graphs, cases)
     check_cases(cases, settings.metrics)  # a named kernel that cannot run: refused, not stored
+    if local:
+        check_any_runs(cases)  # a grid of skipped cases only: refused, not stored
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)
     reference = args.reference or (preset.reference if preset else None) or DEFAULT_REFERENCE
@@ -503,7 +519,7 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(args, cases, settings, policy)
     try:
         check_store_path(args.store, write=True)  # refused before the cases' time predictions
-        cases, check = _without_refused(cases, settings, local=args.executor == "local")
+        cases, check = _without_refused(cases, settings, local=local)
         where = executor.describe()  # connects: a bad cluster address fails before the store
         store = open_store(args.store, write=True, resume=policy.resume_required)
     except _AllRefused:

@@ -39,7 +39,7 @@ EXAMPLE = """examples:
   zoo report --out reports/cpu-2core --index reports/README.md
                                               a published folder, and the index of all of them
   zoo report --run-id RUN --store my.sqlite   one run of another store
-  zoo report --reference sdpa                 ratios to sdpa instead of full attention
+  zoo report --reference full                 ratios to full attention instead of sdpa
   zoo report --from reports/cpu-2core --screenshot
                                               rebuild a published folder from its own rows.csv
                                               and runs.json, with first-screen.png

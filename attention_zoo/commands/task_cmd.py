@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -192,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         return _dump(args)
     policy = policy_from_args(args)
     if args.device is not None:
-        check_device(args.device, flag="--device", present=True)
+        check_device(args.device, flag="--device", present=args.executor == "local")
     args.device = args.device or "cpu"
     store = args.store or DEFAULT_STORE
     if args.threads:
@@ -241,8 +242,12 @@ def _dump(args: argparse.Namespace) -> int:
         examples = task.split_examples(seed, args.split, args.dump)
     else:
         examples = task.first_examples(seed, args.dump, preset.train.batch_size)
-    for example in examples:
+    printed = 0
+    for example in examples:  # a batch at a time: the first lines come at once
         print(json.dumps(example))
+        printed += 1
+    if printed < args.dump:
+        print(f"zoo task: note: split {args.split} holds {printed} sequences", file=sys.stderr)
     return 0
 
 
@@ -258,8 +263,11 @@ def _print_tables(store: str, *, task: str | None, preset: str | None) -> int:
         )
     rows, left_out = results.load_rows(store, task=task, preset=preset)
     if not rows:
-        print(f"no stored task runs in {store}" + (f" for {task} / {preset}" if task else ""))
-        return 1
+        raise UsageError(
+            f"no stored task runs in {store}"
+            + (f" for {task} / {preset}" if task else "")
+            + "; train one into it first (zoo task NAME --preset smoke --store PATH)"
+        )
     groups = defaultdict(list)
     for r in rows:
         groups[(r["task"], r["preset"], r["length"])].append(r)

@@ -8,7 +8,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import UnavailableError, UsageError, did_you_mean
-from ..paths import require_folder
+from ..paths import require_folder, require_writable
 from ..store import is_ours
 
 
@@ -102,7 +101,7 @@ def check_output_file(path: str, flag: str) -> Path:
     if out.is_dir():
         raise UsageError(f"{flag} {path} is a folder; give a file name such as {out / 'out.csv'}")
     require_folder(out.parent, f"{flag} {path}")
-    _probe_writable(out.parent, f"{flag} {path}")
+    require_writable(out.parent, f"{flag} {path}")
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"{flag} {path}: the file is not writable")
     if out.is_file() and is_ours(out):
@@ -122,17 +121,8 @@ def check_output_folder(path: str, flag: str, *, default: bool) -> Path:
         probe = next((p for p in [out, *out.parents] if p.exists()), Path.cwd())
     else:
         probe = out
-    _probe_writable(probe, f"{flag} {path}")
+    require_writable(probe, f"{flag} {path}")
     return out
-
-
-def _probe_writable(folder: Path, what: str) -> None:
-    """Create and delete a file in `folder` (os.access says yes to root, even where it cannot)."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as err:
-        raise UsageError(f"{what}: cannot write in {folder} ({err.strerror})") from None
 
 
 def check_reference(

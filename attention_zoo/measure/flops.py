@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 from torch.utils import flop_counter
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from .modes import UncompiledMode
 
 aten = torch.ops.aten
 
@@ -86,7 +87,7 @@ _SHAPE_QUERIES = {
 }
 
 
-class FlopCounter(TorchDispatchMode):
+class FlopCounter(UncompiledMode):
     """FLOPs from PyTorch's flop_registry formulas, as FlopCounterMode counts them.
 
     FlopCounterMode also tracks modules with autograd hooks, which breaks custom autograd
@@ -99,25 +100,18 @@ class FlopCounter(TorchDispatchMode):
         # operators not decomposed (none to decompose into): counted as they are
         self._whole: set[Any] = {torch.ops.prim.device.default}
 
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo, whose first call
-        # imports torch._dynamo (seconds); nothing compiles this counter, so it need not
-        return False
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in _SHAPE_QUERIES:
             return NotImplemented
-        registry = flop_counter.flop_registry
-        if func not in registry and func not in self._whole:
+        formula = flop_counter.flop_registry.get(func._overloadpacket)
+        if formula is None and func not in self._whole:
             with self:  # composite ops: count the ops they decompose into
                 out = func.decompose(*args, **kwargs)
                 if out is not NotImplemented:
                     return out
             self._whole.add(func)
         out = func(*args, **kwargs)
-        formula = registry.get(func._overloadpacket)
         if formula is not None:
             self.total += int(formula(*args, **kwargs, out_val=out))
         return out

@@ -1,7 +1,7 @@
 """Machine load around a run: recorded with every run, warned about, and marked in reports.
 
 Timings are only comparable on an idle machine: another process competing for the cores inflated
-ratios up to 100x here with tight IQRs, so the load is sampled when a run starts and ends, while
+ratios many-fold with tight IQRs, so the load is sampled when a run starts and ends, while
 the run's own threads are not working: the cores busy over a short sample of the kernel's CPU
 counters (Linux; the run's meta says `"load": "sampled"`), else the 1-minute load average (which
 also holds the tail of whatever ran just before, this run's own work included). The counters are
@@ -93,8 +93,8 @@ def machine_load(sample_s: float | None = None) -> Load:
 
 
 # Below this many seconds between two readings the counters' 10 ms ticks make the load coarser
-# than SLACK (on 2 cores: 20 ticks, +-0.1 core for the machine); a timing lasts at least this long
-# wherever the counters can be read (trust.time_until_stable).
+# than SLACK; a timing lasts at least this long wherever the counters can be read
+# (trust.time_until_stable).
 MIN_WINDOW_S = 0.1
 
 

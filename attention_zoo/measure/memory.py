@@ -2,8 +2,8 @@
 
 CPU, measured: torch.profiler memory events see every allocation the allocator makes, kernel scratch
 included; when checked, they matched process RSS (glibc told to return freed blocks at once,
-MALLOC_MMAP_THRESHOLD_=65536) within 0.2%, while plain RSS with the default malloc was off by
-0.4x-1.9x. So `profiled_peak`, not RSS, is the CPU "measured" number; `rss_peak` is kept only as a
+MALLOC_MMAP_THRESHOLD_=65536) closely, while plain RSS with the default malloc was far off either
+way. So `profiled_peak`, not RSS, is the CPU "measured" number; `rss_peak` is kept only as a
 cross-check with that known bias.
 CUDA, measured: `cuda_peak` reads the caching allocator's peak statistics, reset before the call.
 """
@@ -19,10 +19,6 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-
-# Kineto writes two stderr lines per profiler start/stop ("USDT: ... profiler_start"), which would
-# flood CLI output; level 6 silences them. Read when the profiler first starts; a user's value wins.
-os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
 @dataclass(frozen=True)
@@ -41,6 +37,9 @@ def profiled_peak(fn: Callable[[], Any], device: str = "cpu") -> tuple[Any, Peak
     (on CUDA prefer torch.cuda peak statistics, which are exact and cheaper).
     """
     want = torch.autograd.DeviceType.CPU if device == "cpu" else torch.autograd.DeviceType.CUDA
+    # Kineto writes two stderr lines per profiler start/stop ("USDT: ... profiler_start"), which
+    # would flood CLI output; level 6 silences them. Read at its first start; a user's value wins.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     with profile(
         activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False
     ) as prof:
@@ -117,8 +116,8 @@ def rss_taken(device: str, groups: Collection[str]) -> bool:
 def rss_peak(fn: Callable[[], Any]) -> tuple[Any, RssPeak]:
     """Run fn(); peak RSS growth, resetting the high-water mark first (writes '5' to clear_refs).
 
-    Known bias: malloc keeps freed blocks and reuses them, so this is off by 0.4x-1.9x of the
-    profiler's number with the default glibc malloc; much closer with MALLOC_MMAP_THRESHOLD_=65536.
+    Known bias: malloc keeps freed blocks and reuses them, so this is far off the profiler's
+    number either way with the default glibc malloc; much closer with MALLOC_MMAP_THRESHOLD_=65536.
     A heap that is never trimmed (the benchmarks' steady allocator) can hide a call's growth whole.
     Earlier garbage is collected first: freed during fn, it would hide fn's own growth.
     """

@@ -1,10 +1,10 @@
 """Operators on meta tensors run once per distinct input: a prediction's repeats reuse the result.
 
-torch runs many meta kernels as Python references, at hundreds of microseconds to milliseconds an
-operator, while a step repeats the same operator on the same shapes (every segment, layer and
-step). On meta, an operator that returns fresh tensors is a function of its inputs' metadata, its
-other arguments and the default dtype, so the outputs' shapes, strides, dtypes and storage sizes
-are kept per input and made anew.
+torch runs many meta kernels as Python references, slowly for each operator, while a step
+repeats the same operator on the same shapes (every segment, layer and step). On meta, an
+operator that returns fresh tensors is a function of its inputs' metadata, its other arguments and
+the default dtype, so the outputs' shapes, strides, dtypes and storage sizes are kept per input
+and made anew.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .modes import UncompiledMode
 from .tracker import tensors_in
 
 # shape, strides, dtype, storage offset, storage bytes
@@ -42,7 +42,7 @@ def memo_kind(func: torch._ops.OpOverload) -> str | None:
     return IN_PLACE if in_place and writes_first and returns_it else None
 
 
-class MetaMemo(TorchDispatchMode):
+class MetaMemo(UncompiledMode):
     """While active, an operator of a memo_kind on meta tensors runs once per distinct key (_key);
     a repeat gets new tensors of the kept layouts, or its first input back; anything else runs.
     Enter it before the modes that count, which then see its outputs."""
@@ -52,10 +52,6 @@ class MetaMemo(TorchDispatchMode):
         self._kinds: dict[Any, str | None] = {}
         self._kept: dict[tuple, tuple[bool, list[_Layout]] | None] = {}
         self.repeats = 0  # operators answered from what was kept, not run
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # as flops.FlopCounter: nothing compiles this mode
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

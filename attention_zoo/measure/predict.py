@@ -10,8 +10,8 @@ in seconds, and a case refused by its predicted time is refused at once.
 
 Expected agreement with the measured number (profiler on CPU, allocator stats on CUDA): the
 prediction cannot see memory a kernel allocates internally (scratch buffers invisible on meta) and
-the tracker makes autograd accumulate gradients out of place; measured on CPU within ~5% or 2 MiB
-(see tests/test_measure_predict.py), except where a kernel's scratch dominates.
+the tracker makes autograd accumulate gradients out of place; on CPU within the bound that
+tests/test_measure_predict.py checks, except where a kernel's scratch dominates.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # its first instance i
 from torch.library import _scoped_library
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..errors import UnavailableError
+from ..errors import UnavailableError, ZooError
 from .cases import BenchCase, build_runnable
 from .flops import count_flops
 from .meta_memo import MetaMemo
 from .tracker import StorageTracker
 
+_OVERFLOW = "Storage size calculation overflowed"  # torch's words for a tensor past 2^63 bytes
 _FLASH = 1  # torch._fused_sdp_choice's number for the flash kernel (SDPBackend.FLASH_ATTENTION)
 
 
@@ -49,6 +50,10 @@ class Prediction:
     @property
     def total_bytes(self) -> int:
         return self.resident_bytes + self.peak_bytes
+
+
+class BeyondAnyMemory(ZooError, MemoryError):
+    """A case with a tensor past the largest storage PyTorch can address: no machine holds it."""
 
 
 def stand_in_device(device: str) -> str:
@@ -118,12 +123,19 @@ def _shapes_step(case: BenchCase, device: str, *, flops: bool) -> tuple[int, int
         shapes, built_on = _cpu_on_meta(), "meta"
     else:
         shapes, built_on = FakeTensorMode(allow_non_fake_inputs=True), device
-    with shapes:
-        runnable = build_runnable(case, device=built_on)
-        runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
-        with StorageTracker() as tracker:
-            counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0
-        return tracker.peak, runnable.resident_bytes(), counted
+    try:
+        with shapes:
+            runnable = build_runnable(case, device=built_on)
+            runnable.step()  # warm-up: lazily created state (optimizer moments) becomes resident
+            with StorageTracker() as tracker:
+                counted = count_flops(runnable.step)[1] if flops else runnable.step() or 0
+            return tracker.peak, runnable.resident_bytes(), counted
+    except RuntimeError as exc:
+        if _OVERFLOW not in str(exc):
+            raise
+        raise BeyondAnyMemory(
+            f"{case.name()} needs a tensor past 2^63 bytes ({str(exc).split(_OVERFLOW)[1].strip()})"
+        ) from None
 
 
 @contextmanager

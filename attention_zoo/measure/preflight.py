@@ -9,17 +9,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..attention.base import AttentionCore
 from ..attention.dispatch import AUTO, Call
-from ..attention.spec import BACKENDS
+from ..attention.spec import BACKENDS, causal_error, get_backend
 from ..errors import UsageError, ZooError
 from .cases import DECODE_MODES, DTYPES, BenchCase, sample_inputs
 from .duration import expected_duration, over_limit
+from .modes import UncompiledMode
 from .predict import Prediction, predict_case, predict_flops
 from .rate import CALIBRATION_LENGTH, cache_file, probe_case, probes_to_time
-from .runner import MeasureSettings
+from .runner import MeasureSettings, unsupported_here
 from .timing import fixed_threads
 
 # metric groups measured under torch dispatch modes (the storage tracker, the FLOP counter)
@@ -29,7 +29,7 @@ PROBE_LENGTH = 128  # tokens of the probe that runs a named kernel under a dispa
 log = logging.getLogger(__name__)
 
 
-class _PassThrough(TorchDispatchMode):
+class _PassThrough(UncompiledMode):
     """A dispatch mode that changes nothing: what the tracker and the FLOP counter run under."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -62,6 +62,20 @@ def refusal(case: BenchCase, metrics: Sequence[str]) -> str | None:
             f"--metrics {kept}, or use kernel='auto' (picks {_auto_pick(core, call)})"
         )
     return None
+
+
+def check_any_runs(cases: Sequence[BenchCase]) -> None:
+    """UsageError when no case can run here, so the run would store only skipped cases: the first
+    case's reason, how many cases share it, and --causal false where causality refuses it."""
+    reasons = [unsupported_here(case) for case in cases]
+    if not cases or not all(reasons):
+        return
+    first, reason = cases[0], reasons[0]
+    spec = get_backend(first.backend) if first.backend in BACKENDS else None
+    if first.causal and spec is not None and not spec.caps_for(**first.options).causal:
+        reason = causal_error(first.backend, fix="pass --causal false")
+    more = f" (and {len(cases) - 1} more case{'s' if len(cases) > 2 else ''})" if cases[1:] else ""
+    raise UsageError(f"{first.name()}: {reason}{more}; nothing was run or stored")
 
 
 def check_cases(cases: Iterable[BenchCase], metrics: Sequence[str]) -> None:

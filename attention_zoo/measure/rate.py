@@ -23,7 +23,7 @@ from .predict import predict_flops
 from .timing import CPU_CLOCK, WALL, synchronize, time_once
 from .units import significant
 
-CALIBRATION_LENGTH = 1024  # tokens of the timed probe: milliseconds for every backend
+CALIBRATION_LENGTH = 1024  # tokens of the timed probe: short for every backend
 CALIBRATION_CALLS = 3  # timed calls after one warm-up; the fastest is kept
 
 

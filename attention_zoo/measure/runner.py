@@ -5,8 +5,8 @@ from which trust.py marks a time unstable or busy.
 
 One stored row per metric of measure/metrics.py (absent when not measured). Memory notes:
 peak_bytes is the measured peak above resident (CPU torch.profiler, CUDA allocator peak stats);
-tracked_peak_bytes misses kernel scratch and autograd accumulates out of place under it (up to
-~32 MiB high); rss_peak_bytes is off by 0.4x-1.9x (malloc caching).
+tracked_peak_bytes misses kernel scratch and autograd accumulates out of place under it (so it
+can read high); rss_peak_bytes is off either way (malloc caching).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from .fidelity import measure_fidelity
 from .kernels import kernel_names
 from .memory import cuda_peak, profiled_peak, rss_peak, rss_taken
 from .metrics import MEASURE_GROUPS, Metric, metric_row
-from .predict import Prediction, predict_case
+from .predict import BeyondAnyMemory, Prediction, predict_case
 from .status import ERROR, INVALID, OK, OOM, SKIPPED, TIMEOUT
 from .timing import CLOCKS, CPU_CLOCK, WALL, fixed_threads
 from .tracker import tracked_peak
@@ -308,7 +308,7 @@ class _Pending:
         it is left to be timed (then `runnable` is set)."""
         self.start = time.perf_counter()
         case = self.case
-        if reason := _unsupported(case):
+        if reason := unsupported_here(case):
             return self.finish(SKIPPED, reason)
         limits = (settings.memory_limit_bytes, settings.time_limit_s, settings.timeout_s)
         limited = any(x is not None for x in limits)
@@ -317,6 +317,8 @@ class _Pending:
         if prediction is None and wanted:
             try:
                 prediction = predict_case(case)
+            except BeyondAnyMemory as exc:
+                return self.finish(OOM, f"not run: {exc}")
             except Exception as exc:
                 self.notes.append(f"prediction failed: {describe_error(exc)}")
         if prediction is not None:
@@ -494,7 +496,9 @@ def _time_round_robin(live: list[_Pending], settings: MeasureSettings) -> None:
         p.rows += rows  # its marks follow from these rows (trust.timing_marks)
 
 
-def _unsupported(case: BenchCase) -> str | None:
+def unsupported_here(case: BenchCase) -> str | None:
+    """Why `case` cannot run on this machine (its device, dtype, causality, decoding), or None:
+    the case is then stored as skipped with this reason."""
     if torch.device(case.device).type == "cuda" and not torch.cuda.is_available():
         return (
             "no CUDA device is visible here (predict CUDA memory with 'zoo memory --devices cuda')"

@@ -85,34 +85,6 @@ def time_once(fn: Callable[[], Any], device: str, clock: str = WALL) -> float:
     return now() - t0
 
 
-def time_call(
-    fn: Callable[[], Any],
-    *,
-    device: str = "cpu",
-    warmup: int = 1,
-    budget_s: float = 1.0,
-    min_repeats: int = 3,
-    max_repeats: int = 1000,
-) -> TimeStats:
-    """Time fn(): `warmup` untimed calls, then repeats until `budget_s` is spent (within bounds).
-
-    At least `min_repeats` calls are timed even when one call exceeds the budget, so the median and
-    IQR always come from several samples.
-    """
-    if min_repeats < 1 or max_repeats < min_repeats:
-        raise ValueError(f"need 1 <= min_repeats <= max_repeats, got {min_repeats}, {max_repeats}")
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    samples: list[float] = []
-    spent = 0.0
-    while len(samples) < max_repeats and (len(samples) < min_repeats or spent < budget_s):
-        dt = time_once(fn, device)
-        samples.append(dt)
-        spent += dt
-    return summarize(samples, warmup=warmup, device=device)
-
-
 def time_interleaved(
     fns: dict[Any, Callable[[], Any]],
     *,
@@ -130,7 +102,7 @@ def time_interleaved(
     At least `repeats` rounds; more rounds while the time spent is below `budget_s` per callable
     on average, up to `max_repeats` rounds; and more, past `max_repeats`, until the rounds have
     lasted `min_wall_s` (the load during a timing can only be read over a long enough window).
-    One callable alone is timed as `time_call` times it. clock: WALL or CPU_CLOCK (CPU only).
+    clock: WALL or CPU_CLOCK (CPU only).
     """
     max_repeats = max(repeats, max_repeats or repeats)
     if repeats < 1:

@@ -3,8 +3,7 @@
 It works on any device, `meta` and FakeTensors included, which is what makes memory prediction
 possible without allocating. Known biases (measured against the profiler on CPU): it cannot see
 memory a kernel allocates internally (scratch buffers), and while the mode is active autograd
-accumulates gradients out of place, so a backward can read up to ~32 MiB high. Agreement with the
-profiler was within 1% in most cases.
+accumulates gradients out of place, so a backward can read high. Otherwise it agrees closely.
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .memory import PeakMemory
+from .modes import UncompiledMode
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, torch.UntypedStorage] | None:
@@ -43,7 +42,7 @@ def tensors_in(*values: Any) -> list[torch.Tensor]:
     return found
 
 
-class StorageTracker(TorchDispatchMode):
+class StorageTracker(UncompiledMode):
     """Counts bytes of storages created while active and not yet freed; keeps the peak.
 
     Storages that existed before the mode was entered (parameters, inputs) are not counted, so
@@ -56,10 +55,6 @@ class StorageTracker(TorchDispatchMode):
         self.peak = 0
         self.allocations = 0
         self._sizes: dict[int, int] = {}
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # as flops.FlopCounter: nothing compiles this mode
 
     def _freed(self, key: int) -> None:
         self.live -= self._sizes.pop(key, 0)

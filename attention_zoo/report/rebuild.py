@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import UsageError
 
 ROWS, RUNS, META = "rows.csv", "runs.json", "report.json"
+NEEDED = ("run_id", "case_key", "status", "metric", "value", "config", "threads")  # rows.csv's
 PROVENANCE = "## Provenance"
 # an older report.md's provenance columns -> the runs table's fields (a folder written since has
 # runs.json, and its provenance table merges these cells)
@@ -53,12 +54,28 @@ def folder_inputs(folder: str | Path) -> FolderInputs:
             f"{folder} holds no {ROWS}: --from takes a folder written by zoo report "
             "(rebuild any other one from its store: zoo report --store FILE --out FOLDER)"
         )
-    rows = pd.read_csv(folder / ROWS, dtype={"run_id": str, "case_key": str})
-    meta = json.loads((folder / META).read_text()) if (folder / META).is_file() else {}
+    try:
+        rows = pd.read_csv(folder / ROWS, dtype={"run_id": str, "case_key": str})
+    except (ValueError, pd.errors.ParserError) as err:  # EmptyDataError is a ValueError
+        raise _damaged(folder / ROWS, str(err)) from None
+    if missing := [c for c in NEEDED if c not in rows.columns]:
+        raise _damaged(folder / ROWS, f"no column {', '.join(missing)}")
+    for config in rows["config"].dropna().unique():
+        if not isinstance(_json(folder / ROWS, config), dict):
+            raise _damaged(folder / ROWS, "a config is not a JSON object")
+    meta = _json(folder / META, (folder / META).read_text()) if (folder / META).is_file() else {}
+    if not isinstance(meta, dict):
+        raise _damaged(folder / META, "not a JSON object")
     if (folder / RUNS).is_file():
-        runs = json.loads((folder / RUNS).read_text())
-    else:
+        runs = _json(folder / RUNS, (folder / RUNS).read_text())
+        if not isinstance(runs, list) or not all(
+            isinstance(r, dict) and "run_id" in r for r in runs
+        ):
+            raise _damaged(folder / RUNS, "not a list of runs")
+    elif (folder / "report.md").is_file():
         runs = runs_from_markdown((folder / "report.md").read_text())
+    else:
+        raise _damaged(folder, f"no {RUNS} (nor a report.md that lists its runs)")
     return FolderInputs(
         rows=rows,
         runs=runs,
@@ -66,6 +83,20 @@ def folder_inputs(folder: str | Path) -> FolderInputs:
         title=meta.get("title", ""),
         reference=meta.get("reference"),
     )
+
+
+def _damaged(path: Path, why: str) -> UsageError:
+    return UsageError(
+        f"--from: {path} is damaged ({why.splitlines()[0] if why else 'unreadable'}); rebuild "
+        "the folder from its store: zoo report --store FILE --out FOLDER"
+    )
+
+
+def _json(path: Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _damaged(path, f"not JSON: {err}") from None
 
 
 def runs_from_markdown(markdown: str) -> list[dict[str, Any]]:

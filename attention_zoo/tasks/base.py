@@ -134,16 +134,16 @@ class TaskConfig:
 
     def first_examples(
         self, seed: int, n: int, batch_size: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> Iterator[dict[str, Any]]:
         """The first `n` training sequences of run seed `seed`, as a run drawing batches of
-        `batch_size` (None: one batch of n) trains on them: evaluation and test sequences held
-        out."""
-        examples: list[dict[str, Any]] = []
+        `batch_size` (None: one batch of n) trains on them, a batch at a time: evaluation and
+        test sequences held out."""
+        left = n
         for batch in self.build(seed).batches(batch_size or n):
-            examples += self.examples(batch)
-            if len(examples) >= n:
-                return examples[:n]
-        raise AssertionError("batches() is endless")
+            yield from self.examples(batch)[:left]
+            left -= min(left, len(batch.input_ids))
+            if not left:
+                return
 
     def split_examples(self, seed: int, label: str, n: int) -> list[dict[str, Any]]:
         """The first `n` sequences of evaluation split `label` of run seed `seed`, as a run of

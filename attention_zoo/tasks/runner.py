@@ -186,6 +186,7 @@ def plan_runs(
     run on `device` (e.g. xformers without CUDA) is skipped with its reason.
     """
     grid = preset.grid
+    given_backends, given_evals = backends, eval_hashes
     backends = expand_backends(backends if backends is not None else grid.backends)
     seeds = list(seeds if seeds is not None else grid.seeds)
     given_hashes = train_hashes
@@ -204,6 +205,13 @@ def plan_runs(
             "train hash counts (--train-hashes) set lsh's num_hashes while training, and no "
             f"backend here has an lsh layer ({', '.join(backends)}): add lsh or leave them out"
         )
+    swappable = any(b in SWAPPABLE for m in backends for b in split_mix(m))
+    if given_evals and not swappable:  # it would change nothing
+        raise ConfigError(
+            "evaluation hash counts (--eval-hashes) evaluate a model with lsh or shared-qk "
+            f"layers under lsh, and no backend here has one ({', '.join(backends)}): add lsh or "
+            "shared-qk or leave them out"
+        )
     if eval_hashes:
         _check_available(LSH, device)
     runs, skipped = [], []
@@ -216,6 +224,11 @@ def plan_runs(
             continue
         evals = tuple(eval_variants(variant.attn_layers, eval_hashes, grid.eval_full))
         runs += [RunSpec(preset=preset, variant=variant, seed=int(s), evals=evals) for s in seeds]
+    if given_backends is not None and not runs:  # the backends asked for: none can train here
+        reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped)
+        raise ConfigError(
+            f"no backend asked for can train here ({reasons}); nothing was run or stored"
+        )
     return runs, skipped
 
 

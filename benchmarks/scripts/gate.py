@@ -3,7 +3,7 @@
     python benchmarks/scripts/gate.py                  # merge base with main vs HEAD, whole suite
     python benchmarks/scripts/gate.py --fast           # CI's subset: attention cores + one block
     python benchmarks/scripts/gate.py --fast --device cuda   # the same subset on the GPU
-    python benchmarks/scripts/gate.py --base HEAD~1 --bench 'Time.time_forward\\(.*local'
+    python benchmarks/scripts/gate.py --base HEAD~1 --bench 'Time.time_step\\(.*local'
     python benchmarks/scripts/gate.py --fast --before-code-change   # CI: the latest code change
     python benchmarks/scripts/gate.py --head worktree  # uncommitted changes vs the merge base
     python benchmarks/scripts/gate.py --calibrate 10   # noise: HEAD against a copy of itself,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .cpu_flash import flash_backward, flash_forward
 from .exp import exp_, logsumexp
 
 # (window offset, out=None) -> additive float mask broadcastable to (B, H, c, c)
@@ -135,8 +136,8 @@ class RowWindows(Windows):
 class Workspace:
     """Named scratch buffers reused across offsets and passes.
 
-    A fresh multi-MiB CPU allocation is mmapped and page-faulted on first touch (tens of ms per
-    64 MiB here), so reusing same-shaped buffers saves real time; it never adds memory.
+    A fresh multi-MiB CPU allocation is mmapped and page-faulted on first touch, so reusing
+    same-shaped buffers saves real time; it never adds memory.
     """
 
     def __init__(self) -> None:
@@ -159,9 +160,7 @@ class Workspace:
 def _flash_fwd(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float
 ) -> tuple[Tensor, Tensor]:
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, False, attn_mask=mask, scale=scale
-    )
+    return flash_forward(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
 
 
 def flash_window_forward(
@@ -192,7 +191,7 @@ def flash_backward_offset(
     rowsum(g4 * out4) is the combined softmax's; so each offset's call returns exactly its share
     of the combined gradient, with no per-partial weights.
     """
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+    return flash_backward(
         g4, q4, win.keys(k_long, o), win.keys(v_long, o), out4, lse_total,
         0.0, False, attn_mask=masks(o), scale=scale,
     )  # fmt: skip

@@ -25,8 +25,7 @@ def run_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """fn(*args, **kwargs) compiled; traced as is inside a torch.compile region."""
     if torch.compiler.is_compiling():
         return fn(*args, **kwargs)
-    # set and restored by hand: config.patch costs a quarter of a millisecond per call, as much
-    # as a flex call's kernels at 16k tokens
+    # set and restored by hand: config.patch costs, per call, as much as a long flex call's kernels
     config = torch._dynamo.config
     wanted = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
     saved = {name: getattr(config, name) for name in wanted if hasattr(config, name)}  # newer torch

@@ -9,8 +9,10 @@ from ..dispatch import expand_kv
 from .exp import logsumexp
 from .masks import mask_value, real_keys_mask, self_mask_value
 
+KEY_EPS = 1e-6  # added to |k|^2 under the unit keys' inverse square root
 
-def unit_keys(k: Tensor, eps: float = 1e-6) -> Tensor:
+
+def unit_keys(k: Tensor, eps: float = KEY_EPS) -> Tensor:
     """Keys scaled to unit length: the Reformer's (and HF's) shared-QK keys, no 1/sqrt(d) on top."""
     return k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + eps)
 

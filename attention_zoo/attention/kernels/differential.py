@@ -20,15 +20,13 @@ from torch import Tensor
 from torch.autograd import Function
 
 from .backward import hand_written_backward
+from .cpu_flash import flash_backward, flash_forward
 from .masks import additive_mask, real_keys_mask
 from .sums.plain import compute_dtype
 
 NORM_EPS = 1e-5  # the per-head RMSNorm's, as the paper's code
 TILES = 8  # the backward's query (and key) tiles per sequence
 TILE_MIN = 256  # rows of a tile at the least: shorter ones cost more in calls than they save
-
-_flash_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_flash_bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
 def fused_differential(
@@ -60,8 +58,8 @@ class DifferentialFlash(Function):
         d = q.shape[-1]
         first = torch.arange(d, device=q.device) < d // 2
         call = dict(attn_mask=mask, scale=(d // 2) ** -0.5)
-        out, lse1 = _flash_fwd(q, k * first, v, 0.0, causal, **call)
-        second, lse2 = _flash_fwd(q, k * ~first, v, 0.0, causal, **call)
+        out, lse1 = flash_forward(q, k * first, v, 0.0, causal, **call)
+        second, lse2 = flash_forward(q, k * ~first, v, 0.0, causal, **call)
         out.addcmul_(second, lam, value=-1)  # the difference, in the first map's buffer
         rstd = _inverse_rms(out)
         out.mul_((rstd * out_scale).to(out.dtype))
@@ -92,7 +90,7 @@ class DifferentialFlash(Function):
                     o = second[:, :, rows]
                 for cols, causal in key_tiles:
                     keys_mask = None if mask is None else mask[..., cols]
-                    gq, gk, gv = _flash_bwd(
+                    gq, gk, gv = flash_backward(
                         dx[:, :, rows], q[:, :, rows], k[:, :, cols] * keys_half, v[:, :, cols],
                         o, lse[:, :, rows], 0.0, causal, attn_mask=keys_mask, scale=half**-0.5,
                     )  # fmt: skip

@@ -8,6 +8,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+# Tokens per segment: what a kernel keeps per chunk (scores, features, decays, states) exists
+# for this many tokens at a time, so memory beyond the inputs, the output and their gradients
+# is bounded by it, not by n.
+SEGMENT_LENGTH = 512
+
 
 def segments(n: int, chunk: int, length: int) -> list[tuple[int, int]]:
     """Static (start, stop) ranges of n tokens, each `length` tokens rounded down to whole chunks

@@ -2,8 +2,8 @@
 neither the (n, k) scores nor the output for backward.
 
 Autograd through `matmul(proj, k)` and SDPA keeps the output and a transposed copy of k and v, and
-its projection gradient is a (b, h, k, n) batch of products summed afterwards (1.17x SDPA's peak
-at 16k). Here the forward is one fused-kernel call (it returns the log-sum-exp); the backward
+its projection gradient is a (b, h, k, n) batch of products summed afterwards (a peak above
+SDPA's). Here the forward is one fused-kernel call (it returns the log-sum-exp); the backward
 recomputes each segment of queries' probabilities from it, takes D = rowsum(dO * O) as
 rowsum(P * dP) (the fused backward would need the output kept), and builds the projection
 gradient a segment of positions at a time into the whole (k, max_length) gradient: its peak is
@@ -17,9 +17,8 @@ from torch import Tensor
 from torch.autograd import Function
 
 from ..backward import hand_written_backward
+from ..cpu_flash import flash_forward
 from ..exp import exp_
-
-_flash_forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 # Scratch one segment may hold: its score blocks (forward and backward) or its rearranged keys
 # and values (projection gradient). The Python loops over segments bound the memory; their count
@@ -96,11 +95,11 @@ def few_keys_forward(
     q: Tensor, keys: Tensor, values: Tensor, scale: float
 ) -> tuple[Tensor, Tensor]:
     """softmax(q keys^T * scale) values for (b, h, n, d) q over (b, h, m, d) keys and values,
-    m small: (out, log-sum-exp (b, h, n)), PyTorch's fused CPU kernel in one call (at 16k x 256
-    keys, one thread, CPU time under load: 54 ms against 77 for a segment at a time)."""
+    m small: (out, log-sum-exp (b, h, n)), PyTorch's fused CPU kernel in one call (faster than a
+    segment at a time)."""
     # the raw kernel reads rows as dense: a strided last dimension is copied first
     dense = q if q.stride(-1) == 1 else q.contiguous()
-    return _flash_forward(dense, keys, values, 0.0, False, scale=scale)
+    return flash_forward(dense, keys, values, 0.0, False, scale=scale)
 
 
 def few_keys_backward(

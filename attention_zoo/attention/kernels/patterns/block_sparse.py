@@ -21,6 +21,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from ..backward import hand_written_backward
+from ..cpu_flash import flash_backward, flash_forward
 from ..masks import MaskMod, additive_mask, real_positions
 
 
@@ -47,12 +48,10 @@ class BlockLayout:
 # Query blocks are attended a segment at a time, forward and backward, each segment one
 # vectorised call: the gathered keys and values (and, backward, their gradients) of as many blocks
 # as fit in SCRATCH_BYTES exist at once, and never fewer than one block, so scratch is at most
-# max(SCRATCH_BYTES, one block's) at any length (bigbird's defaults, 4 heads x 64: one block's
-# backward scratch is 2.2 MB, its forward 1.2 MB). The Python loop over segments is what bounds
+# max(SCRATCH_BYTES, one block's) at any length. The Python loop over segments is what bounds
 # the memory; its count comes from shapes only (no data), so the meta device and torch.compile
-# (fullgraph, the loop unrolled) still hold. It is faster than one segment too: bigbird's
-# defaults, L=4k, fwd+bwd, one thread, under load: 0.45 s with 2-32 MiB segments, 0.64 s in one.
-SCRATCH_BYTES = 2 << 20  # 4 MiB was within noise of it in time and raised forward peaks 1.5x
+# (fullgraph, the loop unrolled) still hold. It is faster than one segment too.
+SCRATCH_BYTES = 2 << 20  # a larger budget was no faster and raised forward peaks
 
 
 def _segments(nb: int, block_bytes: int) -> list[tuple[int, int]]:
@@ -130,10 +129,6 @@ def _flat(x: Tensor) -> Tensor:
     return x.reshape(b * h * n, d)
 
 
-_flash_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_flash_bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-
-
 class BlockSparseFlash(Function):
     """Gathered key blocks through PyTorch's fused CPU kernel, a segment of query blocks at a time,
     and the global rows over every key; saves q, k, v, the output and the log-sum-exp only.
@@ -148,7 +143,7 @@ class BlockSparseFlash(Function):
         lse = q.new_empty(q.shape[:3], dtype=torch.float32 if q.dtype.itemsize < 4 else q.dtype)
         k_flat, v_flat = _flat(k), _flat(v)
         for s, e in _segments(geo.layout.blocks.shape[0], geo.scratch_bytes(q.itemsize, False)):
-            o, m = _flash_fwd(
+            o, m = flash_forward(
                 geo.queries(q, s, e), geo.gather(k_flat, s, e), geo.gather(v_flat, s, e),
                 0.0, False, attn_mask=geo.mask(s, e, q.dtype), scale=scale,
             )  # fmt: skip
@@ -156,7 +151,7 @@ class BlockSparseFlash(Function):
             geo.put(lse, m.to(lse.dtype), s, e)
         if global_rows:  # their block results are replaced: these rows see every key
             rows, mask = slice(0, global_rows), geo.rows_mask(global_rows, q.dtype)
-            o, m = _flash_fwd(q[:, :, rows], k, v, 0.0, False, attn_mask=mask, scale=scale)
+            o, m = flash_forward(q[:, :, rows], k, v, 0.0, False, attn_mask=mask, scale=scale)
             out[:, :, rows], lse[:, :, rows] = o, m.to(lse.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.geo, ctx.scale, ctx.global_rows = geo, scale, global_rows
@@ -176,7 +171,7 @@ class BlockSparseFlash(Function):
             if global_rows > s * geo.c:  # the global rows' gradient is not from their blocks
                 first = torch.arange(s * geo.c, e * geo.c, device=g.device) < global_rows
                 g_s = g_s * ~first.view(e - s, 1, geo.c, 1).repeat(geo.b, 1, 1, 1)
-            dq_s, dk_s, dv_s = _flash_bwd(
+            dq_s, dk_s, dv_s = flash_backward(
                 g_s, geo.queries(q, s, e), geo.gather(k_flat, s, e), geo.gather(v_flat, s, e),
                 geo.queries(out, s, e), geo.queries(lse.unsqueeze(-1), s, e).squeeze(-1),
                 0.0, False, attn_mask=geo.mask(s, e, q.dtype), scale=scale,
@@ -189,7 +184,7 @@ class BlockSparseFlash(Function):
             rows, mask = slice(0, global_rows), geo.rows_mask(global_rows, q.dtype)
             for s, e in segments:
                 keys = slice(s * geo.c, e * geo.c)
-                dq_r, dk_r, dv_r = _flash_bwd(
+                dq_r, dk_r, dv_r = flash_backward(
                     g[:, :, rows], q[:, :, rows], k[:, :, keys], v[:, :, keys], out[:, :, rows],
                     lse[:, :, rows], 0.0, False, attn_mask=mask[..., keys], scale=scale,
                 )  # fmt: skip

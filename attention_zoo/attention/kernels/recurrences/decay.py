@@ -18,13 +18,8 @@ from torch.nn import functional as F
 from ..backward import hand_written_backward
 from ..chunked import padded_length
 from ..exp import LOG2_E, exp
-from ..segments import backward_segments, forward_segments, needs_grad, segments
+from ..segments import SEGMENT_LENGTH, backward_segments, forward_segments, needs_grad, segments
 from ..sums.plain import compute_dtype
-
-# Tokens per segment: the chunks' scores, decays and states exist one segment at a time (the
-# backward recomputes them per segment), so memory beyond the inputs, the output and their
-# gradients is bounded by this, not by n.
-SEGMENT_LENGTH = 512
 
 
 def chunk_decay(

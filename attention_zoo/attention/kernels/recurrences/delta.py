@@ -19,15 +19,17 @@ from torch.nn import functional as F
 from ..backward import hand_written_backward
 from ..chunked import padded_length
 from ..exp import exp_
-from ..segments import backward_segments, forward_segments, joined, needs_grad, segments
+from ..segments import (
+    SEGMENT_LENGTH,
+    backward_segments,
+    forward_segments,
+    joined,
+    needs_grad,
+    segments,
+)
 from ..sums.plain import compute_dtype
 from .decay import decay_weights, exclusive_suffix, log_floor
 from .reference import NORM_EPS, l2_normalised
-
-# Tokens per segment (at least): a call runs segment by segment, and its backward recomputes one
-# segment's chunks at a time, so what they hold (about twenty tensors the size of the segment's q)
-# exists for one segment only.
-SEGMENT_LENGTH = 512
 
 
 def chunk_delta(

@@ -201,13 +201,13 @@ def window_means(v: Tensor, plan: CircularPlan) -> Tensor:
     return mean.unsqueeze(3).expand(b, h, npad // c, c, d).reshape(b, h, npad, d)
 
 
-def hf_keys(k: Tensor) -> Tensor:
-    """HF's shared-QK keys (`_len_and_dim_norm`): k / sqrt(mean(k^2) + 1e-6) / sqrt(d)."""
-    d = k.shape[-1]
-    return k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + 1e-6) / math.sqrt(d)
-
-
 HF_KEY_EPS = 1e-6  # hf_keys = k * (|k|^2 + d * HF_KEY_EPS)^-1/2
+
+
+def hf_keys(k: Tensor) -> Tensor:
+    """HF's shared-QK keys (`_len_and_dim_norm`): k / sqrt(mean(k^2) + HF_KEY_EPS) / sqrt(d)."""
+    d = k.shape[-1]
+    return k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + HF_KEY_EPS) / math.sqrt(d)
 
 
 def circular_math(

@@ -19,7 +19,7 @@ from torch import Tensor
 from ..dense import unit_keys
 from ..flex import BlockMask, FlexMaskMod, run_flex
 from ..masks import mask_value
-from .lsh_plan import EPS, with_self
+from .lsh_plan import with_self
 from .rows import undo_perm
 
 
@@ -68,7 +68,7 @@ def lsh_flex(
     b, h, rounds, npad = perm.shape
     d = q.shape[-1]
     slots = perm.reshape(b, h, rounds * npad, 1).expand(-1, -1, -1, d)
-    qs, ks, vs = (torch.gather(t, 2, slots) for t in (q, unit_keys(k, EPS), v))
+    qs, ks, vs = (torch.gather(t, 2, slots) for t in (q, unit_keys(k), v))
     block_mask = copy.copy(structure)  # the tile lists, this call's codes
     block_mask.mask_mod = window_mod(sorted_codes(sorted_buckets), chunk, before, after, causal)
     out, lse = run_flex(qs, ks, vs, block_mask, scale=1.0, lse=True)

@@ -31,7 +31,7 @@ class RoundsFlash(Function):
 
     A Python loop over passes (a count fixed by the shapes: rounds and a constant slice size)
     rather than one call over every round: all rounds at once would hold every round's sorted
-    q, k, v and masks (3x SDPA's peak at 16k tokens, 4 hashes); a short sequence still runs
+    q, k, v and masks (several times SDPA's peak when long); a short sequence still runs
     all its rounds in one pass.
     """
 

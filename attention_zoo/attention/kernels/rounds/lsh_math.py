@@ -7,7 +7,7 @@ from torch import Tensor
 
 from ..chunked import Workspace, math_attention
 from ..dense import unit_keys
-from .lsh_plan import EPS, LSHPlan, with_self
+from .lsh_plan import LSHPlan, with_self
 from .rows import undo_perm
 
 
@@ -15,7 +15,7 @@ def lsh_math(q: Tensor, k: Tensor, v: Tensor, plan: LSHPlan, *, dropout: float =
     """The same computation with materialised blocks and plain autograd (CUDA, checks, and
     attention dropout: every probability, a query's own included, dropped with `dropout`)."""
     b, h, npad, d = q.shape
-    keys = unit_keys(k, EPS)
+    keys = unit_keys(k)
     outs, lses = [], []
     for s, e in plan.groups:
         p = plan.make_pass(s * npad, e * npad, Workspace())

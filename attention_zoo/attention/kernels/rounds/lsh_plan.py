@@ -13,10 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..dense import KEY_EPS
 from ..masks import additive_mask, mask_value, self_mask_value
 from .rows import SlotPass, SlotPlan
-
-EPS = 1e-6  # as dense.unit_keys
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class LSHPlan(SlotPlan):
     # what the fused Function reads of every plan: score scale, unit-key epsilon (None: keys as
     # given), whether the caller's own position is left to a self partial (see `with_self`)
     scale: float = 1.0
-    key_eps: float | None = EPS
+    key_eps: float | None = KEY_EPS
     self_partial: bool = True
 
     def forward_plan(self) -> LSHPlan:

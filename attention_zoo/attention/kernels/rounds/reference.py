@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..dense import dense_attention, unit_keys
-from .lsh_plan import EPS, with_self
+from .lsh_plan import with_self
 
 
 def lsh_reference(
@@ -37,7 +37,7 @@ def lsh_reference(
     else:
         qc, kc = si // chunk, sj // chunk
         allowed &= (kc >= qc - before) & (kc <= qc + after)
-    keys = unit_keys(k, EPS)
+    keys = unit_keys(k)
     out_r, lse_r = dense_attention(
         q[:, :, None], keys[:, :, None], v[:, :, None], allowed, scale=1.0, return_lse=True
     )  # (b, h, r, npad, d), (b, h, r, npad)

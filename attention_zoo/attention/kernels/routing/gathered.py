@@ -17,7 +17,8 @@ from torch.autograd import Function
 from ..backward import hand_written_backward
 from ..exp import exp_, logsumexp
 from ..masks import mask_value
-from .route import Route, as_blocks, from_blocks, score_dtype
+from ..sums.plain import compute_dtype
+from .route import Route, as_blocks, from_blocks
 
 SCRATCH_BYTES = 16 << 20  # gathered blocks (and their gradients) of one segment of queries
 
@@ -77,7 +78,7 @@ class GatheredRouted(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, geo, scale):  # type: ignore[override]
-        wide = score_dtype(q.dtype)
+        wide = compute_dtype(q.dtype)
         d, dv = k.shape[-1], v.shape[-1]
         out = q.new_empty(*q.shape[:3], dv)
         lse = q.new_empty(q.shape[:3], dtype=wide)

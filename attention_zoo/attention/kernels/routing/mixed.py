@@ -19,8 +19,9 @@ from torch import Tensor
 from torch.autograd import Function
 
 from ..backward import hand_written_backward
+from ..sums.plain import compute_dtype
 from .compressed import compressed_part, query_spans
-from .route import Route, add_block_means_grad, from_blocks, score_dtype
+from .route import Route, add_block_means_grad, from_blocks
 from .tiled import Tiles, plan_tiles, tiled_backward, tiled_forward, zero_grads
 
 SCRATCH_BYTES = 24 << 20  # the node's segments of tiles: larger than alone, it runs on long inputs
@@ -78,7 +79,7 @@ class MixedNSA(Function):
     @staticmethod
     def forward(ctx, q, k, v, g_cmp, g_slc, g_swa, branches, backward_follows):  # type: ignore[override]
         scale = q.shape[-1] ** -0.5
-        wide = score_dtype(q.dtype)
+        wide = compute_dtype(q.dtype)
         out = q.new_empty(*q.shape[:3], v.shape[-1], dtype=wide)
         positions = torch.arange(q.shape[2], device=q.device)
         pooled = branches.pooled_k, branches.pooled_v, branches.has

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..sums.plain import compute_dtype
+
 # Routing scores of a pass over queries: bounds the (queries, blocks) scores held at once
 ROUTE_BYTES = 8 << 20
 
@@ -45,18 +47,13 @@ def near(key: Tensor, query: Tensor, window: int | None) -> Tensor:
     return ok if window is None else ok & (key > query - window)
 
 
-def score_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Routing scores in float32 at least (16-bit scores would tie and flip selections)."""
-    return torch.promote_types(dtype, torch.float32)
-
-
 def block_means(k: Tensor, real: Tensor, block: int) -> tuple[Tensor, Tensor]:
     """Mean of each block's real keys, (b, kv, nb, d) in the score dtype, and which blocks hold a
     real key (b, nb); a last partial block is averaged over the keys it has."""
     b, kv, n, d = k.shape
     nb = -(-n // block)
     pad = nb * block - n
-    weight = F.pad(real, (0, pad)).to(score_dtype(k.dtype)).view(b, 1, nb, block, 1)
+    weight = F.pad(real, (0, pad)).to(compute_dtype(k.dtype)).view(b, 1, nb, block, 1)
     blocks = F.pad(k.to(weight.dtype), (0, 0, 0, pad)).view(b, kv, nb, block, d)
     count = weight.sum(-2)  # (b, 1, nb, 1)
     return (blocks * weight).sum(-2) / count.clamp(min=1), count[:, 0, :, 0] > 0

@@ -12,10 +12,11 @@ from torch import Tensor
 
 from ...dispatch import Call, Implementation, KernelTable
 from ..flex import flex_dtype, flex_environment
+from ..sums.plain import compute_dtype
 from .flex_routed import routed_flex
 from .gathered import gathered_attention
 from .reference import routed_reference
-from .route import Route, score_dtype
+from .route import Route
 from .tiled import tiled_attention
 
 # (q, k, v, route, real) -> out: what an implementation computes over one route
@@ -31,7 +32,7 @@ def tiles_pay(core: Any, call: Call) -> bool:
     tokens and where the tiles score wider than the input (16-bit dtypes; the dense product
     scores in the input's) always; else where the sequence holds more keys than a query's route
     reads, and at least TILES_PAY_FROM keys per slot of it. `core.route_shape()`: (slots, block)."""
-    if call.length >= DENSE_UP_TO or score_dtype(call.dtype) != call.dtype:
+    if call.length >= DENSE_UP_TO or compute_dtype(call.dtype) != call.dtype:
         return True
     slots, block = core.route_shape()
     return call.length >= TILES_PAY_FROM * slots and call.length > slots * block

@@ -22,7 +22,8 @@ from torch.autograd import Function
 from ..backward import hand_written_backward
 from ..exp import exp_
 from ..masks import mask_value
-from .route import Route, as_blocks, from_blocks, score_dtype
+from ..sums.plain import compute_dtype
+from .route import Route, as_blocks, from_blocks
 
 TILE = 64  # queries per tile: one product of (TILE x d) by (d x block)
 SCRATCH_BYTES = 16 << 20  # a segment of tiles' scores, probabilities and gathered blocks
@@ -133,7 +134,7 @@ def tiled_forward(
 ) -> tuple[Tensor, Tensor]:
     """The routed softmax's output (b, h, t, d_v) and log-sum-exp (b, h, t), in the score dtype
     (a query that sees no key: output 0, lse 0)."""
-    wide = score_dtype(q.dtype)
+    wide = compute_dtype(q.dtype)
     b, h, t, d = q.shape
     dv = v.shape[-1]
     q_flat = q.to(wide).reshape(b * h * t, d)
@@ -218,7 +219,7 @@ def tiled_backward(
 def zero_grads(q: Tensor, k: Tensor, v: Tensor, block: int) -> tuple[Tensor, Tensor, Tensor]:
     """Zeroed accumulators for `tiled_backward`: dq (b h t, d), dk and dv in `as_blocks` rows
     (b kv nb, block e), in the score dtype."""
-    wide = score_dtype(q.dtype)
+    wide = compute_dtype(q.dtype)
     b, h, t, d = q.shape
     nb = -(-k.shape[2] // block)
     rows = b * k.shape[1] * nb

@@ -21,7 +21,8 @@ FAVOR = "favor+"
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype sums and inverses are computed in: float32 for 16-bit inputs, else the input's."""
+    """The dtype sums, inverses and routing scores are computed in: float32 for 16-bit inputs
+    (16-bit scores would tie and flip selections), else the input's."""
     return _WIDE.get(dtype, dtype)
 
 

@@ -16,12 +16,8 @@ from torch.nn import functional as F
 from ..backward import hand_written_backward
 from ..chunked import padded_length
 from ..exp import exp_
-from ..segments import segments
+from ..segments import SEGMENT_LENGTH, segments
 from .plain import FAVOR, KernelSums, chunked_causal, compute_dtype, ones_column, pointwise
-
-# Positions per segment: features, chunk scores and chunk states exist one segment at a time,
-# so the memory beyond q, k, v, their gradients and the output is bounded by this, not by n.
-SEGMENT_LENGTH = 512
 
 
 def scan_sums(
