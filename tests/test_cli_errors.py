@@ -156,6 +156,11 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("bench-option-no-dot", ["bench", "--option", "num_hashes=4"], "write BACKEND.NAME=VALUE"),
     ("bench-unknown-preset", ["bench", "--preset", "quik"], "did you mean 'quick'?"),
     ("bench-missing-preset-file", ["bench", "--preset", "nope.toml"], "does not exist"),
+    (
+        "task-missing-suite-file",
+        ["task", "my-suite.toml"],
+        "does not exist; give an existing .toml path, or a task name: associative-recall,",
+    ),
     ("bench-bad-toml-preset", ["bench", "--preset", "{bad_toml}"], "is not valid TOML"),
     (
         "bench-preset-a-folder",
@@ -309,6 +314,21 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
         "cannot run causally (it is bidirectional only); pass --causal false",
     ),
     (
+        "bench-every-case-skipped-in-worker-processes",
+        ["bench", "--backends", "nystrom", "--lengths", "8", "--executor", "processes"],
+        "cannot run causally (it is bidirectional only); pass --causal false",
+    ),
+    (
+        "bench-every-case-skipped-for-different-reasons",
+        ["bench", "--backends", "nystrom,xformers", "--lengths", "8"],
+        "(and 1 more case, for this and other reasons); nothing was run or stored",
+    ),
+    (
+        "bench-every-decode-case-skipped",  # generation is causal: no --causal false to suggest
+        ["bench", "--backends", "nystrom", "--lengths", "8", "--mode", "decode"],
+        "'nystrom' cannot run causally (bidirectional only); nothing was run or stored",
+    ),
+    (
         "task-table2-of-a-store-without-task-runs",
         ["task", "--table2", "--store", "{store}"],
         "no stored task runs in",
@@ -322,6 +342,11 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
         "bench-hidden-of-the-core-alone",
         ["bench", "--backends", "full", "--target", "attention", "--hidden", "99"],
         "--hidden would change nothing",
+    ),
+    (
+        "bench-hidden-of-decoding",
+        ["bench", "--backends", "full", "--target", "block", "--mode", "decode", "--hidden", "99"],
+        "every case here measures the attention core alone",
     ),
     (
         "task-every-backend-skipped",

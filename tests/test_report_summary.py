@@ -35,7 +35,7 @@ from attention_zoo.report.document import (
     to_html,
     to_markdown,
 )
-from attention_zoo.report.rebuild import runs_from_markdown
+from attention_zoo.report.rebuild import RUN_FIELDS, runs_from_markdown
 from attention_zoo.report.summary import short_settings, summary
 from attention_zoo.reproduce import REPRODUCTIONS
 from attention_zoo.store import ResultStore
@@ -309,20 +309,30 @@ def test_variants_best_equally_often_are_all_named(tmp_path, capsys):
 
 _HEADER = "run_id,case_key,status,metric,value,unit,threads,config,error\n"
 _ROW = 'r1,k1,ok,time_median_s,0.5,s,2,"{""backend"": ""full""}",\n'
-_FOLDER = {"rows.csv": _HEADER + _ROW, "runs.json": '[{"run_id": "r1"}]', "report.json": "{}"}
+_RUNS = json.dumps([{name: None for name in RUN_FIELDS} | {"run_id": "r1", "meta": {}}])
+_FOLDER = {"rows.csv": _HEADER + _ROW, "runs.json": _RUNS, "report.json": "{}"}
+
+
+def test_the_damaged_folders_fixture_rebuilds_whole(tmp_path, capsys):
+    for file, content in _FOLDER.items():
+        (tmp_path / file).write_text(content)
+    assert zoo_main(["report", "--from", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "report.md").is_file()
 
 
 @pytest.mark.parametrize(
     ("name", "text", "said"),
     [
         ("runs.json", "{", "runs.json is damaged (not JSON"),
-        ("runs.json", '"x"', "runs.json is damaged (not a list of runs)"),
+        ("runs.json", '"x"', "runs.json is damaged (not a list of runs"),
+        ("runs.json", '[{"run_id": "r1"}]', "not a list of runs, each with cpu_count, device_name"),
         ("runs.json", None, "no runs.json (nor a report.md that lists its runs)"),
         ("report.json", "[1,2", "report.json is damaged (not JSON"),
         ("report.json", "[]", "report.json is damaged (not a JSON object)"),
         ("rows.csv", "", "rows.csv is damaged"),
         ("rows.csv", "a,b\n1,2\n", "no column run_id, case_key"),
         ("rows.csv", _HEADER + _ROW.replace('""full""}', '""full'), "not JSON"),
+        ("rows.csv", _HEADER + _ROW.replace('"{""backend"": ""full""}"', "7"), "not a JSON object"),
     ],
 )
 def test_a_damaged_folder_is_refused_in_one_line_and_left_as_it_was(

@@ -73,6 +73,8 @@ a case ended 'error' or 'invalid' (code that failed; 'oom' and 'timeout' are the
 limits). Refused before anything runs, one line each, nothing stored for them: a named kernel
 that cannot run a case, and a case predicted past --time-limit or --timeout (its FLOPs at its own
 rate here, timed once at 1024 tokens and cached); when every case is refused the command exits 2.
+A case this machine cannot run (a CUDA-only backend here, a bidirectional one asked to be causal)
+is stored as 'skipped' with its reason; a grid of only such cases exits 2 and stores nothing.
 A time whose repeats disagree, or taken while other processes kept the cores busy, is marked
 'ok (unstable)' / 'ok (busy)' and left out of time ratios. Ctrl-C stops within seconds, even
 inside one long operation; --resume then measures only the missing cases.
@@ -223,8 +225,9 @@ def check_options_used(args: argparse.Namespace, cases: list[BenchCase]) -> None
             )
     if args.hidden is not None and cases and all(c.target == "attention" for c in cases):
         raise UsageError(
-            "--hidden would change nothing: --target attention measures the core alone, at "
-            "--heads x --head-dim; use --target block or model, or drop --hidden"
+            "--hidden would change nothing: every case here measures the attention core alone, "
+            "at --heads x --head-dim (target attention, or a prefill/decode mode); use --target "
+            "block or model with a forward mode, or drop --hidden"
         )
     for text in args.option:
         backend, name, _ = _parse_option(text)
@@ -501,15 +504,16 @@ def _dry_run(
 
 def run(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
-    local = args.executor == "local"  # else the cases run, and find their devices, elsewhere
-    grid, preset = grid_from_args(args, devices_present=local)
+    here = args.executor != "ray"  # on a cluster the cases run, and find their devices, elsewhere
+    local = args.executor == "local"  # the time check predicts from this process's rates
+    grid, preset = grid_from_args(args, devices_present=here)
     settings = settings_from_args(args, preset)
     cases = grid.cases()
     check_options_used(args, cases)
     check_reference(args.reference, [c.backend for c in cases])
     check_graphs(settings.cuda_graphs, cases)
     check_cases(cases, settings.metrics)  # a named kernel that cannot run: refused, not stored
-    if local:
+    if here:
         check_any_runs(cases)  # a grid of skipped cases only: refused, not stored
     limit = args.memory_limit  # bytes, None or AUTO, parsed by memory_limit()
     executor = executor_from_args(args)

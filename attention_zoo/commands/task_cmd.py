@@ -193,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         return _dump(args)
     policy = policy_from_args(args)
     if args.device is not None:
-        check_device(args.device, flag="--device", present=args.executor == "local")
+        check_device(args.device, flag="--device", present=args.executor != "ray")
     args.device = args.device or "cpu"
     store = args.store or DEFAULT_STORE
     if args.threads:

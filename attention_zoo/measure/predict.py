@@ -72,9 +72,9 @@ def predict_case(case: BenchCase, device: str | None = None) -> Prediction:
     fused CUDA kernel the counter cannot see (fla), or one it counts as dense (FlexAttention),
     would otherwise change them. Memory is predicted on the target's kernels where they trace on
     shapes, else on the CPU's standing in (the method says so).
-    Raises UnavailableError when a backend cannot run on the stand-in device, and whatever the
-    case raises on shapes (e.g. a backend with data-dependent shapes, which the style guide
-    forbids).
+    Raises UnavailableError when a backend cannot run on the stand-in device, BeyondAnyMemory
+    when a tensor it needs would be past 2^63 bytes, and whatever the case raises on shapes
+    (e.g. a backend with data-dependent shapes, which the style guide forbids).
     """
     target = torch.device(device or case.device).type
     stand_in = stand_in_device(target)

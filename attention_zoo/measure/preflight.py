@@ -66,15 +66,18 @@ def refusal(case: BenchCase, metrics: Sequence[str]) -> str | None:
 
 def check_any_runs(cases: Sequence[BenchCase]) -> None:
     """UsageError when no case can run here, so the run would store only skipped cases: the first
-    case's reason, how many cases share it, and --causal false where causality refuses it."""
+    case's reason (--causal false where causality refuses it) and how many more cases there are."""
     reasons = [unsupported_here(case) for case in cases]
     if not cases or not all(reasons):
         return
     first, reason = cases[0], reasons[0]
     spec = get_backend(first.backend) if first.backend in BACKENDS else None
-    if first.causal and spec is not None and not spec.caps_for(**first.options).causal:
+    decoding = first.mode in DECODE_MODES  # generation is causal whatever --causal says
+    if first.causal and not decoding and spec and not spec.caps_for(**first.options).causal:
         reason = causal_error(first.backend, fix="pass --causal false")
-    more = f" (and {len(cases) - 1} more case{'s' if len(cases) > 2 else ''})" if cases[1:] else ""
+    others, alike = len(cases) - 1, reasons.count(reasons[0]) - 1
+    why = "" if alike == others else ", for this and other reasons"
+    more = f" (and {others} more case{'s' if others > 1 else ''}{why})" if others else ""
     raise UsageError(f"{first.name()}: {reason}{more}; nothing was run or stored")
 
 

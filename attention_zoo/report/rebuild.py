@@ -34,6 +34,8 @@ COLUMNS = {
     "load at end": "load_end",
 }
 
+RUN_FIELDS = {"meta", "finished_at", "fingerprint", *COLUMNS.values()}  # a report reads them
+
 
 @dataclass(frozen=True, kw_only=True)
 class FolderInputs:
@@ -61,7 +63,7 @@ def folder_inputs(folder: str | Path) -> FolderInputs:
     if missing := [c for c in NEEDED if c not in rows.columns]:
         raise _damaged(folder / ROWS, f"no column {', '.join(missing)}")
     for config in rows["config"].dropna().unique():
-        if not isinstance(_json(folder / ROWS, config), dict):
+        if not isinstance(config, str) or not isinstance(_json(folder / ROWS, config), dict):
             raise _damaged(folder / ROWS, "a config is not a JSON object")
     meta = _json(folder / META, (folder / META).read_text()) if (folder / META).is_file() else {}
     if not isinstance(meta, dict):
@@ -69,9 +71,11 @@ def folder_inputs(folder: str | Path) -> FolderInputs:
     if (folder / RUNS).is_file():
         runs = _json(folder / RUNS, (folder / RUNS).read_text())
         if not isinstance(runs, list) or not all(
-            isinstance(r, dict) and "run_id" in r for r in runs
+            isinstance(r, dict) and RUN_FIELDS <= r.keys() and isinstance(r["meta"], dict)
+            for r in runs
         ):
-            raise _damaged(folder / RUNS, "not a list of runs")
+            fields = ", ".join(sorted(RUN_FIELDS))
+            raise _damaged(folder / RUNS, f"not a list of runs, each with {fields}")
     elif (folder / "report.md").is_file():
         runs = runs_from_markdown((folder / "report.md").read_text())
     else:
@@ -111,7 +115,7 @@ def runs_from_markdown(markdown: str) -> list[dict[str, Any]]:
     runs = []
     for line in table[2:]:
         cells = dict(zip(headers, _cells(line)))
-        run: dict[str, Any] = {"meta": {}, "finished_at": None, "fingerprint": None}
+        run: dict[str, Any] = {"meta": {}, "finished_at": None, "fingerprint": None}  # RUN_FIELDS
         for column, name in COLUMNS.items():
             run[name] = _value(name, cells.get(column, "-"))
         runs.append(run)

@@ -182,8 +182,9 @@ def plan_runs(
 ) -> tuple[list[RunSpec], list[Skipped]]:
     """The runs of a preset (grid fields overridable), and the variants skipped with their reason.
 
-    An unknown backend name raises (a typo should stop the run); a registered backend that cannot
-    run on `device` (e.g. xformers without CUDA) is skipped with its reason.
+    An unknown backend name raises (a typo should stop the run), as do hash counts no backend
+    uses; a registered backend that cannot run on `device` (e.g. xformers without CUDA) is
+    skipped with its reason, and backends asked for that are all skipped raise.
     """
     grid = preset.grid
     given_backends, given_evals = backends, eval_hashes

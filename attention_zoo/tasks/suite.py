@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import ReformerConfig
 from ..declarative import check_field_types, check_keys, checked_dataclass, field_names, load_toml
 from ..errors import ConfigError, UnknownPresetError, did_you_mean
-from .base import TaskConfig, get_task, make_task
+from .base import TASKS, TaskConfig, get_task, make_task
 from .trainer import TrainConfig
 
 if TYPE_CHECKING:
@@ -102,7 +102,10 @@ def find_suite(spec: str) -> Path | Traversable:
     path = Path(spec)
     if path.suffix == ".toml" or path.is_file():  # a folder named like a task is not a suite
         if not path.is_file():
-            raise ConfigError(f"suite file {spec!r} does not exist")
+            raise ConfigError(
+                f"suite file {spec!r} does not exist; give an existing .toml path, or a task "
+                f"name: {', '.join(TASKS.names())}"
+            )
         return path
     get_task(spec)  # unknown task name -> UnknownNameError listing the known tasks
     for d in suite_dirs():
