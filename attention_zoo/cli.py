@@ -8,6 +8,7 @@ traceback only under --debug; Ctrl-C ends with 130 after the command saved what 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sqlite3
 import sys
@@ -124,6 +125,9 @@ def _unrecognized(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
     return f"unrecognized argument {flag}" + (hint or f" (see '{parser.prog} --help')")
 
 
+SIGPIPE_EXIT = 141  # a shell's status for a writer whose reader closed the pipe (128 + SIGPIPE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = "zoo"
@@ -140,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"{prog}: {str(exc) or 'interrupted'}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader stopped early (`| head`): end quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return SIGPIPE_EXIT
     except (ZooError, OSError, sqlite3.Error) as err:
         if "--debug" in argv:
             traceback.print_exc()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from attention_zoo.attention.spec import BACKENDS
 from attention_zoo.cli import main
 from attention_zoo.measure.labels import DEFAULT_REFERENCE
+from attention_zoo.progress import PlainProgress
 
 FAST = ["--budget", "0", "--repeats", "1", "--threads", "1", "--no-progress"]
 
@@ -185,6 +187,23 @@ def test_memory_answers_whether_it_fits(capsys: pytest.CaptureFixture[str]) -> N
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("attention ")}
     assert " NO " in rows["full"] and " yes " in rows["sdpa"]  # 64 GiB of scores vs a fused kernel
     assert "fits 8.00 GiB" in out
+
+
+def test_memory_shows_its_progress_on_stderr_not_in_its_table(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def log_lines(total: int, *, desc: str, unit: str, **_: object) -> PlainProgress:
+        """The bar as in a log, with a line at every case."""
+        return PlainProgress(
+            total=total, desc=desc, unit=unit, initial=0, stream=sys.stderr, every_s=0
+        )
+
+    cases = ["full", "sdpa"]
+    monkeypatch.setattr("attention_zoo.commands.memory_cmd.progress", log_lines)
+    argv = ["memory", "--target", "attention", "--backends", ",".join(cases), "--lengths", "64"]
+    code, out, err = run(capsys, *argv, "--modes", "forward", "--format", "json")
+    assert code == 0 and len(json.loads(out)) == 2
+    assert "memory: 1/2 cases" in err and "memory: 2/2 cases" in err and "sdpa" in err, err
 
 
 def test_memory_check_measures_and_compares(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,13 +7,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from attention_zoo.cli import main
+from attention_zoo.cli import SIGPIPE_EXIT, main
 from attention_zoo.store import ResultStore, run_status
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
@@ -711,3 +712,15 @@ def test_ctrl_c_while_a_bench_run_is_closed_marks_it_interrupted(
     with ResultStore("results/zoo.sqlite") as store:
         (run,) = store.runs(kind="bench")
         assert run_status(run) == "interrupted"
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
+    """`zoo ... | head`: the writer ends with the shell's SIGPIPE status and no error line."""
+    argv = [sys.executable, "-m", "attention_zoo", "task", "duplication", "--preset", "smoke"]
+    proc = subprocess.Popen(
+        [*argv, "--dump", "5000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().startswith('{"input"')
+    proc.stdout.close()  # more than a pipe's buffer is still to come
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == SIGPIPE_EXIT and err == "", err

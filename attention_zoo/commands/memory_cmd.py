@@ -15,6 +15,7 @@ from ..measure.runner import describe_error, is_oom
 from ..measure.table import CASE_HEADERS, case_cells, format_table
 from ..measure.units import format_bytes
 from ..presets import builtin_presets
+from ..progress import progress
 from ..sweep import default_memory_limit
 from .bench_cmd import add_grid_arguments, check_options_used, grid_from_args
 from .parsers import add_command
@@ -64,7 +65,13 @@ def run(args: argparse.Namespace) -> int:
     cases = grid.cases()
     check_options_used(args, cases)
     budget = args.fits
-    records = [_predict(case, args.check) for case in cases]
+    bar = progress(len(cases), desc="memory", unit="cases", leave=False)  # on stderr
+    records = []
+    for case in cases:
+        bar.set_postfix_str(case.name())
+        records.append(_predict(case, args.check))
+        bar.update()
+    bar.close()
     if args.format == "json":
         for r in records:
             if budget is not None and r.get("total_bytes") is not None:

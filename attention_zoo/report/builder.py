@@ -216,7 +216,8 @@ def _write_report(
         "command": command,
         "measured_by": measured_by,
         "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        # what this build wrote: a rebuild drops only these, never a user's file of a like name
+        # the names this build owns (what it wrote, and the picture --screenshot adds after it): a
+        # rebuild drops only these, never a user's file of a like name, nor keeps a stale picture
         "files": sorted({p.name for p in out_dir.iterdir()} | {META_FILE, FIRST_SCREEN}),
     }
     with writing(out_dir / META_FILE) as path:
