@@ -714,6 +714,7 @@ def test_ctrl_c_while_a_bench_run_is_closed_marks_it_interrupted(
         assert run_status(run) == "interrupted"
 
 
+@pytest.mark.slow  # a process of its own
 def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     """`zoo ... | head`: the writer ends with the shell's SIGPIPE status and no error line."""
     argv = [sys.executable, "-m", "attention_zoo", "task", "duplication", "--preset", "smoke"]

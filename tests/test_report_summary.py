@@ -313,6 +313,7 @@ _RUNS = json.dumps([{name: None for name in RUN_FIELDS} | {"run_id": "r1", "meta
 _FOLDER = {"rows.csv": _HEADER + _ROW, "runs.json": _RUNS, "report.json": "{}"}
 
 
+@pytest.mark.slow  # builds a whole report
 def test_the_damaged_folders_fixture_rebuilds_whole(tmp_path, capsys):
     for file, content in _FOLDER.items():
         (tmp_path / file).write_text(content)
